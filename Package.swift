@@ -1,0 +1,76 @@
+// swift-tools-version: 6.0
+// Ya OK Hub: the field node of the Ya OK delay-tolerant messenger.
+// Module map (one job each):
+//   YaokPluginKit (Sources/PluginAPI) — the transport plugin ABI (C header) and its Swift kit
+//   YaokCrypto   — libsodium wrappers: identities, sealing, signatures
+//   YaokWire     — wire formats: envelope, bundle, receipts, contact code, chunking
+//   YaokStore    — SQLCipher database and the bundle store
+//   YaokATT      — the ATT/GATT server engine (BLE plugin and `yaok-hub att-serve`)
+//   YaokHubCore  — the host: config, plugin loader, router, control socket, lifecycle
+//   YaokEndpoint — a Ya OK user on Linux (`yaok`)
+// Plugins/<Name> — one folder per transport plugin, built as libyaok-plugin-<name>.so
+import PackageDescription
+
+/// Plugins bind their own symbols first, so each keeps its own copy of the kit's state
+/// even when the host process exports the same symbols.
+let pluginLinkerSettings: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "-Bsymbolic"])]
+
+let package = Package(
+    name: "YaokHub",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "yaok-hub", targets: ["yaok-hub"]),
+        .executable(name: "yaok", targets: ["yaok"]),
+        .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokTransportUDP"]),
+    ],
+    dependencies: [
+        .package(path: "Sources/PluginAPI"),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
+    ],
+    targets: [
+        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
+        .target(name: "YaokCrypto", dependencies: ["CSodium"]),
+        .target(name: "YaokWire", dependencies: [
+            "YaokCrypto",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ]),
+        .target(name: "YaokStore", dependencies: ["CSQLCipher"]),
+        .target(name: "YaokATT"),
+        .target(name: "YaokHubCore", dependencies: [
+            "YaokWire", "YaokCrypto", "YaokStore",
+            .product(name: "CYaokPlugin", package: "PluginAPI"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Yams", package: "Yams"),
+        ]),
+        .executableTarget(name: "yaok-hub", dependencies: [
+            "YaokHubCore", "YaokATT",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+        .target(name: "YaokEndpoint", dependencies: [
+            "YaokWire", "YaokCrypto", "YaokStore",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ]),
+        .executableTarget(name: "yaok", dependencies: [
+            "YaokEndpoint",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
+
+        // Transport plugins: Plugins/<Name>/{README.md,Sources,Tests}
+        .target(name: "YaokTransportUDP", dependencies: [
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Plugins/UDP/Sources", linkerSettings: pluginLinkerSettings),
+
+        .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
+        .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
+        .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint"]),
+        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
+    ],
+    swiftLanguageModes: [.v5]
+)

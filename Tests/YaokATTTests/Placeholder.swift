@@ -1,0 +1,2 @@
+import XCTest
+final class YaokATTTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

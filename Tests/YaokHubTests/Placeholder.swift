@@ -1,0 +1,2 @@
+import XCTest
+final class YaokHubTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,2 @@
+import XCTest
+final class YaokStoreTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,2 @@
+import XCTest
+final class YaokWireTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }
