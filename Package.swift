@@ -22,6 +22,7 @@ let package = Package(
         .executable(name: "yaok-hub", targets: ["yaok-hub"]),
         .executable(name: "yaok", targets: ["yaok"]),
         .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokTransportUDP"]),
+        .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokTransportBLE"]),
     ],
     dependencies: [
         .package(path: "Sources/PluginAPI"),
@@ -32,6 +33,7 @@ let package = Package(
     ],
     targets: [
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
+        .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
         .target(name: "YaokCrypto", dependencies: ["CSodium"]),
         .target(name: "YaokWire", dependencies: [
@@ -65,12 +67,17 @@ let package = Package(
         .target(name: "YaokTransportUDP", dependencies: [
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/UDP/Sources", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokTransportBLE", dependencies: [
+            "YaokATT", "CBluetooth",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Plugins/BLE/Sources", linkerSettings: pluginLinkerSettings),
 
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v5]
 )

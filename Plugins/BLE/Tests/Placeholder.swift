@@ -1,0 +1,2 @@
+import XCTest
+final class BLEPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }
