@@ -51,12 +51,15 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case bundle = 0x01
     /// Custody acknowledgement: the receiver has durably stored the bundle (16-byte message ID).
     case custodyAck = 0x02
-    /// Summary vector: the IDs the sender already holds.
+    /// Summary vector (an offer): message IDs the sender holds. Between hubs, bundles
+    /// cross a link only after the receiver asks for them with ``request``.
     case summary = 0x03
     /// A hub's signed announcement of the endpoints attached to it.
     case attachment = 0x04
     /// Custody refusal: the receiver will not take the bundle (ID + reason code).
     case custodyRefused = 0x05
+    /// Request: the message IDs (same layout as ``summary``) the sender wants from an offer.
+    case request = 0x06
     /// Link handshake: a fresh 32-byte challenge.
     case linkChallenge = 0x10
     /// Link handshake: signed proof of identity answering the peer's challenge.
