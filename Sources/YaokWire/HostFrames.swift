@@ -1,0 +1,213 @@
+import YaokCrypto
+import YaokPluginKit
+
+/// The value of a ``YaokPluginKit/FrameType/custodyAck`` frame: the receiver durably stored
+/// the bundle with this message ID. Layout: `messageID(16)`.
+public struct CustodyAck: Sendable, Equatable {
+    public var messageID: [UInt8]
+
+    public init(messageID: [UInt8]) { self.messageID = messageID }
+
+    public init(parsing value: [UInt8]) throws {
+        guard value.count == 16 else { throw WireError.badLength(what: "custody ack", detail: "must be 16 bytes, got \(value.count)") }
+        messageID = value
+    }
+
+    public var encoded: [UInt8] { messageID }
+    /// The whole TLV frame.
+    public var frame: [UInt8] { TLVRecord(.custodyAck, value: encoded).encoded }
+}
+
+/// The value of a ``YaokPluginKit/FrameType/custodyRefused`` frame.
+/// Layout: `messageID(16) reason(1)`.
+public struct CustodyRefusal: Sendable, Equatable {
+    /// Why a bundle was refused.
+    public enum Reason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+        case badSignature = 1
+        case expired = 2
+        case hopLimit = 3
+        case storeFull = 4
+        case malformed = 5
+        case rateLimited = 6
+
+        public var description: String {
+            switch self {
+            case .badSignature: return "bad signature"
+            case .expired: return "expired"
+            case .hopLimit: return "hop limit reached"
+            case .storeFull: return "store full"
+            case .malformed: return "malformed"
+            case .rateLimited: return "rate limited"
+            }
+        }
+    }
+
+    public var messageID: [UInt8]
+    public var reason: Reason
+
+    public init(messageID: [UInt8], reason: Reason) {
+        self.messageID = messageID
+        self.reason = reason
+    }
+
+    public init(parsing value: [UInt8]) throws {
+        guard value.count == 17 else { throw WireError.badLength(what: "custody refusal", detail: "must be 17 bytes, got \(value.count)") }
+        guard let reason = Reason(rawValue: value[16]) else { throw WireError.unknownReason(value[16]) }
+        self.messageID = Array(value[0..<16])
+        self.reason = reason
+    }
+
+    public var encoded: [UInt8] { messageID + [reason.rawValue] }
+    /// The whole TLV frame.
+    public var frame: [UInt8] { TLVRecord(.custodyRefused, value: encoded).encoded }
+}
+
+/// The value of a ``YaokPluginKit/FrameType/summary`` (offer) or ``YaokPluginKit/FrameType/request``
+/// frame: message IDs, sorted ascending and unique. Layout: `count(2) messageID(16) × count`.
+public struct SummaryVector: Sendable, Equatable {
+    public static let maxCount = 4000
+
+    /// Sorted, unique 16-byte message IDs.
+    public let messageIDs: [[UInt8]]
+
+    /// Sorts and de-duplicates `messageIDs`. Throws if one is not 16 bytes or there are more than 4000.
+    public init(messageIDs: [[UInt8]]) throws {
+        for id in messageIDs { try checkLength(id, 16, "message ID") }
+        var sorted = messageIDs.sorted { $0.lexicographicallyPrecedes($1) }
+        var unique: [[UInt8]] = []
+        unique.reserveCapacity(sorted.count)
+        for id in sorted where unique.last != id { unique.append(id) }
+        sorted = []
+        guard unique.count <= Self.maxCount else { throw WireError.tooMany(what: "message IDs", count: unique.count, limit: Self.maxCount) }
+        self.messageIDs = unique
+    }
+
+    public init(parsing value: [UInt8]) throws {
+        let what = "summary vector"
+        var r = ByteReader(value, what: what)
+        let count = Int(try r.u16())
+        guard count <= Self.maxCount else { throw WireError.tooMany(what: "message IDs", count: count, limit: Self.maxCount) }
+        guard value.count == 2 + 16 * count else {
+            throw WireError.badLength(what: what, detail: "count \(count) implies \(2 + 16 * count) bytes, got \(value.count)")
+        }
+        var ids: [[UInt8]] = []
+        ids.reserveCapacity(count)
+        for _ in 0..<count {
+            let id = try r.take(16)
+            if let last = ids.last, !last.lexicographicallyPrecedes(id) { throw WireError.notSortedUnique }
+            ids.append(id)
+        }
+        messageIDs = ids
+    }
+
+    public var encoded: [UInt8] {
+        var w = ByteWriter(capacity: 2 + 16 * messageIDs.count)
+        w.u16(UInt16(messageIDs.count))
+        for id in messageIDs { w.raw(id) }
+        return w.bytes
+    }
+
+    /// The whole TLV frame, as an offer (``YaokPluginKit/FrameType/summary``) or a ``YaokPluginKit/FrameType/request``.
+    public func frame(_ type: FrameType = .summary) -> [UInt8] { TLVRecord(type, value: encoded).encoded }
+}
+
+/// The value of a ``YaokPluginKit/FrameType/attachment`` frame: a hub's signed list of the
+/// endpoints (user IDs) attached to it.
+/// Layout: `hubKey(32) timestampMs(8) count(2) userID(32) × count signature(64)`; the Ed25519
+/// signature by `hubKey` covers every byte before it.
+public struct AttachmentAnnouncement: Sendable, Equatable {
+    public static let maxCount = 500
+    public static let maxEncodedLength = 32 + 8 + 2 + 32 * maxCount + 64
+
+    public let hubSigningKey: [UInt8]
+    public let timestampMs: Int64
+    public let userIDs: [[UInt8]]
+    public let signature: [UInt8]
+
+    /// Builds and signs an announcement with a signing function (the hub's key, or a plugin's
+    /// ``YaokPluginKit/HubIdentity/sign(_:)``).
+    public static func make(hubSigningKey: [UInt8], timestampMs: Int64, userIDs: [[UInt8]],
+                            sign: ([UInt8]) throws -> [UInt8]) throws -> AttachmentAnnouncement {
+        try checkLength(hubSigningKey, 32, "hub signing key")
+        guard timestampMs >= 0 else { throw WireError.invalidArgument("timestampMs must not be negative") }
+        guard userIDs.count <= maxCount else { throw WireError.tooMany(what: "user IDs", count: userIDs.count, limit: maxCount) }
+        for id in userIDs { try checkLength(id, 32, "user ID") }
+        let body = signedBody(hubSigningKey: hubSigningKey, timestampMs: timestampMs, userIDs: userIDs)
+        let signature = try sign(body)
+        try checkLength(signature, 64, "signature")
+        return AttachmentAnnouncement(hubSigningKey: hubSigningKey, timestampMs: timestampMs, userIDs: userIDs, signature: signature)
+    }
+
+    /// Builds and signs an announcement with `hub`'s Ed25519 key.
+    public static func signed(by hub: Identity, timestampMs: Int64, userIDs: [[UInt8]]) throws -> AttachmentAnnouncement {
+        try make(hubSigningKey: hub.signingKey, timestampMs: timestampMs, userIDs: userIDs, sign: hub.sign)
+    }
+
+    private init(hubSigningKey: [UInt8], timestampMs: Int64, userIDs: [[UInt8]], signature: [UInt8]) {
+        self.hubSigningKey = hubSigningKey
+        self.timestampMs = timestampMs
+        self.userIDs = userIDs
+        self.signature = signature
+    }
+
+    /// Parses (structure only; call ``verifySignature()``).
+    public init(parsing value: [UInt8]) throws {
+        let what = "attachment announcement"
+        guard value.count <= Self.maxEncodedLength else {
+            throw WireError.oversized(what: what, size: value.count, limit: Self.maxEncodedLength)
+        }
+        var r = ByteReader(value, what: what)
+        let key = try r.take(32)
+        let ts = try r.u64()
+        let count = Int(try r.u16())
+        guard count <= Self.maxCount else { throw WireError.tooMany(what: "user IDs", count: count, limit: Self.maxCount) }
+        let expected = 32 + 8 + 2 + 32 * count + 64
+        guard value.count == expected else {
+            throw WireError.badLength(what: what, detail: "count \(count) implies \(expected) bytes, got \(value.count)")
+        }
+        guard ts <= UInt64(Int64.max) else { throw WireError.badTimestamp("above Int64.max") }
+        var ids: [[UInt8]] = []
+        ids.reserveCapacity(count)
+        for _ in 0..<count { ids.append(try r.take(32)) }
+        let signature = try r.take(64)
+        self.init(hubSigningKey: key, timestampMs: Int64(ts), userIDs: ids, signature: signature)
+    }
+
+    private static func signedBody(hubSigningKey: [UInt8], timestampMs: Int64, userIDs: [[UInt8]]) -> [UInt8] {
+        var w = ByteWriter(capacity: 42 + 32 * userIDs.count + 64)
+        w.raw(hubSigningKey)
+        w.u64(UInt64(timestampMs))
+        w.u16(UInt16(userIDs.count))
+        for id in userIDs { w.raw(id) }
+        return w.bytes
+    }
+
+    /// Whether the hub's signature verifies.
+    public func verifySignature() -> Bool {
+        SigningKeyPair.verify(signature: signature,
+                              message: Self.signedBody(hubSigningKey: hubSigningKey, timestampMs: timestampMs, userIDs: userIDs),
+                              publicKey: hubSigningKey)
+    }
+
+    /// Returns `self` if the signature verifies; throws ``WireError/badSignature`` otherwise.
+    @discardableResult
+    public func verified() throws -> AttachmentAnnouncement {
+        guard verifySignature() else { throw WireError.badSignature }
+        return self
+    }
+
+    /// The hub's user ID (SHA-256 of its key).
+    public var hubUserID: [UInt8] { Hash.sha256(hubSigningKey) }
+
+    public var encoded: [UInt8] {
+        Self.signedBody(hubSigningKey: hubSigningKey, timestampMs: timestampMs, userIDs: userIDs) + signature
+    }
+
+    /// The whole TLV frame.
+    public var frame: [UInt8] { TLVRecord(.attachment, value: encoded).encoded }
+}
+
+extension Bundle {
+    /// The whole ``YaokPluginKit/FrameType/bundle`` TLV frame.
+    public var frame: [UInt8] { TLVRecord(.bundle, value: encoded).encoded }
+}

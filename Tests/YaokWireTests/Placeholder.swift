@@ -1,2 +1,0 @@
-import XCTest
-final class YaokWireTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }
