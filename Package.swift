@@ -21,8 +21,11 @@ let package = Package(
     products: [
         .executable(name: "yaok-hub", targets: ["yaok-hub"]),
         .executable(name: "yaok", targets: ["yaok"]),
+        .executable(name: "yaok-relay", targets: ["yaok-relay"]),
         .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokTransportUDP"]),
         .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokTransportBLE"]),
+        .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokTransportMesh"]),
+        .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokTransportRelay"]),
     ],
     dependencies: [
         .package(path: "Sources/PluginAPI"),
@@ -54,8 +57,19 @@ let package = Package(
             "YaokHubCore", "YaokATT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
+        .target(name: "YaokRelayProtocol", dependencies: ["YaokCrypto", "YaokWire", "CSodium"]),
+        .target(name: "YaokRelayServer", dependencies: [
+            "YaokRelayProtocol", "YaokStore",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        .executableTarget(name: "yaok-relay", dependencies: [
+            "YaokRelayServer",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+        ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokRelayProtocol",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         .executableTarget(name: "yaok", dependencies: [
@@ -71,12 +85,22 @@ let package = Package(
             "YaokATT", "CBluetooth",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/BLE/Sources", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokTransportMesh", dependencies: [
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Plugins/Mesh/Sources", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokTransportRelay", dependencies: [
+            "YaokRelayProtocol",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests"),
+        .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
+        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokCrypto", "YaokWire"]),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v5]

@@ -1,0 +1,2 @@
+import XCTest
+final class PPlugins_Mesh_Tests: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

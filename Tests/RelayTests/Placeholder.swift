@@ -1,0 +1,2 @@
+import XCTest
+final class PTests_RelayTests: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }
