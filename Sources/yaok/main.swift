@@ -1,1 +1,240 @@
-print("yaok")
+import ArgumentParser
+import Foundation
+import YaokCrypto
+import YaokEndpoint
+import YaokPluginKit
+import YaokWire
+
+/// `yaok`: a Ya OK user on Linux, so a person or a test can act as a phone.
+struct Yaok: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "yaok",
+        abstract: "A Ya OK messenger endpoint: identity, contacts, encrypted messages through a hub.",
+        subcommands: [Init.self, QR.self, Contacts.self, Send.self, Inbox.self, Outbox.self, Listen.self, Events.self])
+}
+
+struct HomeOption: ParsableArguments {
+    @Option(help: "Where the identity and encrypted store live (default: $YAOK_HOME or ~/.yaok).")
+    var home: String?
+    var path: String { home ?? Endpoint.defaultHome() }
+    func open() throws -> Endpoint { try Endpoint.open(home: path) }
+}
+
+func hex(_ b: [UInt8]) -> String { YaokPluginKit.Hex.encode(b) }
+
+func printJSON(_ object: [String: Any]) {
+    if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
+        print(String(decoding: data, as: UTF8.self))
+        fflush(stdout)
+    }
+}
+
+struct Init: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Create your identity (Ed25519 + X25519 keys) and encrypted store.")
+    @OptionGroup var home: HomeOption
+    @Option(help: "Your display name (2-50 characters).") var name: String
+
+    func run() throws {
+        let e = try Endpoint.initialize(home: home.path, name: name)
+        print("created identity for \(name)")
+        print("fingerprint \(e.identity.fingerprint)")
+    }
+}
+
+struct QR: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "qr", abstract: "Print your contact code (yaok://contact?...).")
+    @OptionGroup var home: HomeOption
+    func run() throws { print(try home.open().contactCode()) }
+}
+
+struct Contacts: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Manage contacts.", subcommands: [Add.self, List.self, Verify.self, Remove.self])
+
+    struct Add: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Add a contact from its contact code.")
+        @OptionGroup var home: HomeOption
+        @Argument(help: "The contact code: yaok://contact?v=1&d=...") var code: String
+        @Option(help: "Name to store instead of the one in the code.") var name: String?
+        func run() throws {
+            let c = try home.open().addContact(uri: code, name: name)
+            print("added \(c.name) \(Identity.fingerprint(c.userID))")
+            print("compare this fingerprint with \(c.name) in person, then: yaok contacts verify \(c.name)")
+        }
+    }
+
+    struct List: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List contacts.")
+        @OptionGroup var home: HomeOption
+        @Flag var json = false
+        func run() throws {
+            for c in try home.open().store.contacts() {
+                if json {
+                    printJSON(["name": c.name, "id": hex(c.userID), "verified": c.verified])
+                } else {
+                    print("\(c.verified ? "✓" : " ") \(c.name)  \(hex(c.userID).prefix(16))…")
+                }
+            }
+        }
+    }
+
+    struct Verify: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Mark a contact verified after comparing fingerprints.")
+        @OptionGroup var home: HomeOption
+        @Argument(help: "Contact name or ID prefix.") var contact: String
+        @Option(help: "The fingerprint they read out; checked against the stored key.") var fingerprint: String?
+        func run() throws {
+            let e = try home.open()
+            let c = try e.resolveContact(contact)
+            if let fingerprint {
+                let given = fingerprint.lowercased().filter { $0.isHexDigit }
+                guard given == hex(c.userID) else {
+                    throw ValidationError("fingerprint does not match \(c.name)'s key: NOT verified")
+                }
+            }
+            try e.store.setVerified(c.userID)
+            print("verified \(c.name)")
+        }
+    }
+
+    struct Remove: ParsableCommand {
+        static let configuration = CommandConfiguration(commandName: "rm", abstract: "Remove a contact.")
+        @OptionGroup var home: HomeOption
+        @Argument var contact: String
+        func run() throws {
+            let e = try home.open()
+            let c = try e.resolveContact(contact)
+            try e.store.removeContact(c.userID)
+            print("removed \(c.name)")
+        }
+    }
+}
+
+/// Runs a hub session until `done` says stop or `timeout` passes.
+func withHubSession(_ endpoint: Endpoint, hub: String, timeout: Double, json: Bool,
+                    done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
+    let address = try HubSession.parseHub(hub)
+    let finished = DispatchSemaphore(value: 0)
+    let session = HubSession(endpoint: endpoint, hub: address) { event in
+        report(event, json: json)
+        if done(event) { finished.signal() }
+    }
+    try session.start()
+    defer { session.stop() }
+    return finished.wait(timeout: .now() + timeout) == .success
+}
+
+func report(_ event: HubSession.Event, json: Bool) {
+    switch event {
+    case .connected(let hub):
+        json ? printJSON(["event": "connected", "hub": hub]) : print("connected to hub \(hub)")
+    case .disconnected(let reason):
+        json ? printJSON(["event": "disconnected", "reason": reason]) : print("disconnected: \(reason)")
+    case .handedOver(let id):
+        json ? printJSON(["event": "handed_over", "id": hex(id)]) : print("hub took \(hex(id).prefix(8))")
+    case .refused(let id, let reason):
+        json ? printJSON(["event": "refused", "id": hex(id), "reason": reason]) : print("hub refused \(hex(id).prefix(8)): \(reason)")
+    case .incoming(let incoming):
+        switch incoming {
+        case .message(let m):
+            json ? printJSON(["event": "message", "id": hex(m.messageID), "from": m.senderName, "text": m.text, "created_ms": m.createdMs])
+                 : print("[\(m.senderName)] \(m.text)")
+        case .receipt(let kind, let ref):
+            json ? printJSON(["event": kind == .readReceipt ? "read" : "delivered", "id": hex(ref)])
+                 : print("\(kind) for \(hex(ref).prefix(8))")
+        case .duplicate(let id):
+            json ? printJSON(["event": "duplicate", "id": hex(id)]) : print("duplicate \(hex(id).prefix(8)) ignored")
+        case .rejected(let kind, let id):
+            json ? printJSON(["event": "rejected", "kind": kind.rawValue, "id": hex(id)]) : print("rejected \(hex(id).prefix(8)): \(kind.rawValue)")
+        case .malformed(let why):
+            json ? printJSON(["event": "malformed", "reason": why]) : print("malformed bundle: \(why)")
+        }
+    }
+}
+
+struct Send: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Encrypt a message to a contact and hand it to a hub.")
+    @OptionGroup var home: HomeOption
+    @Argument(help: "Contact name or ID prefix.") var contact: String
+    @Argument(help: "The message text (up to 10 KB).") var text: String
+    @Option(help: "Hub to attach to, udp://HOST:PORT. Without it the message waits in the outbox.") var hub: String?
+    @Option(help: "Seconds to wait for the hub to take custody.") var timeout: Double = 30
+    @Flag(help: "Also wait for the recipient's delivery receipt.") var waitDelivered = false
+    @Flag var json = false
+
+    func run() throws {
+        let e = try home.open()
+        let c = try e.resolveContact(contact)
+        let item = try e.compose(to: c, text: text)
+        let id = item.messageID
+        json ? printJSON(["event": "queued", "id": hex(id)]) : print("queued \(hex(id).prefix(8)) for \(c.name)")
+        guard let hub else { return }
+        let waitDelivered = self.waitDelivered
+        let ok = try withHubSession(e, hub: hub, timeout: timeout, json: json) { event in
+            switch event {
+            case .handedOver(let acked): return acked == id && !waitDelivered
+            case .incoming(.receipt(_, let ref)): return ref == id
+            default: return false
+            }
+        }
+        guard ok else { throw ValidationError("timed out after \(timeout) s; the message stays in the outbox and goes with the next session") }
+    }
+}
+
+struct Listen: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Attach to a hub: send the outbox, receive messages and receipts.")
+    @OptionGroup var home: HomeOption
+    @Option(help: "Hub to attach to, udp://HOST:PORT.") var hub: String
+    @Option(help: "Stop after this many new messages.") var count: Int?
+    @Option(help: "Stop after this many seconds.") var timeout: Double = 3600
+    @Flag var json = false
+
+    func run() throws {
+        let e = try home.open()
+        final class Counter: @unchecked Sendable { var n = 0; let lock = NSLock() }
+        let counter = Counter()
+        let limit = count
+        _ = try withHubSession(e, hub: hub, timeout: timeout, json: json) { event in
+            guard case .incoming(.message) = event, let limit else { return false }
+            return counter.lock.withLock { counter.n += 1; return counter.n >= limit }
+        }
+        if let limit, counter.n < limit { throw ValidationError("received \(counter.n) of \(limit) messages before the timeout") }
+    }
+}
+
+struct Inbox: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show received messages.")
+    @OptionGroup var home: HomeOption
+    @Flag var json = false
+    func run() throws {
+        for m in try home.open().store.inbox() {
+            json ? printJSON(["id": hex(m.messageID), "from": m.senderName, "text": m.text, "created_ms": m.createdMs, "received_ms": m.receivedMs])
+                 : print("[\(m.senderName)] \(m.text)")
+        }
+    }
+}
+
+struct Outbox: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show sent messages and their state.")
+    @OptionGroup var home: HomeOption
+    @Flag var json = false
+    func run() throws {
+        for o in try home.open().store.outbox() where o.kind == Envelope.Kind.message.rawValue {
+            json ? printJSON(["id": hex(o.messageID), "to": hex(o.recipientUserID), "state": o.state.rawValue])
+                 : print("\(hex(o.messageID).prefix(8)) → \(hex(o.recipientUserID).prefix(8))  \(o.state.rawValue)")
+        }
+    }
+}
+
+struct Events: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show security events (rejected, duplicate and replayed messages; no contents).")
+    @OptionGroup var home: HomeOption
+    @Flag var json = false
+    func run() throws {
+        for ev in try home.open().store.securityEvents() {
+            json ? printJSON(["kind": ev.kind.rawValue, "sender": ev.sender, "id": hex(ev.messageID), "at_ms": ev.atMs])
+                 : print("\(ev.kind.rawValue)  from \(ev.sender)  message \(hex(ev.messageID).prefix(8))")
+        }
+    }
+}
+
+Yaok.main()

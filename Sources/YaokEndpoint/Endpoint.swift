@@ -1,0 +1,209 @@
+import Foundation
+import YaokCrypto
+import YaokPluginKit
+import YaokStore
+import YaokWire
+
+/// Errors from the endpoint.
+public enum EndpointError: Error, CustomStringConvertible, Sendable {
+    case notInitialised(String)
+    case alreadyInitialised(String)
+    case unknownContact(String)
+    case ambiguousContact(String, [String])
+    case ownContactCode
+    case badHubAddress(String)
+    case emptyMessage
+
+    public var description: String {
+        switch self {
+        case .notInitialised(let home): return "no Ya OK identity in \(home); run `yaok init --name NAME` first"
+        case .alreadyInitialised(let home): return "\(home) already holds a Ya OK identity"
+        case .unknownContact(let c): return "no contact matches \"\(c)\" (use a name or at least 4 hex digits of the ID)"
+        case .ambiguousContact(let c, let names): return "\"\(c)\" matches several contacts: \(names.joined(separator: ", "))"
+        case .ownContactCode: return "that contact code is your own"
+        case .badHubAddress(let a): return "hub address \"\(a)\" is not of the form udp://HOST:PORT"
+        case .emptyMessage: return "the message is empty"
+        }
+    }
+}
+
+/// A Ya OK user on Linux: identity, contacts, inbox and outbox in an encrypted store.
+///
+/// It accepts messages only from contacts, verifies every signature, rejects tampered
+/// messages, duplicates, replays and future-dated envelopes, and records such events
+/// without message content.
+public final class Endpoint: @unchecked Sendable {
+    public let home: String
+    public let identity: Identity
+    public let store: EndpointStore
+    let database: SQLCipherDatabase
+    let now: @Sendable () -> Int64
+
+    /// How far in the future a created time may be (clock skew between phones).
+    public static let maxClockSkewMs: Int64 = 10 * 60 * 1000
+
+    static func paths(_ home: String) -> (identity: String, key: String, db: String) {
+        (home + "/identity.key", home + "/store.key", home + "/endpoint.db")
+    }
+
+    /// The default home: `$YAOK_HOME`, else `~/.yaok`.
+    public static func defaultHome() -> String {
+        if let h = ProcessInfo.processInfo.environment["YAOK_HOME"], !h.isEmpty { return h }
+        return (ProcessInfo.processInfo.environment["HOME"] ?? "/root") + "/.yaok"
+    }
+
+    init(home: String, identity: Identity, now: @escaping @Sendable () -> Int64) throws {
+        self.home = home
+        self.identity = identity
+        self.now = now
+        let p = Self.paths(home)
+        database = try SQLCipherDatabase(path: p.db, key: try DatabaseKey.load(keyFile: p.key))
+        store = try EndpointStore(database: database)
+    }
+
+    /// Creates a new identity in `home`.
+    public static func initialize(home: String, name: String, now: @escaping @Sendable () -> Int64 = Endpoint.wallClock) throws -> Endpoint {
+        let p = paths(home)
+        if FileManager.default.fileExists(atPath: p.identity) { throw EndpointError.alreadyInitialised(home) }
+        // Validate the name before creating anything (a throwaway identity costs microseconds).
+        _ = try ContactCode.make(identity: Identity.generate(), name: name)
+        try FileManager.default.createDirectory(atPath: home, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let endpoint = try Endpoint(home: home, identity: try IdentityFile.loadOrCreate(path: p.identity), now: now)
+        try endpoint.store.setProfile("name", name)
+        return endpoint
+    }
+
+    /// Opens an existing identity in `home`.
+    public static func open(home: String, now: @escaping @Sendable () -> Int64 = Endpoint.wallClock) throws -> Endpoint {
+        guard let identity = try IdentityFile.load(path: paths(home).identity) else { throw EndpointError.notInitialised(home) }
+        return try Endpoint(home: home, identity: identity, now: now)
+    }
+
+    public static let wallClock: @Sendable () -> Int64 = {
+        var ts = timespec()
+        clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+
+    public func close() { database.close() }
+
+    public var name: String { (try? store.profile("name")) ?? "" }
+
+    /// This user's contact code URI.
+    public func contactCode() throws -> String {
+        try ContactCode.make(identity: identity, name: name).uri
+    }
+
+    /// Adds a contact from its code; `name` overrides the name in the code.
+    @discardableResult
+    public func addContact(uri: String, name: String? = nil) throws -> Contact {
+        let code = try ContactCode(parsing: uri)
+        guard code.userID != identity.userID else { throw EndpointError.ownContactCode }
+        let contact = Contact(userID: code.userID, name: name ?? code.name, signingKey: code.signingKey, kxKey: code.kxKey,
+                              verified: false, addedMs: now())
+        try store.addContact(contact)
+        return contact
+    }
+
+    /// Finds a contact by exact name or by a hex prefix (4+ digits) of its user ID.
+    public func resolveContact(_ text: String) throws -> Contact {
+        let all = try store.contacts()
+        if let exact = all.first(where: { $0.name == text }) { return exact }
+        let lower = text.lowercased().replacingOccurrences(of: " ", with: "")
+        let matches = lower.count >= 4 ? all.filter { YaokPluginKit.Hex.encode($0.userID).hasPrefix(lower) } : []
+        if matches.count == 1 { return matches[0] }
+        if matches.count > 1 { throw EndpointError.ambiguousContact(text, matches.map(\.name)) }
+        throw EndpointError.unknownContact(text)
+    }
+
+    /// Encrypts, signs and queues a message for a contact.
+    public func compose(to contact: Contact, text: String) throws -> OutboxItem {
+        guard !text.isEmpty else { throw EndpointError.emptyMessage }
+        let envelope = try Envelope.sealMessage(plaintext: Array(text.utf8), from: identity, toSigningKey: contact.signingKey,
+                                                recipientKXKey: contact.kxKey, createdMs: now())
+        return try enqueue(envelope)
+    }
+
+    func enqueue(_ envelope: Envelope) throws -> OutboxItem {
+        let item = OutboxItem(messageID: envelope.messageID, recipientUserID: envelope.recipientUserID, kind: envelope.kind.rawValue,
+                              createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
+                              bundle: YaokWire.Bundle(envelope: envelope).encoded, state: .pending)
+        try store.enqueue(item)
+        return item
+    }
+
+    /// What happened to an incoming bundle.
+    public enum Incoming: Sendable, Equatable {
+        case message(InboxMessage)
+        case receipt(kind: Envelope.Kind, for: [UInt8])
+        case duplicate([UInt8])
+        case rejected(SecurityEvent.Kind, [UInt8])
+        case malformed(String)
+    }
+
+    /// The answer to send back on the link, if any.
+    public enum Answer: Sendable, Equatable {
+        case custody([UInt8])
+        case refuse([UInt8], CustodyRefusal.Reason)
+        case none
+    }
+
+    /// Verifies, stores and acknowledges an incoming bundle. A delivery receipt for a new
+    /// message is queued in the outbox (and so survives a crash until a hub takes it).
+    public func receive(bundle bytes: [UInt8]) -> (Incoming, Answer) {
+        let t = now()
+        let bundle: YaokWire.Bundle
+        do {
+            bundle = try YaokWire.Bundle(parsing: bytes)
+        } catch {
+            return (.malformed("\(error)"), .none)
+        }
+        let e = bundle.envelope
+        let id = e.messageID
+        let sender = YaokPluginKit.Hex.encode(e.senderUserID.prefix(4))
+        func reject(_ kind: SecurityEvent.Kind, _ reason: CustodyRefusal.Reason?) -> (Incoming, Answer) {
+            try? store.record(SecurityEvent(atMs: t, kind: kind, sender: sender, messageID: id))
+            return (.rejected(kind, id), reason.map { .refuse(id, $0) } ?? .custody(id))
+        }
+        guard e.verifySignature() else { return reject(.badSignature, .badSignature) }
+        guard e.recipientUserID == identity.userID else { return reject(.wrongRecipient, .malformed) }
+        guard !e.isExpired(atMs: t) else { return reject(.expired, .expired) }
+        guard e.createdMs <= t + Self.maxClockSkewMs else { return reject(.replay, .malformed) }
+        if (try? store.hasSeen(id)) == true {
+            try? store.record(SecurityEvent(atMs: t, kind: .duplicate, sender: sender, messageID: id))
+            return (.duplicate(id), .custody(id))
+        }
+        guard let contact = try? store.contact(userID: e.senderUserID), contact.signingKey == e.senderSigningKey else {
+            // Taken (so the hub stops carrying it) but not stored: not from a contact.
+            try? store.markSeen(id, expiresMs: e.expiresMs)
+            return reject(.nonContact, nil)
+        }
+        switch e.kind {
+        case .message:
+            let plaintext: [UInt8]
+            do {
+                plaintext = try e.open(with: identity)
+            } catch {
+                return reject(.decryptFailed, .malformed)
+            }
+            let message = InboxMessage(messageID: id, senderUserID: e.senderUserID, senderName: contact.name, createdMs: e.createdMs,
+                                       receivedMs: t, text: String(decoding: plaintext, as: UTF8.self))
+            do {
+                try store.receive(message, expiresMs: e.expiresMs)
+                let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: id, originalSenderUserID: e.senderUserID, from: identity, createdMs: t)
+                _ = try enqueue(receipt)
+            } catch {
+                return (.malformed("store: \(error)"), .refuse(id, .storeFull))
+            }
+            return (.message(message), .custody(id))
+        case .deliveryReceipt, .readReceipt:
+            // Only the message's recipient may acknowledge it.
+            guard let original = try? store.outboxItem(e.refID), original.recipientUserID == e.senderUserID else {
+                return reject(.forgedReceipt, nil)
+            }
+            try? store.markSeen(id, expiresMs: e.expiresMs)
+            try? store.advance(original.messageID, to: e.kind == .readReceipt ? .read : .delivered)
+            return (.receipt(kind: e.kind, for: e.refID), .custody(id))
+        }
+    }
+}

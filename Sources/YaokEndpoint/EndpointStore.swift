@@ -1,0 +1,206 @@
+import Foundation
+import YaokStore
+
+/// A contact: someone this endpoint accepts messages from and can write to.
+public struct Contact: Sendable, Equatable, Codable {
+    public var userID: [UInt8]
+    public var name: String
+    public var signingKey: [UInt8]
+    public var kxKey: [UInt8]
+    /// The owner compared fingerprints out of band.
+    public var verified: Bool
+    public var addedMs: Int64
+}
+
+/// A received message.
+public struct InboxMessage: Sendable, Equatable, Codable {
+    public var messageID: [UInt8]
+    public var senderUserID: [UInt8]
+    public var senderName: String
+    public var createdMs: Int64
+    public var receivedMs: Int64
+    public var text: String
+}
+
+/// Something this endpoint sent (a message or a receipt) and what became of it.
+public struct OutboxItem: Sendable, Equatable, Codable {
+    public enum State: String, Sendable, Codable {
+        /// Not yet taken by a hub or relay.
+        case pending
+        /// A hub or relay took custody.
+        case handedOver = "handed_over"
+        /// The recipient's delivery receipt arrived.
+        case delivered
+        /// The recipient's read receipt arrived.
+        case read
+        /// A hub refused it for good.
+        case refused
+    }
+    public var messageID: [UInt8]
+    public var recipientUserID: [UInt8]
+    public var kind: UInt8
+    public var createdMs: Int64
+    public var expiresMs: Int64
+    public var bundle: [UInt8]
+    public var state: State
+}
+
+/// A security-relevant event, recorded without message content.
+public struct SecurityEvent: Sendable, Equatable, Codable {
+    public enum Kind: String, Sendable, Codable {
+        case nonContact = "non_contact"
+        case badSignature = "bad_signature"
+        case decryptFailed = "decrypt_failed"
+        case duplicate
+        case replay
+        case wrongRecipient = "wrong_recipient"
+        case expired
+        case forgedReceipt = "forged_receipt"
+    }
+    public var atMs: Int64
+    public var kind: Kind
+    /// The first 8 hex digits of the sender's user ID.
+    public var sender: String
+    public var messageID: [UInt8]
+}
+
+/// The endpoint's SQLCipher database: contacts, inbox, outbox, seen IDs, security events.
+public final class EndpointStore: @unchecked Sendable {
+    let db: SQLCipherDatabase
+
+    public init(database: SQLCipherDatabase) throws {
+        db = database
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS profile (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+            """)
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS contacts (user_id BLOB PRIMARY KEY, name TEXT NOT NULL, signing_key BLOB NOT NULL,
+                kx_key BLOB NOT NULL, verified INTEGER NOT NULL DEFAULT 0, added_ms INTEGER NOT NULL);
+            """)
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS inbox (message_id BLOB PRIMARY KEY, sender BLOB NOT NULL, created_ms INTEGER NOT NULL,
+                received_ms INTEGER NOT NULL, text TEXT NOT NULL);
+            """)
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS outbox (message_id BLOB PRIMARY KEY, recipient BLOB NOT NULL, kind INTEGER NOT NULL,
+                created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL);
+            """)
+        try db.execute("CREATE TABLE IF NOT EXISTS seen (message_id BLOB PRIMARY KEY, expires_ms INTEGER NOT NULL);")
+        try db.execute("""
+            CREATE TABLE IF NOT EXISTS security_events (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL,
+                kind TEXT NOT NULL, sender TEXT NOT NULL, message_id BLOB NOT NULL);
+            """)
+    }
+
+    // MARK: Profile
+
+    public func profile(_ key: String) throws -> String? {
+        try db.query("SELECT value FROM profile WHERE key = ?", [.text(key)]).first?.first?.textValue
+    }
+
+    public func setProfile(_ key: String, _ value: String) throws {
+        try db.execute("INSERT OR REPLACE INTO profile (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+    }
+
+    // MARK: Contacts
+
+    public func addContact(_ c: Contact) throws {
+        try db.execute("INSERT OR REPLACE INTO contacts (user_id, name, signing_key, kx_key, verified, added_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                       [.blob(c.userID), .text(c.name), .blob(c.signingKey), .blob(c.kxKey), .integer(c.verified ? 1 : 0), .integer(c.addedMs)])
+    }
+
+    public func contacts() throws -> [Contact] {
+        try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts ORDER BY name", []).map(Self.contact)
+    }
+
+    public func contact(userID: [UInt8]) throws -> Contact? {
+        try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts WHERE user_id = ?", [.blob(userID)]).first.map(Self.contact)
+    }
+
+    public func setVerified(_ userID: [UInt8]) throws {
+        try db.execute("UPDATE contacts SET verified = 1 WHERE user_id = ?", [.blob(userID)])
+    }
+
+    public func removeContact(_ userID: [UInt8]) throws {
+        try db.execute("DELETE FROM contacts WHERE user_id = ?", [.blob(userID)])
+    }
+
+    static func contact(_ r: [SQLValue]) -> Contact {
+        Contact(userID: r[0].blobValue ?? [], name: r[1].textValue ?? "", signingKey: r[2].blobValue ?? [], kxKey: r[3].blobValue ?? [],
+                verified: r[4].int64Value == 1, addedMs: r[5].int64Value ?? 0)
+    }
+
+    // MARK: Inbox and seen IDs
+
+    /// Whether a message ID was already received (duplicate or replay).
+    public func hasSeen(_ id: [UInt8]) throws -> Bool {
+        try !db.query("SELECT 1 FROM seen WHERE message_id = ?", [.blob(id)]).isEmpty
+    }
+
+    /// Stores a received message and marks its ID seen, in one durable transaction.
+    public func receive(_ m: InboxMessage, expiresMs: Int64) throws {
+        try db.transaction {
+            try db.execute("INSERT INTO inbox (message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?)",
+                           [.blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
+            try db.execute("INSERT OR IGNORE INTO seen (message_id, expires_ms) VALUES (?, ?)", [.blob(m.messageID), .integer(expiresMs)])
+        }
+    }
+
+    /// Marks an ID seen without storing content (receipts).
+    public func markSeen(_ id: [UInt8], expiresMs: Int64) throws {
+        try db.execute("INSERT OR IGNORE INTO seen (message_id, expires_ms) VALUES (?, ?)", [.blob(id), .integer(expiresMs)])
+    }
+
+    public func inbox() throws -> [InboxMessage] {
+        try db.query("""
+            SELECT i.message_id, i.sender, COALESCE(c.name, ''), i.created_ms, i.received_ms, i.text
+            FROM inbox i LEFT JOIN contacts c ON c.user_id = i.sender ORDER BY i.received_ms, i.created_ms
+            """, []).map {
+            InboxMessage(messageID: $0[0].blobValue ?? [], senderUserID: $0[1].blobValue ?? [], senderName: $0[2].textValue ?? "",
+                         createdMs: $0[3].int64Value ?? 0, receivedMs: $0[4].int64Value ?? 0, text: $0[5].textValue ?? "")
+        }
+    }
+
+    // MARK: Outbox
+
+    public func enqueue(_ item: OutboxItem) throws {
+        try db.execute("INSERT OR IGNORE INTO outbox (message_id, recipient, kind, created_ms, expires_ms, bundle, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       [.blob(item.messageID), .blob(item.recipientUserID), .integer(Int64(item.kind)), .integer(item.createdMs),
+                        .integer(item.expiresMs), .blob(item.bundle), .text(item.state.rawValue)])
+    }
+
+    public func outbox(states: [OutboxItem.State]? = nil) throws -> [OutboxItem] {
+        try db.query("SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox ORDER BY created_ms", [])
+            .map {
+                OutboxItem(messageID: $0[0].blobValue ?? [], recipientUserID: $0[1].blobValue ?? [], kind: UInt8($0[2].int64Value ?? 1),
+                           createdMs: $0[3].int64Value ?? 0, expiresMs: $0[4].int64Value ?? 0, bundle: $0[5].blobValue ?? [],
+                           state: OutboxItem.State(rawValue: $0[6].textValue ?? "") ?? .pending)
+            }
+            .filter { states == nil || states!.contains($0.state) }
+    }
+
+    public func outboxItem(_ id: [UInt8]) throws -> OutboxItem? {
+        try outbox().first { $0.messageID == id }
+    }
+
+    /// Moves an outbox item forward; never backwards (a late custody ack does not undo delivery).
+    public func advance(_ id: [UInt8], to state: OutboxItem.State) throws {
+        let order: [OutboxItem.State] = [.pending, .refused, .handedOver, .delivered, .read]
+        guard let current = try outboxItem(id), let a = order.firstIndex(of: current.state), let b = order.firstIndex(of: state), b > a else { return }
+        try db.execute("UPDATE outbox SET state = ? WHERE message_id = ?", [.text(state.rawValue), .blob(id)])
+    }
+
+    // MARK: Security events
+
+    public func record(_ e: SecurityEvent) throws {
+        try db.execute("INSERT INTO security_events (at_ms, kind, sender, message_id) VALUES (?, ?, ?, ?)",
+                       [.integer(e.atMs), .text(e.kind.rawValue), .text(e.sender), .blob(e.messageID)])
+    }
+
+    public func securityEvents() throws -> [SecurityEvent] {
+        try db.query("SELECT at_ms, kind, sender, message_id FROM security_events ORDER BY id", []).map {
+            SecurityEvent(atMs: $0[0].int64Value ?? 0, kind: SecurityEvent.Kind(rawValue: $0[1].textValue ?? "") ?? .replay,
+                          sender: $0[2].textValue ?? "", messageID: $0[3].blobValue ?? [])
+        }
+    }
+}
