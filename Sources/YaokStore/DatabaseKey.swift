@@ -1,0 +1,176 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Where the 32-byte database key comes from.
+///
+/// 1. `$CREDENTIALS_DIRECTORY/<credentialName>` when systemd passed it with
+///    `LoadCredential=` / `LoadCredentialEncrypted=` (systemd controls that file's access).
+/// 2. Otherwise `keyFile`, created on first use with 32 random bytes (`getrandom`), mode 0600,
+///    fsynced together with its directory. A key file that group or others can access is
+///    refused rather than silently used.
+///
+/// Either file may hold 32 raw bytes or 64 hex digits, optionally followed by a newline.
+public enum DatabaseKey {
+    /// The longest key file content we read: 64 hex digits plus "\r\n", and some slack so an
+    /// over-long file is reported as such rather than truncated.
+    static let maxFileBytes = 80
+
+    /// Loads (or creates) the database key. See the type's documentation for the order.
+    /// - Parameters:
+    ///   - credentialName: the systemd credential's name.
+    ///   - keyFile: the fallback key file; its directory must exist.
+    ///   - environment: where to look up `CREDENTIALS_DIRECTORY` (tests pass their own).
+    public static func load(credentialName: String = "yaok-db-key", keyFile: String,
+                            environment: [String: String]? = nil) throws -> [UInt8] {
+        let credentialsDirectory: String?
+        if let environment {
+            credentialsDirectory = environment["CREDENTIALS_DIRECTORY"]
+        } else {
+            credentialsDirectory = getenv("CREDENTIALS_DIRECTORY").map { String(cString: $0) }
+        }
+        if let dir = credentialsDirectory, !dir.isEmpty {
+            let credential = dir.hasSuffix("/") ? dir + credentialName : dir + "/" + credentialName
+            if access(credential, F_OK) == 0 {
+                return try read(credential, requirePrivate: false)
+            }
+        }
+        if access(keyFile, F_OK) == 0 {
+            return try read(keyFile, requirePrivate: true)
+        }
+        return try create(keyFile)
+    }
+
+    /// Reads and parses a key file.
+    static func read(_ path: String, requirePrivate: Bool) throws -> [UInt8] {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { throw StoreError.fileError(path: path, operation: "open key file", errno: errno) }
+        defer { closeDescriptor(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            throw StoreError.fileError(path: path, operation: "fstat key file", errno: errno)
+        }
+        if requirePrivate, st.st_mode & 0o077 != 0 {
+            throw StoreError.insecureKeyFile(path: path, mode: UInt32(st.st_mode))
+        }
+        var content = [UInt8](repeating: 0, count: maxFileBytes + 1)
+        defer { wipe(&content) }
+        var filled = 0
+        while filled < content.count {
+            let n = content.withUnsafeMutableBytes { raw in
+                Glibc.read(fd, raw.baseAddress! + filled, raw.count - filled)
+            }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError.fileError(path: path, operation: "read key file", errno: errno)
+            }
+            if n == 0 { break }
+            filled += n
+        }
+        guard filled <= maxFileBytes else {
+            throw StoreError.malformedKeyFile(path: path, reason: "longer than \(maxFileBytes) bytes")
+        }
+        return try parse(Array(content[0..<filled]), path: path)
+    }
+
+    /// 32 raw bytes, or 64 hex digits with an optional trailing "\n" / "\r\n".
+    static func parse(_ content: [UInt8], path: String) throws -> [UInt8] {
+        if content.count == 32 { return content }
+        var text = content[...]
+        if text.last == UInt8(ascii: "\n") { text = text.dropLast() }
+        if text.last == UInt8(ascii: "\r") { text = text.dropLast() }
+        guard text.count == 64 else {
+            throw StoreError.malformedKeyFile(path: path, reason: "\(content.count) bytes")
+        }
+        var key: [UInt8] = []
+        key.reserveCapacity(32)
+        var i = text.startIndex
+        while i < text.endIndex {
+            guard let hi = hexValue(text[i]), let lo = hexValue(text[i + 1]) else {
+                throw StoreError.malformedKeyFile(path: path, reason: "64 characters but not all hex digits")
+            }
+            key.append(hi << 4 | lo)
+            i += 2
+        }
+        return key
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+
+    /// Creates a new key file exclusively. If another process wins the race, its key is used.
+    static func create(_ path: String) throws -> [UInt8] {
+        let key = try randomBytes(32)
+        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        if fd < 0 {
+            if errno == EEXIST { return try read(path, requirePrivate: true) }
+            throw StoreError.fileError(path: path, operation: "create key file", errno: errno)
+        }
+        var ok = false
+        defer {
+            closeDescriptor(fd)
+            if !ok { unlink(path) }
+        }
+        // The umask can only clear bits, but make the mode explicit anyway.
+        guard fchmod(fd, 0o600) == 0 else {
+            throw StoreError.fileError(path: path, operation: "chmod key file", errno: errno)
+        }
+        var written = 0
+        while written < key.count {
+            let n = key.withUnsafeBytes { raw in Glibc.write(fd, raw.baseAddress! + written, raw.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError.fileError(path: path, operation: "write key file", errno: errno)
+            }
+            written += n
+        }
+        guard fsync(fd) == 0 else { throw StoreError.fileError(path: path, operation: "fsync key file", errno: errno) }
+        ok = true
+        syncDirectory(of: path)
+        return key
+    }
+
+    /// Makes the new directory entry durable (best effort: some filesystems refuse).
+    private static func syncDirectory(of path: String) {
+        let dir: String
+        if let slash = path.lastIndex(of: "/") {
+            dir = slash == path.startIndex ? "/" : String(path[..<slash])
+        } else {
+            dir = "."
+        }
+        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+        guard fd >= 0 else { return }
+        _ = fsync(fd)
+        closeDescriptor(fd)
+    }
+
+    /// `count` bytes from the kernel CSPRNG: `getrandom(2)`, which blocks until the pool is
+    /// seeded (unlike reading /dev/urandom early at boot). Glibc's Swift module does not
+    /// export <sys/random.h>, so the libc symbol is looked up at run time.
+    static func randomBytes(_ count: Int) throws -> [UInt8] {
+        typealias GetRandom = @convention(c) (UnsafeMutableRawPointer?, Int, UInt32) -> Int
+        guard let symbol = dlsym(UnsafeMutableRawPointer(bitPattern: 0), "getrandom") else {
+            throw StoreError.randomUnavailable(errno: ENOSYS)
+        }
+        let getrandom = unsafeBitCast(symbol, to: GetRandom.self)
+        var out = [UInt8](repeating: 0, count: count)
+        var filled = 0
+        while filled < count {
+            let n = out.withUnsafeMutableBytes { raw in getrandom(raw.baseAddress! + filled, raw.count - filled, 0) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw StoreError.randomUnavailable(errno: errno)
+            }
+            filled += n
+        }
+        return out
+    }
+}

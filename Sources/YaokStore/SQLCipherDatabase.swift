@@ -1,0 +1,508 @@
+import CSQLCipher
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// SQLite's "copy the bound value now" destructor sentinel (SQLITE_TRANSIENT), which the C
+/// macro expresses as a cast of -1 that Swift cannot import.
+private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
+
+/// One encrypted SQLCipher database file, opened on one connection.
+///
+/// Every call is serialized by an internal recursive lock, so one instance can be shared by
+/// any number of threads; a `transaction` holds the lock until it commits, so other threads'
+/// statements never interleave with it.
+///
+/// Opening refuses to continue unless the linked library really is SQLCipher and the key
+/// really opens the file. The file and its `-wal`/`-shm` companions are mode 0600. Commits are
+/// durable when they return (`journal_mode=WAL`, `synchronous=FULL`).
+public final class SQLCipherDatabase: @unchecked Sendable {
+    /// The database file's path.
+    public let path: String
+
+    private var handle: OpaquePointer?
+    private let lock = RecursiveLock()
+    /// Prepared statements by SQL text. The store's SQL is a fixed set of strings, so the
+    /// cache stays small; it is bounded anyway in case a caller builds SQL dynamically.
+    private var statementCache: [String: OpaquePointer] = [:]
+    private let statementCacheLimit = 128
+    private var transactionDepth = 0
+
+    /// Opens (creating if needed) the database at `path` with a 32-byte raw key.
+    ///
+    /// - Parameters:
+    ///   - path: database file; its directory must exist.
+    ///   - key: exactly 32 bytes, used directly as the AES key (no passphrase derivation).
+    ///   - busyTimeoutMs: how long a statement waits for a lock held by another process.
+    /// - Throws: `StoreError.invalidKeyLength`, `.fileError`, `.openFailed`, `.notSQLCipher`,
+    ///   `.wrongKey`, `.sqlite`.
+    public init(path: String, key: [UInt8], busyTimeoutMs: Int32 = 5_000) throws {
+        guard key.count == 32 else { throw StoreError.invalidKeyLength(key.count) }
+        self.path = path
+        try Self.prepareFile(path)
+
+        var db: OpaquePointer?
+        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+        let rc = sqlite3_open_v2(path, &db, flags, nil)
+        guard rc == SQLITE_OK, let db else {
+            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+            if let db { sqlite3_close_v2(db) }
+            throw StoreError.openFailed(path: path, code: rc, message: message)
+        }
+        handle = db
+        do {
+            try applyKey(key)
+            try checkCipher()
+            try verifyKey()
+            sqlite3_busy_timeout(db, busyTimeoutMs)
+            try configure()
+        } catch {
+            close()
+            throw error
+        }
+        Self.tightenCompanionFiles(path)
+    }
+
+    deinit { close() }
+
+    /// Finalizes cached statements and closes the connection. Later calls throw `.closed`.
+    public func close() {
+        lock.withLock {
+            for (_, stmt) in statementCache { sqlite3_finalize(stmt) }
+            statementCache.removeAll()
+            if let handle { sqlite3_close_v2(handle) }
+            handle = nil
+        }
+    }
+
+    // MARK: Opening
+
+    /// Creates the file with mode 0600 before SQLite sees it (SQLite would use 0644 minus the
+    /// umask), and tightens an existing file that is group/other accessible. SQLite gives the
+    /// -wal and -shm files the main file's permissions.
+    private static func prepareFile(_ path: String) throws {
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw StoreError.fileError(path: path, operation: "open", errno: errno) }
+        defer { closeDescriptor(fd) }
+        var st = stat()
+        guard fstat(fd, &st) == 0 else {
+            throw StoreError.fileError(path: path, operation: "fstat", errno: errno)
+        }
+        if st.st_mode & 0o077 != 0 {
+            guard fchmod(fd, 0o600) == 0 else {
+                throw StoreError.fileError(path: path, operation: "chmod 600", errno: errno)
+            }
+        }
+    }
+
+    /// WAL/SHM files left by an older, looser file keep their mode; tighten them too.
+    private static func tightenCompanionFiles(_ path: String) {
+        for suffix in ["-wal", "-shm", "-journal"] {
+            var st = stat()
+            let companion = path + suffix
+            if stat(companion, &st) == 0, st.st_mode & 0o077 != 0 {
+                _ = chmod(companion, 0o600)
+            }
+        }
+    }
+
+    /// Equivalent to `PRAGMA key = "x'<64 hex>'"`: the raw-key form skips SQLCipher's PBKDF2
+    /// (the key is already 256 random bits). The hex text is built in a byte buffer that is
+    /// wiped afterwards, rather than in an immutable Swift String.
+    private func applyKey(_ key: [UInt8]) throws {
+        var text = Self.rawKeyLiteral(key)
+        defer { wipe(&text) }
+        let rc = text.withUnsafeBytes { raw in
+            sqlite3_key(handle, raw.baseAddress, Int32(raw.count))
+        }
+        try check(rc, "applying the database key")
+    }
+
+    static func rawKeyLiteral(_ key: [UInt8]) -> [UInt8] {
+        let digits = Array("0123456789abcdef".utf8)
+        var text: [UInt8] = [UInt8(ascii: "x"), UInt8(ascii: "'")]
+        text.reserveCapacity(3 + key.count * 2)
+        for byte in key {
+            text.append(digits[Int(byte >> 4)])
+            text.append(digits[Int(byte & 0x0f)])
+        }
+        text.append(UInt8(ascii: "'"))
+        return text
+    }
+
+    private func checkCipher() throws {
+        let rows = try query("PRAGMA cipher_version", purpose: "reading cipher_version")
+        guard let version = rows.first?.first?.textValue, !version.isEmpty else {
+            throw StoreError.notSQLCipher
+        }
+    }
+
+    private func verifyKey() throws {
+        do {
+            _ = try query("SELECT count(*) FROM sqlite_master", purpose: "verifying the database key")
+        } catch StoreError.sqlite(let code, _, _) where code == SQLITE_NOTADB {
+            throw StoreError.wrongKey(path: path)
+        }
+    }
+
+    private func configure() throws {
+        // Temporary tables, sorts and indices stay in memory: SQLCipher does not encrypt
+        // those temporary files.
+        try execute("PRAGMA temp_store = MEMORY", purpose: "setting temp_store")
+        // Only takes effect on a brand-new file (before the first table); lets the store give
+        // freed pages back without a full VACUUM, which would need a copy of the database.
+        try execute("PRAGMA auto_vacuum = INCREMENTAL", purpose: "setting auto_vacuum")
+        let mode = try query("PRAGMA journal_mode = WAL", purpose: "enabling WAL")
+        guard mode.first?.first?.textValue?.lowercased() == "wal" else {
+            throw StoreError.sqlite(code: SQLITE_ERROR, message: "journal_mode did not switch to WAL",
+                                    purpose: "enabling WAL")
+        }
+        // FULL syncs the WAL on every commit: an accepted row survives SIGKILL and power loss.
+        try execute("PRAGMA synchronous = FULL", purpose: "setting synchronous")
+        try execute("PRAGMA foreign_keys = ON", purpose: "enabling foreign keys")
+    }
+
+    // MARK: Statements
+
+    /// Runs one statement (any result rows are discarded).
+    /// - Parameter purpose: what the statement is for, used in error messages (defaults to the
+    ///   SQL text, which holds placeholders, never values).
+    public func execute(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws {
+        try lock.withLock {
+            let stmt = try statement(sql, purpose: purpose)
+            defer { reset(stmt) }
+            try bind(params, to: stmt, sql: sql, purpose: purpose)
+            while true {
+                let rc = sqlite3_step(stmt)
+                if rc == SQLITE_DONE { return }
+                if rc != SQLITE_ROW { try fail(rc, purpose ?? Self.describe(sql)) }
+            }
+        }
+    }
+
+    /// Runs one statement and returns all its rows.
+    public func query(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws -> [[SQLValue]] {
+        try lock.withLock {
+            let stmt = try statement(sql, purpose: purpose)
+            defer { reset(stmt) }
+            try bind(params, to: stmt, sql: sql, purpose: purpose)
+            var rows: [[SQLValue]] = []
+            let columns = sqlite3_column_count(stmt)
+            while true {
+                let rc = sqlite3_step(stmt)
+                if rc == SQLITE_DONE { return rows }
+                guard rc == SQLITE_ROW else { try fail(rc, purpose ?? Self.describe(sql)) }
+                var row: [SQLValue] = []
+                row.reserveCapacity(Int(columns))
+                for i in 0..<columns { row.append(Self.column(stmt, i)) }
+                rows.append(row)
+            }
+        }
+    }
+
+    /// The first column of the first row, or nil if there are no rows.
+    public func scalar(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws -> SQLValue? {
+        try query(sql, params, purpose: purpose).first?.first
+    }
+
+    /// Runs several statements separated by semicolons, without parameters (schema scripts).
+    public func executeScript(_ sql: String, purpose: String) throws {
+        try lock.withLock {
+            guard let handle else { throw StoreError.closed }
+            var errmsg: UnsafeMutablePointer<CChar>?
+            let rc = sqlite3_exec(handle, sql, nil, nil, &errmsg)
+            if rc != SQLITE_OK {
+                let message = errmsg.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(rc))
+                sqlite3_free(errmsg)
+                throw StoreError.sqlite(code: rc, message: message, purpose: purpose)
+            }
+        }
+    }
+
+    /// Runs `body` in one transaction: committed (durably) if it returns, rolled back if it
+    /// throws. Nested calls become savepoints. Writers take the write lock up front
+    /// (`BEGIN IMMEDIATE`), so a transaction never fails half-way on a lock upgrade.
+    @discardableResult
+    public func transaction<T>(_ body: () throws -> T) throws -> T {
+        try lock.withLock {
+            let depth = transactionDepth
+            let savepoint = "sp\(depth)"
+            try execute(depth == 0 ? "BEGIN IMMEDIATE" : "SAVEPOINT \(savepoint)", purpose: "beginning a transaction")
+            transactionDepth = depth + 1
+            defer { transactionDepth = depth }
+            let result: T
+            do {
+                result = try body()
+            } catch {
+                try? rollback(depth: depth, savepoint: savepoint)
+                throw error
+            }
+            do {
+                try execute(depth == 0 ? "COMMIT" : "RELEASE \(savepoint)", purpose: "committing a transaction")
+            } catch {
+                try? rollback(depth: depth, savepoint: savepoint)
+                throw error
+            }
+            return result
+        }
+    }
+
+    private func rollback(depth: Int, savepoint: String) throws {
+        if depth == 0 {
+            // A failed COMMIT may already have rolled back; only roll back if still open.
+            if let handle, sqlite3_get_autocommit(handle) == 0 {
+                try execute("ROLLBACK", purpose: "rolling back a transaction")
+            }
+        } else {
+            try execute("ROLLBACK TO \(savepoint)", purpose: "rolling back a savepoint")
+            try execute("RELEASE \(savepoint)", purpose: "releasing a savepoint")
+        }
+    }
+
+    /// The rowid of the last successful INSERT on this connection.
+    public var lastInsertRowID: Int64 {
+        lock.withLock { handle.map { sqlite3_last_insert_rowid($0) } ?? 0 }
+    }
+
+    /// Rows changed by the last INSERT/UPDATE/DELETE on this connection.
+    public var changes: Int {
+        lock.withLock { handle.map { Int(sqlite3_changes($0)) } ?? 0 }
+    }
+
+    /// Runs `body` holding the connection's lock, so that a statement and a following read
+    /// of `changes` or `lastInsertRowID` are not separated by another thread's statement.
+    public func withExclusiveAccess<T>(_ body: () throws -> T) rethrows -> T {
+        try lock.withLock(body)
+    }
+
+    // MARK: Schema versions
+
+    /// Brings `component`'s schema up to date by running the migrations it has not run yet,
+    /// each in its own transaction together with the version bump.
+    ///
+    /// Versions are kept per component in the `yaok_schema` table, because several stores
+    /// (bundles, the endpoint's contacts, the relay's queues) may share one file; the file's
+    /// `PRAGMA user_version` records the format of that table (1).
+    ///
+    /// - Parameter migrations: in order; `migrations[i]` takes the schema to version `i + 1`.
+    /// - Returns: the schema version after migrating.
+    @discardableResult
+    public func migrate(component: String, _ migrations: [Migration]) throws -> Int {
+        try lock.withLock {
+            for (i, m) in migrations.enumerated() where m.version != i + 1 {
+                throw StoreError.invalidMigrations(component: component,
+                                                   reason: "migration #\(i) has version \(m.version), expected \(i + 1)")
+            }
+            try transaction {
+                try execute("CREATE TABLE IF NOT EXISTS yaok_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)",
+                            purpose: "creating the schema version table")
+                let format = try scalar("PRAGMA user_version", purpose: "reading user_version")?.int64Value ?? 0
+                if format == 0 { try execute("PRAGMA user_version = 1", purpose: "setting user_version") }
+            }
+            var current = try scalar("SELECT version FROM yaok_schema WHERE component = ?", [.text(component)],
+                                     purpose: "reading the schema version")?.intValue ?? 0
+            guard current <= migrations.count else {
+                throw StoreError.schemaTooNew(component: component, found: current, known: migrations.count)
+            }
+            while current < migrations.count {
+                let m = migrations[current]
+                try transaction {
+                    try m.apply(self)
+                    try execute("INSERT OR REPLACE INTO yaok_schema (component, version) VALUES (?, ?)",
+                                [.text(component), .int(m.version)], purpose: "recording the schema version")
+                }
+                current = m.version
+            }
+            return current
+        }
+    }
+
+    /// The schema version recorded for `component` (0 if never migrated).
+    public func schemaVersion(component: String) throws -> Int {
+        let exists = try scalar("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'yaok_schema'")
+        guard exists?.int64Value == 1 else { return 0 }
+        return try scalar("SELECT version FROM yaok_schema WHERE component = ?", [.text(component)])?.intValue ?? 0
+    }
+
+    // MARK: Maintenance
+
+    /// Re-encrypts the whole file under `newKey` (`PRAGMA rekey`). SQLCipher 3 cannot rekey
+    /// in WAL mode, so the journal is checkpointed and switched to DELETE for the duration.
+    /// Call it with no other connection open on the file.
+    public func rekey(newKey: [UInt8]) throws {
+        guard newKey.count == 32 else { throw StoreError.invalidKeyLength(newKey.count) }
+        try lock.withLock {
+            guard transactionDepth == 0 else {
+                throw StoreError.sqlite(code: SQLITE_MISUSE, message: "rekey inside a transaction", purpose: "rekeying")
+            }
+            // Cached statements would hold read locks across the journal-mode switch.
+            for (_, stmt) in statementCache { sqlite3_finalize(stmt) }
+            statementCache.removeAll()
+            try execute("PRAGMA wal_checkpoint(TRUNCATE)", purpose: "checkpointing before rekey")
+            let mode = try query("PRAGMA journal_mode = DELETE", purpose: "leaving WAL for rekey")
+            guard mode.first?.first?.textValue?.lowercased() == "delete" else {
+                throw StoreError.sqlite(code: SQLITE_ERROR, message: "journal_mode did not leave WAL", purpose: "rekeying")
+            }
+            var text = Self.rawKeyLiteral(newKey)
+            defer { wipe(&text) }
+            let rc = text.withUnsafeBytes { raw in sqlite3_rekey(handle, raw.baseAddress, Int32(raw.count)) }
+            try check(rc, "rekeying")
+            let back = try query("PRAGMA journal_mode = WAL", purpose: "returning to WAL after rekey")
+            guard back.first?.first?.textValue?.lowercased() == "wal" else {
+                throw StoreError.sqlite(code: SQLITE_ERROR, message: "journal_mode did not return to WAL", purpose: "rekeying")
+            }
+        }
+    }
+
+    /// Reads a pragma's single value (e.g. `"journal_mode"`, `"synchronous"`).
+    public func pragma(_ name: String) throws -> SQLValue? {
+        guard name.allSatisfy({ $0.isLetter || $0 == "_" }) else {
+            throw StoreError.sqlite(code: SQLITE_MISUSE, message: "bad pragma name", purpose: "reading a pragma")
+        }
+        return try scalar("PRAGMA \(name)", purpose: "reading PRAGMA \(name)")
+    }
+
+    // MARK: Internals
+
+    private func statement(_ sql: String, purpose: String?) throws -> OpaquePointer {
+        guard let handle else { throw StoreError.closed }
+        if let cached = statementCache[sql] { return cached }
+        var stmt: OpaquePointer?
+        let rc = sqlite3_prepare_v2(handle, sql, -1, &stmt, nil)
+        guard rc == SQLITE_OK, let stmt else {
+            sqlite3_finalize(stmt)
+            try fail(rc, purpose ?? Self.describe(sql))
+        }
+        if statementCache.count >= statementCacheLimit {
+            for (_, old) in statementCache { sqlite3_finalize(old) }
+            statementCache.removeAll()
+        }
+        statementCache[sql] = stmt
+        return stmt
+    }
+
+    private func reset(_ stmt: OpaquePointer) {
+        sqlite3_reset(stmt)
+        sqlite3_clear_bindings(stmt)
+    }
+
+    private func bind(_ params: [SQLValue], to stmt: OpaquePointer, sql: String, purpose: String?) throws {
+        let expected = Int(sqlite3_bind_parameter_count(stmt))
+        guard expected == params.count else {
+            throw StoreError.sqlite(code: SQLITE_RANGE,
+                                    message: "statement takes \(expected) parameters, got \(params.count)",
+                                    purpose: purpose ?? Self.describe(sql))
+        }
+        for (i, value) in params.enumerated() {
+            let index = Int32(i + 1)
+            let rc: Int32
+            switch value {
+            case .integer(let v): rc = sqlite3_bind_int64(stmt, index, v)
+            case .real(let v): rc = sqlite3_bind_double(stmt, index, v)
+            case .text(let v): rc = sqlite3_bind_text(stmt, index, v, -1, sqliteTransient)
+            case .blob(let v):
+                rc = v.withUnsafeBytes { raw in
+                    // A zero-length blob still needs a non-NULL pointer, or SQLite binds NULL.
+                    sqlite3_bind_blob(stmt, index, raw.baseAddress ?? UnsafeRawPointer(bitPattern: 1),
+                                      Int32(raw.count), sqliteTransient)
+                }
+            case .null: rc = sqlite3_bind_null(stmt, index)
+            }
+            if rc != SQLITE_OK { try fail(rc, purpose ?? Self.describe(sql)) }
+        }
+    }
+
+    private static func column(_ stmt: OpaquePointer, _ i: Int32) -> SQLValue {
+        switch sqlite3_column_type(stmt, i) {
+        case SQLITE_INTEGER: return .integer(sqlite3_column_int64(stmt, i))
+        case SQLITE_FLOAT: return .real(sqlite3_column_double(stmt, i))
+        case SQLITE_TEXT:
+            guard let p = sqlite3_column_text(stmt, i) else { return .text("") }
+            let n = Int(sqlite3_column_bytes(stmt, i))
+            return .text(String(decoding: UnsafeBufferPointer(start: p, count: n), as: UTF8.self))
+        case SQLITE_BLOB:
+            let n = Int(sqlite3_column_bytes(stmt, i))
+            guard n > 0, let p = sqlite3_column_blob(stmt, i) else { return .blob([]) }
+            return .blob(Array(UnsafeRawBufferPointer(start: p, count: n)))
+        default: return .null
+        }
+    }
+
+    private func check(_ rc: Int32, _ purpose: String) throws {
+        if rc != SQLITE_OK { try fail(rc, purpose) }
+    }
+
+    private func fail(_ rc: Int32, _ purpose: String) throws -> Never {
+        let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+        throw StoreError.sqlite(code: rc, message: message, purpose: purpose)
+    }
+
+    /// The SQL text shortened for an error message (it holds placeholders, never values).
+    private static func describe(_ sql: String) -> String {
+        let flat = sql.split(whereSeparator: { $0 == "\n" || $0 == " " }).joined(separator: " ")
+        return flat.count > 100 ? "running \"\(flat.prefix(100))…\"" : "running \"\(flat)\""
+    }
+}
+
+/// One step of a component's schema history.
+public struct Migration: Sendable {
+    /// The schema version this step produces (1, 2, 3, … in order).
+    public let version: Int
+    /// Applies the step; runs inside a transaction.
+    public let apply: @Sendable (SQLCipherDatabase) throws -> Void
+
+    public init(version: Int, apply: @escaping @Sendable (SQLCipherDatabase) throws -> Void) {
+        self.version = version
+        self.apply = apply
+    }
+
+    /// A step that runs a schema script.
+    public init(version: Int, script: String) {
+        self.init(version: version) { db in
+            try db.executeScript(script, purpose: "migrating the schema to version \(version)")
+        }
+    }
+}
+
+func closeDescriptor(_ fd: Int32) {
+    #if canImport(Glibc)
+    _ = Glibc.close(fd)
+    #else
+    _ = Darwin.close(fd)
+    #endif
+}
+
+/// Overwrites a buffer that held key material.
+func wipe(_ bytes: inout [UInt8]) {
+    bytes.withUnsafeMutableBytes { raw in
+        if let base = raw.baseAddress { memset(base, 0, raw.count) }
+    }
+    bytes.removeAll()
+}
+
+/// A pthread recursive mutex: `transaction` re-enters the lock through `execute`.
+final class RecursiveLock: @unchecked Sendable {
+    private let mutex: UnsafeMutablePointer<pthread_mutex_t>
+
+    init() {
+        mutex = .allocate(capacity: 1)
+        var attr = pthread_mutexattr_t()
+        pthread_mutexattr_init(&attr)
+        pthread_mutexattr_settype(&attr, Int32(PTHREAD_MUTEX_RECURSIVE))
+        pthread_mutex_init(mutex, &attr)
+        pthread_mutexattr_destroy(&attr)
+    }
+
+    deinit {
+        pthread_mutex_destroy(mutex)
+        mutex.deallocate()
+    }
+
+    func withLock<T>(_ body: () throws -> T) rethrows -> T {
+        pthread_mutex_lock(mutex)
+        defer { pthread_mutex_unlock(mutex) }
+        return try body()
+    }
+}

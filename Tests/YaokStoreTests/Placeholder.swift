@@ -1,2 +1,0 @@
-import XCTest
-final class YaokStoreTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,202 @@
+import XCTest
+@testable import YaokStore
+import CSQLCipher
+#if canImport(Glibc)
+import Glibc
+#endif
+
+final class SQLCipherDatabaseTests: XCTestCase {
+    func testCipherVersionIsReported() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        let version = try db.pragma("cipher_version")?.textValue
+        XCTAssertNotNil(version)
+        XCTAssertFalse(version?.isEmpty ?? true)
+    }
+
+    func testDurabilityPragmasReadBack() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        XCTAssertEqual(try db.pragma("journal_mode")?.textValue?.lowercased(), "wal")
+        XCTAssertEqual(try db.pragma("synchronous")?.int64Value, 2, "synchronous must be FULL (2)")
+        XCTAssertEqual(try db.pragma("foreign_keys")?.int64Value, 1)
+        XCTAssertEqual(try db.pragma("temp_store")?.int64Value, 2, "temp_store must be MEMORY (2)")
+        XCTAssertEqual(try db.pragma("auto_vacuum")?.int64Value, 2, "new files use incremental auto-vacuum")
+    }
+
+    func testOpenReopenPersists() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x INTEGER, y TEXT, z BLOB, w REAL)")
+            try db.execute("INSERT INTO t VALUES (?, ?, ?, ?)", [.integer(42), .text("héllo"), .blob([0, 1, 2]), .real(1.5)])
+            try db.execute("INSERT INTO t VALUES (?, ?, ?, ?)", [.null, .text(""), .blob([]), .null])
+            db.close()
+        }
+        let db = try SQLCipherDatabase(path: path, key: testKey)
+        let rows = try db.query("SELECT x, y, z, w FROM t ORDER BY rowid")
+        XCTAssertEqual(rows.count, 2)
+        XCTAssertEqual(rows[0], [.integer(42), .text("héllo"), .blob([0, 1, 2]), .real(1.5)])
+        XCTAssertEqual(rows[1], [.null, .text(""), .blob([]), .null])
+        XCTAssertEqual(try db.pragma("journal_mode")?.textValue?.lowercased(), "wal")
+    }
+
+    func testWrongKeyIsRejected() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x)")
+        }
+        XCTAssertThrowsError(try SQLCipherDatabase(path: path, key: otherKey)) { error in
+            XCTAssertEqual(error as? StoreError, .wrongKey(path: path))
+            XCTAssertTrue("\(error)".contains("file is encrypted or is not a database"), "\(error)")
+        }
+        // The right key still works afterwards.
+        XCTAssertNoThrow(try SQLCipherDatabase(path: path, key: testKey))
+    }
+
+    func testKeyLengthIsChecked() throws {
+        let dir = try makeTempDirectory(self)
+        XCTAssertThrowsError(try SQLCipherDatabase(path: dir + "/a.db", key: [1, 2, 3])) { error in
+            XCTAssertEqual(error as? StoreError, .invalidKeyLength(3))
+        }
+    }
+
+    func testFilesAreOwnerOnly() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        let old = umask(0o022)
+        defer { umask(old) }
+        let db = try SQLCipherDatabase(path: path, key: testKey)
+        try db.execute("CREATE TABLE t (x)")
+        try db.execute("INSERT INTO t VALUES (1)")
+        XCTAssertEqual(fileMode(path), 0o600)
+        XCTAssertEqual(fileMode(path + "-wal"), 0o600)
+        XCTAssertEqual(fileMode(path + "-shm"), 0o600)
+    }
+
+    func testLooseExistingFileIsTightened() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        try writeFile(path, [], mode: 0o644)
+        XCTAssertEqual(fileMode(path), 0o644)
+        _ = try SQLCipherDatabase(path: path, key: testKey)
+        XCTAssertEqual(fileMode(path), 0o600)
+    }
+
+    func testPlainSQLiteFileIsRefused() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/plain.db"
+        // A genuine unencrypted SQLite file made by the sqlcipher library without a key.
+        var raw: OpaquePointer?
+        XCTAssertEqual(sqlite3_open(path, &raw), SQLITE_OK)
+        XCTAssertEqual(sqlite3_exec(raw, "CREATE TABLE t (x); INSERT INTO t VALUES ('PLAIN');", nil, nil, nil), SQLITE_OK)
+        sqlite3_close(raw)
+        XCTAssertTrue(contains(fileBytes(path) ?? [], Array("PLAIN".utf8)), "control: an unkeyed file is plaintext")
+        XCTAssertThrowsError(try SQLCipherDatabase(path: path, key: testKey)) { error in
+            XCTAssertEqual(error as? StoreError, .wrongKey(path: path))
+        }
+    }
+
+    func testTransactionRollsBackOnError() throws {
+        struct Boom: Error {}
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        try db.execute("CREATE TABLE t (x INTEGER)")
+        XCTAssertThrowsError(try db.transaction {
+            try db.execute("INSERT INTO t VALUES (1)")
+            throw Boom()
+        })
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(0))
+        // Nested: the inner failure rolls back only the inner part.
+        try db.transaction {
+            try db.execute("INSERT INTO t VALUES (1)")
+            XCTAssertThrowsError(try db.transaction {
+                try db.execute("INSERT INTO t VALUES (2)")
+                throw Boom()
+            })
+            try db.execute("INSERT INTO t VALUES (3)")
+        }
+        XCTAssertEqual(try db.query("SELECT x FROM t ORDER BY x"), [[.integer(1)], [.integer(3)]])
+    }
+
+    func testErrorsNameThePurposeNotTheValues() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        try db.execute("CREATE TABLE t (x TEXT UNIQUE)")
+        try db.execute("INSERT INTO t VALUES (?)", [.text("secret-value-1")])
+        XCTAssertThrowsError(try db.execute("INSERT INTO t VALUES (?)", [.text("secret-value-1")], purpose: "adding a row")) { error in
+            guard case StoreError.sqlite(_, let message, let purpose) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(purpose, "adding a row")
+            XCTAssertTrue(message.contains("UNIQUE"), message)
+            XCTAssertFalse("\(error)".contains("secret-value-1"))
+        }
+        XCTAssertThrowsError(try db.execute("INSERT INTO t VALUES (?)", [])) { error in
+            guard case StoreError.sqlite = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    func testMigrationsRunOnceInOrderPerComponent() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        let v1 = Migration(version: 1, script: "CREATE TABLE a (x);")
+        let v2 = Migration(version: 2, script: "ALTER TABLE a ADD COLUMN y;")
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            XCTAssertEqual(try db.migrate(component: "alpha", [v1]), 1)
+            XCTAssertEqual(try db.migrate(component: "beta", [Migration(version: 1, script: "CREATE TABLE b (x);")]), 1)
+        }
+        let db = try SQLCipherDatabase(path: path, key: testKey)
+        XCTAssertEqual(try db.migrate(component: "alpha", [v1, v2]), 2)
+        XCTAssertEqual(try db.schemaVersion(component: "alpha"), 2)
+        XCTAssertEqual(try db.schemaVersion(component: "beta"), 1)
+        try db.execute("INSERT INTO a (x, y) VALUES (1, 2)")
+        XCTAssertEqual(try db.pragma("user_version")?.int64Value, 1)
+        // An older program must not touch a newer schema.
+        XCTAssertThrowsError(try db.migrate(component: "alpha", [v1])) { error in
+            XCTAssertEqual(error as? StoreError, .schemaTooNew(component: "alpha", found: 2, known: 1))
+        }
+        XCTAssertThrowsError(try db.migrate(component: "gamma", [v2])) { error in
+            guard case StoreError.invalidMigrations = error else { return XCTFail("\(error)") }
+        }
+        // A failing migration leaves the version where it was.
+        let bad = Migration(version: 3, script: "CREATE TABLE c (x); THIS IS NOT SQL;")
+        XCTAssertThrowsError(try db.migrate(component: "alpha", [v1, v2, bad]))
+        XCTAssertEqual(try db.schemaVersion(component: "alpha"), 2)
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM sqlite_master WHERE name = 'c'"), .integer(0))
+    }
+
+    func testRekeyChangesTheKey() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x)")
+            try db.execute("INSERT INTO t VALUES ('kept')")
+            try db.rekey(newKey: otherKey)
+            XCTAssertEqual(try db.pragma("journal_mode")?.textValue?.lowercased(), "wal")
+            try db.execute("INSERT INTO t VALUES ('after')")
+        }
+        XCTAssertThrowsError(try SQLCipherDatabase(path: path, key: testKey)) { error in
+            XCTAssertEqual(error as? StoreError, .wrongKey(path: path))
+        }
+        let db = try SQLCipherDatabase(path: path, key: otherKey)
+        XCTAssertEqual(try db.query("SELECT x FROM t ORDER BY rowid"), [[.text("kept")], [.text("after")]])
+    }
+
+    func testConcurrentUseIsSerialized() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        try db.execute("CREATE TABLE t (x INTEGER)")
+        DispatchQueue.concurrentPerform(iterations: 4) { worker in
+            for i in 0..<25 {
+                try? db.transaction {
+                    try db.execute("INSERT INTO t VALUES (?)", [.int(worker * 100 + i)])
+                }
+            }
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(100))
+    }
+}
