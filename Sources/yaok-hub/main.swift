@@ -1,1 +1,155 @@
-print("yaok-hub")
+import ArgumentParser
+import Foundation
+import Logging
+import YaokHubCore
+import YaokPluginKit
+
+/// sysexits.h EX_CONFIG: what systemd and operators expect for a bad config.
+let exitConfigError: Int32 = 78
+
+struct YaokHubCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "yaok-hub",
+        abstract: "Ya OK Hub: the field node of the Ya OK delay-tolerant messenger.",
+        subcommands: [Run.self, CheckConfig.self, Status.self, Plugins.self, IdentityCommand.self, DefaultConfigCommand.self] + extraSubcommands,
+        defaultSubcommand: Run.self)
+}
+
+struct ConfigOption: ParsableArguments {
+    @Option(name: .shortAndLong, help: "Config file (default: the embedded default config).")
+    var config: String?
+
+    func load() throws -> HubConfig {
+        if let config { return try HubConfig.load(path: config) }
+        return try DefaultConfig.load()
+    }
+}
+
+func makeLogger(level: String) -> Logger {
+    LoggingSystem.bootstrap { label in
+        var handler = StreamLogHandler.standardError(label: label)
+        handler.logLevel = Logger.Level(rawValue: level) ?? .info
+        return handler
+    }
+    return Logger(label: "yaok-hub")
+}
+
+struct Run: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Run the hub until SIGTERM (SIGHUP reloads the config).")
+    @OptionGroup var options: ConfigOption
+
+    func run() throws {
+        let config: HubConfig
+        do {
+            config = try options.load()
+        } catch {
+            FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
+            throw ExitCode(exitConfigError)
+        }
+        let logger = makeLogger(level: config.logLevel)
+        let hub: Hub
+        do {
+            hub = try Hub(config: config, logger: logger)
+            try hub.start()
+        } catch {
+            logger.critical("cannot start: \(error)")
+            throw ExitCode(1)
+        }
+        hub.runUntilSignalled()
+    }
+}
+
+struct CheckConfig: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "check-config", abstract: "Validate a config file, including every enabled transport's section.")
+    @Argument(help: "The config file.") var file: String
+    @Flag(help: "Only check the file's syntax and host keys, not the plugins' sections.") var skipPlugins = false
+
+    func run() throws {
+        let config: HubConfig
+        do {
+            config = try HubConfig.load(path: file)
+        } catch {
+            print("\(file): \(error)")
+            throw ExitCode(exitConfigError)
+        }
+        var logger = Logger(label: "yaok-hub")
+        logger.logLevel = .critical
+        let problems = skipPlugins ? [] : ConfigCheck.checkTransports(config, logger: logger)
+        for p in problems { print("\(file): \(p)") }
+        if !problems.isEmpty { throw ExitCode(exitConfigError) }
+        let enabled = config.transports.filter(\.enabled).map(\.name)
+        print("\(file): OK (\(config.transports.count) transports, enabled: \(enabled.joined(separator: ", ")))")
+    }
+}
+
+struct ClientOptions: ParsableArguments {
+    @Option(name: .shortAndLong, help: "Config file used to find the control socket.") var config: String?
+    @Option(help: "Control socket path (overrides the config).") var socket: String?
+    @Flag(help: "Print JSON for scripts.") var json = false
+
+    func client() throws -> ControlClient {
+        if let socket { return ControlClient(path: socket) }
+        let cfg = try config.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load()
+        let data = Paths.dataDirectory(configured: cfg.dataDir)
+        return ControlClient(path: Paths.controlSocket(configured: cfg.controlSocket, dataDirectory: data))
+    }
+
+    func request(_ command: String) throws -> Data {
+        do {
+            return try client().request(command)
+        } catch {
+            FileHandle.standardError.write(Data("yaok-hub: \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+    }
+}
+
+struct Status: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Show each transport's state, links and counters, and the message queue.")
+    @OptionGroup var options: ClientOptions
+
+    func run() throws {
+        let data = try options.request("status")
+        if options.json { print(String(decoding: data, as: UTF8.self)); return }
+        let report = try JSONDecoder().decode(Hub.StatusReport.self, from: data)
+        print(StatusFormatter.text(report))
+    }
+}
+
+struct Plugins: ParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "List discovered plugins: kind, version, ABI, path, loaded or refused and why.")
+    @OptionGroup var options: ClientOptions
+
+    func run() throws {
+        let data = try options.request("plugins")
+        if options.json { print(String(decoding: data, as: UTF8.self)); return }
+        struct Plugins: Codable { var directories: [String]; var plugins: [DiscoveredPlugin]; var hostABI: UInt32 }
+        let p = try JSONDecoder().decode(Plugins.self, from: data)
+        print("host ABI \(p.hostABI); directories: \(p.directories.joined(separator: ", "))")
+        for d in p.plugins {
+            let head = "\(d.kind ?? "?") \(d.version ?? "?") (ABI \(d.abiVersion.map(String.init) ?? "?"))"
+            print("\(d.state == .loaded ? "loaded " : "REFUSED") \(head)  \(d.path)")
+            if let reason = d.reason { print("        \(reason)") }
+        }
+    }
+}
+
+struct IdentityCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "identity", abstract: "Show the hub's ID and fingerprint.")
+    @OptionGroup var options: ClientOptions
+
+    func run() throws {
+        let data = try options.request("identity")
+        if options.json { print(String(decoding: data, as: UTF8.self)); return }
+        let obj = try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
+        print("hub ID       \(obj["id"] ?? "?")")
+        print("fingerprint  \(obj["fingerprint"] ?? "?")")
+    }
+}
+
+struct DefaultConfigCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(commandName: "default-config", abstract: "Print the embedded default config.")
+    func run() throws { print(DefaultConfig.yaml) }
+}
+
+YaokHubCommand.main()

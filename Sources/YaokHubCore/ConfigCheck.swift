@@ -1,0 +1,48 @@
+import Foundation
+import Logging
+import YaokPluginKit
+
+/// `yaok-hub check-config`: the whole config, including every enabled transport's own
+/// section as its plugin reads it.
+public enum ConfigCheck {
+    /// One problem found.
+    public struct Problem: Sendable, CustomStringConvertible {
+        public var transport: String?
+        public var message: String
+        public var description: String { transport.map { "transport \($0): \(message)" } ?? message }
+    }
+
+    /// Checks plugin sections of an already-parsed config. Plugins are loaded from the
+    /// configured (or default) directories; a missing plugin is a problem.
+    public static func checkTransports(_ config: HubConfig, logger: Logger) -> [Problem] {
+        let dirs = config.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : config.pluginDirs
+        let catalog = PluginLoader.scan(directories: dirs, logger: logger)
+        var problems: [Problem] = []
+        // Public keys only: validation never signs.
+        let crypto = HostCrypto(signingKey: [UInt8](repeating: 0, count: 32), kxKey: [UInt8](repeating: 0, count: 32),
+                                sign: { _ in [UInt8](repeating: 0, count: 64) }, verify: { _, _, _ in false },
+                                random: { [UInt8](repeating: 0, count: $0) })
+        final class NoEvents: TransportEventHandler {
+            func linkUp(_ link: LinkInfo, on transport: TransportHost) {}
+            func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {}
+            func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {}
+            func statusChanged(on transport: TransportHost) {}
+        }
+        let handler = NoEvents()
+        for section in config.transports where section.enabled {
+            guard let plugin = catalog.loaded[section.kind] else {
+                problems.append(Problem(transport: section.name, message: TransportHostError.noPlugin(transport: section.name, kind: section.kind, searched: dirs).description))
+                continue
+            }
+            let host = TransportHost(section: section, plugin: plugin, crypto: crypto, handler: handler, metrics: nil, logger: logger)
+            do {
+                try host.validate()
+            } catch TransportHostError.createFailed(_, let reason) {
+                problems.append(Problem(transport: section.name, message: reason))
+            } catch {
+                problems.append(Problem(transport: section.name, message: "\(error)"))
+            }
+        }
+        return problems
+    }
+}

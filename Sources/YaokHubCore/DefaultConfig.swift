@@ -1,0 +1,106 @@
+/// The embedded default configuration: identical to config/hub.yaml (a test checks).
+public enum DefaultConfig {
+    /// The source name used when running on the embedded default.
+    public static let source = "(embedded default)"
+
+    /// The YAML text.
+    public static let yaml = #"""
+# Ya OK Hub configuration.
+#
+# One file, YAML. Every key is optional unless marked required; the value shown
+# is the default. After editing, check it with
+#     yaok-hub check-config /etc/yaok-hub/hub.yaml
+# and apply it without a restart with
+#     systemctl reload yaok-hub      (sends SIGHUP)
+# A reload starts, stops or reconfigures only the transports whose section
+# changed; a bad edit is logged and the running config is kept.
+
+hub:
+  # Name shown to phones that attach (BLE advertises at most 8 bytes of it).
+  name: yaok-hub
+  # Where the identity, store and key files live. Empty: $STATE_DIRECTORY under
+  # systemd, /var/lib/yaok-hub for root, ~/.local/share/yaok-hub otherwise.
+  data_dir: ""
+  # The hub's identity (Ed25519 + X25519 secret keys), mode 0600, created on
+  # first run. Relative paths are inside data_dir. Back it up.
+  identity_file: identity.key
+  # Directories scanned for transport plugins (libyaok-plugin-*.so). Empty: next
+  # to the yaok-hub binary for development builds, /usr/lib/yaok-hub/plugins
+  # when installed. Plugins and their directories must not be writable by group
+  # or others, and must be owned by root or the service user.
+  plugin_dirs: []
+  # Local control socket used by `yaok-hub status` (mode 0660). Empty:
+  # $RUNTIME_DIRECTORY/control.sock under systemd, /run/yaok-hub/control.sock
+  # for root, data_dir/control.sock otherwise.
+  control_socket: ""
+  # trace, debug, info, notice, warning, error or critical. Message contents and
+  # secrets are never logged at any level.
+  log_level: info
+
+store:
+  # SQLCipher database key: 32 random bytes in a 0600 file, created on first run,
+  # unless systemd passes the credential "yaok-db-key" (LoadCredential=).
+  key_file: store.key
+  # Largest store size in megabytes; when full, the bundles that expire soonest
+  # are evicted first (and counted).
+  size_cap_mb: 500
+  # How often (hours) to consider a VACUUM of the store.
+  vacuum_interval_h: 24
+
+router:
+  # epidemic: every neighbour hub that lacks a message gets a copy.
+  # spray-and-wait: the first hub hands out at most spray_copies copies.
+  # Either way, a recipient attached to this hub gets its messages directly.
+  policy: epidemic
+  spray_copies: 4
+  # Hops a message may travel from its first hub.
+  hop_limit: 10
+  # Frames per second accepted from one link; more are dropped and counted.
+  link_frames_per_second: 2000
+  # Messages per minute accepted from one sender key; more are refused.
+  sender_envelopes_per_minute: 600
+  # Seconds to wait for a next hop's custody acknowledgement before retrying
+  # (retries back off: 1 min, 5 min, 15 min, 1 h, 6 h).
+  custody_timeout_s: 30
+
+metrics:
+  # Prometheus /metrics over HTTP. Off by default; keep it on localhost.
+  enabled: false
+  listen: 127.0.0.1:9478
+
+# One section per transport instance. `enabled` is required. `plugin` names the
+# plugin kind and defaults to the section name. Each plugin's README documents
+# its own keys: Plugins/<Name>/README.md.
+transports:
+  # The example transport: TLV frames as UDP datagrams (Plugins/UDP).
+  udp:
+    enabled: true
+    listen: 0.0.0.0:7811
+    # Other hubs to link with, as host:port.
+    peers: []
+
+  # Phones attach over Bluetooth LE: GATT server on the adapter (Plugins/BLE).
+  ble:
+    enabled: true
+    adapter: hci0
+
+  # Phones attach over Wi-Fi Direct as group owner (Plugins/WiFiDirect).
+  wifi-direct:
+    enabled: true
+    plugin: wifidirect
+
+  # Hub-to-hub store-and-forward mesh over IP (Plugins/Mesh).
+  mesh:
+    enabled: true
+
+  # The internet relay, when an uplink exists (Plugins/Relay). Needs the
+  # relay's address and pinned public key before it can be enabled.
+  relay:
+    enabled: false
+"""#
+
+    /// The parsed default.
+    public static func load() throws -> HubConfig {
+        try HubConfig.parse(yaml: yaml, source: source)
+    }
+}

@@ -1,0 +1,285 @@
+import CYaokPlugin
+import Foundation
+import Logging
+import YaokCrypto
+import YaokPluginKit
+import YaokStore
+
+/// The running hub: identity, store, router, transports, control socket, signals.
+///
+/// One transport failing, throwing or being misconfigured never stops the others:
+/// each is created, started and stopped on its own, and its problem shows in status.
+public final class Hub: @unchecked Sendable {
+    public let identity: Identity
+    public private(set) var config: HubConfig
+    public let dataDirectory: String
+    public let controlSocketPath: String
+    public let startedAtMs: Int64
+
+    private let logger: Logger
+    private let database: SQLCipherDatabase
+    private let store: BundleStore
+    public let router: Router
+    public let metrics: MetricsRegistry
+    private var catalog: PluginCatalog
+    private var pluginDirectories: [String]
+    private var transports: [String: TransportHost] = [:]
+    /// Sections that are enabled but could not be created (no plugin, bad config), with the reason.
+    private var failedSections: [String: (kind: String, reason: String)] = [:]
+    private var control: ControlServer?
+    private let notifier = SystemdNotifier()
+    private let lock = NSLock()
+    private let reloadQueue = DispatchQueue(label: "yaok.hub.reload")
+    private var signalSources: [DispatchSourceSignal] = []
+    private var watchdog: DispatchSourceTimer?
+    private let stopped = DispatchSemaphore(value: 0)
+
+    /// Opens identity and store and loads plugins; does not start transports yet.
+    public init(config: HubConfig, logger: Logger) throws {
+        self.config = config
+        self.logger = logger
+        self.startedAtMs = Clock.nowMilliseconds()
+        let dataDir = Paths.dataDirectory(configured: config.dataDir)
+        self.dataDirectory = dataDir
+        try Paths.ensureDirectory(dataDir, mode: 0o700)
+        self.controlSocketPath = Paths.controlSocket(configured: config.controlSocket, dataDirectory: dataDir)
+
+        identity = try IdentityFile.loadOrCreate(path: Paths.resolve(config.identityFile, in: dataDir))
+        let key = try DatabaseKey.load(keyFile: Paths.resolve(config.store.keyFile, in: dataDir))
+        database = try SQLCipherDatabase(path: Paths.resolve("store.db", in: dataDir), key: key)
+        store = try BundleStore(database: database, sizeCapBytes: config.store.sizeCapBytes)
+        metrics = MetricsRegistry()
+        router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config), policy: Self.policy(config), logger: logger)
+        pluginDirectories = config.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : config.pluginDirs
+        catalog = PluginLoader.scan(directories: pluginDirectories, logger: logger)
+    }
+
+    static func routerSettings(_ c: HubConfig) -> Router.Settings {
+        Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
+                        senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs)
+    }
+
+    static func policy(_ c: HubConfig) -> RoutingPolicy {
+        c.router.policy == "spray-and-wait" ? SprayAndWaitPolicy(copies: c.router.sprayCopies) : EpidemicPolicy()
+    }
+
+    private var hostCrypto: HostCrypto {
+        let signing = identity.signingKeyPair
+        return HostCrypto(signingKey: identity.signingKey, kxKey: identity.kxKey,
+                          sign: { signing.sign($0) },
+                          verify: { key, message, signature in SigningKeyPair.verify(signature: signature, message: message, publicKey: key) },
+                          random: { Random.bytes($0) })
+    }
+
+    /// Starts router, transports and control socket; tells systemd it is ready.
+    public func start() throws {
+        router.start()
+        let control = ControlServer(path: controlSocketPath, logger: logger) { [weak self] command in
+            guard let self else { return .failure(.remote("hub is shutting down")) }
+            return self.handleControl(command)
+        }
+        try control.start()
+        self.control = control
+        lock.withLock { applyTransports(config) }
+        logger.notice("hub \(identity.fingerprint.prefix(9)) ready: \(transports.count) transports running, control socket \(controlSocketPath)")
+        notifier.notify("READY=1\nSTATUS=running")
+        if let interval = notifier.watchdogInterval {
+            let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "yaok.watchdog"))
+            timer.schedule(deadline: .now(), repeating: interval / 2)
+            timer.setEventHandler { [notifier] in notifier.notify("WATCHDOG=1") }
+            timer.resume()
+            watchdog = timer
+        }
+    }
+
+    /// Runs until SIGTERM or SIGINT; SIGHUP reloads the config file.
+    public func runUntilSignalled() {
+        signal(SIGHUP, SIG_IGN)
+        signal(SIGTERM, SIG_IGN)
+        signal(SIGINT, SIG_IGN)
+        signal(SIGPIPE, SIG_IGN)
+        let queue = DispatchQueue(label: "yaok.signals")
+        for sig in [SIGTERM, SIGINT] {
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
+            source.setEventHandler { [weak self] in
+                self?.logger.notice("received \(sig == SIGTERM ? "SIGTERM" : "SIGINT"); shutting down")
+                self?.stopped.signal()
+            }
+            source.resume()
+            signalSources.append(source)
+        }
+        let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
+        hup.setEventHandler { [weak self] in self?.reload() }
+        hup.resume()
+        signalSources.append(hup)
+        stopped.wait()
+        shutdown()
+    }
+
+    /// Asks a running `runUntilSignalled` to return (as SIGTERM would).
+    public func requestStop() { stopped.signal() }
+
+    /// Stops every transport (in parallel, bounded) and flushes the store.
+    public func shutdown() {
+        notifier.notify("STOPPING=1")
+        watchdog?.cancel()
+        control?.stop()
+        let hosts = lock.withLock { Array(transports.values) }
+        let group = DispatchGroup()
+        for host in hosts {
+            group.enter()
+            DispatchQueue.global().async {
+                host.shutdown(timeout: 2.5)
+                group.leave()
+            }
+        }
+        if group.wait(timeout: .now() + 3.5) == .timedOut {
+            logger.error("some transports did not stop in time")
+        }
+        router.stop()
+        database.close()
+        logger.notice("hub stopped")
+    }
+
+    // MARK: Reload
+
+    /// Re-reads the config file; on error keeps the running config and logs why.
+    public func reload() {
+        reloadQueue.async { [self] in
+            guard config.source.hasPrefix("/") || FileManager.default.fileExists(atPath: config.source) else {
+                logger.warning("SIGHUP ignored: running on the embedded default config, there is no file to re-read")
+                return
+            }
+            notifier.notify("RELOADING=1")
+            defer { notifier.notify("READY=1") }
+            let newConfig: HubConfig
+            do {
+                newConfig = try HubConfig.load(path: config.source)
+            } catch {
+                logger.error("reload: keeping the running config; \(config.source): \(error)")
+                return
+            }
+            lock.withLock {
+                if newConfig.pluginDirs != config.pluginDirs {
+                    pluginDirectories = newConfig.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : newConfig.pluginDirs
+                }
+                // Pick up plugins installed since start; loaded ones stay loaded.
+                let rescanned = PluginLoader.scan(directories: pluginDirectories, logger: logger)
+                for (kind, plugin) in rescanned.loaded where catalog.loaded[kind] == nil { catalog.loaded[kind] = plugin }
+                catalog.discovered = rescanned.discovered.map { d in
+                    if d.state == .refused, let kind = d.kind, catalog.loaded[kind]?.path == d.path {
+                        var loaded = d
+                        loaded.state = .loaded
+                        loaded.reason = nil
+                        return loaded
+                    }
+                    return d
+                }
+                router.update(settings: Self.routerSettings(newConfig), policy: Self.policy(newConfig))
+                applyTransports(newConfig)
+                config = newConfig
+            }
+            logger.notice("reloaded \(newConfig.source)")
+        }
+    }
+
+    /// Makes the running transports match `newConfig`: stops removed, disabled and changed
+    /// sections, starts new and changed ones, and leaves unchanged ones (and their links) alone.
+    private func applyTransports(_ newConfig: HubConfig) {
+        let wanted = Dictionary(uniqueKeysWithValues: newConfig.transports.filter(\.enabled).map { ($0.name, $0) })
+        for (name, host) in transports {
+            if let section = wanted[name], section.kind == host.section.kind, section.settings == host.section.settings { continue }
+            logger.info("stopping transport \(name)")
+            host.shutdown()
+            router.forgetLinks(of: name)
+            transports[name] = nil
+        }
+        failedSections = failedSections.filter { wanted[$0.key] != nil && transports[$0.key] == nil }
+        for section in newConfig.transports where section.enabled && transports[section.name] == nil {
+            guard let plugin = catalog.loaded[section.kind] else {
+                let reason = TransportHostError.noPlugin(transport: section.name, kind: section.kind, searched: pluginDirectories).description
+                failedSections[section.name] = (section.kind, reason)
+                logger.error("transport \(section.name) not started: \(reason)")
+                continue
+            }
+            let host = TransportHost(section: section, plugin: plugin, crypto: hostCrypto, handler: router, metrics: metrics, logger: logger)
+            do {
+                try host.launch()
+                transports[section.name] = host
+                failedSections[section.name] = nil
+            } catch {
+                failedSections[section.name] = (section.kind, "\(error)")
+                logger.error("transport \(section.name) not started: \(error)")
+            }
+        }
+    }
+
+    // MARK: Status and control
+
+    /// Every configured transport with a truthful state, in config order.
+    public func transportStatuses() -> [TransportRuntimeStatus] {
+        lock.withLock {
+            config.transports.map { section in
+                if let host = transports[section.name] { return host.runtimeStatus() }
+                if let failed = failedSections[section.name] {
+                    return TransportRuntimeStatus(name: section.name, kind: failed.kind, enabled: true, pluginPath: catalog.loaded[failed.kind]?.path,
+                                                  pluginVersion: catalog.loaded[failed.kind]?.version,
+                                                  status: TransportStatus(state: .failed, reason: failed.reason, lastError: failed.reason),
+                                                  startFailures: 0, nextRetryInSeconds: nil)
+                }
+                return TransportRuntimeStatus(name: section.name, kind: section.kind, enabled: false, pluginPath: catalog.loaded[section.kind]?.path,
+                                              pluginVersion: catalog.loaded[section.kind]?.version,
+                                              status: TransportStatus(state: .stopped, reason: "disabled in config"),
+                                              startFailures: 0, nextRetryInSeconds: nil)
+            }
+        }
+    }
+
+    public struct StatusReport: Codable, Sendable {
+        public struct HubInfo: Codable, Sendable {
+            public var id: String
+            public var fingerprint: String
+            public var name: String
+            public var config: String
+            public var dataDirectory: String
+            public var uptimeSeconds: Int64
+            public var pid: Int32
+        }
+        public var hub: HubInfo
+        public var transports: [TransportRuntimeStatus]
+        public var router: RouterStatus
+    }
+
+    public func statusReport() -> StatusReport {
+        StatusReport(hub: .init(id: YaokPluginKit.Hex.encode(identity.userID), fingerprint: identity.fingerprint, name: config.hubName,
+                                config: config.source, dataDirectory: dataDirectory,
+                                uptimeSeconds: (Clock.nowMilliseconds() - startedAtMs) / 1000, pid: getpid()),
+                     transports: transportStatuses(), router: router.statusSnapshot())
+    }
+
+    public var discoveredPlugins: [DiscoveredPlugin] { lock.withLock { catalog.discovered } }
+
+    private func handleControl(_ command: String) -> Result<Data, ControlError> {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.sortedKeys]
+        do {
+            switch command {
+            case "ping": return .success(Data("{\"pong\":true}".utf8))
+            case "status": return .success(try encoder.encode(statusReport()))
+            case "plugins":
+                struct Plugins: Codable { var directories: [String]; var plugins: [DiscoveredPlugin]; var hostABI: UInt32 }
+                return .success(try encoder.encode(Plugins(directories: lock.withLock { pluginDirectories }, plugins: discoveredPlugins, hostABI: YAOK_PLUGIN_ABI_VERSION)))
+            case "identity":
+                struct IdentityView: Codable { var id: String; var fingerprint: String; var signingKey: String; var kxKey: String }
+                return .success(try encoder.encode(IdentityView(id: YaokPluginKit.Hex.encode(identity.userID), fingerprint: identity.fingerprint,
+                                                                signingKey: YaokPluginKit.Hex.encode(identity.signingKey), kxKey: YaokPluginKit.Hex.encode(identity.kxKey))))
+            case "metrics":
+                return .success(try encoder.encode(["text": metrics.prometheusText()]))
+            default:
+                return .failure(.unknownCommand(command))
+            }
+        } catch {
+            return .failure(.remote("cannot encode \(command): \(error)"))
+        }
+    }
+}

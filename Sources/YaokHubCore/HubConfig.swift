@@ -1,0 +1,325 @@
+import Foundation
+import YaokPluginKit
+import Yams
+
+/// The hub's configuration, read from one YAML file.
+///
+/// YAML because operators edit it by hand in the field and it carries comments;
+/// every key's line is kept so an error can name the key path and line.
+public struct HubConfig: Sendable, Equatable {
+    /// Where the config came from: a path, or `(embedded default)`.
+    public var source: String
+    public var hubName: String
+    /// Data directory; `nil` means automatic (see ``Paths``).
+    public var dataDir: String?
+    /// Identity key file; relative paths are inside the data directory.
+    public var identityFile: String
+    /// Plugin directories; empty means the default (next to the binary, or `/usr/lib/yaok-hub/plugins`).
+    public var pluginDirs: [String]
+    /// Control socket path; `nil` means automatic.
+    public var controlSocket: String?
+    public var logLevel: String
+    public var store: StoreSettings
+    public var router: RouterSettings
+    public var metrics: MetricsSettings
+    /// Transport sections in file order.
+    public var transports: [TransportSection]
+
+    public struct StoreSettings: Sendable, Equatable {
+        /// Database key file (0600); relative paths are inside the data directory.
+        public var keyFile: String
+        public var sizeCapBytes: Int64
+        public var vacuumIntervalMs: Int64
+    }
+
+    public struct RouterSettings: Sendable, Equatable {
+        /// `epidemic` or `spray-and-wait`.
+        public var policy: String
+        /// Copies a source hub may hand out under spray-and-wait.
+        public var sprayCopies: Int
+        /// Hop limit stamped on bundles this hub originates for attached endpoints.
+        public var hopLimit: Int
+        /// Frames per second accepted from one link before dropping.
+        public var linkFramesPerSecond: Int
+        /// Envelopes per minute accepted from one sender key.
+        public var senderEnvelopesPerMinute: Int
+        /// How long to wait for a custody acknowledgement before retrying.
+        public var custodyTimeoutMs: Int64
+    }
+
+    public struct MetricsSettings: Sendable, Equatable {
+        public var enabled: Bool
+        public var listen: String
+    }
+
+    /// One `transports.<name>` section.
+    public struct TransportSection: Sendable, Equatable {
+        /// The instance name (the section key).
+        public var name: String
+        /// The plugin kind that serves it (`plugin:` key, default: the name).
+        public var kind: String
+        public var enabled: Bool
+        /// The whole section as the plugin will see it.
+        public var section: ConfigSection
+
+        /// The settings that matter for restart decisions: values without line numbers.
+        public var settings: [String: ConfigValue] { section.entries.mapValues(\.value) }
+    }
+
+    /// Looks up a transport section by name.
+    public func transport(named name: String) -> TransportSection? { transports.first { $0.name == name } }
+}
+
+extension HubConfig {
+    /// Reads and validates a config file.
+    public static func load(path: String) throws -> HubConfig {
+        let text: String
+        do {
+            text = try String(contentsOfFile: path, encoding: .utf8)
+        } catch {
+            throw ConfigError(keyPath: "(file)", line: nil, message: "cannot read \(path): \(error.localizedDescription)")
+        }
+        return try parse(yaml: text, source: path)
+    }
+
+    /// Parses and validates config text.
+    public static func parse(yaml: String, source: String) throws -> HubConfig {
+        let root: Node?
+        do {
+            root = try Yams.compose(yaml: yaml)
+        } catch let error as YamlError {
+            throw ConfigError(keyPath: "(yaml)", line: yamlErrorLine(error), message: "YAML syntax error: \(yamlErrorSummary(error))")
+        } catch {
+            throw ConfigError(keyPath: "(yaml)", line: nil, message: "YAML syntax error: \(error)")
+        }
+        guard let root else { throw ConfigError(keyPath: "(root)", line: nil, message: "the config file is empty") }
+        let top = try MappingReader(node: root, path: "")
+        try top.allowOnly(["hub", "store", "router", "metrics", "transports"])
+
+        let hub = try top.mapping("hub")
+        try hub?.allowOnly(["name", "data_dir", "identity_file", "plugin_dirs", "control_socket", "log_level"])
+        let store = try top.mapping("store")
+        try store?.allowOnly(["key_file", "size_cap_mb", "vacuum_interval_h"])
+        let router = try top.mapping("router")
+        try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s"])
+        let metrics = try top.mapping("metrics")
+        try metrics?.allowOnly(["enabled", "listen"])
+
+        var config = HubConfig(
+            source: source,
+            hubName: try hub?.string("name") ?? "yaok-hub",
+            dataDir: try hub?.string("data_dir").flatMap { $0.isEmpty ? nil : $0 },
+            identityFile: try hub?.string("identity_file") ?? "identity.key",
+            pluginDirs: try hub?.strings("plugin_dirs") ?? [],
+            controlSocket: try hub?.string("control_socket").flatMap { $0.isEmpty ? nil : $0 },
+            logLevel: try hub?.choice("log_level", ["trace", "debug", "info", "notice", "warning", "error", "critical"]) ?? "info",
+            store: StoreSettings(
+                keyFile: try store?.string("key_file") ?? "store.key",
+                sizeCapBytes: Int64(try store?.int("size_cap_mb", range: 1...1_000_000) ?? 500) * 1_000_000,
+                vacuumIntervalMs: Int64(try store?.int("vacuum_interval_h", range: 1...8760) ?? 24) * 3_600_000),
+            router: RouterSettings(
+                policy: try router?.choice("policy", ["epidemic", "spray-and-wait"]) ?? "epidemic",
+                sprayCopies: try router?.int("spray_copies", range: 1...64) ?? 4,
+                hopLimit: try router?.int("hop_limit", range: 1...255) ?? 10,
+                linkFramesPerSecond: try router?.int("link_frames_per_second", range: 1...1_000_000) ?? 2000,
+                senderEnvelopesPerMinute: try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) ?? 600,
+                custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000),
+            metrics: MetricsSettings(
+                enabled: try metrics?.bool("enabled") ?? false,
+                listen: try metrics?.string("listen") ?? "127.0.0.1:9478"),
+            transports: [])
+
+        if let transports = try top.mapping("transports") {
+            var kinds: [String: String] = [:]
+            for (name, node, line) in transports.pairs {
+                let path = "transports.\(name)"
+                guard case .mapping = node else {
+                    throw ConfigError(keyPath: path, line: line, message: "expected a mapping with at least `enabled: true|false`")
+                }
+                var entries: [String: ConfigSection.Entry] = [:]
+                try flatten(node, prefix: "", path: path, into: &entries)
+                let section = ConfigSection(path: path, line: line, entries: entries)
+                guard section.value("enabled") != nil else {
+                    throw section.error("enabled", "is required (true or false)")
+                }
+                let enabled = try section.bool("enabled", default: false)
+                let kind = try section.string("plugin", default: name)
+                guard kind.range(of: "^[a-z0-9][a-z0-9_-]{0,31}$", options: .regularExpression) != nil else {
+                    throw section.error(section.value("plugin") == nil ? "enabled" : "plugin",
+                                        "plugin kind \"\(kind)\" must be 1-32 lower-case letters, digits, '-' or '_'")
+                }
+                kinds[name] = kind
+                config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, section: section))
+            }
+        }
+        return config
+    }
+
+    /// Flattens nested mappings into dotted keys, keeping each value's line.
+    static func flatten(_ node: Node, prefix: String, path: String, into entries: inout [String: ConfigSection.Entry]) throws {
+        guard case .mapping(let mapping) = node else { return }
+        for (keyNode, valueNode) in mapping {
+            guard let key = keyNode.string else {
+                throw ConfigError(keyPath: path, line: keyNode.mark?.line, message: "keys must be strings")
+            }
+            let full = prefix.isEmpty ? key : "\(prefix).\(key)"
+            if case .mapping = valueNode {
+                try flatten(valueNode, prefix: full, path: path, into: &entries)
+            } else {
+                entries[full] = ConfigSection.Entry(line: keyNode.mark?.line, value: try configValue(valueNode, path: "\(path).\(full)"))
+            }
+        }
+    }
+
+    /// Converts a YAML node to a plugin config value, resolving scalar types.
+    static func configValue(_ node: Node, path: String) throws -> ConfigValue {
+        switch node {
+        case .scalar(let scalar):
+            switch ScalarKind(node) {
+            case .null: return .null
+            case .bool: return .bool(node.bool ?? false)
+            case .int: return .int(node.int ?? 0)
+            case .float: return .double(node.float ?? 0)
+            case .string, .none: return .string(scalar.string)
+            }
+        case .sequence(let sequence):
+            return .list(try sequence.map { try configValue($0, path: path) })
+        case .mapping:
+            throw ConfigError(keyPath: path, line: node.mark?.line, message: "a mapping is not allowed inside a list here")
+        @unknown default:
+            throw ConfigError(keyPath: path, line: node.mark?.line, message: "unsupported YAML node")
+        }
+    }
+
+    static func yamlErrorLine(_ error: YamlError) -> Int? {
+        switch error {
+        case .scanner(_, _, let mark, _), .parser(_, _, let mark, _), .composer(_, _, let mark, _):
+            return mark.line
+        default:
+            return nil
+        }
+    }
+
+    static func yamlErrorSummary(_ error: YamlError) -> String {
+        switch error {
+        case .scanner(_, let problem, _, _), .parser(_, let problem, _, _), .composer(_, let problem, _, _):
+            return problem
+        default:
+            return String(describing: error)
+        }
+    }
+}
+
+/// Typed reading of one YAML mapping, with key-path-and-line errors.
+struct MappingReader {
+    let path: String
+    let line: Int?
+    let pairs: [(String, Node, Int?)]
+
+    init(node: Node, path: String) throws {
+        guard case .mapping(let mapping) = node else {
+            throw ConfigError(keyPath: path.isEmpty ? "(root)" : path, line: node.mark?.line, message: "expected a mapping")
+        }
+        self.path = path
+        self.line = node.mark?.line
+        var pairs: [(String, Node, Int?)] = []
+        var seen = Set<String>()
+        for (k, v) in mapping {
+            guard let key = k.string else {
+                throw ConfigError(keyPath: path, line: k.mark?.line, message: "keys must be strings")
+            }
+            guard seen.insert(key).inserted else {
+                throw ConfigError(keyPath: Self.join(path, key), line: k.mark?.line, message: "duplicate key")
+            }
+            pairs.append((key, v, k.mark?.line))
+        }
+        self.pairs = pairs
+    }
+
+    static func join(_ a: String, _ b: String) -> String { a.isEmpty ? b : "\(a).\(b)" }
+
+    func entry(_ key: String) -> (Node, Int?)? {
+        pairs.first { $0.0 == key }.map { ($0.1, $0.2) }
+    }
+
+    func error(_ key: String, _ message: String) -> ConfigError {
+        ConfigError(keyPath: Self.join(path, key), line: entry(key)?.1 ?? line, message: message)
+    }
+
+    func allowOnly(_ keys: Set<String>) throws {
+        for (key, _, _) in pairs where !keys.contains(key) {
+            throw error(key, "unknown key; known keys are: \(keys.sorted().joined(separator: ", "))")
+        }
+    }
+
+    func mapping(_ key: String) throws -> MappingReader? {
+        guard let (node, _) = entry(key) else { return nil }
+        if ScalarKind(node) == .null { return nil }
+        return try MappingReader(node: node, path: Self.join(path, key))
+    }
+
+    func scalar(_ key: String) -> Node? {
+        guard let (node, _) = entry(key) else { return nil }
+        if ScalarKind(node) == .null { return nil }
+        return node
+    }
+
+    func string(_ key: String) throws -> String? {
+        guard let node = scalar(key) else { return nil }
+        guard case .scalar(let s) = node else { throw error(key, "expected a string") }
+        return s.string
+    }
+
+    func int(_ key: String, range: ClosedRange<Int>) throws -> Int? {
+        guard let node = scalar(key) else { return nil }
+        guard ScalarKind(node) == .int, let v = node.int else { throw error(key, "expected an integer, got \"\(node.string ?? "?")\"") }
+        guard range.contains(v) else { throw error(key, "\(v) is out of range \(range.lowerBound)...\(range.upperBound)") }
+        return v
+    }
+
+    func bool(_ key: String) throws -> Bool? {
+        guard let node = scalar(key) else { return nil }
+        guard ScalarKind(node) == .bool, let v = node.bool else { throw error(key, "expected true or false, got \"\(node.string ?? "?")\"") }
+        return v
+    }
+
+    func strings(_ key: String) throws -> [String]? {
+        guard let node = scalar(key) else { return nil }
+        guard case .sequence(let seq) = node else { throw error(key, "expected a list of strings") }
+        return try seq.map { item in
+            guard case .scalar(let s) = item else { throw error(key, "expected a list of strings") }
+            return s.string
+        }
+    }
+
+    func choice(_ key: String, _ choices: [String]) throws -> String? {
+        guard let s = try string(key) else { return nil }
+        guard choices.contains(s) else { throw error(key, "\"\(s)\" is not one of: \(choices.joined(separator: ", "))") }
+        return s
+    }
+}
+
+/// The type of a YAML scalar: quoted scalars are strings; plain ones are resolved
+/// by the YAML 1.2 core schema's patterns (null, bool, decimal or hex int, float)
+/// before falling back to string. Not YAML 1.1's: there `0.0.0.0:7811` is a
+/// base-60 integer and `no` is false, which surprises operators.
+enum ScalarKind: Equatable {
+    case null, bool, int, float, string
+
+    init?(_ node: Node) {
+        guard case .scalar(let scalar) = node else { return nil }
+        if scalar.style == .singleQuoted || scalar.style == .doubleQuoted || scalar.style == .literal || scalar.style == .folded {
+            self = .string
+        } else if ["", "~", "null", "Null", "NULL"].contains(scalar.string) {
+            self = .null
+        } else if ["true", "false", "True", "False", "TRUE", "FALSE"].contains(scalar.string) {
+            self = .bool
+        } else if scalar.string.range(of: #"^[-+]?([0-9]+|0x[0-9a-fA-F]+)$"#, options: .regularExpression) != nil, node.int != nil {
+            self = .int
+        } else if scalar.string.range(of: #"^[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)([eE][-+]?[0-9]+)?$"#, options: .regularExpression) != nil, node.float != nil {
+            self = .float
+        } else {
+            self = .string
+        }
+    }
+}

@@ -1,0 +1,53 @@
+import Foundation
+
+/// Human text for `yaok-hub status`.
+public enum StatusFormatter {
+    public static func text(_ r: Hub.StatusReport) -> String {
+        var out: [String] = []
+        out.append("hub \(r.hub.name)  id \(r.hub.id.prefix(16))…  up \(duration(r.hub.uptimeSeconds))  config \(r.hub.config)")
+        out.append("fingerprint \(r.hub.fingerprint)")
+        out.append("")
+        let header = ["TRANSPORT", "KIND", "STATE", "LINKS", "PEERS", "FRAMES IN/OUT", "BYTES IN/OUT", "REASON"]
+        var rows = [header]
+        for t in r.transports {
+            var reason = t.status.reason
+            if let next = t.nextRetryInSeconds { reason += " (retry \(t.startFailures) in \(Int(next.rounded())) s)" }
+            rows.append([t.name, t.kind, t.status.state.rawValue, String(t.status.links), String(t.status.peers),
+                         "\(t.status.framesIn)/\(t.status.framesOut)", "\(t.status.bytesIn)/\(t.status.bytesOut)", reason])
+        }
+        let widths = (0..<header.count - 1).map { i in rows.map { $0[i].count }.max() ?? 0 }
+        for row in rows {
+            var line = ""
+            for (i, cell) in row.enumerated() {
+                line += i < widths.count ? cell.padding(toLength: widths[i] + 2, withPad: " ", startingAt: 0) : cell
+            }
+            out.append(line)
+        }
+        for t in r.transports where t.status.lastError != nil && t.status.lastError != t.status.reason {
+            out.append("  \(t.name): last error: \(t.status.lastError ?? "")")
+        }
+        let q = r.router.queue
+        out.append("")
+        out.append("queue (\(r.router.policy)): queued \(q.queued), in flight \(q.inFlight), handed over \(q.handedOver), delivered \(q.delivered), expired \(q.expired); \(q.bytes) bytes")
+        let c = r.router.counters
+        out.append("messages: accepted \(c.accepted), duplicates \(c.duplicates), forwarded \(c.forwarded), delivered \(c.deliveredDirect), refused \(c.refusedMalformed + c.refusedSignature + c.refusedExpired + c.refusedHopLimit + c.refusedRateLimited + c.refusedStoreFull), evicted \(r.router.store.evicted)")
+        if !r.router.links.isEmpty {
+            out.append("links:")
+            for l in r.router.links { out.append("  \(l.link)  \(l.role) \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)") }
+        }
+        if !r.router.lastDelivery.isEmpty {
+            out.append("last delivery:")
+            let f = ISO8601DateFormatter()
+            for d in r.router.lastDelivery.prefix(10) {
+                out.append("  \(d.destination)  \(f.string(from: Date(timeIntervalSince1970: Double(d.atMs) / 1000)))")
+            }
+        }
+        return out.joined(separator: "\n")
+    }
+
+    static func duration(_ s: Int64) -> String {
+        if s < 120 { return "\(s)s" }
+        if s < 7200 { return "\(s / 60)m" }
+        return "\(s / 3600)h\((s % 3600) / 60)m"
+    }
+}

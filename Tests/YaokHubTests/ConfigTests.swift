@@ -1,0 +1,94 @@
+import XCTest
+import YaokPluginKit
+@testable import YaokHubCore
+
+final class ConfigTests: XCTestCase {
+    func testEmbeddedDefaultMatchesConfigFileAndParses() throws {
+        let file = try String(contentsOfFile: TestSupport.repoRoot + "/config/hub.yaml", encoding: .utf8)
+        XCTAssertEqual(DefaultConfig.yaml.trimmingCharacters(in: .whitespacesAndNewlines),
+                       file.trimmingCharacters(in: .whitespacesAndNewlines),
+                       "config/hub.yaml and the embedded default must be the same text")
+        let config = try DefaultConfig.load()
+        XCTAssertEqual(config.router.policy, "epidemic")
+        XCTAssertEqual(config.store.sizeCapBytes, 500_000_000)
+        XCTAssertEqual(config.transport(named: "udp")?.enabled, true)
+        XCTAssertEqual(config.transport(named: "wifi-direct")?.kind, "wifidirect")
+        XCTAssertEqual(config.transport(named: "relay")?.enabled, false)
+        // YAML 1.1 would read this as a base-60 integer.
+        XCTAssertEqual(config.transport(named: "udp")?.section.value("listen"), .string("0.0.0.0:7811"))
+    }
+
+    func testWrongTypeNamesKeyPathAndLine() {
+        let yaml = """
+        hub:
+          name: test
+        router:
+          hop_limit: lots
+        """
+        XCTAssertThrowsError(try HubConfig.parse(yaml: yaml, source: "t.yaml")) { error in
+            let e = error as? ConfigError
+            XCTAssertEqual(e?.keyPath, "router.hop_limit")
+            XCTAssertEqual(e?.line, 4)
+            XCTAssertTrue("\(error)".contains("expected an integer"), "\(error)")
+        }
+    }
+
+    func testUnknownKeyIsRejectedWithLine() {
+        let yaml = "hub:\n  name: x\n  colour: blue\n"
+        XCTAssertThrowsError(try HubConfig.parse(yaml: yaml, source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "hub.colour")
+            XCTAssertEqual((error as? ConfigError)?.line, 3)
+        }
+    }
+
+    func testOutOfRangeAndBadChoice() {
+        XCTAssertThrowsError(try HubConfig.parse(yaml: "router:\n  hop_limit: 999\n", source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "router.hop_limit")
+            XCTAssertTrue("\(error)".contains("out of range"))
+        }
+        XCTAssertThrowsError(try HubConfig.parse(yaml: "router:\n  policy: flood\n", source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "router.policy")
+            XCTAssertEqual((error as? ConfigError)?.line, 2)
+        }
+    }
+
+    func testTransportSectionRequiresEnabled() {
+        let yaml = "transports:\n  udp:\n    listen: 0.0.0.0:1\n"
+        XCTAssertThrowsError(try HubConfig.parse(yaml: yaml, source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "transports.udp.enabled")
+        }
+    }
+
+    func testYAMLSyntaxErrorHasLine() {
+        let yaml = "hub:\n  name: [unclosed\n  x: y\n"
+        XCTAssertThrowsError(try HubConfig.parse(yaml: yaml, source: "t")) { error in
+            XCTAssertNotNil((error as? ConfigError)?.line, "\(error)")
+            XCTAssertTrue("\(error)".contains("YAML syntax error"))
+        }
+    }
+
+    func testTransportSectionIsFlattenedWithLinesAndTypes() throws {
+        let yaml = """
+        transports:
+          udp:
+            enabled: true
+            listen: "127.0.0.1:7000"
+            peers: [a, b]
+            nested:
+              depth: 3
+              ratio: 0.5
+        """
+        let config = try HubConfig.parse(yaml: yaml, source: "t")
+        let section = try XCTUnwrap(config.transport(named: "udp")).section
+        XCTAssertEqual(section.value("listen"), .string("127.0.0.1:7000"))
+        XCTAssertEqual(section.value("peers"), .list([.string("a"), .string("b")]))
+        XCTAssertEqual(section.value("nested.depth"), .int(3))
+        XCTAssertEqual(section.value("nested.ratio"), .double(0.5))
+        XCTAssertEqual(section.line(of: "nested.depth"), 7)
+        // The JSON that crosses the ABI decodes to the same section.
+        XCTAssertEqual(try ConfigSection(json: section.json()), section)
+        XCTAssertThrowsError(try section.int("listen", default: 1)) { error in
+            XCTAssertEqual("\(error)", "transports.udp.listen (line 4): expected integer, got string \"127.0.0.1:7000\"")
+        }
+    }
+}

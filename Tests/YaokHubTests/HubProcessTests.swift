@@ -1,0 +1,231 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokHubCore
+
+/// Real `yaok-hub` processes with real sockets and real plugins.
+final class HubProcessTests: XCTestCase {
+    /// A UDP port that was free a moment ago on loopback.
+    static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    /// A hub config in `dir`; `extra` is appended under `transports:`.
+    static func config(dir: String, pluginDirs: [String], udpPort: UInt16?, peers: [UInt16] = [], extra: String = "") -> String {
+        var s = """
+        hub:
+          name: test-hub
+          data_dir: \(dir)/data
+          control_socket: \(dir)/control.sock
+          plugin_dirs: [\(pluginDirs.map { "\"\($0)\"" }.joined(separator: ", "))]
+          log_level: debug
+        router:
+          custody_timeout_s: 5
+        transports:
+
+        """
+        if let udpPort {
+            s += """
+              udp:
+                enabled: true
+                listen: 127.0.0.1:\(udpPort)
+                peers: [\(peers.map { "\"127.0.0.1:\($0)\"" }.joined(separator: ", "))]
+                keepalive_s: 1
+
+            """
+        }
+        return s + extra
+    }
+
+    func makePluginDir(_ c: [(file: String, defines: [String])]) throws -> String {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let udp = try TestSupport.product("libyaok-plugin-udp.so")
+        try FileManager.default.copyItem(atPath: udp, toPath: dir + "/libyaok-plugin-udp.so")
+        for p in c { _ = try TestSupport.buildCPlugin(into: dir, name: p.file, defines: p.defines) }
+        return dir
+    }
+
+    func testEveryConfiguredTransportHasATruthfulStateAndFailuresDoNotStopOthers() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try makePluginDir([("libyaok-plugin-flaky.so", ["PLUGIN_KIND=\"flaky\"", "FAIL_STARTS=2"]),
+                                         ("libyaok-plugin-broken.so", ["PLUGIN_KIND=\"broken\"", "FAIL_STARTS=-1"])])
+        let dir = try TestSupport.temporaryDirectory(self)
+        let extra = """
+          flaky:
+            enabled: true
+          broken:
+            enabled: true
+          picky:
+            enabled: true
+            plugin: broken
+            reject_me: 1
+          ghost:
+            enabled: true
+          off:
+            enabled: false
+            plugin: flaky
+
+        """
+        let hub = try HubProcess(dir: dir, config: Self.config(dir: dir, pluginDirs: [plugins], udpPort: Self.freePort(), extra: extra), executable: hubExe)
+        defer { hub.stop() }
+        try hub.waitReady()
+
+        // The throwing start is retried with backoff (1 s, 2 s) and then runs.
+        try TestSupport.waitUntil(timeout: 20, "flaky to start after retries") { try hub.transport("flaky")?.status.state == .running }
+        let status = try hub.status()
+        func t(_ name: String) -> TransportRuntimeStatus? { status.transports.first { $0.name == name } }
+        XCTAssertEqual(t("udp")?.status.state, .running)
+        XCTAssertEqual(t("broken")?.status.state, .failed)
+        XCTAssertTrue(t("broken")?.status.reason.contains("simulated start failure") == true, "\(String(describing: t("broken")))")
+        XCTAssertGreaterThanOrEqual(t("broken")?.startFailures ?? 0, 1)
+        XCTAssertNotNil(t("broken")?.nextRetryInSeconds, "a failing transport shows when it retries")
+        XCTAssertEqual(t("picky")?.status.state, .failed)
+        XCTAssertTrue(t("picky")?.status.reason.contains("reject_me") == true)
+        XCTAssertEqual(t("ghost")?.status.state, .failed)
+        XCTAssertTrue(t("ghost")?.status.reason.contains("no plugin of kind \"ghost\"") == true)
+        XCTAssertEqual(t("off")?.status.state, .stopped)
+        XCTAssertEqual(t("off")?.enabled, false)
+
+        // The human status lists every transport.
+        let text = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath])
+        XCTAssertEqual(text.status, 0)
+        for name in ["udp", "flaky", "broken", "picky", "ghost", "off"] { XCTAssertTrue(text.output.contains(name), text.output) }
+
+        // `plugins` shows loaded plugins with ABI and path.
+        let plugins_ = try TestSupport.run(hubExe, ["plugins", "--socket", hub.socketPath, "--json"])
+        XCTAssertTrue(plugins_.output.contains("\"kind\" : \"flaky\""), plugins_.output)
+        let identity = try TestSupport.run(hubExe, ["identity", "--socket", hub.socketPath])
+        XCTAssertTrue(identity.output.contains("fingerprint"), identity.output)
+    }
+
+    func testTwoHubsLinkOverUDPAndSIGHUPTogglesATransportWithoutDroppingTheLink() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try makePluginDir([("libyaok-plugin-extra.so", ["PLUGIN_KIND=\"extra\""])])
+        let dirA = try TestSupport.temporaryDirectory(self), dirB = try TestSupport.temporaryDirectory(self)
+        let portA = Self.freePort(), portB = Self.freePort()
+        let extraOff = "  extra:\n    enabled: false\n"
+        let extraOn = "  extra:\n    enabled: true\n"
+        let a = try HubProcess(dir: dirA, config: Self.config(dir: dirA, pluginDirs: [plugins], udpPort: portA, peers: [portB], extra: extraOff), executable: hubExe)
+        let b = try HubProcess(dir: dirB, config: Self.config(dir: dirB, pluginDirs: [plugins], udpPort: portB, peers: [portA]), executable: hubExe)
+        defer { a.stop(); b.stop() }
+        try a.waitReady()
+        try b.waitReady()
+
+        try TestSupport.waitUntil(timeout: 20, "udp link up on both hubs") {
+            try a.transport("udp")?.status.links == 1 && b.transport("udp")?.status.links == 1
+        }
+        let linkBefore = try XCTUnwrap(a.status().router.links.first)
+        XCTAssertEqual(linkBefore.role, "hub")
+        XCTAssertEqual(try a.transport("extra")?.status.state, .stopped)
+
+        // Enable `extra` and reload: it starts; the UDP link is untouched.
+        try Self.config(dir: dirA, pluginDirs: [plugins], udpPort: portA, peers: [portB], extra: extraOn).write(toFile: a.configPath, atomically: true, encoding: .utf8)
+        a.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 10, "extra running after SIGHUP") { try a.transport("extra")?.status.state == .running }
+        XCTAssertEqual(try a.status().router.links.first, linkBefore, "the unchanged transport kept its link")
+        XCTAssertEqual(try a.transport("udp")?.status.links, 1)
+
+        // A bad edit is refused and the running config stays.
+        try "hub:\n  bogus_key: 1\n".write(toFile: a.configPath, atomically: true, encoding: .utf8)
+        a.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 10, "reload error logged") { a.log.contains("keeping the running config") }
+        XCTAssertTrue(a.log.contains("hub.bogus_key (line 2)"), a.log)
+        XCTAssertEqual(try a.transport("extra")?.status.state, .running)
+
+        // Disable it again.
+        try Self.config(dir: dirA, pluginDirs: [plugins], udpPort: portA, peers: [portB], extra: extraOff).write(toFile: a.configPath, atomically: true, encoding: .utf8)
+        a.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 10, "extra stopped after SIGHUP") { try a.transport("extra")?.status.state == .stopped }
+        XCTAssertEqual(try a.status().router.links.first, linkBefore)
+
+        // Frames really flow: keep-alives and offers were counted both ways.
+        let udpA = try XCTUnwrap(a.transport("udp"))
+        XCTAssertGreaterThan(udpA.status.framesIn, 0)
+        XCTAssertGreaterThan(udpA.status.framesOut, 0)
+    }
+
+    func testSIGTERMStopsWithinFiveSeconds() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try makePluginDir([])
+        let dir = try TestSupport.temporaryDirectory(self)
+        let hub = try HubProcess(dir: dir, config: Self.config(dir: dir, pluginDirs: [plugins], udpPort: Self.freePort()), executable: hubExe)
+        try hub.waitReady()
+        let start = Date()
+        hub.signal(SIGTERM)
+        let status = hub.waitExit(timeout: 5)
+        XCTAssertNotNil(status, "hub did not exit within 5 s of SIGTERM")
+        XCTAssertEqual(status, 0)
+        XCTAssertLessThan(Date().timeIntervalSince(start), 5)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: hub.socketPath), "control socket removed on exit")
+        XCTAssertTrue(hub.log.contains("hub stopped"))
+    }
+
+    func testBadConfigExits78AndCheckConfigNamesKeyAndLine() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let bad = dir + "/bad.yaml"
+        try "hub:\n  name: x\nrouter:\n  hop_limit: many\n".write(toFile: bad, atomically: true, encoding: .utf8)
+        let run = try TestSupport.run(hubExe, ["run", "--config", bad], timeout: 30)
+        XCTAssertEqual(run.status, 78)
+        XCTAssertTrue(run.output.contains("router.hop_limit (line 4)"), run.output)
+        let check = try TestSupport.run(hubExe, ["check-config", bad])
+        XCTAssertEqual(check.status, 78)
+        XCTAssertTrue(check.output.contains("router.hop_limit (line 4): expected an integer"), check.output)
+
+        // A plugin's own section is checked by the plugin: a bad UDP listen address.
+        let plugins = try makePluginDir([])
+        let badPlugin = dir + "/badplugin.yaml"
+        try Self.config(dir: dir, pluginDirs: [plugins], udpPort: nil, extra: "  udp:\n    enabled: true\n    listen: nowhere\n")
+            .write(toFile: badPlugin, atomically: true, encoding: .utf8)
+        let check2 = try TestSupport.run(hubExe, ["check-config", badPlugin])
+        XCTAssertEqual(check2.status, 78)
+        XCTAssertTrue(check2.output.contains("transports.udp.listen (line 12): expected IPv4 host:port"), check2.output)
+
+        let good = dir + "/good.yaml"
+        try Self.config(dir: dir, pluginDirs: [plugins], udpPort: 7000).write(toFile: good, atomically: true, encoding: .utf8)
+        let check3 = try TestSupport.run(hubExe, ["check-config", good])
+        XCTAssertEqual(check3.status, 0, check3.output)
+        XCTAssertTrue(check3.output.contains("OK"))
+    }
+
+    func testReadinessAndWatchdogOverNotifySocket() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try makePluginDir([])
+        let dir = try TestSupport.temporaryDirectory(self)
+        let notifyPath = dir + "/notify.sock"
+        let fd = socket(AF_UNIX, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = try ControlClient.address(notifyPath)
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        XCTAssertEqual(rc, 0)
+        var tv = timeval(tv_sec: 20, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        let hub = try HubProcess(dir: dir, config: Self.config(dir: dir, pluginDirs: [plugins], udpPort: Self.freePort()), executable: hubExe,
+                                 extraEnvironment: ["NOTIFY_SOCKET": notifyPath, "WATCHDOG_USEC": "400000"])
+        defer { hub.stop() }
+        var seen: [String] = []
+        func receive() -> String? {
+            var buf = [UInt8](repeating: 0, count: 4096)
+            let n = read(fd, &buf, buf.count)
+            return n > 0 ? String(decoding: buf[0..<n], as: UTF8.self) : nil
+        }
+        while let m = receive() {
+            seen.append(m)
+            if seen.contains(where: { $0.contains("READY=1") }) && seen.contains(where: { $0.contains("WATCHDOG=1") }) { break }
+        }
+        XCTAssertTrue(seen.contains { $0.contains("READY=1") }, "\(seen)")
+        XCTAssertTrue(seen.contains { $0.contains("WATCHDOG=1") }, "\(seen)")
+        hub.signal(SIGTERM)
+        var stopping = false
+        while let m = receive() { if m.contains("STOPPING=1") { stopping = true; break } }
+        XCTAssertTrue(stopping)
+    }
+}

@@ -1,2 +1,0 @@
-import XCTest
-final class YaokHubTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

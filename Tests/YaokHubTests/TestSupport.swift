@@ -1,0 +1,163 @@
+import Foundation
+import XCTest
+
+/// Paths and processes for tests that run the real binaries.
+enum TestSupport {
+    /// The repository root.
+    static let repoRoot: String = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url.path
+    }()
+
+    /// The build products directory (where the test bundle, yaok-hub and the plugins are).
+    static let productsDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = (exe as NSString).deletingLastPathComponent
+        // xctest bundles may sit one level down.
+        while !FileManager.default.fileExists(atPath: dir + "/yaok-hub") && dir != "/" {
+            dir = (dir as NSString).deletingLastPathComponent
+        }
+        return dir
+    }()
+
+    static func product(_ name: String) throws -> String {
+        let path = productsDirectory + "/" + name
+        guard FileManager.default.fileExists(atPath: path) else {
+            throw XCTSkip("\(name) is not built in \(productsDirectory); run `swift build` first")
+        }
+        return path
+    }
+
+    /// A fresh temporary directory, mode 0700, removed at the end of the test.
+    static func temporaryDirectory(_ test: XCTestCase) throws -> String {
+        let path = NSTemporaryDirectory() + "yaok-test-" + UUID().uuidString.prefix(8)
+        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        test.addTeardownBlock { try? FileManager.default.removeItem(atPath: path) }
+        return path
+    }
+
+    /// Compiles the C fixture plugin with the given defines into `dir/name`.
+    static func buildCPlugin(into dir: String, name: String, defines: [String]) throws -> String {
+        let output = dir + "/" + name
+        let source = repoRoot + "/Tests/Fixtures/c_plugin.c"
+        let include = repoRoot + "/Sources/PluginAPI/Sources/CYaokPlugin/include"
+        let result = try run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include] + defines.map { "-D" + $0 } + ["-o", output, source])
+        guard result.status == 0 else { throw NSError(domain: "cc", code: Int(result.status), userInfo: [NSLocalizedDescriptionKey: result.output]) }
+        chmod(output, 0o755)
+        return output
+    }
+
+    struct RunResult { var status: Int32; var output: String }
+
+    /// Runs a command to completion (bounded by `timeout`), capturing stdout and stderr.
+    static func run(_ executable: String, _ arguments: [String], timeout: TimeInterval = 120, environment: [String: String]? = nil) throws -> RunResult {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: executable)
+        p.arguments = arguments
+        if let environment { p.environment = environment }
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        let done = DispatchSemaphore(value: 0)
+        p.terminationHandler = { _ in done.signal() }
+        try p.run()
+        var data = Data()
+        let reader = DispatchQueue(label: "reader")
+        let readDone = DispatchSemaphore(value: 0)
+        reader.async {
+            data = pipe.fileHandleForReading.readDataToEndOfFile()
+            readDone.signal()
+        }
+        if done.wait(timeout: .now() + timeout) == .timedOut {
+            p.terminate()
+            _ = done.wait(timeout: .now() + 5)
+            _ = readDone.wait(timeout: .now() + 5)
+            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: data, as: UTF8.self))"])
+        }
+        _ = readDone.wait(timeout: .now() + 10)
+        return RunResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
+    }
+
+    /// Polls `condition` every 50 ms until it holds or `timeout` passes.
+    static func waitUntil(timeout: TimeInterval, _ what: String, _ condition: () throws -> Bool) throws {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if (try? condition()) == true { return }
+            usleep(50_000)
+        }
+        if try condition() { return }
+        XCTFail("timed out after \(timeout) s waiting for \(what)")
+        throw NSError(domain: "timeout", code: 2, userInfo: [NSLocalizedDescriptionKey: what])
+    }
+}
+
+/// A `yaok-hub run` child process with its own data directory and control socket.
+final class HubProcess {
+    let dir: String
+    let configPath: String
+    let socketPath: String
+    let logPath: String
+    let process = Process()
+    private let exited = DispatchSemaphore(value: 0)
+
+    init(dir: String, config: String, executable: String, extraEnvironment: [String: String] = [:]) throws {
+        self.dir = dir
+        self.configPath = dir + "/hub.yaml"
+        self.socketPath = dir + "/control.sock"
+        self.logPath = dir + "/hub.log"
+        try config.write(toFile: configPath, atomically: true, encoding: .utf8)
+        FileManager.default.createFile(atPath: logPath, contents: nil)
+        let log = FileHandle(forWritingAtPath: logPath)!
+        process.executableURL = URL(fileURLWithPath: executable)
+        process.arguments = ["run", "--config", configPath]
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "NOTIFY_SOCKET")
+        for (k, v) in extraEnvironment { env[k] = v }
+        process.environment = env
+        process.standardOutput = log
+        process.standardError = log
+        process.terminationHandler = { [exited] _ in exited.signal() }
+        try process.run()
+    }
+
+    var client: YaokHubCore.ControlClient { ControlClient(path: socketPath, timeoutSeconds: 5) }
+
+    func status() throws -> Hub.StatusReport {
+        try JSONDecoder().decode(Hub.StatusReport.self, from: client.request("status"))
+    }
+
+    func transport(_ name: String) throws -> TransportRuntimeStatus? {
+        try status().transports.first { $0.name == name }
+    }
+
+    func waitReady(timeout: TimeInterval = 30) throws {
+        try TestSupport.waitUntil(timeout: timeout, "hub control socket at \(socketPath) (log: \(log))") {
+            (try? client.request("ping")) != nil
+        }
+    }
+
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
+
+    /// Waits for exit; returns the exit status or nil on timeout.
+    func waitExit(timeout: TimeInterval) -> Int32? {
+        if exited.wait(timeout: .now() + timeout) == .timedOut { return nil }
+        exited.signal()
+        return process.terminationStatus
+    }
+
+    func stop() {
+        guard process.isRunning else { return }
+        signal(SIGTERM)
+        if waitExit(timeout: 10) == nil {
+            signal(SIGKILL)
+            _ = waitExit(timeout: 5)
+        }
+    }
+
+    deinit { stop() }
+}
+
+@testable import YaokHubCore
