@@ -1,0 +1,49 @@
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+@testable import YaokWire
+
+/// Computes every test vector from the fixed inputs in ``Fixed``. ``VectorTests`` compares them with
+/// the constants in ``Vectors`` (which Docs/protocol.md shows). To regenerate after a deliberate
+/// format change: `YAOK_PRINT_VECTORS=1 swift test --filter VectorTests/testPrint`.
+enum ComputedVectors {
+    static func all() throws -> [(name: String, value: String)] {
+        let message = try Fixed.message()
+        let origin = Bundle(envelope: message)
+        let forwarded = try origin.forwarded(by: Fixed.hub.userID)
+        let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: message.messageID,
+                                           originalSenderUserID: message.senderUserID, from: Fixed.recipient,
+                                           createdMs: Fixed.createdMs + 60_000, messageID: Fixed.receiptID)
+        let contact = try ContactCode.make(identity: Fixed.sender, name: "Amina")
+        let ack = CustodyAck(messageID: Fixed.messageID)
+        let refusal = CustodyRefusal(messageID: Fixed.messageID, reason: .expired)
+        let summary = try SummaryVector(messageIDs: [Fixed.receiptID, Fixed.messageID])
+        let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
+                                                           userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
+        let chunks = try Chunker.split(ack.frame, chunkSize: 12)
+        return [
+            ("senderSigningKey", Hex.encode(Fixed.sender.signingKey)),
+            ("senderKXKey", Hex.encode(Fixed.sender.kxKey)),
+            ("senderUserID", Hex.encode(Fixed.sender.userID)),
+            ("senderFingerprint", Fixed.sender.fingerprint),
+            ("recipientSigningKey", Hex.encode(Fixed.recipient.signingKey)),
+            ("recipientKXKey", Hex.encode(Fixed.recipient.kxKey)),
+            ("recipientUserID", Hex.encode(Fixed.recipient.userID)),
+            ("hubSigningKey", Hex.encode(Fixed.hub.signingKey)),
+            ("hubUserID", Hex.encode(Fixed.hub.userID)),
+            ("ephemeralKXKey", Hex.encode(Fixed.ephemeral.publicKey)),
+            ("messageEnvelope", Hex.encode(message.encoded)),
+            ("originBundle", Hex.encode(origin.encoded)),
+            ("forwardedBundleHopHeader", Hex.encode(forwarded.hop.encoded)),
+            ("deliveryReceipt", Hex.encode(receipt.encoded)),
+            ("contactURI", contact.uri),
+            ("custodyAckFrame", Hex.encode(ack.frame)),
+            ("custodyRefusalFrame", Hex.encode(refusal.frame)),
+            ("summaryFrame", Hex.encode(summary.frame())),
+            ("attachmentFrame", Hex.encode(attachment.frame)),
+            ("chunk0", Hex.encode(chunks[0])),
+            ("chunk1", Hex.encode(chunks[1])),
+            ("chunk2", Hex.encode(chunks[2])),
+        ]
+    }
+}

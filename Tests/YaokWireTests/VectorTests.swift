@@ -1,0 +1,75 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+@testable import YaokWire
+
+final class VectorTests: XCTestCase {
+    func testPrint() throws {
+        guard ProcessInfo.processInfo.environment["YAOK_PRINT_VECTORS"] != nil else { return }
+        for (name, value) in try ComputedVectors.all() { print("    static let \(name) = \"\(value)\"") }
+    }
+}
+
+extension VectorTests {
+    private static let docURL = URL(fileURLWithPath: #filePath)
+        .deletingLastPathComponent().deletingLastPathComponent().deletingLastPathComponent()
+        .appendingPathComponent("Docs/protocol.md")
+
+    /// Each vector's expected value, by name.
+    private static func expected() -> [String: String] {
+        [
+            "senderSigningKey": Vectors.senderSigningKey, "senderKXKey": Vectors.senderKXKey,
+            "senderUserID": Vectors.senderUserID, "senderFingerprint": Vectors.senderFingerprint,
+            "recipientSigningKey": Vectors.recipientSigningKey, "recipientKXKey": Vectors.recipientKXKey,
+            "recipientUserID": Vectors.recipientUserID, "hubSigningKey": Vectors.hubSigningKey,
+            "hubUserID": Vectors.hubUserID, "ephemeralKXKey": Vectors.ephemeralKXKey,
+            "messageEnvelope": Vectors.messageEnvelope, "originBundle": Vectors.originBundle,
+            "forwardedBundleHopHeader": Vectors.forwardedBundleHopHeader, "deliveryReceipt": Vectors.deliveryReceipt,
+            "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
+            "custodyRefusalFrame": Vectors.custodyRefusalFrame, "summaryFrame": Vectors.summaryFrame,
+            "attachmentFrame": Vectors.attachmentFrame,
+            "chunk0": Vectors.chunk0, "chunk1": Vectors.chunk1, "chunk2": Vectors.chunk2,
+        ]
+    }
+
+    func testCodeReproducesEveryVector() throws {
+        let computed = try ComputedVectors.all()
+        let expected = Self.expected()
+        XCTAssertEqual(Set(computed.map(\.name)), Set(expected.keys))
+        for (name, value) in computed {
+            XCTAssertEqual(value, expected[name], "vector \(name)")
+        }
+    }
+
+    func testVectorsParseVerifyAndOpen() throws {
+        let message = try Envelope(parsing: hex(Vectors.messageEnvelope)).verified()
+        XCTAssertEqual(try message.open(with: Fixed.recipient), Fixed.plaintext)
+        let bundle = try Bundle(parsing: hex(Vectors.originBundle))
+        XCTAssertEqual(bundle.envelope, message)
+        let receipt = try Envelope(parsing: hex(Vectors.deliveryReceipt)).verified()
+        XCTAssertEqual(receipt.refID, message.messageID)
+        let contact = try ContactCode(parsing: Vectors.contactURI)
+        XCTAssertEqual(contact.name, "Amina")
+        XCTAssertEqual(contact.signingKey, Fixed.sender.signingKey)
+        let attachment = try TLVRecord(parsing: hex(Vectors.attachmentFrame))
+        XCTAssertTrue(try AttachmentAnnouncement(parsing: attachment.value).verifySignature())
+        var r = ChunkReassembler()
+        XCTAssertNil(try r.add(hex(Vectors.chunk0), now: 0))
+        XCTAssertNil(try r.add(hex(Vectors.chunk2), now: 0))
+        XCTAssertEqual(try r.add(hex(Vectors.chunk1), now: 0), hex(Vectors.custodyAckFrame))
+    }
+
+    /// Docs/protocol.md shows every vector (hex may be wrapped across lines).
+    func testDocShowsEveryVector() throws {
+        let doc = try String(contentsOf: Self.docURL, encoding: .utf8)
+        let compact = doc.filter { !$0.isWhitespace && $0 != "|" }
+        for (name, value) in Self.expected() {
+            if name == "senderFingerprint" || name == "contactURI" {
+                XCTAssertTrue(doc.contains(value), "Docs/protocol.md does not show vector \(name)")
+            } else {
+                XCTAssertTrue(compact.contains(value), "Docs/protocol.md does not show vector \(name)")
+            }
+        }
+    }
+}
