@@ -1,0 +1,135 @@
+/// Where a carried bundle is in its life at this hub.
+public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
+    /// Waiting for a link (or for its retry time).
+    case queued = 0
+    /// Being sent; custody not yet acknowledged.
+    case inFlight = 1
+    /// A next hop acknowledged custody; the hub keeps its copy for direct delivery and for
+    /// other neighbours until it is delivered or expires.
+    case handedOver = 2
+    /// The recipient got it: bytes dropped, a tombstone remains until expiry for dedupe.
+    case delivered = 3
+    /// Its lifetime ended before delivery: bytes dropped, the tombstone goes at the next sweep.
+    case expired = 4
+
+    /// States whose bundle bytes are still held.
+    public static let carried: Set<BundleState> = [.queued, .inFlight, .handedOver]
+
+    public var description: String {
+        switch self {
+        case .queued: return "queued"
+        case .inFlight: return "in-flight"
+        case .handedOver: return "handed-over"
+        case .delivered: return "delivered"
+        case .expired: return "expired"
+        }
+    }
+}
+
+/// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
+public struct NewBundle: Sendable, Equatable {
+    /// 16 bytes, unique per message; the dedupe key.
+    public var messageID: [UInt8]
+    /// 32 bytes: the recipient's user ID.
+    public var destination: [UInt8]
+    /// The envelope kind (message, receipt, …) as encoded on the wire.
+    public var kind: UInt8
+    /// 32 bytes: the sender's user ID.
+    public var sourceUserID: [UInt8]
+    public var hopCount: Int
+    public var hopLimit: Int
+    /// 32 bytes if known: the user ID of the hub or phone that handed it to us. That peer is
+    /// recorded as already holding it, so it is never offered back.
+    public var previousHop: [UInt8]?
+    public var createdMs: Int64
+    public var expiresMs: Int64
+    /// The encoded bundle, stored as is.
+    public var bytes: [UInt8]
+    /// Which link it came in on (for diagnostics), e.g. "udp:10.0.0.2:7400".
+    public var receivedFrom: String?
+
+    public init(messageID: [UInt8], destination: [UInt8], kind: UInt8, sourceUserID: [UInt8],
+                hopCount: Int, hopLimit: Int, previousHop: [UInt8]? = nil, createdMs: Int64,
+                expiresMs: Int64, bytes: [UInt8], receivedFrom: String? = nil) {
+        self.messageID = messageID
+        self.destination = destination
+        self.kind = kind
+        self.sourceUserID = sourceUserID
+        self.hopCount = hopCount
+        self.hopLimit = hopLimit
+        self.previousHop = previousHop
+        self.createdMs = createdMs
+        self.expiresMs = expiresMs
+        self.bytes = bytes
+        self.receivedFrom = receivedFrom
+    }
+}
+
+/// A bundle as stored, with its forwarding state. Tombstones (delivered/expired) have empty
+/// `bytes` but keep `size`.
+public struct StoredBundle: Sendable, Equatable {
+    public var messageID: [UInt8]
+    public var destination: [UInt8]
+    public var kind: UInt8
+    public var sourceUserID: [UInt8]
+    public var hopCount: Int
+    public var hopLimit: Int
+    public var previousHop: [UInt8]?
+    public var createdMs: Int64
+    public var expiresMs: Int64
+    public var bytes: [UInt8]
+    public var receivedFrom: String?
+    public var state: BundleState
+    /// Failed sending attempts so far.
+    public var attempts: Int
+    /// When `due` will next return it (if queued).
+    public var nextAttemptMs: Int64
+    /// When this hub accepted it.
+    public var acceptedMs: Int64
+    /// Size of the encoded bundle in bytes (kept after the bytes are dropped).
+    public var size: Int
+    /// The link it was last sent on.
+    public var lastLink: String?
+}
+
+/// What `BundleStore.accept` did with a bundle.
+public enum AcceptResult: Sendable, Equatable, CustomStringConvertible {
+    /// Stored durably; the hub may acknowledge custody.
+    case stored
+    /// Already held, or delivered/expired and still remembered: dropped (and counted).
+    /// The sender may be told we have it.
+    case duplicate
+    /// Its expiry time has passed.
+    case rejectedExpired
+    /// It does not fit under the size cap even after evicting every bundle that expires
+    /// sooner than it does (or it alone is larger than the cap).
+    case rejectedTooLarge
+
+    public var description: String {
+        switch self {
+        case .stored: return "stored"
+        case .duplicate: return "duplicate"
+        case .rejectedExpired: return "rejected (expired)"
+        case .rejectedTooLarge: return "rejected (store full)"
+        }
+    }
+}
+
+/// Running counters of the store, persisted in the database.
+public struct StoreStatistics: Sendable, Equatable {
+    /// Bundles offered again after we already had (or had delivered) them.
+    public var duplicatesDropped: Int64 = 0
+    /// Bundles dropped to stay under the size cap.
+    public var evicted: Int64 = 0
+    /// Bytes freed by those evictions.
+    public var evictedBytes: Int64 = 0
+    /// Bundles whose lifetime ended while carried.
+    public var expired: Int64 = 0
+
+    public init(duplicatesDropped: Int64 = 0, evicted: Int64 = 0, evictedBytes: Int64 = 0, expired: Int64 = 0) {
+        self.duplicatesDropped = duplicatesDropped
+        self.evicted = evicted
+        self.evictedBytes = evictedBytes
+        self.expired = expired
+    }
+}
