@@ -43,6 +43,27 @@ public enum DatabaseKey {
         return try create(keyFile)
     }
 
+    /// Rotates the key of `database`, whose key lives in `keyFile`: a new random key is
+    /// written to `<keyFile>.new` (0600, fsynced), the database is rekeyed, and the new file
+    /// is renamed over the old one. If the process dies between the rekey and the rename, the
+    /// new key is in `<keyFile>.new`. Returns the new key.
+    public static func rotate(database: SQLCipherDatabase, keyFile: String) throws -> [UInt8] {
+        let staged = keyFile + ".new"
+        unlink(staged)
+        let key = try create(staged)
+        do {
+            try database.rekey(newKey: key)
+        } catch {
+            unlink(staged)
+            throw error
+        }
+        guard rename(staged, keyFile) == 0 else {
+            throw StoreError.fileError(path: keyFile, operation: "rename new key file into place", errno: errno)
+        }
+        syncDirectory(of: keyFile)
+        return key
+    }
+
     /// Reads and parses a key file.
     static func read(_ path: String, requirePrivate: Bool) throws -> [UInt8] {
         let fd = open(path, O_RDONLY | O_CLOEXEC)

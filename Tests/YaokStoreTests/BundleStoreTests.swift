@@ -327,3 +327,14 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.totalBytes(), 8_000)
     }
 }
+
+final class BundleStoreBenchmarkTests: XCTestCase {
+    /// Runs the benchmark end to end (its speed is reported, not asserted).
+    func testBenchmarkRunsAndCleansUp() throws {
+        let dir = try makeTempDirectory(self)
+        let rate = try BundleStoreBenchmark.acceptRate(count: 50, directory: dir)
+        XCTAssertGreaterThan(rate, 0)
+        XCTAssertEqual(try FileManager.default.contentsOfDirectory(atPath: dir), [])
+        print("bundle accept rate (durable, 1 KiB): \(Int(rate))/s")
+    }
+}

@@ -82,3 +82,24 @@ final class DatabaseKeyTests: XCTestCase {
         XCTAssertNoThrow(try SQLCipherDatabase(path: dir + "/a.db", key: again))
     }
 }
+
+final class DatabaseKeyRotationTests: XCTestCase {
+    func testRotateRekeysAndReplacesTheKeyFile() throws {
+        let dir = try makeTempDirectory(self)
+        let keyFile = dir + "/db.key"
+        let oldKey = try DatabaseKey.load(keyFile: keyFile, environment: [:])
+        do {
+            let db = try SQLCipherDatabase(path: dir + "/a.db", key: oldKey)
+            try db.execute("CREATE TABLE t (x)")
+            try db.execute("INSERT INTO t VALUES ('kept')")
+            let newKey = try DatabaseKey.rotate(database: db, keyFile: keyFile)
+            XCTAssertNotEqual(newKey, oldKey)
+            XCTAssertEqual(fileBytes(keyFile), newKey)
+            XCTAssertEqual(fileMode(keyFile), 0o600)
+            XCTAssertNil(fileMode(keyFile + ".new"))
+        }
+        XCTAssertThrowsError(try SQLCipherDatabase(path: dir + "/a.db", key: oldKey))
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: try DatabaseKey.load(keyFile: keyFile, environment: [:]))
+        XCTAssertEqual(try db.scalar("SELECT x FROM t"), .text("kept"))
+    }
+}

@@ -1,0 +1,81 @@
+import XCTest
+@testable import YaokStore
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A bundle reported as accepted must survive the process being SIGKILLed right after.
+/// The test binary re-runs itself as a child that accepts in a loop and reports each ID only
+/// after `accept` returned; the parent kills it mid-stream and checks every reported ID.
+final class CrashDurabilityTests: XCTestCase {
+    static let childDatabaseVariable = "YAOK_STORE_CRASH_CHILD_DB"
+
+    func testAcceptedBundlesSurviveSIGKILL() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/hub.db"
+        let child = Process()
+        child.executableURL = URL(fileURLWithPath: "/proc/self/exe")
+        child.arguments = ["YaokStoreTests.CrashDurabilityTests/testChildAcceptLoop"]
+        var env = ProcessInfo.processInfo.environment
+        env[Self.childDatabaseVariable] = path
+        child.environment = env
+        let out = Pipe()
+        child.standardOutput = out
+        child.standardError = FileHandle.nullDevice
+
+        let reported = LockedLines()
+        let enough = DispatchSemaphore(value: 0)
+        let reader = out.fileHandleForReading
+        try child.run()
+        DispatchQueue.global().async {
+            var buffer: [UInt8] = []
+            while true {
+                let data = reader.availableData
+                if data.isEmpty { enough.signal(); return }
+                buffer.append(contentsOf: data)
+                while let nl = buffer.firstIndex(of: 10) {
+                    let line = String(decoding: buffer[..<nl], as: UTF8.self)
+                    buffer.removeSubrange(...nl)
+                    if line.hasPrefix("ACCEPTED "), let n = Int(line.dropFirst(9)) {
+                        if reported.append(n) == 300 { enough.signal() }
+                    }
+                }
+            }
+        }
+        let waited = enough.wait(timeout: .now() + 120)
+        kill(child.processIdentifier, SIGKILL)
+        child.waitUntilExit()
+        XCTAssertEqual(waited, .success, "child did not report in time")
+        XCTAssertEqual(child.terminationReason, .uncaughtSignal, "the child was killed, not finished")
+        let ids = reported.snapshot()
+        XCTAssertGreaterThanOrEqual(ids.count, 300)
+
+        let db = try SQLCipherDatabase(path: path, key: testKey)
+        XCTAssertEqual(try db.scalar("PRAGMA integrity_check")?.textValue, "ok")
+        let store = try BundleStore(database: db)
+        for n in ids {
+            let stored = try store.bundle(messageID(n))
+            XCTAssertEqual(stored?.state, .queued, "bundle \(n) reported accepted but lost")
+            XCTAssertEqual(stored?.bytes, makeBundle(n, size: 2_000).bytes)
+        }
+    }
+
+    /// The child half: does nothing unless started by the test above.
+    func testChildAcceptLoop() throws {
+        guard let path = ProcessInfo.processInfo.environment[Self.childDatabaseVariable] else { return }
+        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: testKey))
+        for n in 0..<1_000_000 {
+            _ = try store.accept(makeBundle(n, size: 2_000), nowMs: 0)
+            let line = Array("ACCEPTED \(n)\n".utf8)
+            _ = line.withUnsafeBytes { write(1, $0.baseAddress, $0.count) }
+        }
+    }
+}
+
+private final class LockedLines: @unchecked Sendable {
+    private let lock = NSLock()
+    private var values: [Int] = []
+    /// Appends and returns the new count.
+    func append(_ v: Int) -> Int { lock.lock(); defer { lock.unlock() }; values.append(v); return values.count }
+    func snapshot() -> [Int] { lock.lock(); defer { lock.unlock() }; return values }
+}
