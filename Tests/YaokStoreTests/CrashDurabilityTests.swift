@@ -5,17 +5,22 @@ import Glibc
 #endif
 
 /// A bundle reported as accepted must survive the process being SIGKILLed right after.
-/// The test binary re-runs itself as a child that accepts in a loop and reports each ID only
-/// after `accept` returned; the parent kills it mid-stream and checks every reported ID.
+/// The test binary re-runs this same test as a child (marked by an environment variable) that
+/// accepts in a loop and reports each ID only after `accept` returned; the parent kills it
+/// mid-stream and checks every reported ID.
 final class CrashDurabilityTests: XCTestCase {
     static let childDatabaseVariable = "YAOK_STORE_CRASH_CHILD_DB"
 
     func testAcceptedBundlesSurviveSIGKILL() throws {
+        if let childPath = ProcessInfo.processInfo.environment[Self.childDatabaseVariable] {
+            try runChildAcceptLoop(path: childPath)
+            return
+        }
         let dir = try makeTempDirectory(self)
         let path = dir + "/hub.db"
         let child = Process()
         child.executableURL = URL(fileURLWithPath: "/proc/self/exe")
-        child.arguments = ["YaokStoreTests.CrashDurabilityTests/testChildAcceptLoop"]
+        child.arguments = ["YaokStoreTests.CrashDurabilityTests/testAcceptedBundlesSurviveSIGKILL"]
         var env = ProcessInfo.processInfo.environment
         env[Self.childDatabaseVariable] = path
         child.environment = env
@@ -60,9 +65,8 @@ final class CrashDurabilityTests: XCTestCase {
         }
     }
 
-    /// The child half: does nothing unless started by the test above.
-    func testChildAcceptLoop() throws {
-        guard let path = ProcessInfo.processInfo.environment[Self.childDatabaseVariable] else { return }
+    /// The child half: accepts until killed, reporting each accepted ID on stdout.
+    private func runChildAcceptLoop(path: String) throws {
         let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: testKey))
         for n in 0..<1_000_000 {
             _ = try store.accept(makeBundle(n, size: 2_000), nowMs: 0)
