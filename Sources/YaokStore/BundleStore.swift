@@ -137,25 +137,30 @@ public final class BundleStore: @unchecked Sendable {
         try database.query(SQL.selectByID, [.blob(id)], purpose: "reading a bundle").first.map(Self.decode)
     }
 
+    // The listings below take `withBytes`: pass false to get everything but the bundle bytes
+    // (`bytes` is then empty, `size` is set), e.g. to choose what to offer among thousands of
+    // bundles without reading hundreds of megabytes; fetch the chosen ones with `bundle(_:)`.
+
     /// Queued bundles whose retry time has come, oldest accepted first.
-    public func due(nowMs: Int64, limit: Int) throws -> [StoredBundle] {
-        try database.query(SQL.due, [.integer(nowMs), .int(max(0, limit))], purpose: "listing due bundles").map(Self.decode)
+    public func due(nowMs: Int64, limit: Int, withBytes: Bool = true) throws -> [StoredBundle] {
+        try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit))],
+                           purpose: "listing due bundles").map(Self.decode)
     }
 
     /// Carried bundles (queued, in flight, handed over) for one recipient, oldest first.
-    public func pending(destination: [UInt8], limit: Int) throws -> [StoredBundle] {
-        try database.query(SQL.pending, [.blob(destination), .int(max(0, limit))],
+    public func pending(destination: [UInt8], limit: Int, withBytes: Bool = true) throws -> [StoredBundle] {
+        try database.query(SQL.pending(withBytes), [.blob(destination), .int(max(0, limit))],
                            purpose: "listing a recipient's bundles").map(Self.decode)
     }
 
     /// Queued or handed-over bundles to offer a neighbour that just came up, oldest first,
     /// leaving out those the neighbour (if given) is already known to hold.
-    public func forwardable(limit: Int, excludingPeer peer: [UInt8]? = nil) throws -> [StoredBundle] {
+    public func forwardable(limit: Int, excludingPeer peer: [UInt8]? = nil, withBytes: Bool = true) throws -> [StoredBundle] {
         if let peer {
-            return try database.query(SQL.forwardableExcluding, [.blob(peer), .int(max(0, limit))],
+            return try database.query(SQL.forwardableExcluding(withBytes), [.blob(peer), .int(max(0, limit))],
                                       purpose: "listing bundles to offer a peer").map(Self.decode)
         }
-        return try database.query(SQL.forwardable, [.int(max(0, limit))],
+        return try database.query(SQL.forwardable(withBytes), [.int(max(0, limit))],
                                   purpose: "listing bundles to offer").map(Self.decode)
     }
 
@@ -438,20 +443,41 @@ public final class BundleStore: @unchecked Sendable {
             """
         static let deleteBundle = "DELETE FROM bundles WHERE message_id = ?"
         static let selectByID = "SELECT \(columns) FROM bundles WHERE message_id = ?"
-        static let due = """
-            SELECT \(columns) FROM bundles WHERE state = 0 AND next_attempt_ms <= ? ORDER BY accepted_ms, id LIMIT ?
+        /// The same columns with NULL in place of the bundle bytes.
+        static let columnsWithoutBytes = """
+            message_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
+            expires_ms, NULL, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link
             """
-        static let pending = """
-            SELECT \(columns) FROM bundles WHERE destination = ? AND state IN (0, 1, 2) ORDER BY accepted_ms, id LIMIT ?
+        static let dueWithBytes = dueSQL(columns)
+        static let dueWithoutBytes = dueSQL(columnsWithoutBytes)
+        static func due(_ withBytes: Bool) -> String { withBytes ? dueWithBytes : dueWithoutBytes }
+        private static func dueSQL(_ c: String) -> String {
+            "SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ? ORDER BY accepted_ms, id LIMIT ?"
+        }
+        static let pendingWithBytes = pendingSQL(columns)
+        static let pendingWithoutBytes = pendingSQL(columnsWithoutBytes)
+        static func pending(_ withBytes: Bool) -> String { withBytes ? pendingWithBytes : pendingWithoutBytes }
+        private static func pendingSQL(_ c: String) -> String {
+            "SELECT \(c) FROM bundles WHERE destination = ? AND state IN (0, 1, 2) ORDER BY accepted_ms, id LIMIT ?"
+        }
+        static let forwardableWithBytes = forwardableSQL(columns)
+        static let forwardableWithoutBytes = forwardableSQL(columnsWithoutBytes)
+        static func forwardable(_ withBytes: Bool) -> String { withBytes ? forwardableWithBytes : forwardableWithoutBytes }
+        private static func forwardableSQL(_ c: String) -> String {
+            "SELECT \(c) FROM bundles WHERE state IN (0, 2) ORDER BY accepted_ms, id LIMIT ?"
+        }
+        static let forwardableExcludingWithBytes = forwardableExcludingSQL(columns)
+        static let forwardableExcludingWithoutBytes = forwardableExcludingSQL(columnsWithoutBytes)
+        static func forwardableExcluding(_ withBytes: Bool) -> String {
+            withBytes ? forwardableExcludingWithBytes : forwardableExcludingWithoutBytes
+        }
+        private static func forwardableExcludingSQL(_ c: String) -> String {
             """
-        static let forwardable = """
-            SELECT \(columns) FROM bundles WHERE state IN (0, 2) ORDER BY accepted_ms, id LIMIT ?
-            """
-        static let forwardableExcluding = """
-            SELECT \(columns) FROM bundles b WHERE state IN (0, 2) AND NOT EXISTS \
+            SELECT \(c) FROM bundles b WHERE state IN (0, 2) AND NOT EXISTS \
             (SELECT 1 FROM bundle_peers p WHERE p.message_id = b.message_id AND p.peer = ?1) \
             ORDER BY accepted_ms, id LIMIT ?2
             """
+        }
         static let counts = "SELECT state, count(*) FROM bundles GROUP BY state"
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
         static let state = "SELECT state FROM bundles WHERE message_id = ?"

@@ -370,10 +370,28 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         guard let handle else { throw StoreError.closed }
         if let cached = statementCache[sql] { return cached }
         var stmt: OpaquePointer?
-        let rc = sqlite3_prepare_v2(handle, sql, -1, &stmt, nil)
+        var trailingStatements = false
+        let rc = sql.withCString { text -> Int32 in
+            var tail: UnsafePointer<CChar>?
+            let rc = sqlite3_prepare_v2(handle, text, -1, &stmt, &tail)
+            // sqlite3_prepare compiles only the first statement; anything after it would be
+            // silently ignored, so refuse it (schema scripts go through executeScript).
+            var p = tail
+            while let c = p?.pointee, c != 0 {
+                if !(c == 0x20 || c == 0x0A || c == 0x0D || c == 0x09 || c == 0x3B) { trailingStatements = true; break }
+                p = p.map { $0 + 1 }
+            }
+            return rc
+        }
         guard rc == SQLITE_OK, let stmt else {
             sqlite3_finalize(stmt)
             try fail(rc, purpose ?? Self.describe(sql))
+        }
+        if trailingStatements {
+            sqlite3_finalize(stmt)
+            throw StoreError.sqlite(code: SQLITE_MISUSE,
+                                    message: "more than one statement given to execute/query (use executeScript)",
+                                    purpose: purpose ?? Self.describe(sql))
         }
         if statementCache.count >= statementCacheLimit {
             for (_, old) in statementCache { sqlite3_finalize(old) }

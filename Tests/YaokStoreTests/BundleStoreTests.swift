@@ -158,6 +158,22 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.pending(destination: userID(2), limit: 10).isEmpty)
     }
 
+    func testListingsWithoutBytes() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, size: 500), nowMs: 0), .stored)
+        for light in [try store.due(nowMs: 0, limit: 5, withBytes: false),
+                      try store.pending(destination: userID(1), limit: 5, withBytes: false),
+                      try store.forwardable(limit: 5, withBytes: false),
+                      try store.forwardable(limit: 5, excludingPeer: userID(3), withBytes: false)] {
+            XCTAssertEqual(light.count, 1)
+            XCTAssertEqual(light.first?.bytes, [])
+            XCTAssertEqual(light.first?.size, 500)
+            XCTAssertEqual(light.first?.messageID, messageID(1))
+            XCTAssertEqual(light.first?.destination, userID(1))
+        }
+        XCTAssertEqual(try store.due(nowMs: 0, limit: 5).first?.bytes.count, 500)
+    }
+
     func testUnknownIDsThrowNotFound() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertThrowsError(try store.markInFlight(messageID(1), link: "x", nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }

@@ -200,3 +200,18 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(100))
     }
 }
+
+final class SQLCipherDatabaseStatementTests: XCTestCase {
+    func testSecondStatementIsRefusedNotIgnored() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        try db.execute("CREATE TABLE t (x);\n  ")
+        XCTAssertThrowsError(try db.execute("INSERT INTO t VALUES (1); INSERT INTO t VALUES (2);")) { error in
+            guard case StoreError.sqlite(let code, _, _) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(code, 21) // SQLITE_MISUSE
+        }
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(0))
+        try db.executeScript("INSERT INTO t VALUES (1); INSERT INTO t VALUES (2);", purpose: "test")
+        XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(2))
+    }
+}
