@@ -124,10 +124,25 @@ public final class Endpoint: @unchecked Sendable {
         return try enqueue(envelope)
     }
 
+    /// Encrypts, signs and queues many messages for a contact in one transaction.
+    public func compose(to contact: Contact, texts: [String]) throws -> [OutboxItem] {
+        let items = try texts.map { text -> OutboxItem in
+            guard !text.isEmpty else { throw EndpointError.emptyMessage }
+            return Self.outboxItem(try Envelope.sealMessage(plaintext: Array(text.utf8), from: identity, toSigningKey: contact.signingKey,
+                                                            recipientKXKey: contact.kxKey, createdMs: now()))
+        }
+        try store.enqueue(items)
+        return items
+    }
+
+    static func outboxItem(_ envelope: Envelope) -> OutboxItem {
+        OutboxItem(messageID: envelope.messageID, recipientUserID: envelope.recipientUserID, kind: envelope.kind.rawValue,
+                   createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
+                   bundle: YaokWire.Bundle(envelope: envelope).encoded, state: .pending)
+    }
+
     func enqueue(_ envelope: Envelope) throws -> OutboxItem {
-        let item = OutboxItem(messageID: envelope.messageID, recipientUserID: envelope.recipientUserID, kind: envelope.kind.rawValue,
-                              createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
-                              bundle: YaokWire.Bundle(envelope: envelope).encoded, state: .pending)
+        let item = Self.outboxItem(envelope)
         try store.enqueue(item)
         return item
     }

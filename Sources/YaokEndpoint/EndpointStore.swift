@@ -169,18 +169,33 @@ public final class EndpointStore: @unchecked Sendable {
                         .integer(item.expiresMs), .blob(item.bundle), .text(item.state.rawValue)])
     }
 
-    public func outbox(states: [OutboxItem.State]? = nil) throws -> [OutboxItem] {
-        try db.query("SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox ORDER BY created_ms", [])
-            .map {
-                OutboxItem(messageID: $0[0].blobValue ?? [], recipientUserID: $0[1].blobValue ?? [], kind: UInt8($0[2].int64Value ?? 1),
-                           createdMs: $0[3].int64Value ?? 0, expiresMs: $0[4].int64Value ?? 0, bundle: $0[5].blobValue ?? [],
-                           state: OutboxItem.State(rawValue: $0[6].textValue ?? "") ?? .pending)
-            }
-            .filter { states == nil || states!.contains($0.state) }
+    /// Outbox items, oldest first, optionally only in `states` and at most `limit`.
+    public func outbox(states: [OutboxItem.State]? = nil, limit: Int = Int.max) throws -> [OutboxItem] {
+        var sql = "SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox"
+        var params: [SQLValue] = []
+        if let states {
+            sql += " WHERE state IN (" + states.map { _ in "?" }.joined(separator: ", ") + ")"
+            params = states.map { .text($0.rawValue) }
+        }
+        sql += " ORDER BY created_ms, rowid LIMIT ?"
+        params.append(.integer(Int64(min(limit, Int(Int64.max)))))
+        return try db.query(sql, params).map(Self.outboxItem)
+    }
+
+    static func outboxItem(_ r: [SQLValue]) -> OutboxItem {
+        OutboxItem(messageID: r[0].blobValue ?? [], recipientUserID: r[1].blobValue ?? [], kind: UInt8(r[2].int64Value ?? 1),
+                   createdMs: r[3].int64Value ?? 0, expiresMs: r[4].int64Value ?? 0, bundle: r[5].blobValue ?? [],
+                   state: OutboxItem.State(rawValue: r[6].textValue ?? "") ?? .pending)
     }
 
     public func outboxItem(_ id: [UInt8]) throws -> OutboxItem? {
-        try outbox().first { $0.messageID == id }
+        try db.query("SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox WHERE message_id = ?",
+                     [.blob(id)]).first.map(Self.outboxItem)
+    }
+
+    /// Queues many items in one durable transaction.
+    public func enqueue(_ items: [OutboxItem]) throws {
+        try db.transaction { for item in items { try enqueue(item) } }
     }
 
     /// Moves an outbox item forward; never backwards (a late custody ack does not undo delivery).

@@ -24,6 +24,13 @@ public final class HubSession: @unchecked Sendable {
     private let queue = DispatchQueue(label: "yaok.session")
     private var link: LinkID?
     private let onEvent: @Sendable (Event) -> Void
+    /// Outbox items sent on this link and not yet acknowledged, with when they were sent.
+    private var inFlight: [[UInt8]: Int64] = [:]
+    private var timer: DispatchSourceTimer?
+    /// Items sent before waiting for acknowledgements.
+    public static let window = 64
+    /// Resend an unacknowledged item after this long.
+    public static let retransmitMs: Int64 = 5_000
 
     /// Parses `udp://HOST:PORT`.
     public static func parseHub(_ text: String) throws -> SocketAddress {
@@ -56,14 +63,43 @@ public final class HubSession: @unchecked Sendable {
             log: { _ in })
     }
 
-    public func start() throws { try engine.start() }
+    public func start() throws {
+        try engine.start()
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + 1, repeating: 1)
+        timer.setEventHandler { [weak self] in self?.retransmit() }
+        timer.resume()
+        self.timer = timer
+    }
 
     public func stop() {
+        timer?.cancel()
         engine.stop()
         queue.sync {}
     }
 
+    private func retransmit() {
+        let t = endpoint.now()
+        let stale = inFlight.filter { t - $0.value >= Self.retransmitMs }.map(\.key)
+        for id in stale { inFlight[id] = nil }
+        if !stale.isEmpty || inFlight.count < Self.window { pushOutbox() }
+    }
+
     public var isConnected: Bool { queue.sync { link != nil } }
+
+    /// Waits (bounded) until the hub has taken every pending outbox item, so receipts
+    /// queued during this session leave with it. Returns whether the outbox drained.
+    @discardableResult
+    public func drain(timeout: Double) -> Bool {
+        let deadline = DispatchTime.now() + timeout
+        while DispatchTime.now() < deadline {
+            let pending = (try? endpoint.store.outbox(states: [.pending], limit: 1).count) ?? 0
+            if pending == 0 { return true }
+            if !isConnected { return false }
+            usleep(20_000)
+        }
+        return false
+    }
 
     /// Pushes pending outbox items now (also done on every connect).
     public func flush() { queue.async { self.pushOutbox() } }
@@ -71,6 +107,7 @@ public final class HubSession: @unchecked Sendable {
     private func linkUp(_ info: LinkInfo) {
         guard info.peerRole == .hub else { return }
         link = info.id
+        inFlight.removeAll()
         onEvent(.connected(hub: info.remote ?? hub.description))
         pushOutbox()
     }
@@ -80,10 +117,16 @@ public final class HubSession: @unchecked Sendable {
         onEvent(.disconnected(reason))
     }
 
+    /// Sends pending outbox items, at most ``window`` unacknowledged at a time.
     private func pushOutbox() {
-        guard let link, let pending = try? endpoint.store.outbox(states: [.pending]) else { return }
+        let room = Self.window - inFlight.count
+        guard let link, room > 0, let pending = try? endpoint.store.outbox(states: [.pending], limit: Self.window + room) else { return }
         let t = endpoint.now()
-        for item in pending where item.expiresMs > t {
+        var sent = 0
+        for item in pending where item.expiresMs > t && inFlight[item.messageID] == nil {
+            guard sent < room else { break }
+            inFlight[item.messageID] = t
+            sent += 1
             try? engine.send(TLVRecord(.bundle, value: item.bundle).encoded, to: link)
         }
     }
@@ -104,9 +147,12 @@ public final class HubSession: @unchecked Sendable {
         case .custodyAck:
             guard let ack = try? CustodyAck(parsing: record.value) else { return }
             try? endpoint.store.advance(ack.messageID, to: .handedOver)
+            inFlight[ack.messageID] = nil
             onEvent(.handedOver(ack.messageID))
+            pushOutbox()
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value) else { return }
+            inFlight[r.messageID] = nil
             switch r.reason {
             case .rateLimited, .storeFull: break  // stays pending; retried on the next push
             default: try? endpoint.store.advance(r.messageID, to: .refused)

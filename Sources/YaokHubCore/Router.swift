@@ -23,7 +23,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var linkFramesPerSecond: Int
         public var senderEnvelopesPerMinute: Int
         public var custodyTimeoutMs: Int64
-        public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000) {
+        /// Bundles awaiting custody on one link at once; more wait for acknowledgements.
+        public var linkWindow: Int
+        public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
+                    linkWindow: Int = 64) {
+            self.linkWindow = linkWindow
             self.hopLimit = hopLimit
             self.linkFramesPerSecond = linkFramesPerSecond
             self.senderEnvelopesPerMinute = senderEnvelopesPerMinute
@@ -243,7 +247,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
         case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkChallenge, .linkProof: break
+        case .pong, .linkChallenge, .linkProof, .linkClose: break
         case nil:
             counters.unknownFrames += 1
             logger.debug("unknown frame type 0x\(String(record.type, radix: 16)) on \(key)")
@@ -372,6 +376,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         } catch {
             logger.error("store: custody ack for \(Self.shortID(id)): \(error)")
         }
+        // The window has room again.
+        switch link.info.peerRole {
+        case .endpoint: pushPending(to: link)
+        case .relay: pushForwardable(to: link)
+        case .hub: break
+        }
         onChange?()
     }
 
@@ -444,8 +454,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Routing
 
+    /// Links to an attached endpoint, newest first: a phone that reconnected is reachable
+    /// on its new link while the old one may not have timed out yet.
     private func endpointLinks(for userID: [UInt8]) -> [Link] {
-        links.values.filter { $0.info.peerRole == .endpoint && $0.peerID == userID }.sorted { $0.info.cost < $1.info.cost }
+        links.values.filter { $0.info.peerRole == .endpoint && $0.peerID == userID }
+            .sorted { ($0.upAtMs, -$0.info.cost) > ($1.upAtMs, -$1.info.cost) }
     }
 
     private func chosenHops(for b: StoredBundle) -> [LinkKey] {
@@ -478,24 +491,27 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
-    /// Sends the bundle itself on a link, recording custody in flight.
-    private func transmit(_ b: StoredBundle, on link: Link) {
-        guard link.inFlight[b.messageID] == nil, !b.bytes.isEmpty else { return }
+    /// Sends the bundle itself on a link, recording custody in flight. Returns false when
+    /// the link's window is full.
+    @discardableResult
+    private func transmit(_ b: StoredBundle, on link: Link) -> Bool {
+        guard link.inFlight.count < settings.linkWindow else { return false }
+        guard link.inFlight[b.messageID] == nil, !b.bytes.isEmpty else { return true }
         let t = now()
         var outgoing = b.bytes
         if link.info.peerRole != .endpoint {
-            guard let parsed = try? YaokWire.Bundle(parsing: b.bytes) else { return }
+            guard let parsed = try? YaokWire.Bundle(parsing: b.bytes) else { return true }
             do {
                 outgoing = try parsed.forwarded(by: hubID).encoded
             } catch {
                 counters.refusedHopLimit += 1
                 try? store.recordPeerHas(b.messageID, peer: link.peerID)
-                return
+                return true
             }
         }
         guard outgoing.count + TLVRecord.headerLength <= link.info.mtu || link.info.mtu == 0 else {
             logger.warning("bundle \(Self.shortID(b.messageID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
-            return
+            return true
         }
         if b.state == .queued { try? store.markInFlight(b.messageID, link: link.key.description, nowMs: t) }
         link.inFlight[b.messageID] = t + settings.custodyTimeoutMs
@@ -503,19 +519,23 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             link.inFlight[b.messageID] = nil
             failAttemptIfStillInFlight(b.messageID, nowMs: t)
         }
+        return true
     }
 
     /// An endpoint attached: hand it everything queued for it.
     private func pushPending(to link: Link) {
-        guard let pending = try? store.pending(destination: link.peerID, limit: 10_000) else { return }
-        for b in pending where b.state != .delivered && b.state != .expired { transmit(b, on: link) }
+        let room = settings.linkWindow - link.inFlight.count
+        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: settings.linkWindow + room) else { return }
+        for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.messageID] == nil {
+            if !transmit(b, on: link) { break }
+        }
     }
 
     /// The relay came up: hand it what the policy routes there.
     private func pushForwardable(to link: Link) {
         guard let bundles = try? store.forwardable(limit: 100_000) else { return }
-        for b in bundles where endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
-            transmit(b, on: link)
+        for b in bundles where link.inFlight[b.messageID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
+            if !transmit(b, on: link) { break }
         }
     }
 

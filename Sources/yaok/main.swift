@@ -120,7 +120,10 @@ func withHubSession(_ endpoint: Endpoint, hub: String, timeout: Double, json: Bo
     }
     try session.start()
     defer { session.stop() }
-    return finished.wait(timeout: .now() + timeout) == .success
+    let ok = finished.wait(timeout: .now() + timeout) == .success
+    // Let receipts this session produced reach the hub before leaving.
+    session.drain(timeout: 3)
+    return ok
 }
 
 func report(_ event: HubSession.Event, json: Bool) {

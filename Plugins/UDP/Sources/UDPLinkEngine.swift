@@ -119,15 +119,17 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Stops the receive thread, reports every link down and closes the socket.
     public func stop() {
-        let (fd, links): (Int32, [LinkID]) = lock.withLock {
-            guard running else { return (-1, []) }
+        let (fd, links, addresses): (Int32, [LinkID], [SocketAddress]) = lock.withLock {
+            guard running else { return (-1, [], []) }
             running = false
-            let links = sessions.values.filter(\.up).map(\.linkID)
+            let up = sessions.values.filter(\.up)
             sessions.removeAll()
             byLink.removeAll()
-            return (self.fd, links)
+            return (self.fd, up.map(\.linkID), up.map(\.address))
         }
         guard fd >= 0 else { return }
+        // Say goodbye so peers drop the link now instead of after the idle timeout.
+        for address in addresses { try? sendDatagram(TLVRecord(.linkClose, value: []).encoded, to: address, fd: fd) }
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
         for id in links { events.linkDown(id, "transport stopped") }
@@ -204,6 +206,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var upInfo: LinkInfo?
         var deliver: LinkID?
         var failure: String?
+        var closed: LinkID?
         lock.withLock {
             counters.framesIn += 1
             counters.bytesIn += UInt64(datagram.count)
@@ -229,15 +232,31 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     failure = "handshake with \(address) failed: \(error)"
                     if !s.up { sessions[address] = nil }
                 }
-            case .ping:
+            case .ping where s.up:
                 replies.append(TLVRecord(.pong, value: record.value).encoded)
             case .pong:
                 break
+            case .linkClose:
+                sessions[address] = nil
+                if s.up {
+                    byLink[s.linkID] = nil
+                    closed = s.linkID
+                }
             default:
-                if s.up { deliver = s.linkID } else { counters.dropped += 1 }
+                if s.up {
+                    deliver = s.linkID
+                } else {
+                    counters.dropped += 1
+                    // Traffic from an unknown peer (e.g. we restarted): ask it to prove itself again.
+                    if now - s.lastChallengeMs >= 1_000 {
+                        replies.append(s.handshake.challengeFrame())
+                        s.lastChallengeMs = now
+                    }
+                }
             }
         }
         if let failure { events.log(failure) }
+        if let closed { events.linkDown(closed, "peer closed the link") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }
         if let upInfo { events.linkUp(upInfo) }
         if let deliver { events.frame(datagram, deliver) }

@@ -68,6 +68,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case ping = 0x12
     /// Keep-alive answer.
     case pong = 0x13
+    /// The sender is closing the link (graceful goodbye); the receiver reports it down.
+    case linkClose = 0x14
 }
 
 /// TLV parsing errors.

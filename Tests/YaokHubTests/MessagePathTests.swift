@@ -1,0 +1,111 @@
+import Foundation
+import XCTest
+@testable import YaokHubCore
+
+/// `yaok` endpoints (real processes) exchanging messages through a real hub.
+final class MessagePathTests: XCTestCase {
+    struct Event { var fields: [String: Any] }
+
+    /// Runs `yaok` with `--home` and returns its JSON lines.
+    static func yaok(_ home: String, _ args: [String], timeout: TimeInterval = 60, expectSuccess: Bool = true) throws -> [[String: Any]] {
+        let exe = try TestSupport.product("yaok")
+        var full = [args[0]]
+        if args.first == "contacts" { full = [args[0], args[1]] }
+        full += ["--home", home] + args.dropFirst(full.count)
+        let r = try TestSupport.run(exe, full, timeout: timeout)
+        if expectSuccess { XCTAssertEqual(r.status, 0, "yaok \(full.joined(separator: " ")): \(r.output)") }
+        return r.output.split(separator: "\n").compactMap {
+            try? JSONSerialization.jsonObject(with: Data($0.utf8)) as? [String: Any]
+        }
+    }
+
+    static func initPair(_ dir: String) throws -> (alice: String, bob: String) {
+        let alice = dir + "/alice", bob = dir + "/bob"
+        _ = try yaok(alice, ["init", "--name", "Alice"])
+        _ = try yaok(bob, ["init", "--name", "Bob"])
+        let exe = try TestSupport.product("yaok")
+        let codeA = try TestSupport.run(exe, ["qr", "--home", alice]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let codeB = try TestSupport.run(exe, ["qr", "--home", bob]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertTrue(codeA.hasPrefix("yaok://contact?v=1&d="))
+        _ = try yaok(alice, ["contacts", "add", codeB])
+        _ = try yaok(bob, ["contacts", "add", codeA])
+        return (alice, bob)
+    }
+
+    func startHub() throws -> (HubProcess, UInt16) {
+        let plugins = try TestSupport.temporaryDirectory(self)
+        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let hub = try HubProcess(dir: dir, config: HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port),
+                                 executable: try TestSupport.product("yaok-hub"))
+        try hub.waitReady()
+        return (hub, port)
+    }
+
+    func testTwoEndpointsExchangeMessagesAndReceiptsThroughAHub() throws {
+        let (hub, port) = try startHub()
+        defer { hub.stop() }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (alice, bob) = try Self.initPair(dir)
+        let url = "udp://127.0.0.1:\(port)"
+
+        // Alice hands a message to the hub while Bob is away.
+        let sent = try Self.yaok(alice, ["send", "Bob", "meet at the well at noon", "--hub", url, "--json", "--timeout", "20"])
+        let id = try XCTUnwrap(sent.first { $0["event"] as? String == "queued" }?["id"] as? String)
+        XCTAssertTrue(sent.contains { $0["event"] as? String == "handed_over" && $0["id"] as? String == id }, "\(sent)")
+        XCTAssertEqual(try hub.status().router.queue.queued + hub.status().router.queue.inFlight, 1)
+
+        // Bob attaches later and gets it; his delivery receipt goes back through the hub.
+        let got = try Self.yaok(bob, ["listen", "--hub", url, "--count", "1", "--json", "--timeout", "20"])
+        let message = try XCTUnwrap(got.first { $0["event"] as? String == "message" })
+        XCTAssertEqual(message["text"] as? String, "meet at the well at noon")
+        XCTAssertEqual(message["from"] as? String, "Alice")
+        XCTAssertEqual(message["id"] as? String, id)
+        try TestSupport.waitUntil(timeout: 10, "message delivered at the hub") { try hub.status().router.queue.delivered >= 1 }
+
+        // Alice attaches and learns it was delivered.
+        let receipts = try Self.yaok(alice, ["listen", "--hub", url, "--json", "--timeout", "5"], expectSuccess: true)
+        XCTAssertTrue(receipts.contains { $0["event"] as? String == "delivered" && $0["id"] as? String == id }, "\(receipts)")
+        let outbox = try Self.yaok(alice, ["outbox", "--json"])
+        XCTAssertEqual(outbox.first?["state"] as? String, "delivered")
+
+        // Bob answers with --wait-delivered: it returns only when Alice's receipt is back.
+        let aliceListening = DispatchQueue(label: "alice")
+        let aliceDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var aliceGot: [[String: Any]] = []
+        aliceListening.async {
+            aliceGot = (try? Self.yaok(alice, ["listen", "--hub", url, "--count", "1", "--json", "--timeout", "30"])) ?? []
+            aliceDone.signal()
+        }
+        let reply = try Self.yaok(bob, ["send", "Alice", "ok, noon", "--hub", url, "--json", "--wait-delivered", "--timeout", "30"])
+        XCTAssertTrue(reply.contains { $0["event"] as? String == "delivered" }, "\(reply)")
+        XCTAssertEqual(aliceDone.wait(timeout: .now() + 40), .success)
+        XCTAssertTrue(aliceGot.contains { $0["text"] as? String == "ok, noon" }, "\(aliceGot)")
+
+        // The hub never saw plaintext: its store file has none of it.
+        let storeBytes = try Data(contentsOf: URL(fileURLWithPath: hub.dir + "/data/store.db"))
+        XCTAssertNil(storeBytes.range(of: Data("meet at the well".utf8)))
+        XCTAssertNil(storeBytes.range(of: Data("ok, noon".utf8)))
+    }
+
+    func testMessagesFromNonContactsAreRejectedAndRecordedWithoutContent() throws {
+        let (hub, port) = try startHub()
+        defer { hub.stop() }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (_, bob) = try Self.initPair(dir)
+        let mallory = dir + "/mallory"
+        _ = try Self.yaok(mallory, ["init", "--name", "Mallory"])
+        let codeB = try TestSupport.run(try TestSupport.product("yaok"), ["qr", "--home", bob]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        _ = try Self.yaok(mallory, ["contacts", "add", codeB])
+        let url = "udp://127.0.0.1:\(port)"
+        _ = try Self.yaok(mallory, ["send", "Bob", "SECRET-SPAM-TEXT", "--hub", url, "--json", "--timeout", "20"])
+        let got = try Self.yaok(bob, ["listen", "--hub", url, "--json", "--timeout", "4"])
+        XCTAssertTrue(got.contains { $0["event"] as? String == "rejected" && $0["kind"] as? String == "non_contact" }, "\(got)")
+        XCTAssertTrue(try Self.yaok(bob, ["inbox", "--json"]).isEmpty)
+        let events = try Self.yaok(bob, ["events", "--json"])
+        XCTAssertEqual(events.first?["kind"] as? String, "non_contact")
+        let raw = try TestSupport.run(try TestSupport.product("yaok"), ["events", "--home", bob, "--json"]).output
+        XCTAssertFalse(raw.contains("SECRET-SPAM-TEXT"))
+    }
+}
