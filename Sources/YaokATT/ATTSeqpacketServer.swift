@@ -129,6 +129,7 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
 
     /// Stops accepting, closes every connection (calling `onDisconnect`), removes the socket
     /// file, and waits (up to `callTimeout`) for the poll thread to finish. Idempotent.
+    /// The poll thread keeps the server alive, so a started server must be stopped.
     public func stop() {
         lock.lock()
         guard state == .running else {
@@ -137,8 +138,8 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         }
         state = .stopping
         let onLoopThread = isOnLoopThreadLocked()
+        wakeLocked()
         lock.unlock()
-        wake()
         // From inside a callback the loop ends once the callback returns; don't wait for it.
         if !onLoopThread { _ = loopFinished.wait(timeout: .now() + options.callTimeout) }
     }
@@ -170,8 +171,8 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
             box.value = body()
             done.signal()
         }
+        wakeLocked()
         lock.unlock()
-        wake()
         guard done.wait(timeout: .now() + options.callTimeout) == .success else { return nil }
         return box.value
     }
@@ -234,9 +235,12 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         return pthread_equal(loop, pthread_self()) != 0
     }
 
-    private func wake() {
+    /// Wakes the poll thread. Called with `lock` held, so the pipe cannot be closed (and its
+    /// descriptor number reused) in between.
+    private func wakeLocked() {
+        guard wakeFDs.write >= 0 else { return }
         var byte: UInt8 = 1
-        _ = write(wakeFDs.write, &byte, 1)
+        _ = write(wakeFDs.write, &byte, 1)  // a full pipe already means "wake up"
     }
 
     private func runLoop() {
@@ -295,10 +299,12 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         for connection in connections.values { connection.closed = true }
         reapClosed()
         close(listenFD)
+        listenFD = -1
         unlink(socketPath)
+        lock.lock()
         close(wakeFDs.read)
         close(wakeFDs.write)
-        lock.lock()
+        wakeFDs = (-1, -1)
         state = .stopped
         loopThread = nil
         lock.unlock()

@@ -1,2 +1,0 @@
-import XCTest
-final class YaokATTTestsPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }
