@@ -159,20 +159,6 @@ public enum DatabaseKey {
         return key
     }
 
-    /// Makes the new directory entry durable (best effort: some filesystems refuse).
-    private static func syncDirectory(of path: String) {
-        let dir: String
-        if let slash = path.lastIndex(of: "/") {
-            dir = slash == path.startIndex ? "/" : String(path[..<slash])
-        } else {
-            dir = "."
-        }
-        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        guard fd >= 0 else { return }
-        _ = fsync(fd)
-        closeDescriptor(fd)
-    }
-
     /// `count` bytes from the kernel CSPRNG: `getrandom(2)`, which blocks until the pool is
     /// seeded (unlike reading /dev/urandom early at boot). Glibc's Swift module does not
     /// export <sys/random.h>, so the libc symbol is looked up at run time.

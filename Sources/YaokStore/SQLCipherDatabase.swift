@@ -83,9 +83,19 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     /// umask), and tightens an existing file that is group/other accessible. SQLite gives the
     /// -wal and -shm files the main file's permissions.
     private static func prepareFile(_ path: String) throws {
-        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        var fd = open(path, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
+        let created = fd >= 0
+        if !created && errno == EEXIST {
+            fd = open(path, O_RDWR | O_CLOEXEC)
+        }
         guard fd >= 0 else { throw StoreError.fileError(path: path, operation: "open", errno: errno) }
         defer { closeDescriptor(fd) }
+        if created {
+            // The new directory entry must survive a power cut too (SQLite syncs the
+            // directory for the WAL it creates, not for a main file it did not create).
+            _ = fsync(fd)
+            syncDirectory(of: path)
+        }
         var st = stat()
         guard fstat(fd, &st) == 0 else {
             throw StoreError.fileError(path: path, operation: "fstat", errno: errno)
@@ -161,6 +171,8 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         }
         // FULL syncs the WAL on every commit: an accepted row survives SIGKILL and power loss.
         try execute("PRAGMA synchronous = FULL", purpose: "setting synchronous")
+        // After a checkpoint, a WAL grown by a burst is truncated back to this size.
+        try execute("PRAGMA journal_size_limit = 67108864", purpose: "setting journal_size_limit")
         try execute("PRAGMA foreign_keys = ON", purpose: "enabling foreign keys")
     }
 
@@ -482,6 +494,20 @@ public struct Migration: Sendable {
             try db.executeScript(script, purpose: "migrating the schema to version \(version)")
         }
     }
+}
+
+/// Makes the new directory entry durable (best effort: some filesystems refuse).
+func syncDirectory(of path: String) {
+    let dir: String
+    if let slash = path.lastIndex(of: "/") {
+        dir = slash == path.startIndex ? "/" : String(path[..<slash])
+    } else {
+        dir = "."
+    }
+    let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+    guard fd >= 0 else { return }
+    _ = fsync(fd)
+    closeDescriptor(fd)
 }
 
 func closeDescriptor(_ fd: Int32) {

@@ -22,6 +22,7 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.pragma("foreign_keys")?.int64Value, 1)
         XCTAssertEqual(try db.pragma("temp_store")?.int64Value, 2, "temp_store must be MEMORY (2)")
         XCTAssertEqual(try db.pragma("auto_vacuum")?.int64Value, 2, "new files use incremental auto-vacuum")
+        XCTAssertEqual(try db.pragma("journal_size_limit")?.int64Value, 67_108_864)
     }
 
     func testOpenReopenPersists() throws {
