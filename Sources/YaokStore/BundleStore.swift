@@ -274,6 +274,31 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
+    /// Records a delivery receipt for a bundle this hub never held (or no longer holds): a
+    /// delivered tombstone is written so that copies still travelling are refused as
+    /// duplicates until `expiresMs`. Such tombstones have `kind` 0, a zero source user ID and
+    /// size 0. Does nothing if the message ID is already known. Returns whether it was added.
+    @discardableResult
+    public func rememberDelivered(_ id: [UInt8], destination: [UInt8], expiresMs: Int64, nowMs: Int64) throws -> Bool {
+        guard id.count == 16 else { throw StoreError.invalidBundle("message ID must be 16 bytes, got \(id.count)") }
+        guard destination.count == 32 else { throw StoreError.invalidBundle("destination must be 32 bytes, got \(destination.count)") }
+        guard expiresMs > nowMs else { return false }
+        return try database.transaction {
+            try database.withExclusiveAccess {
+                try database.execute(SQL.insertTombstone, [
+                    .blob(id), .blob(destination), .blob([UInt8](repeating: 0, count: 32)), .integer(nowMs),
+                    .integer(expiresMs), .int(BundleState.delivered.rawValue), .integer(nowMs), .integer(nowMs),
+                ], purpose: "remembering a delivered bundle")
+                let added = database.changes == 1
+                if added {
+                    try database.execute(SQL.recordDelivery, [.blob(destination), .integer(nowMs)],
+                                         purpose: "recording a delivery")
+                }
+                return added
+            }
+        }
+    }
+
     /// Remembers that `peer` holds the bundle (it offered it, or told us in a summary), so it
     /// is never sent to that peer. Unknown message IDs are ignored.
     public func recordPeerHas(_ id: [UInt8], peer: [UInt8]) throws {
@@ -440,6 +465,11 @@ public final class BundleStore: @unchecked Sendable {
             SELECT message_id, size, expires_ms, id FROM bundles \
             WHERE state IN (0, 2) AND expires_ms < ? AND (expires_ms > ? OR (expires_ms = ? AND id > ?)) \
             ORDER BY expires_ms, id LIMIT ?
+            """
+        static let insertTombstone = """
+            INSERT OR IGNORE INTO bundles (message_id, destination, kind, source_user, hop_count, hop_limit, \
+            created_ms, expires_ms, bytes, size, state, next_attempt_ms, accepted_ms) \
+            VALUES (?, ?, 0, ?, 0, 0, ?, ?, NULL, 0, ?, ?, ?)
             """
         static let deleteBundle = "DELETE FROM bundles WHERE message_id = ?"
         static let selectByID = "SELECT \(columns) FROM bundles WHERE message_id = ?"

@@ -92,6 +92,23 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.counts()[.queued], 0)
     }
 
+    func testReceiptBeforeBundleLeavesATombstone() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertTrue(try store.rememberDelivered(messageID(1), destination: userID(1), expiresMs: 5_000, nowMs: 100))
+        XCTAssertFalse(try store.rememberDelivered(messageID(1), destination: userID(1), expiresMs: 5_000, nowMs: 101))
+        XCTAssertFalse(try store.rememberDelivered(messageID(2), destination: userID(1), expiresMs: 100, nowMs: 100))
+        XCTAssertEqual(try store.bundle(messageID(1))?.state, .delivered)
+        XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 5_000), nowMs: 200), .duplicate)
+        XCTAssertEqual(try store.lastDelivery().first?.atMs, 100)
+        XCTAssertEqual(try store.totalBytes(), 0)
+        // A receipt for a bundle we carry does not disturb it.
+        XCTAssertEqual(try store.accept(makeBundle(3), nowMs: 0), .stored)
+        XCTAssertFalse(try store.rememberDelivered(messageID(3), destination: userID(1), expiresMs: 5_000, nowMs: 300))
+        XCTAssertEqual(try store.bundle(messageID(3))?.state, .queued)
+        XCTAssertEqual(try store.expire(nowMs: 5_000), 0)
+        XCTAssertNil(try store.bundle(messageID(1)), "tombstone swept at expiry")
+    }
+
     func testBackoffScheduleIsExact() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: Int64.max / 2), nowMs: 0), .stored)
