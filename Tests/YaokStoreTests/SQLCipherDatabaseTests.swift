@@ -216,3 +216,34 @@ final class SQLCipherDatabaseStatementTests: XCTestCase {
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM t"), .integer(2))
     }
 }
+
+final class SQLCipherCLIInteropTests: XCTestCase {
+    /// The documented inspection path works: the `sqlcipher` CLI opens our file with
+    /// `PRAGMA key = "x'<hex>'"` (so the key really is applied as a raw key).
+    func testSQLCipherCLIReadsTheFileWithTheRawKey() throws {
+        let cli = "/usr/bin/sqlcipher"
+        guard FileManager.default.isExecutableFile(atPath: cli) else { throw XCTSkip("sqlcipher CLI not installed") }
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x TEXT)")
+            try db.execute("INSERT INTO t VALUES (?)", [.text("interop-ok")])
+        }
+        func run(_ key: [UInt8]) throws -> String {
+            let hex = key.map { String(format: "%02x", $0) }.joined()
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: cli)
+            p.arguments = [path, "PRAGMA key = \"x'\(hex)'\"; SELECT x FROM t;"]
+            let out = Pipe()
+            p.standardOutput = out
+            p.standardError = out
+            try p.run()
+            let data = out.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return String(decoding: data, as: UTF8.self)
+        }
+        XCTAssertEqual(try run(testKey).trimmingCharacters(in: .whitespacesAndNewlines), "interop-ok")
+        XCTAssertTrue(try run(otherKey).contains("file is encrypted or is not a database"))
+    }
+}
