@@ -368,6 +368,15 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         }
     }
 
+    /// Runs `PRAGMA quick_check` (every page decrypts and authenticates, b-trees are well
+    /// formed) and returns the problems found, at most `limit`; empty means healthy. Takes
+    /// time proportional to the file size; meant for startup or an operator command.
+    public func quickCheck(limit: Int = 10) throws -> [String] {
+        let rows = try query("PRAGMA quick_check(\(max(1, limit)))", purpose: "checking database integrity")
+        let messages = rows.compactMap { $0.first?.textValue }
+        return messages == ["ok"] ? [] : messages
+    }
+
     /// Reads a pragma's single value (e.g. `"journal_mode"`, `"synchronous"`).
     public func pragma(_ name: String) throws -> SQLValue? {
         guard name.allSatisfy({ $0.isLetter || $0 == "_" }) else {

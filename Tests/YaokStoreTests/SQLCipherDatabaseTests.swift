@@ -43,6 +43,30 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.pragma("journal_mode")?.textValue?.lowercased(), "wal")
     }
 
+    func testQuickCheckSpotsATamperedPage() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/a.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x BLOB)")
+            for i in 0..<50 { try db.execute("INSERT INTO t VALUES (?)", [.blob([UInt8](repeating: UInt8(i), count: 900))]) }
+            XCTAssertEqual(try db.quickCheck(), [])
+        }
+        // Flip one byte in the middle of a data page (the file is checkpointed on close).
+        var bytes = try XCTUnwrap(fileBytes(path))
+        XCTAssertGreaterThan(bytes.count, 20 * 1024)
+        bytes[10 * 1024 + 500] ^= 0xFF
+        try writeFile(path, bytes, mode: 0o600)
+        // Page HMACs catch it: either opening or the check reports it, never silent success.
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            let problems = try db.quickCheck()
+            XCTAssertFalse(problems.isEmpty)
+        } catch {
+            guard case StoreError.sqlite = error else { return XCTFail("unexpected \(error)") }
+        }
+    }
+
     func testWrongKeyIsRejected() throws {
         let dir = try makeTempDirectory(self)
         let path = dir + "/a.db"
