@@ -13,6 +13,10 @@ public struct ATTConnectionID: Hashable, Comparable, Sendable, CustomStringConve
 /// and every accepted connection gets a FRESH copy of the table with its own `ATTServer`
 /// (link security: none, as a UNIX socket is not encrypted).
 ///
+/// Already-connected seqpacket descriptors from elsewhere (e.g. an accepted L2CAP ATT
+/// socket, which is also one PDU per packet) can join the same loop with `adopt(fd:security:)`;
+/// with `socketPath` nil the server only serves adopted connections.
+///
 /// One poll thread does all socket I/O and runs every `ATTServer` and every callback, so
 /// the engines need no locks. Owner calls from other threads (`notify`, `indicate`,
 /// `withServer`) are queued to that thread and waited for (with a timeout); called from
@@ -64,8 +68,8 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         var value: T?
     }
 
-    /// The socket path.
-    public let socketPath: String
+    /// The UNIX socket path listened on; nil when only adopted connections are served.
+    public let socketPath: String?
     /// The table every connection starts from.
     public let table: AttributeTable
     public let options: Options
@@ -93,7 +97,8 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
 
     private enum RunState { case idle, running, stopping, stopped }
 
-    public init(table: AttributeTable, socketPath: String, options: Options = Options()) {
+    /// A server for `table`; with a `socketPath` it listens there once started.
+    public init(table: AttributeTable, socketPath: String?, options: Options = Options()) {
         self.table = table
         self.socketPath = socketPath
         self.options = options
@@ -110,13 +115,15 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         lock.lock()
         defer { lock.unlock() }
         guard state == .idle else { throw ATTSocketError.notStartable }
-        let fd = try UnixSeqpacket.listen(at: socketPath, backlog: 16)
+        let fd = try socketPath.map { try UnixSeqpacket.listen(at: $0, backlog: 16) } ?? -1
         var pipeFDs: [Int32] = [-1, -1]
         guard pipe(&pipeFDs) == 0 else {
             let code = errno
-            close(fd)
-            unlink(socketPath)
-            throw ATTSocketError.system(operation: "pipe2", errno: code)
+            if let socketPath {
+                close(fd)
+                unlink(socketPath)
+            }
+            throw ATTSocketError.system(operation: "pipe", errno: code)
         }
         for pipeFD in pipeFDs { UnixSeqpacket.makeNonBlockingCloseOnExec(pipeFD) }
         listenFD = fd
@@ -175,6 +182,36 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         lock.unlock()
         guard done.wait(timeout: .now() + options.callTimeout) == .success else { return nil }
         return box.value
+    }
+
+    /// Serves an already-connected `SOCK_SEQPACKET` descriptor (one ATT PDU per packet) with
+    /// a fresh table copy and the given link security. The server takes ownership of `fd`
+    /// in every case: it is closed when the connection ends, or at once when the server is
+    /// not running or at `maxConnections` (then the result is nil).
+    public func adopt(fd: Int32, security: ATTLinkSecurity = .none) -> ATTConnectionID? {
+        UnixSeqpacket.makeNonBlockingCloseOnExec(fd)
+        // Exactly one side owns fd: the poll thread if it got there first, else this caller
+        // (when the server is not running, or the call timed out before the job ran).
+        final class Handover: @unchecked Sendable {
+            let lock = NSLock()
+            var taken = false
+            var abandoned = false
+        }
+        let handover = Handover()
+        let id = onPollThread { () -> ATTConnectionID? in
+            handover.lock.lock()
+            defer { handover.lock.unlock() }
+            guard !handover.abandoned else { return nil }
+            handover.taken = true
+            return self.addConnection(fd: fd, security: security)
+        } ?? nil
+        handover.lock.lock()
+        if !handover.taken {
+            handover.abandoned = true
+            close(fd)
+        }
+        handover.lock.unlock()
+        return id
     }
 
     /// The connections now open, in accept order.
@@ -261,6 +298,7 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
             reapClosed()
 
             let ordered = connections.values.sorted { $0.id < $1.id }
+            // A negative descriptor (no listener) is skipped by poll().
             var fds = [pollfd(fd: wakeFDs.read, events: Int16(POLLIN), revents: 0),
                        pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0)]
             for connection in ordered {
@@ -298,9 +336,11 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         for job in leftover { job() }  // let waiting callers return (they see the closing state)
         for connection in connections.values { connection.closed = true }
         reapClosed()
-        close(listenFD)
+        if let socketPath {
+            close(listenFD)
+            unlink(socketPath)
+        }
         listenFD = -1
-        unlink(socketPath)
         lock.lock()
         close(wakeFDs.read)
         close(wakeFDs.write)
@@ -321,16 +361,23 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
             let fd = accept(listenFD, nil, nil)
             if fd < 0 { return }  // EAGAIN (done) or a transient error: poll again
             UnixSeqpacket.makeNonBlockingCloseOnExec(fd)
-            guard connections.count < options.maxConnections else {
-                close(fd)  // over the bound: refuse by closing at once
-                continue
-            }
-            let id = ATTConnectionID(rawValue: nextConnectionID)
-            nextConnectionID += 1
-            let connection = Connection(id: id, fd: fd, server: ATTServer(table: table, options: options.engineOptions))
-            connections[id] = connection
-            onConnect?(id, connection.server)
+            _ = addConnection(fd: fd, security: .none)
         }
+    }
+
+    /// Registers a connected descriptor; over the bound it is closed at once (refused).
+    private func addConnection(fd: Int32, security: ATTLinkSecurity) -> ATTConnectionID? {
+        guard connections.count < options.maxConnections else {
+            close(fd)
+            return nil
+        }
+        let id = ATTConnectionID(rawValue: nextConnectionID)
+        nextConnectionID += 1
+        let engine = ATTServer(table: table, options: options.engineOptions, security: security)
+        let connection = Connection(id: id, fd: fd, server: engine)
+        connections[id] = connection
+        onConnect?(id, engine)
+        return id
     }
 
     private func receive(on connection: Connection) {

@@ -241,3 +241,65 @@ final class ATTSeqpacketServerTests: XCTestCase {
         XCTAssertEqual(client.request([0x0A] + le16(6)), .pdu([0x0B] + Array("hello".utf8)))
     }
 }
+
+final class ATTSeqpacketAdoptTests: XCTestCase {
+    private func socketPair() throws -> (Int32, Int32) {
+        var fds: [Int32] = [-1, -1]
+        guard socketpair(AF_UNIX, UnixSeqpacket.seqpacket, 0, &fds) == 0 else {
+            throw ATTSocketError.system(operation: "socketpair", errno: errno)
+        }
+        return (fds[0], fds[1])
+    }
+
+    /// Wraps a raw descriptor in the test client's send/receive helpers.
+    private final class RawClient {
+        let fd: Int32
+        init(fd: Int32) { self.fd = fd }
+        deinit { close(fd) }
+        func request(_ pdu: [UInt8]) -> SeqpacketTestClient.Received {
+            _ = pdu.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            var descriptor = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            guard poll(&descriptor, 1, 5000) == 1 else { return .timedOut }
+            var buffer = [UInt8](repeating: 0, count: 1024)
+            let count = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            return count <= 0 ? .closed : .pdu(Array(buffer[0..<count]))
+        }
+    }
+
+    func testAdoptedSocketpairWithEncryptedLink() throws {
+        let server = ATTSeqpacketServer(table: try Fixture.table(), socketPath: nil,
+                                        options: ATTSeqpacketServer.Options(maxConnections: 1))
+        let disconnected = DispatchSemaphore(value: 0)
+        server.onDisconnect = { _ in disconnected.signal() }
+        try server.start()
+        defer { server.stop() }
+
+        let (plainServerSide, plainClientSide) = try socketPair()
+        var plain: RawClient? = RawClient(fd: plainClientSide)
+        let plainID = try XCTUnwrap(server.adopt(fd: plainServerSide))
+        XCTAssertEqual(plain?.request([0x0A] + le16(12)), .pdu(errorPDU(0x0A, 12, 0x0F)), "plain link: not encrypted")
+
+        // At the connection limit an adopted descriptor is closed at once.
+        let (refusedServerSide, refusedClientSide) = try socketPair()
+        let refused = RawClient(fd: refusedClientSide)
+        XCTAssertNil(server.adopt(fd: refusedServerSide))
+        XCTAssertEqual(refused.request([0x0A] + le16(3)), .closed)
+
+        // Once the first one leaves, an encrypted link can join and read the protected value.
+        plain = nil
+        XCTAssertEqual(disconnected.wait(timeout: .now() + 5), .success)
+        XCTAssertFalse(server.connectionIDs.contains(plainID))
+        let (secureServerSide, secureClientSide) = try socketPair()
+        let secure = RawClient(fd: secureClientSide)
+        XCTAssertNotNil(server.adopt(fd: secureServerSide, security: ATTLinkSecurity(encrypted: true)))
+        XCTAssertEqual(secure.request([0x0A] + le16(12)), .pdu([0x0B] + Array("secret".utf8)))
+    }
+
+    func testAdoptOnAStoppedServerClosesTheDescriptor() throws {
+        let server = ATTSeqpacketServer(table: try Fixture.table(), socketPath: nil)
+        let (serverSide, clientSide) = try socketPair()
+        let client = RawClient(fd: clientSide)
+        XCTAssertNil(server.adopt(fd: serverSide))
+        XCTAssertEqual(client.request([0x0A] + le16(3)), .closed)
+    }
+}
