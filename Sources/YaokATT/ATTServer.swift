@@ -64,7 +64,9 @@ public final class ATTServer {
 
     /// Told of every accepted write after the value is stored; returning an error code
     /// restores the old value and (for requests) sends that error. `isCommand` is true for
-    /// Write Command. Executed prepared writes arrive one handle at a time with `isCommand` false.
+    /// Write Command. Executed prepared writes arrive one handle at a time with `isCommand` false;
+    /// offsets and lengths of all of them are checked before any is stored, but a rejection by
+    /// this handler keeps the handles already written before it.
     public typealias WriteHandler = (_ handle: UInt16, _ value: [UInt8], _ isCommand: Bool) -> ATTErrorCode?
 
     private struct PreparedWrite {

@@ -277,3 +277,12 @@ final class ATTServerDispatchTests: XCTestCase {
         XCTAssertEqual(server.handle(pdu: [0x1D] + le16(1) + [1]), [0x1E], "a peer's indication is confirmed")
     }
 }
+
+final class ATTErrorCodeTests: XCTestCase {
+    func testDescriptionsNameTheCode() {
+        XCTAssertEqual(ATTErrorCode.insufficientEncryption.description, "insufficient encryption (0x0f)")
+        XCTAssertEqual(ATTErrorCode(rawValue: 0x85).description, "application error (0x85)")
+        XCTAssertEqual(ATTErrorCode(rawValue: 0x42).description, "ATT error 0x42")
+        XCTAssertEqual(ATTNotifyError.notEnabled(6).description, "the client has not enabled this for attribute 6")
+    }
+}
