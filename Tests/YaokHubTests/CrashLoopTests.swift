@@ -1,0 +1,75 @@
+import Foundation
+import XCTest
+import YaokEndpoint
+@testable import YaokHubCore
+
+/// SIGKILL the hub over and over during a large transfer: no message may be lost and
+/// none may reach the recipient twice.
+final class CrashLoopTests: XCTestCase {
+    func testKill9LoopDuringTransferLosesNothingAndDeliversNothingTwice() throws {
+        let count = Int(ProcessInfo.processInfo.environment["YAOK_CRASH_TEST_MESSAGES"] ?? "") ?? 10_000
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try TestSupport.temporaryDirectory(self)
+        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
+            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 3\n  link_frames_per_second: 100000\n  sender_envelopes_per_minute: 1000000")
+
+        let alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
+        let bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
+        let bobContact = try alice.addContact(uri: bob.contactCode())
+        try bob.addContact(uri: alice.contactCode())
+        let texts = (0..<count).map { "crash-loop message \($0)" }
+        let composeStart = Date()
+        for chunk in stride(from: 0, to: count, by: 1000) {
+            _ = try alice.compose(to: bobContact, texts: Array(texts[chunk..<min(count, chunk + 1000)]))
+        }
+        print("composed \(count) messages in \(String(format: "%.1f", Date().timeIntervalSince(composeStart))) s")
+
+        var hub = try HubProcess(dir: dir, config: config, executable: hubExe)
+        try hub.waitReady()
+        let hubAddress = try HubSession.parseHub("udp://127.0.0.1:\(port)")
+        let aliceSession = HubSession(endpoint: alice, hub: hubAddress) { _ in }
+        let bobSession = HubSession(endpoint: bob, hub: hubAddress) { _ in }
+        try aliceSession.start()
+        try bobSession.start()
+        defer {
+            aliceSession.stop()
+            bobSession.stop()
+            hub.stop()
+        }
+
+        func received() -> Int { (try? bob.store.inbox().count) ?? 0 }
+        let start = Date()
+        var kills = 0
+        // Kill at growing intervals while the transfer runs, then let it finish.
+        let maxKills = Int(ProcessInfo.processInfo.environment["YAOK_CRASH_TEST_KILLS"] ?? "") ?? 6
+        while received() < count && kills < maxKills && Date().timeIntervalSince(start) < 240 {
+            Thread.sleep(forTimeInterval: 0.7 + Double(kills) * 0.4)
+            hub.signal(SIGKILL)
+            XCTAssertNotNil(hub.waitExit(timeout: 10))
+            kills += 1
+            hub = try HubProcess(dir: dir, config: config, executable: hubExe)
+            try hub.waitReady()
+        }
+        try TestSupport.waitUntil(timeout: 600, "all \(count) messages at Bob (have \(received()))") { received() >= count }
+        let elapsed = Date().timeIntervalSince(start)
+
+        let inbox = try bob.store.inbox()
+        let ids = Set(inbox.map(\.messageID))
+        let lost = Set(texts).subtracting(inbox.map(\.text)).count
+        let duplicatedAtRecipient = inbox.count - ids.count
+        let redelivered = try bob.store.securityEvents().filter { $0.kind == .duplicate }.count
+        print("crash loop: \(count) messages, \(kills) SIGKILLs, \(String(format: "%.1f", elapsed)) s; lost \(lost), delivered twice \(duplicatedAtRecipient), redeliveries suppressed by the endpoint \(redelivered)")
+        XCTAssertGreaterThan(kills, 0, "the hub must have been killed at least once mid-transfer")
+        XCTAssertEqual(lost, 0)
+        XCTAssertEqual(duplicatedAtRecipient, 0)
+        XCTAssertEqual(inbox.count, count)
+        XCTAssertEqual(Set(inbox.map(\.text)), Set(texts))
+        // Every message left Alice's outbox for good.
+        try TestSupport.waitUntil(timeout: 60, "alice's outbox drained") {
+            try alice.store.outbox(states: [.pending], limit: 1).isEmpty
+        }
+    }
+}
