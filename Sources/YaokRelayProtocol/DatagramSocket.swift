@@ -1,0 +1,82 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// A relay address, `host:port` (IPv4/IPv6 literal or a name resolved with getaddrinfo).
+public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
+    public var host: String
+    public var port: UInt16
+
+    public init(host: String, port: UInt16) {
+        self.host = host
+        self.port = port
+    }
+
+    /// Parses `host:port` or `[v6]:port`; nil when malformed.
+    public init?(parsing text: String) {
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port > 0 else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard !host.isEmpty, host.utf8.count <= 253 else { return nil }
+        self.init(host: host, port: port)
+    }
+
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+}
+
+/// A UDP socket connected to one address: the kernel filters datagrams from anyone else and
+/// reports ICMP "port unreachable" as ECONNREFUSED, which tells the client the relay is down.
+final class ConnectedDatagramSocket: @unchecked Sendable {
+    let fd: Int32
+
+    init(to address: RelayAddress) throws {
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
+        var result: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(address.host, String(address.port), &hints, &result)
+        guard rc == 0, let first = result else {
+            throw RelayProtocolError.invalid("cannot resolve relay host \(address.host): \(String(cString: gai_strerror(rc)))")
+        }
+        defer { freeaddrinfo(result) }
+        let fd = socket(first.pointee.ai_family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        guard fd >= 0 else { throw RelayProtocolError.system(call: "socket", errno: errno) }
+        guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
+            let e = errno
+            close(fd)
+            throw RelayProtocolError.system(call: "connect \(address)", errno: e)
+        }
+        var buf: Int32 = 1 << 20
+        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, socklen_t(MemoryLayout<Int32>.size))
+        self.fd = fd
+    }
+
+    /// Sends one datagram; returns errno on failure (0 on success).
+    @discardableResult
+    func send(_ bytes: [UInt8]) -> Int32 {
+        let n = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        return n == bytes.count ? 0 : errno
+    }
+
+    enum Received { case datagram([UInt8]), nothing, failed(Int32) }
+
+    /// Waits up to `timeoutMs` for one datagram.
+    func receive(timeoutMs: Int32, buffer: inout [UInt8]) -> Received {
+        var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        let ready = poll(&pfd, 1, timeoutMs)
+        if ready <= 0 { return .nothing }
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+        if n < 0 {
+            let e = errno
+            return e == EAGAIN || e == EINTR ? .nothing : .failed(e)
+        }
+        return .datagram(Array(buffer[0..<n]))
+    }
+
+    func shutdownAndClose() {
+        shutdown(fd, Int32(SHUT_RDWR))
+        close(fd)
+    }
+}

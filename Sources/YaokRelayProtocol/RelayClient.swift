@@ -1,0 +1,525 @@
+import Foundation
+import YaokCrypto
+
+/// A reusable client for the relay: handshake with the pinned relay key, registration,
+/// SEND with fragmentation and retransmission, pushed MSG, POLL, ACK, keep-alive PING and
+/// automatic re-handshake. Used by the relay transport plugin (hub side) and by the `yaok`
+/// endpoint acting as an internet-side user.
+///
+/// Event-driven core (``onEvent``, called on the client's thread) plus blocking helpers
+/// (``connect(timeout:)``, ``registerAndWait(_:timeout:)``, ``sendAndWait(bundle:timeout:)``,
+/// ``pollAndWait(timeout:)``) for command-line use and tests.
+///
+/// ACK only after the bundle is durably stored: the relay deletes on ACK, and re-offers
+/// un-acknowledged messages after its lease (30 s) otherwise.
+public final class RelayClient: @unchecked Sendable {
+    /// Client settings.
+    public struct Configuration: Sendable {
+        public var relay: RelayAddress
+        /// The relay's Ed25519 key, pinned (from `yaok-relay key`).
+        public var relaySigningKey: [UInt8]
+        /// PING after this long without hearing from the relay.
+        public var pingIntervalMs: Int64 = 60_000
+        /// No answer this long after a PING: the relay is unreachable.
+        public var pingTimeoutMs: Int64 = 15_000
+        /// First HELLO retry delay; doubles up to ``maxHandshakeRetryMs``.
+        public var handshakeRetryMs: Int64 = 1_000
+        public var maxHandshakeRetryMs: Int64 = 30_000
+        /// Resend an unanswered SEND / REGISTER after this long, at most ``maxAttempts`` times.
+        public var requestRetryMs: Int64 = 2_000
+        public var maxAttempts = 5
+        /// Wall clock in milliseconds (registration timestamps).
+        public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+
+        public init(relay: RelayAddress, relaySigningKey: [UInt8]) {
+            self.relay = relay
+            self.relaySigningKey = relaySigningKey
+        }
+    }
+
+    /// What the client reports.
+    public enum Event: Sendable {
+        /// The handshake succeeded (also after a re-handshake).
+        case connected(sessionID: UInt64, relayKXKey: [UInt8])
+        /// The session is gone (unreachable, relay reset, stopped). The client keeps retrying.
+        case disconnected(reason: String)
+        /// The relay's answer could not be trusted (e.g. key mismatch). The client keeps retrying.
+        case handshakeFailed(RelayProtocolError)
+        /// A registration's outcome.
+        case registered(userID: [UInt8], status: RegistrationStatus)
+        /// The relay durably holds a sent bundle.
+        case queued(QueuedNotice)
+        /// A send was refused (``RelayProtocolError/refused(_:)``) or not answered.
+        case sendFailed(messageID: [UInt8], error: RelayProtocolError)
+        /// A bundle for a registered user (pushed or polled). ACK it after storing it.
+        case message(bundle: [UInt8], messageID: [UInt8])
+        /// End of a poll round.
+        case pollDone(remaining: UInt32)
+        /// An ERROR not tied to a send.
+        case relayError(RelayErrorNotice)
+    }
+
+    /// Counters for status.
+    public struct Counters: Sendable, Equatable {
+        public var packetsIn: UInt64 = 0, packetsOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
+        public var dropped: UInt64 = 0, handshakes: UInt64 = 0, sent: UInt64 = 0, received: UInt64 = 0, acked: UInt64 = 0
+    }
+
+    enum State {
+        case stopped
+        case handshaking(ephemeral: EphemeralKX, nextAttemptMs: Int64, delayMs: Int64)
+        case connected(SecureSession)
+    }
+
+    struct PendingSend {
+        let message: [UInt8]
+        var attempts: Int
+        var nextRetryMs: Int64
+    }
+
+    struct PendingRegister {
+        let request: RegisterRequest
+        var attempts: Int
+        var nextRetryMs: Int64
+    }
+
+    public let configuration: Configuration
+    /// Where events go. Set before ``start()``.
+    public var onEvent: @Sendable (Event) -> Void = { _ in }
+    /// Fresh registrations to send after every (re)connect, e.g. the hub's own.
+    public var registrationProvider: (@Sendable () -> [Registration])?
+
+    private let lock = NSLock()
+    private let condition = NSCondition()
+    private var state: State = .stopped
+    private var socket: ConnectedDatagramSocket?
+    private var thread: Thread?
+    private var running = false
+    private var lastHeardMs: Int64 = 0
+    private var pingSentMs: Int64?
+    private var pendingSends: [[UInt8]: PendingSend] = [:]
+    private var pendingRegisters: [PendingRegister] = []
+    private var reassembler = Reassembler(maxPartial: 16)
+    private var nextFragmentID: UInt32 = 1
+    private var counters = Counters()
+    private var lastErrorText: String?
+    private var lastSyncMs: Int64?
+    /// Recent events for the blocking helpers (bounded).
+    private var eventLog: [(seq: Int, event: Event)] = []
+    private var eventSeq = 0
+
+    public init(configuration: Configuration) {
+        self.configuration = configuration
+        self.nextFragmentID = UInt32.random(in: 1...UInt32.max / 2)
+    }
+
+    deinit { stop() }
+
+    // MARK: Lifecycle
+
+    /// Opens the socket and starts handshaking in the background. Returns at once.
+    public func start() throws {
+        let s = try ConnectedDatagramSocket(to: configuration.relay)
+        lock.withLock {
+            socket = s
+            running = true
+            state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+        }
+        let t = Thread { [weak self] in self?.run(s) }
+        t.name = "yaok-relay-client"
+        thread = t
+        t.start()
+    }
+
+    /// Stops the thread and closes the socket. Reports ``Event/disconnected(reason:)`` if connected.
+    public func stop() {
+        let (s, wasConnected): (ConnectedDatagramSocket?, Bool) = lock.withLock {
+            guard running else { return (nil, false) }
+            running = false
+            var connected = false
+            if case .connected = state { connected = true }
+            state = .stopped
+            let s = socket
+            socket = nil
+            return (s, connected)
+        }
+        guard let s else { return }
+        s.shutdownAndClose()
+        if wasConnected { emit(.disconnected(reason: "client stopped")) }
+        failAllPending("client stopped")
+    }
+
+    /// Whether a session with the relay is up.
+    public var isConnected: Bool { lock.withLock { if case .connected = state { return true }; return false } }
+    public var counterSnapshot: Counters { lock.withLock { counters } }
+    public var lastError: String? { lock.withLock { lastErrorText } }
+    /// When the last poll round finished (wall clock ms).
+    public var lastSync: Int64? { lock.withLock { lastSyncMs } }
+    /// Sends waiting for QUEUED.
+    public var outstandingSends: Int { lock.withLock { pendingSends.count } }
+
+    // MARK: Requests
+
+    /// Sends REGISTER (retransmitted until REGISTERED arrives). Registrations are only
+    /// accepted once by the relay, so make fresh ones per call.
+    public func register(_ registrations: [Registration]) throws {
+        for start in stride(from: 0, to: registrations.count, by: RegisterRequest.maxCount) {
+            let req = RegisterRequest(Array(registrations[start..<min(registrations.count, start + RegisterRequest.maxCount)]))
+            let now = configuration.clock()
+            try lock.withLock {
+                guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
+                pendingRegisters.append(PendingRegister(request: req, attempts: 1, nextRetryMs: now + configuration.requestRetryMs))
+                try transmit(.register, req.encoded, session)
+            }
+        }
+    }
+
+    /// Sends a bundle (hop header + envelope). Answered by ``Event/queued(_:)`` or
+    /// ``Event/sendFailed(messageID:error:)``.
+    public func send(bundle: [UInt8]) throws {
+        guard let id = bundleMessageID(bundle) else { throw RelayProtocolError.invalid("bundle too short to carry a message ID") }
+        guard bundle.count <= Fragment.maxMessageLength else {
+            throw RelayProtocolError.oversized(what: "bundle", size: bundle.count, limit: Fragment.maxMessageLength)
+        }
+        let now = configuration.clock()
+        try lock.withLock {
+            guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
+            pendingSends[id] = PendingSend(message: bundle, attempts: 1, nextRetryMs: now + configuration.requestRetryMs)
+            try transmit(.send, bundle, session)
+            counters.sent += 1
+        }
+    }
+
+    /// Asks for queued messages (answered by MSGs, then ``Event/pollDone(remaining:)``).
+    public func poll() throws {
+        try lock.withLock {
+            guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
+            try transmit(.poll, [], session)
+        }
+    }
+
+    /// Tells the relay these messages are durably stored: it deletes them.
+    public func ack(_ messageIDs: [[UInt8]]) throws {
+        try lock.withLock {
+            guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
+            for start in stride(from: 0, to: messageIDs.count, by: AckList.maxCount) {
+                try transmit(.ack, AckList(Array(messageIDs[start..<min(messageIDs.count, start + AckList.maxCount)])).encoded, session)
+            }
+            counters.acked += UInt64(messageIDs.count)
+        }
+    }
+
+    // MARK: Blocking helpers
+
+    /// Starts (if needed) and waits for the handshake. Throws the handshake error (e.g.
+    /// "relay key mismatch: expected …, got …") or a timeout.
+    public func connect(timeout: TimeInterval = 10) throws {
+        let mark = currentSeq()
+        if !lock.withLock({ running }) { try start() }
+        if isConnected { return }
+        try waitFor("the relay handshake", timeout: timeout, after: mark) { event -> Result<Void, RelayProtocolError>? in
+            switch event {
+            case .connected: return .success(())
+            case .handshakeFailed(let e): return .failure(e)
+            default: return nil
+            }
+        }.get()
+    }
+
+    /// Registers and waits for every result.
+    public func registerAndWait(_ registrations: [Registration], timeout: TimeInterval = 10) throws -> [(userID: [UInt8], status: RegistrationStatus)] {
+        let mark = currentSeq()
+        try register(registrations)
+        var results: [(userID: [UInt8], status: RegistrationStatus)] = []
+        let wanted = registrations.count
+        return try waitFor("REGISTERED", timeout: timeout, after: mark) { event in
+            if case .registered(let id, let status) = event { results.append((id, status)) }
+            return results.count >= wanted ? results : nil
+        }
+    }
+
+    /// Sends a bundle and waits until the relay holds it; throws the relay's refusal.
+    public func sendAndWait(bundle: [UInt8], timeout: TimeInterval = 15) throws -> QueuedNotice {
+        guard let id = bundleMessageID(bundle) else { throw RelayProtocolError.invalid("bundle too short") }
+        let mark = currentSeq()
+        try send(bundle: bundle)
+        return try waitFor("QUEUED", timeout: timeout, after: mark) { event -> Result<QueuedNotice, RelayProtocolError>? in
+            switch event {
+            case .queued(let q) where q.messageID == id: return .success(q)
+            case .sendFailed(let mid, let e) where mid == id: return .failure(e)
+            default: return nil
+            }
+        }.get()
+    }
+
+    /// Polls once and returns the messages of that round (plus any pushed meanwhile).
+    public func pollAndWait(timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], messageID: [UInt8])] {
+        let mark = currentSeq()
+        try poll()
+        var got: [(bundle: [UInt8], messageID: [UInt8])] = []
+        return try waitFor("NO_MESSAGES", timeout: timeout, after: mark) { event in
+            switch event {
+            case .message(let b, let id): got.append((b, id)); return nil
+            case .pollDone: return got
+            default: return nil
+            }
+        }
+    }
+
+    /// Waits for the next pushed or polled message.
+    public func nextMessage(timeout: TimeInterval = 10) throws -> (bundle: [UInt8], messageID: [UInt8]) {
+        try nextMessage(after: currentSeq(), timeout: timeout)
+    }
+
+    /// The event sequence number now; pass to ``nextMessage(after:timeout:)`` to not miss a message
+    /// that arrives between an action and the wait.
+    public func currentSeq() -> Int { condition.withLock { eventSeq } }
+
+    public func nextMessage(after mark: Int, timeout: TimeInterval = 10) throws -> (bundle: [UInt8], messageID: [UInt8]) {
+        try waitFor("MSG", timeout: timeout, after: mark) { event in
+            if case .message(let b, let id) = event { return (b, id) }
+            return nil
+        }
+    }
+
+    /// Waits until `match` returns a value for an event logged after `mark`.
+    public func waitFor<T>(_ what: String, timeout: TimeInterval, after mark: Int, _ match: (Event) -> T?) throws -> T {
+        let deadline = Date().addingTimeInterval(timeout)
+        var seen = mark
+        condition.lock()
+        defer { condition.unlock() }
+        while true {
+            for entry in eventLog where entry.seq > seen {
+                seen = entry.seq
+                if let v = match(entry.event) { return v }
+            }
+            guard condition.wait(until: deadline) else {
+                for entry in eventLog where entry.seq > seen {
+                    seen = entry.seq
+                    if let v = match(entry.event) { return v }
+                }
+                throw RelayProtocolError.timeout(what)
+            }
+        }
+    }
+
+    // MARK: Internals
+
+    private func emit(_ event: Event) {
+        condition.withLock {
+            eventSeq += 1
+            eventLog.append((eventSeq, event))
+            if eventLog.count > 4096 { eventLog.removeFirst(eventLog.count - 4096) }
+            condition.broadcast()
+        }
+        onEvent(event)
+    }
+
+    /// Seals (fragmenting if needed) and sends. Caller holds `lock`.
+    private func transmit(_ type: RelayPacketType, _ message: [UInt8], _ session: SecureSession) throws {
+        let fid = nextFragmentID
+        nextFragmentID &+= 1
+        for (t, plaintext) in try Fragment.split(type: type, message: message, fragmentID: fid) {
+            let datagram = try session.seal(t, plaintext)
+            sendRaw(datagram)
+        }
+    }
+
+    /// Caller holds `lock`.
+    private func sendRaw(_ datagram: [UInt8]) {
+        guard let socket else { return }
+        let e = socket.send(datagram)
+        if e == 0 {
+            counters.packetsOut += 1
+            counters.bytesOut += UInt64(datagram.count)
+        } else {
+            lastErrorText = "send to relay \(configuration.relay): \(String(cString: strerror(e)))"
+        }
+    }
+
+    private func failAllPending(_ reason: String) {
+        let ids: [[UInt8]] = lock.withLock {
+            let ids = Array(pendingSends.keys)
+            pendingSends.removeAll()
+            pendingRegisters.removeAll()
+            return ids
+        }
+        for id in ids { emit(.sendFailed(messageID: id, error: .timeout("QUEUED (\(reason))"))) }
+    }
+
+    private func run(_ s: ConnectedDatagramSocket) {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while lock.withLock({ running }) {
+            tick()
+            switch s.receive(timeoutMs: 100, buffer: &buffer) {
+            case .datagram(let d): handle(d)
+            case .nothing: break
+            case .failed(let e):
+                // ECONNREFUSED: ICMP port unreachable, nobody listens there (yet).
+                disconnect("relay \(configuration.relay) unreachable: \(String(cString: strerror(e)))")
+                if e != ECONNREFUSED { Thread.sleep(forTimeInterval: 0.1) }
+            }
+        }
+    }
+
+    /// Drops the session (if any) and starts handshaking again.
+    private func disconnect(_ reason: String) {
+        let was: Bool = lock.withLock {
+            lastErrorText = reason
+            guard running else { return false }
+            if case .connected = state {
+                state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+                pingSentMs = nil
+                return true
+            }
+            return false
+        }
+        if was {
+            emit(.disconnected(reason: reason))
+            failAllPending(reason)
+        }
+    }
+
+    private func tick() {
+        let now = configuration.clock()
+        var failed: [[UInt8]] = []
+        var timedOut: String?
+        lock.withLock {
+            guard running else { return }
+            switch state {
+            case .stopped: return
+            case .handshaking(let eph, let next, let delay):
+                guard now >= next else { return }
+                sendRaw((try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: eph.publicKey).encoded).encoded()) ?? [])
+                state = .handshaking(ephemeral: eph, nextAttemptMs: now + delay, delayMs: min(delay * 2, configuration.maxHandshakeRetryMs))
+            case .connected(let session):
+                if let sent = pingSentMs, now - sent > configuration.pingTimeoutMs {
+                    timedOut = "relay did not answer for \((now - lastHeardMs) / 1000) s"
+                    return
+                }
+                if pingSentMs == nil, now - lastHeardMs >= configuration.pingIntervalMs {
+                    pingSentMs = now
+                    var w = RelayWriter()
+                    w.u64(UInt64(bitPattern: now))
+                    try? transmit(.ping, w.bytes, session)
+                }
+                for (id, var p) in pendingSends where now >= p.nextRetryMs {
+                    if p.attempts >= configuration.maxAttempts {
+                        pendingSends[id] = nil
+                        failed.append(id)
+                        continue
+                    }
+                    p.attempts += 1
+                    p.nextRetryMs = now + configuration.requestRetryMs * Int64(p.attempts)
+                    pendingSends[id] = p
+                    try? transmit(.send, p.message, session)
+                }
+                for i in pendingRegisters.indices.reversed() where now >= pendingRegisters[i].nextRetryMs {
+                    if pendingRegisters[i].attempts >= configuration.maxAttempts {
+                        pendingRegisters.remove(at: i)
+                        continue
+                    }
+                    pendingRegisters[i].attempts += 1
+                    pendingRegisters[i].nextRetryMs = now + configuration.requestRetryMs
+                    try? transmit(.register, pendingRegisters[i].request.encoded, session)
+                }
+            }
+        }
+        if let timedOut { disconnect(timedOut) }
+        for id in failed { emit(.sendFailed(messageID: id, error: .timeout("QUEUED after \(configuration.maxAttempts) attempts"))) }
+    }
+
+    private func handle(_ datagram: [UInt8]) {
+        let now = configuration.clock()
+        guard let packet = try? RelayPacket(parsing: datagram) else {
+            lock.withLock { counters.dropped += 1 }
+            return
+        }
+        var events: [Event] = []
+        var resetReason: String?
+        var provider: (@Sendable () -> [Registration])?
+        lock.withLock {
+            counters.packetsIn += 1
+            counters.bytesIn += UInt64(datagram.count)
+            switch (packet.type, state) {
+            case (.helloReply, .handshaking(let eph, _, _)):
+                do {
+                    let reply = try HelloReply(parsing: packet.payload)
+                    try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: eph.publicKey)
+                    let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: eph, theirs: reply.relayEphemeralKey)
+                    state = .connected(session)
+                    lastHeardMs = now
+                    pingSentMs = nil
+                    counters.handshakes += 1
+                    events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
+                    provider = registrationProvider
+                } catch let e as RelayProtocolError {
+                    lastErrorText = e.description
+                    events.append(.handshakeFailed(e))
+                } catch {
+                    events.append(.handshakeFailed(.invalid(String(describing: error))))
+                }
+            case (.reset, .connected(let session)) where packet.sessionID == session.sessionID:
+                resetReason = "the relay no longer knows this session (restarted?)"
+            case (_, .connected(let session)) where packet.type.isSealed:
+                guard let plaintext = try? session.open(packet) else { counters.dropped += 1; return }
+                lastHeardMs = now
+                pingSentMs = nil
+                var type = packet.type
+                var message = plaintext
+                if type == .fragment {
+                    guard let f = try? Fragment(parsing: plaintext) else { counters.dropped += 1; return }
+                    guard let whole = reassembler.add(f, nowMs: now) else { return }
+                    (type, message) = whole
+                }
+                events += interpret(type, message, now: now)
+            default:
+                counters.dropped += 1
+            }
+        }
+        for e in events { emit(e) }
+        if let resetReason { disconnect(resetReason) }
+        if let provider {
+            let regs = provider()
+            if !regs.isEmpty { try? register(regs) }
+        }
+    }
+
+    /// Caller holds `lock`.
+    private func interpret(_ type: RelayPacketType, _ message: [UInt8], now: Int64) -> [Event] {
+        switch type {
+        case .registered:
+            guard let r = try? RegisteredResult(parsing: message) else { counters.dropped += 1; return [] }
+            let ids = r.results.map(\.userID)
+            pendingRegisters.removeAll { $0.request.registrations.map(\.userID) == ids }
+            return r.results.map { .registered(userID: $0.userID, status: $0.status) }
+        case .queued:
+            guard let q = try? QueuedNotice(parsing: message) else { counters.dropped += 1; return [] }
+            guard pendingSends.removeValue(forKey: q.messageID) != nil else { return [] }
+            return [.queued(q)]
+        case .msg:
+            guard let id = bundleMessageID(message) else { counters.dropped += 1; return [] }
+            counters.received += 1
+            return [.message(bundle: message, messageID: id)]
+        case .noMessages:
+            guard let d = try? PollDone(parsing: message) else { counters.dropped += 1; return [] }
+            lastSyncMs = now
+            return [.pollDone(remaining: d.remaining)]
+        case .error:
+            guard let notice = try? RelayErrorNotice(parsing: message) else { counters.dropped += 1; return [] }
+            lastErrorText = notice.description
+            if pendingSends.removeValue(forKey: notice.reference) != nil {
+                return [.sendFailed(messageID: notice.reference, error: .refused(notice))]
+            }
+            return [.relayError(notice)]
+        case .pong:
+            return []
+        case .ping:
+            if case .connected(let session) = state { try? transmit(.pong, message, session) }
+            return []
+        default:
+            counters.dropped += 1
+            return []
+        }
+    }
+}

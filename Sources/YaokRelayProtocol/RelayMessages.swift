@@ -1,0 +1,311 @@
+import YaokCrypto
+
+/// A user's signed registration with one relay:
+/// `userSigningKey(32) timestampMs(8) nonce(16) signature(64)` = 120 bytes.
+///
+/// The Ed25519 signature by `userSigningKey` covers
+/// `"yaok-relay-register-v1" || relaySigningKey(32) || userSigningKey(32) || timestampMs(8) || nonce(16)`,
+/// so a registration is only good for the relay it names, within ±5 minutes of its
+/// timestamp, and once (the relay keeps a replay cache of nonces). A phone signs one and its
+/// hub carries it (host frame 0x07); the hub signs its own with the host's signing callback.
+public struct Registration: Sendable, Equatable {
+    public static let context = Array("yaok-relay-register-v1".utf8)
+    public static let length = 120
+
+    public let userSigningKey: [UInt8]
+    public let timestampMs: Int64
+    public let nonce: [UInt8]
+    public let signature: [UInt8]
+
+    /// The registering user's ID (SHA-256 of the key).
+    public var userID: [UInt8] { Hash.sha256(userSigningKey) }
+
+    public static func signedBody(relaySigningKey: [UInt8], userSigningKey: [UInt8], timestampMs: Int64, nonce: [UInt8]) -> [UInt8] {
+        var w = RelayWriter(capacity: 110)
+        w.raw(context)
+        w.raw(relaySigningKey)
+        w.raw(userSigningKey)
+        w.u64(UInt64(bitPattern: timestampMs))
+        w.raw(nonce)
+        return w.bytes
+    }
+
+    /// Builds a registration, signing with `sign` (the user's key, or a host callback).
+    public static func make(relaySigningKey: [UInt8], userSigningKey: [UInt8], timestampMs: Int64, nonce: [UInt8]? = nil,
+                            sign: ([UInt8]) throws -> [UInt8]) throws -> Registration {
+        guard relaySigningKey.count == 32, userSigningKey.count == 32 else { throw RelayProtocolError.invalid("keys must be 32 bytes") }
+        let n = nonce ?? Random.bytes(16)
+        guard n.count == 16 else { throw RelayProtocolError.invalid("registration nonce must be 16 bytes") }
+        let sig = try sign(signedBody(relaySigningKey: relaySigningKey, userSigningKey: userSigningKey, timestampMs: timestampMs, nonce: n))
+        guard sig.count == 64 else { throw RelayProtocolError.invalid("signature must be 64 bytes") }
+        return Registration(userSigningKey: userSigningKey, timestampMs: timestampMs, nonce: n, signature: sig)
+    }
+
+    /// Builds a registration signed by `user`.
+    public static func signed(by user: Identity, relaySigningKey: [UInt8], timestampMs: Int64, nonce: [UInt8]? = nil) throws -> Registration {
+        try make(relaySigningKey: relaySigningKey, userSigningKey: user.signingKey, timestampMs: timestampMs, nonce: nonce, sign: user.sign)
+    }
+
+    public init(userSigningKey: [UInt8], timestampMs: Int64, nonce: [UInt8], signature: [UInt8]) {
+        self.userSigningKey = userSigningKey
+        self.timestampMs = timestampMs
+        self.nonce = nonce
+        self.signature = signature
+    }
+
+    public init(parsing bytes: [UInt8]) throws {
+        guard bytes.count == Self.length else { throw RelayProtocolError.badLength(what: "registration", detail: "must be \(Self.length) bytes, got \(bytes.count)") }
+        var r = RelayReader(bytes, what: "registration")
+        userSigningKey = try r.take(32)
+        timestampMs = Int64(bitPattern: try r.u64())
+        nonce = try r.take(16)
+        signature = try r.take(64)
+    }
+
+    public var encoded: [UInt8] {
+        var w = RelayWriter(capacity: Self.length)
+        w.raw(userSigningKey)
+        w.u64(UInt64(bitPattern: timestampMs))
+        w.raw(nonce)
+        w.raw(signature)
+        return w.bytes
+    }
+
+    /// Whether the signature verifies for `relaySigningKey`.
+    public func verifySignature(relaySigningKey: [UInt8]) -> Bool {
+        SigningKeyPair.verify(signature: signature,
+                              message: Self.signedBody(relaySigningKey: relaySigningKey, userSigningKey: userSigningKey, timestampMs: timestampMs, nonce: nonce),
+                              publicKey: userSigningKey)
+    }
+}
+
+/// REGISTER: `count(1) registration(120) × count`, 1...10 registrations.
+public struct RegisterRequest: Sendable, Equatable {
+    public static let maxCount = 10
+    public let registrations: [Registration]
+
+    public init(_ registrations: [Registration]) { self.registrations = registrations }
+
+    public init(parsing payload: [UInt8]) throws {
+        var r = RelayReader(payload, what: "REGISTER")
+        let count = Int(try r.u8())
+        guard (1...Self.maxCount).contains(count) else { throw RelayProtocolError.badLength(what: "REGISTER", detail: "count \(count) outside 1...\(Self.maxCount)") }
+        guard payload.count == 1 + count * Registration.length else {
+            throw RelayProtocolError.badLength(what: "REGISTER", detail: "count \(count) implies \(1 + count * Registration.length) bytes, got \(payload.count)")
+        }
+        var regs: [Registration] = []
+        for _ in 0..<count { regs.append(try Registration(parsing: try r.take(Registration.length))) }
+        registrations = regs
+    }
+
+    public var encoded: [UInt8] { [UInt8(registrations.count)] + registrations.flatMap(\.encoded) }
+}
+
+/// The outcome of one registration.
+public enum RegistrationStatus: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    case accepted = 0
+    /// The signature does not verify (wrong key, or signed for another relay).
+    case badSignature = 1
+    /// The timestamp is more than 5 minutes from the relay's clock.
+    case staleTimestamp = 2
+    /// This registration (nonce) was already used on another session.
+    case replayed = 3
+    /// The relay or this session holds the maximum number of registrations.
+    case tooManyRegistrations = 4
+
+    public var description: String {
+        switch self {
+        case .accepted: return "accepted"
+        case .badSignature: return "bad signature"
+        case .staleTimestamp: return "timestamp outside the ±5 minute window"
+        case .replayed: return "registration already used (replay)"
+        case .tooManyRegistrations: return "too many registrations"
+        }
+    }
+}
+
+/// REGISTERED: `count(1) [userID(32) status(1)] × count`, in the order of the REGISTER.
+public struct RegisteredResult: Sendable, Equatable {
+    public let results: [(userID: [UInt8], status: RegistrationStatus)]
+
+    public init(_ results: [(userID: [UInt8], status: RegistrationStatus)]) { self.results = results }
+
+    public static func == (a: RegisteredResult, b: RegisteredResult) -> Bool {
+        a.results.map(\.userID) == b.results.map(\.userID) && a.results.map(\.status) == b.results.map(\.status)
+    }
+
+    public init(parsing payload: [UInt8]) throws {
+        var r = RelayReader(payload, what: "REGISTERED")
+        let count = Int(try r.u8())
+        guard count <= RegisterRequest.maxCount, payload.count == 1 + 33 * count else {
+            throw RelayProtocolError.badLength(what: "REGISTERED", detail: "count \(count), \(payload.count) bytes")
+        }
+        var out: [(userID: [UInt8], status: RegistrationStatus)] = []
+        for _ in 0..<count {
+            let id = try r.take(32)
+            let raw = try r.u8()
+            guard let status = RegistrationStatus(rawValue: raw) else { throw RelayProtocolError.invalid("unknown registration status \(raw)") }
+            out.append((id, status))
+        }
+        results = out
+    }
+
+    public var encoded: [UInt8] {
+        var w = RelayWriter(capacity: 1 + 33 * results.count)
+        w.u8(UInt8(results.count))
+        for r in results { w.raw(r.userID); w.u8(r.status.rawValue) }
+        return w.bytes
+    }
+}
+
+/// QUEUED: `messageID(16) status(1)`. Whatever the status, the relay holds the bundle durably.
+public struct QueuedNotice: Sendable, Equatable {
+    public enum Status: UInt8, Sendable, CaseIterable {
+        /// Stored; the recipient is offline.
+        case queued = 0
+        /// Stored and pushed to the recipient's live session at once.
+        case pushed = 1
+        /// The relay already held this message ID.
+        case duplicate = 2
+    }
+    public let messageID: [UInt8]
+    public let status: Status
+
+    public init(messageID: [UInt8], status: Status) {
+        self.messageID = messageID
+        self.status = status
+    }
+
+    public init(parsing payload: [UInt8]) throws {
+        guard payload.count == 17 else { throw RelayProtocolError.badLength(what: "QUEUED", detail: "must be 17 bytes, got \(payload.count)") }
+        guard let s = Status(rawValue: payload[16]) else { throw RelayProtocolError.invalid("unknown QUEUED status \(payload[16])") }
+        messageID = Array(payload[0..<16])
+        status = s
+    }
+
+    public var encoded: [UInt8] { messageID + [status.rawValue] }
+}
+
+/// ACK: `count(1) messageID(16) × count`, 1...64 IDs.
+public struct AckList: Sendable, Equatable {
+    public static let maxCount = 64
+    public let messageIDs: [[UInt8]]
+
+    public init(_ ids: [[UInt8]]) { messageIDs = ids }
+
+    public init(parsing payload: [UInt8]) throws {
+        var r = RelayReader(payload, what: "ACK")
+        let count = Int(try r.u8())
+        guard (1...Self.maxCount).contains(count), payload.count == 1 + 16 * count else {
+            throw RelayProtocolError.badLength(what: "ACK", detail: "count \(count), \(payload.count) bytes")
+        }
+        var ids: [[UInt8]] = []
+        for _ in 0..<count { ids.append(try r.take(16)) }
+        messageIDs = ids
+    }
+
+    public var encoded: [UInt8] { [UInt8(messageIDs.count)] + messageIDs.flatMap { $0 } }
+}
+
+/// NO_MESSAGES (end of a poll round): `remaining(4)`, messages still waiting after this round.
+public struct PollDone: Sendable, Equatable {
+    public let remaining: UInt32
+    public init(remaining: UInt32) { self.remaining = remaining }
+    public init(parsing payload: [UInt8]) throws {
+        var r = RelayReader(payload, what: "NO_MESSAGES")
+        remaining = try r.u32()
+        try r.expectEnd()
+    }
+    public var encoded: [UInt8] { var w = RelayWriter(); w.u32(remaining); return w.bytes }
+}
+
+/// Error codes in ERROR packets.
+public enum RelayErrorCode: UInt8, Sendable, CaseIterable, CustomStringConvertible {
+    /// The sender sent more than its hourly allowance; `retryAfterMs` says when to try again.
+    case rateLimited = 1
+    /// The recipient already has the maximum number of queued messages.
+    case recipientQueueFull = 2
+    /// The relay holds the maximum number of messages in total.
+    case relayFull = 3
+    /// This session has no registered user, so it may not send or poll.
+    case notRegistered = 4
+    /// The envelope's sender signature does not verify.
+    case badSignature = 5
+    /// The request could not be parsed.
+    case malformed = 6
+    /// The envelope has expired.
+    case expired = 7
+    /// The request is larger than the relay accepts.
+    case tooLarge = 8
+    /// Something failed inside the relay (e.g. storage); try later.
+    case internalError = 9
+
+    public var description: String {
+        switch self {
+        case .rateLimited: return "rate limited"
+        case .recipientQueueFull: return "recipient queue full"
+        case .relayFull: return "relay full"
+        case .notRegistered: return "not registered"
+        case .badSignature: return "bad signature"
+        case .malformed: return "malformed"
+        case .expired: return "expired"
+        case .tooLarge: return "too large"
+        case .internalError: return "internal error"
+        }
+    }
+}
+
+/// ERROR: `code(1) reference(16) retryAfterMs(4) textLength(2) text(UTF-8, ≤ 256)`.
+/// `reference` is the message ID the error is about, or zeros.
+public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
+    public static let maxTextLength = 256
+    public let code: RelayErrorCode
+    public let reference: [UInt8]
+    /// When the client may try again, in milliseconds (0 = not applicable).
+    public let retryAfterMs: UInt32
+    public let text: String
+
+    public init(code: RelayErrorCode, reference: [UInt8] = [UInt8](repeating: 0, count: 16), retryAfterMs: UInt32 = 0, text: String) {
+        self.code = code
+        self.reference = reference.count == 16 ? reference : [UInt8](repeating: 0, count: 16)
+        self.retryAfterMs = retryAfterMs
+        self.text = String(decoding: Array(text.utf8.prefix(Self.maxTextLength)), as: UTF8.self)
+    }
+
+    public init(parsing payload: [UInt8]) throws {
+        var r = RelayReader(payload, what: "ERROR")
+        let raw = try r.u8()
+        guard let code = RelayErrorCode(rawValue: raw) else { throw RelayProtocolError.invalid("unknown relay error code \(raw)") }
+        let ref = try r.take(16)
+        let retry = try r.u32()
+        let n = Int(try r.u16())
+        guard n <= Self.maxTextLength else { throw RelayProtocolError.oversized(what: "ERROR text", size: n, limit: Self.maxTextLength) }
+        let text = try r.take(n)
+        try r.expectEnd()
+        self.init(code: code, reference: ref, retryAfterMs: retry, text: String(decoding: text, as: UTF8.self))
+    }
+
+    public var encoded: [UInt8] {
+        var w = RelayWriter()
+        w.u8(code.rawValue)
+        w.raw(reference)
+        w.u32(retryAfterMs)
+        let t = Array(text.utf8)
+        w.u16(UInt16(t.count))
+        w.raw(t)
+        return w.bytes
+    }
+
+    public var description: String {
+        var s = "relay refused: \(code): \(text)"
+        if retryAfterMs > 0 { s += " (retry in \((retryAfterMs + 999) / 1000) s)" }
+        return s
+    }
+}
+
+/// Reads the message ID of a bundle (hop header 35 bytes + version + kind), if long enough.
+public func bundleMessageID(_ bundle: [UInt8]) -> [UInt8]? {
+    let offset = 35 + 2
+    guard bundle.count >= offset + 16 else { return nil }
+    return Array(bundle[offset..<offset + 16])
+}
