@@ -1,2 +1,0 @@
-import XCTest
-final class PPlugins_Mesh_Tests: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,160 @@
+# Shared helpers for the mesh transport's network-namespace tests (sourced, not run).
+#
+# Each test builds its own namespaces and veth pairs, runs real `yaok-hub` processes
+# inside them and removes everything on exit. Needs root (ip netns); without it the
+# test prints "SKIP: <reason>" and exits 0.
+set -euo pipefail
+
+REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)
+BIN=${BIN:-$REPO/.build-mesh/debug}
+TAG="ykm$(( $$ % 100000 ))"
+WORK=$(mktemp -d /tmp/yaok-mesh-XXXXXX)
+NAMESPACES=()
+declare -A HUBPID=()
+LINKNO=0
+FAILED=0
+
+cleanup() {
+    local rc=$?
+    for name in "${!HUBPID[@]}"; do kill -TERM "${HUBPID[$name]}" 2>/dev/null || true; done
+    for name in "${!HUBPID[@]}"; do wait "${HUBPID[$name]}" 2>/dev/null || true; done
+    for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
+    if [[ $rc -ne 0 || $FAILED -ne 0 || -n ${KEEP:-} ]]; then
+        echo "logs kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+skip() { echo "SKIP: $*"; exit 0; }
+pass() { echo "ok - $*"; }
+fail() {
+    FAILED=1
+    echo "FAIL: $*"
+    for name in "${!HUBPID[@]}"; do
+        echo "--- last lines of hub $name's log ($WORK/$name/hub.log)"
+        tail -n 15 "$WORK/$name/hub.log" 2>/dev/null || true
+    done
+    exit 1
+}
+
+preflight() {
+    [[ $(id -u) -eq 0 ]] || skip "needs root to create network namespaces (ip netns)"
+    command -v ip >/dev/null || skip "iproute2 (ip) is not installed"
+    command -v jq >/dev/null || skip "jq is not installed"
+    ip netns add "$TAG-probe" 2>/dev/null || skip "ip netns add is not permitted here"
+    ip netns del "$TAG-probe"
+    for f in yaok-hub yaok libyaok-plugin-mesh.so libyaok-plugin-udp.so; do
+        [[ -e $BIN/$f ]] || fail "$BIN/$f is missing: swift build --scratch-path .build-mesh first"
+    done
+    mkdir -p "$WORK/plugins"
+    chmod 755 "$WORK" "$WORK/plugins"
+    install -m 755 "$BIN/libyaok-plugin-mesh.so" "$BIN/libyaok-plugin-udp.so" "$WORK/plugins/"
+}
+
+# make_ns NAME: a namespace with loopback up.
+make_ns() {
+    ip netns add "$TAG-$1"
+    NAMESPACES+=("$TAG-$1")
+    ip -n "$TAG-$1" link set lo up
+    mkdir -p "$WORK/$1"
+}
+
+# connect NS1 ADDR1 NS2 ADDR2: a veth pair between two namespaces with /30 addresses.
+# Prints nothing; the interface in NS1 is named ${TAG}l<N>x, in NS2 ${TAG}l<N>y.
+connect() {
+    LINKNO=$((LINKNO + 1))
+    local a="${TAG}l${LINKNO}x" b="${TAG}l${LINKNO}y"
+    ip link add "$a" type veth peer name "$b"
+    ip link set "$a" netns "$TAG-$1"
+    ip link set "$b" netns "$TAG-$3"
+    ip -n "$TAG-$1" addr add "$2/30" dev "$a"
+    ip -n "$TAG-$3" addr add "$4/30" dev "$b"
+    ip -n "$TAG-$1" link set "$a" up
+    ip -n "$TAG-$3" link set "$b" up
+}
+
+# The veth names of link N, in its first and second namespace.
+link_if_x() { echo "${TAG}l${1}x"; }
+link_if_y() { echo "${TAG}l${1}y"; }
+
+# write_config NAME [extra mesh lines...]
+write_config() {
+    local name=$1; shift
+    {
+        cat <<CFG
+hub:
+  name: $name
+  data_dir: $WORK/$name/data
+  control_socket: $WORK/$name/control.sock
+  plugin_dirs: ["$WORK/plugins"]
+  log_level: debug
+router:
+  custody_timeout_s: 5
+transports:
+  udp:
+    enabled: true
+    listen: 127.0.0.1:7811
+    keepalive_s: 1
+  mesh:
+    enabled: true
+    beacon_interval_s: 1
+    keepalive_s: 1
+    idle_timeout_s: 4
+CFG
+        for line in "$@"; do echo "    $line"; done
+    } > "$WORK/$name/hub.yaml"
+}
+
+start_hub() {
+    local name=$1
+    ip netns exec "$TAG-$name" "$BIN/yaok-hub" run --config "$WORK/$name/hub.yaml" >> "$WORK/$name/hub.log" 2>&1 &
+    HUBPID[$name]=$!
+    wait_for 30 "hub $name's control socket" hub_status "$name"
+}
+
+kill_hub() {
+    local name=$1 sig=${2:-TERM}
+    kill "-$sig" "${HUBPID[$name]}" 2>/dev/null || true
+    wait "${HUBPID[$name]}" 2>/dev/null || true
+    unset "HUBPID[$name]"
+}
+
+hub_status() { "$BIN/yaok-hub" status --json --socket "$WORK/$1/control.sock" 2>/dev/null; }
+mesh_status() { hub_status "$1" | jq -c '.transports[] | select(.name == "mesh") | .status'; }
+mesh_links() { hub_status "$1" | jq '.transports[] | select(.name == "mesh") | .status.links'; }
+mesh_detail() { hub_status "$1" | jq -r --arg k "$2" '.transports[] | select(.name == "mesh") | .status.details[$k]'; }
+hub_id() { hub_status "$1" | jq -r '.hub.id[0:8]'; }
+# The router's view: short peer IDs of the hub links over tcp, sorted, comma-separated.
+tcp_peers() { hub_status "$1" | jq -r '[.router.links[] | select(.kind == "tcp") | .peer] | sort | join(",")'; }
+
+# wait_for SECONDS DESCRIPTION COMMAND...: polls every 0.2 s until COMMAND succeeds.
+wait_for() {
+    local timeout=$1 what=$2; shift 2
+    local deadline=$((SECONDS + timeout))
+    while ! "$@" >/dev/null 2>&1; do
+        if (( SECONDS >= deadline )); then fail "timed out after ${timeout} s waiting for $what"; fi
+        sleep 0.2
+    done
+}
+
+# links_are NAME N: the hub has exactly N mesh links.
+links_are() { [[ $(mesh_links "$1") == "$2" ]]; }
+
+# yaok_in NS HOME ARGS...: runs the endpoint CLI inside a namespace (its hub is on 127.0.0.1:7811 there).
+yaok_in() {
+    local ns=$1 home=$2 cmd=$3; shift 3
+    ip netns exec "$TAG-$ns" "$BIN/yaok" "$cmd" --home "$WORK/$home" "$@"
+}
+
+# make_pair HOME1 NAME1 HOME2 NAME2: two endpoints that have each other as contacts.
+make_pair() {
+    "$BIN/yaok" init --home "$WORK/$1" --name "$2" >/dev/null
+    "$BIN/yaok" init --home "$WORK/$3" --name "$4" >/dev/null
+    local c1 c2
+    c1=$("$BIN/yaok" qr --home "$WORK/$1")
+    c2=$("$BIN/yaok" qr --home "$WORK/$3")
+    "$BIN/yaok" contacts add --home "$WORK/$1" "$c2" >/dev/null
+    "$BIN/yaok" contacts add --home "$WORK/$3" "$c1" >/dev/null
+}
