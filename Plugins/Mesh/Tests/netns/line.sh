@@ -38,3 +38,88 @@ for n in A B C D; do
     [[ $(mesh_detail "$n" links_up_total) == $(mesh_links "$n") ]] || fail "hub $n brought links up $(mesh_detail "$n" links_up_total) times (flapping)"
 done
 pass "line A-B-C-D: mesh links A:1 B:2 C:2 D:1, each to the right neighbour, stable"
+
+has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
+HUB=udp://127.0.0.1:7811
+
+# events FILE EVENT: the lines of a `yaok --json` output with that event.
+events() { jq -c --arg e "$2" 'select(.event == $e)' "$1" 2>/dev/null || true; }
+
+if has_phase message || has_phase partition || has_phase crash; then
+    make_pair alice Alice dave Dave
+fi
+
+# --- Phase 2: an endpoint at A writes to an endpoint at D (three mesh hops); D answers; receipts return.
+if has_phase message; then
+    yaok_in A alice send Dave "hello from A" --hub "$HUB" --json --timeout 20 > "$WORK/send1.json" || fail "alice send: $(cat "$WORK/send1.json")"
+    id1=$(events "$WORK/send1.json" queued | jq -r .id)
+    [[ -n $(events "$WORK/send1.json" handed_over) ]] || fail "hub A did not take custody: $(cat "$WORK/send1.json")"
+    yaok_in D dave listen --hub "$HUB" --count 1 --json --timeout 60 > "$WORK/listen1.json" || true
+    [[ $(events "$WORK/listen1.json" message | jq -r .text) == "hello from A" ]] || fail "dave at D did not get the message: $(cat "$WORK/listen1.json")"
+    [[ $(events "$WORK/listen1.json" message | jq -r .id) == "$id1" ]] || fail "message id changed on the way"
+    pass "alice at A -> dave at D across three mesh hops"
+
+    yaok_in A alice listen --hub "$HUB" --count 1 --json --timeout 90 > "$WORK/listen2.json" &
+    alice_pid=$!
+    yaok_in D dave send Alice "hello back from D" --hub "$HUB" --json --wait-delivered --timeout 90 > "$WORK/send2.json" || fail "dave send: $(cat "$WORK/send2.json")"
+    [[ -n $(events "$WORK/send2.json" delivered) ]] || fail "dave got no delivery receipt: $(cat "$WORK/send2.json")"
+    wait "$alice_pid" || true
+    [[ $(events "$WORK/listen2.json" message | jq -r .text) == "hello back from D" ]] || fail "alice did not get the answer: $(cat "$WORK/listen2.json")"
+    pass "dave's answer reached alice and dave got her delivery receipt"
+
+    delivered_to_alice() {
+        yaok_in A alice listen --hub "$HUB" --json --timeout 3 > /dev/null 2>&1 || true
+        "$BIN/yaok" outbox --home "$WORK/alice" --json | jq -e --arg id "$id1" 'select(.id == $id and .state == "delivered")' > /dev/null
+    }
+    wait_for 60 "dave's receipt for alice's first message" delivered_to_alice
+    pass "alice's first message is marked delivered by dave's receipt"
+fi
+
+# --- Phase 3: cut C–D, send while partitioned, heal, and the message arrives.
+if has_phase partition; then
+    ip -n "$TAG-C" link set "$(link_if_x 3)" down
+    wait_for 20 "C to lose its link to D" links_are C 1
+    wait_for 20 "D to lose its link to C" links_are D 0
+    pass "partition C|D: links C:1 D:0"
+    yaok_in A alice send Dave "sent during the partition" --hub "$HUB" --json --timeout 20 > "$WORK/send3.json" || fail "alice send: $(cat "$WORK/send3.json")"
+    id3=$(events "$WORK/send3.json" queued | jq -r .id)
+    # The message travels to C and waits there.
+    c_holds_it() { (( $(hub_status C | jq '.router.queue.queued + .router.queue.inFlight') >= 1 )); }
+    wait_for 30 "C to hold the message" c_holds_it
+    ip -n "$TAG-C" link set "$(link_if_x 3)" up
+    wait_for 30 "links A:1 B:2 C:2 D:1 after healing" all_line_links
+    pass "healed: links A:1 B:2 C:2 D:1"
+    yaok_in D dave listen --hub "$HUB" --count 1 --json --timeout 90 > "$WORK/listen3.json" || true
+    [[ $(events "$WORK/listen3.json" message | jq -r .id) == "$id3" ]] || fail "dave did not get the message sent during the partition: $(cat "$WORK/listen3.json")"
+    pass "the message sent during the partition arrived after healing"
+fi
+
+# --- Phase 4: SIGKILL hub B while 20 messages cross it, restart it: all arrive, none twice.
+if has_phase crash; then
+    N=20
+    for i in $(seq 1 $N); do
+        "$BIN/yaok" send --home "$WORK/alice" Dave "crash test message $i" --json > /dev/null
+    done
+    # Attaching hands the whole outbox to hub A, which offers it on to B at once.
+    yaok_in A alice listen --hub "$HUB" --json --timeout 3 > /dev/null || true
+    b_busy() { (( $(hub_status B | jq '.router.queue.queued + .router.queue.inFlight + .router.queue.handedOver') >= 1 )); }
+    wait_for 30 "B to take some of the messages" b_busy
+    kill_hub B KILL
+    pass "hub B killed with SIGKILL mid-transfer"
+    sleep 1
+    start_hub B
+    wait_for 40 "links A:1 B:2 C:2 D:1 after B restarted" all_line_links
+    got_all() {
+        yaok_in D dave listen --hub "$HUB" --json --timeout 5 >> "$WORK/listen4.json" 2>/dev/null || true
+        (( $(events "$WORK/listen4.json" message | jq -r 'select(.text | startswith("crash test")) | .id' | sort -u | wc -l) >= N ))
+    }
+    : > "$WORK/listen4.json"
+    wait_for 240 "all $N messages at dave" got_all
+    total=$(events "$WORK/listen4.json" message | jq -r 'select(.text | startswith("crash test")) | .id' | wc -l)
+    unique=$(events "$WORK/listen4.json" message | jq -r 'select(.text | startswith("crash test")) | .id' | sort -u | wc -l)
+    [[ $total == "$N" && $unique == "$N" ]] || fail "dave got $total message events for $unique distinct messages, expected $N each"
+    inbox=$("$BIN/yaok" inbox --home "$WORK/dave" --json | jq -r 'select(.text | startswith("crash test")) | .id' | sort | uniq -d | wc -l)
+    [[ $inbox == 0 ]] || fail "dave's inbox holds duplicates"
+    pass "after SIGKILL and restart of B: $N of $N messages arrived, none twice"
+fi
+echo "all phases passed: $PHASES"
