@@ -16,7 +16,7 @@ public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
 
     /// Parses `host:port` or `[v6]:port`; nil when malformed.
     public init?(parsing text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]), port > 0 else { return nil }
+        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
         var host = String(text[..<colon])
         if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
         guard !host.isEmpty, host.utf8.count <= 253 else { return nil }

@@ -1,1 +1,98 @@
-print("yaok-relay")
+import ArgumentParser
+import Foundation
+import Logging
+import NIOCore
+import YaokCrypto
+import YaokRelayProtocol
+import YaokRelayServer
+
+/// `yaok-relay`: the Ya OK internet relay (UDP).
+struct YaokRelay: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "yaok-relay",
+        abstract: "The Ya OK internet relay: queues end-to-end encrypted bundles for users who are offline.",
+        subcommands: [Run.self, Key.self])
+}
+
+/// Splits `host:port` (IPv4, `[v6]:port`, or a name).
+func parseHostPort(_ text: String, option: String) throws -> (String, Int) {
+    guard let a = RelayAddress(parsing: text) else {
+        throw ValidationError("\(option): expected host:port, got \"\(text)\"")
+    }
+    return (a.host, Int(a.port))
+}
+
+extension YaokRelay {
+    struct Run: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Run the relay.")
+
+        @Option(help: "UDP address to listen on (host:port).")
+        var listen = "127.0.0.1:7900"
+
+        @Option(name: .customLong("data-dir"), help: "Directory for the relay key, the database and its key (created 0700).")
+        var dataDir: String
+
+        @Option(help: "Serve Prometheus /metrics on this address (host:port, keep it on localhost).")
+        var metrics: String?
+
+        @Option(name: .customLong("messages-per-hour"), help: "Messages one sender may send per hour.")
+        var messagesPerHour = 100
+
+        @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error.")
+        var logLevel = "info"
+
+        func run() throws {
+            var logger = Logger(label: "yaok-relay")
+            logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
+            let (host, port) = try parseHostPort(listen, option: "--listen")
+            var cfg = RelayServer.Configuration(host: host, port: port)
+            if let metrics {
+                let (mh, mp) = try parseHostPort(metrics, option: "--metrics")
+                cfg.metricsHost = mh
+                cfg.metricsPort = mp
+            }
+            var limits = RelayLimits()
+            limits.messagesPerHour = max(1, messagesPerHour)
+            let (identity, store) = try RelayServer.openDataDirectory(dataDir)
+            let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
+                                         now: { Int64(Date().timeIntervalSince1970 * 1000) })
+            let server = RelayServer(engine: engine, configuration: cfg, logger: logger)
+            try server.start()
+            // Machine-readable lines for supervisors and tests.
+            print("listening \(RelayServer.hostPort(server.localAddress))")
+            if let m = server.metricsAddress { print("metrics \(RelayServer.hostPort(m))") }
+            print("key \(Hex.encode(identity.signingKey))")
+            fflush(stdout)
+
+            signal(SIGINT, SIG_IGN)
+            signal(SIGTERM, SIG_IGN)
+            let done = DispatchSemaphore(value: 0)
+            let sources = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
+                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+                s.setEventHandler { done.signal() }
+                s.resume()
+                return s
+            }
+            done.wait()
+            logger.notice("stopping")
+            server.stop()
+            store.database.close()
+            _ = sources
+        }
+    }
+
+    struct Key: ParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print the relay's public key (64 hex digits) to pin in clients, creating it if needed.")
+
+        @Option(name: .customLong("data-dir"), help: "The relay's data directory.")
+        var dataDir: String
+
+        func run() throws {
+            try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let identity = try IdentityFile.loadOrCreate(path: dataDir + "/relay.identity")
+            print(Hex.encode(identity.signingKey))
+        }
+    }
+}
+
+YaokRelay.main()

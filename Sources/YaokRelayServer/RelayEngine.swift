@@ -1,0 +1,477 @@
+import Logging
+import NIOCore
+import YaokCrypto
+import YaokRelayProtocol
+import YaokWire
+
+/// The relay's logic, independent of sockets: datagram in → datagrams out.
+///
+/// Not thread-safe: ``RelayServer`` calls it from one serial queue. It never reads
+/// envelope contents: it parses bundles structurally, verifies the sender signature, and
+/// routes by the recipient user ID. Logs carry short IDs (8 hex digits) only.
+public final class RelayEngine: @unchecked Sendable {
+    /// A datagram to send.
+    public struct Output: Sendable {
+        public var address: SocketAddress
+        public var bytes: [UInt8]
+    }
+
+    final class Session {
+        let id: UInt64
+        var address: SocketAddress
+        let secure: SecureSession
+        let createdMs: Int64
+        var lastHeardMs: Int64
+        var authenticated = false
+        /// Users registered directly on this session; the first is its owner.
+        var users: [[UInt8]] = []
+        var reassembler = Reassembler(maxPartial: 4)
+        /// Registration nonces accepted here (a retransmitted REGISTER is answered again, not refused).
+        var nonceKeys: Set<[UInt8]> = []
+        init(id: UInt64, address: SocketAddress, secure: SecureSession, nowMs: Int64) {
+            self.id = id
+            self.address = address
+            self.secure = secure
+            self.createdMs = nowMs
+            self.lastHeardMs = nowMs
+        }
+        var owner: [UInt8]? { users.first }
+    }
+
+    public let identity: Identity
+    public let limits: RelayLimits
+    private let store: RelayQueueStore
+    private let logger: Logger
+    private let now: @Sendable () -> Int64
+
+    private var sessions: [UInt64: Session] = [:]
+    /// Live direct registrations: user → sessions.
+    private var userSessions: [[UInt8]: Set<UInt64>] = [:]
+    /// Phones reachable through a hub: user → owner (persisted).
+    private var attachments: [[UInt8]: (owner: [UInt8], expiresMs: Int64)] = [:]
+    private var attachedTo: [[UInt8]: Set<[UInt8]>] = [:]
+    /// Used registration nonces → expiry (persisted).
+    private var nonces: [[UInt8]: Int64] = [:]
+    private var queuedPerUser: [[UInt8]: Int] = [:]
+    private var queuedTotal = 0
+    /// Pushed/polled messages not to offer again before the lease ends.
+    private var leases: [[UInt8]: Int64] = [:]
+    private var ipBuckets: BucketMap<String>
+    private var helloBuckets: BucketMap<String>
+    private var senderBuckets: BucketMap<[UInt8]>
+    private var lastSweepMs: Int64 = 0
+    public private(set) var metrics = RelayMetrics()
+
+    /// Loads queue counts, attachments and the nonce cache from the store.
+    public init(identity: Identity, store: RelayQueueStore, limits: RelayLimits, logger: Logger,
+                now: @escaping @Sendable () -> Int64) throws {
+        self.identity = identity
+        self.store = store
+        self.limits = limits
+        self.logger = logger
+        self.now = now
+        let t = now()
+        ipBuckets = BucketMap(capacity: Double(limits.packetsPerSecondPerIP * 2), perMs: Double(limits.packetsPerSecondPerIP) / 1000, maxKeys: 65_536)
+        helloBuckets = BucketMap(capacity: Double(limits.hellosPerSecondPerIP * 2), perMs: Double(limits.hellosPerSecondPerIP) / 1000, maxKeys: 65_536)
+        senderBuckets = BucketMap(capacity: Double(limits.messagesPerHour), perMs: Double(limits.messagesPerHour) / 3_600_000, maxKeys: 200_000)
+        queuedPerUser = try store.countsByRecipient()
+        queuedTotal = queuedPerUser.values.reduce(0, +)
+        attachments = try store.attachments(nowMs: t)
+        for (user, a) in attachments { attachedTo[a.owner, default: []].insert(user) }
+        nonces = try store.nonces(nowMs: t)
+    }
+
+    static func short(_ id: [UInt8]) -> String { Hex.encode(id.prefix(4)) }
+
+    // MARK: Datagrams
+
+    /// Counts a datagram the server dropped before the engine saw it.
+    public func countDropped(oversized: Bool) {
+        metrics.datagramsIn += 1
+        if oversized { metrics.droppedOversized += 1 } else { metrics.droppedOverload += 1 }
+    }
+
+    /// Handles one datagram; returns what to send.
+    public func handle(_ datagram: [UInt8], from address: SocketAddress) -> [Output] {
+        let t = now()
+        metrics.datagramsIn += 1
+        guard datagram.count <= RelayPacket.maxDatagramLength else { metrics.droppedOversized += 1; return [] }
+        let ip = address.ipAddress ?? address.description
+        if ipBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return [] }
+        let packet: RelayPacket
+        do { packet = try RelayPacket(parsing: datagram) } catch { metrics.droppedMalformed += 1; return [] }
+        var out: [Output] = []
+        if packet.type == .hello {
+            handleHello(packet, from: address, ip: ip, nowMs: t, out: &out)
+        } else if packet.type.isSealed {
+            handleSealed(packet, from: address, nowMs: t, out: &out)
+        } else {
+            metrics.droppedMalformed += 1
+        }
+        metrics.datagramsOut += UInt64(out.count)
+        return out
+    }
+
+    private func handleHello(_ packet: RelayPacket, from address: SocketAddress, ip: String, nowMs t: Int64, out: inout [Output]) {
+        guard let hello = try? Hello(parsing: packet.payload) else { metrics.droppedMalformed += 1; return }
+        if helloBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return }
+        if sessions.count >= limits.maxSessions { sweepSessions(nowMs: t) }
+        guard sessions.count < limits.maxSessions else { metrics.droppedOverload += 1; return }
+        var id: UInt64 = 0
+        while id == 0 || sessions[id] != nil { id = UInt64.random(in: 1...UInt64.max) }
+        let eph = EphemeralKX.generate()
+        guard let secure = try? SecureSession(side: .relay, sessionID: id, ours: eph, theirs: hello.clientKey) else {
+            metrics.droppedMalformed += 1
+            return
+        }
+        sessions[id] = Session(id: id, address: address, secure: secure, nowMs: t)
+        let reply = HelloReply.make(sessionID: id, clientKey: hello.clientKey, relayEphemeralKey: eph.publicKey, relay: identity)
+        guard let bytes = try? RelayPacket(type: .helloReply, sessionID: id, counter: 0, payload: reply.encoded).encoded() else { return }
+        metrics.handshakes += 1
+        out.append(Output(address: address, bytes: bytes))
+    }
+
+    private func handleSealed(_ packet: RelayPacket, from address: SocketAddress, nowMs t: Int64, out: inout [Output]) {
+        guard let session = sessions[packet.sessionID] else {
+            // Unknown session (e.g. we restarted): tell the client to handshake again.
+            // RESET is 24 bytes, smaller than any sealed packet, so it cannot amplify.
+            metrics.droppedUnauthenticated += 1
+            if let reset = try? RelayPacket(type: .reset, sessionID: packet.sessionID, counter: 0, payload: []).encoded() {
+                metrics.resetsSent += 1
+                out.append(Output(address: address, bytes: reset))
+            }
+            return
+        }
+        let plaintext: [UInt8]
+        do {
+            plaintext = try session.secure.open(packet)
+        } catch RelayProtocolError.replayed {
+            metrics.droppedReplayed += 1
+            return
+        } catch {
+            metrics.droppedUnauthenticated += 1
+            return
+        }
+        session.authenticated = true
+        session.lastHeardMs = t
+        if session.address != address { session.address = address }   // NAT rebinding / roaming
+        var type = packet.type
+        var message = plaintext
+        if type == .fragment {
+            guard let f = try? Fragment(parsing: plaintext) else { metrics.droppedMalformed += 1; return }
+            if totalReassemblyBytes() + f.chunk.count > limits.maxReassemblyBytes { metrics.fragmentsDropped += 1; return }
+            let before = session.reassembler.dropped
+            let whole = session.reassembler.add(f, nowMs: t)
+            metrics.fragmentsDropped += UInt64(session.reassembler.dropped - before)
+            guard let whole else { return }
+            (type, message) = whole
+        }
+        switch type {
+        case .register: handleRegister(message, session: session, nowMs: t, out: &out)
+        case .send: handleSend(message, session: session, nowMs: t, out: &out)
+        case .poll: handlePoll(session: session, nowMs: t, out: &out)
+        case .ack: handleAck(message, session: session, out: &out)
+        case .ping: reply(.pong, message, to: session, out: &out)
+        case .pong: break
+        default: metrics.droppedMalformed += 1
+        }
+    }
+
+    private func totalReassemblyBytes() -> Int {
+        sessions.values.reduce(0) { $0 + $1.reassembler.bufferedBytes }
+    }
+
+    private func reply(_ type: RelayPacketType, _ message: [UInt8], to session: Session, out: inout [Output]) {
+        do {
+            for (t, plaintext) in try Fragment.split(type: type, message: message, fragmentID: UInt32.random(in: 0...UInt32.max)) {
+                out.append(Output(address: session.address, bytes: try session.secure.seal(t, plaintext)))
+            }
+        } catch {
+            logger.error("cannot seal \(type) for session: \(error)")
+        }
+    }
+
+    private func error(_ code: RelayErrorCode, _ text: String, ref: [UInt8]? = nil, retryAfterMs: Int64 = 0, to session: Session, out: inout [Output]) {
+        let notice = RelayErrorNotice(code: code, reference: ref ?? [UInt8](repeating: 0, count: 16),
+                                      retryAfterMs: UInt32(clamping: max(0, retryAfterMs)), text: text)
+        reply(.error, notice.encoded, to: session, out: &out)
+    }
+
+    // MARK: Registration
+
+    private var registeredCount: Int { userSessions.count + attachments.count }
+
+    private func handleRegister(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
+        guard let request = try? RegisterRequest(parsing: message) else {
+            error(.malformed, "REGISTER could not be parsed", to: session, out: &out)
+            return
+        }
+        var results: [(userID: [UInt8], status: RegistrationStatus)] = []
+        var newlyReachable: [[UInt8]] = []
+        for reg in request.registrations {
+            let user = reg.userID
+            let status = register(reg, user: user, session: session, nowMs: t)
+            results.append((user, status))
+            if status == .accepted {
+                metrics.registrationsAccepted += 1
+                newlyReachable.append(user)
+            } else {
+                metrics.registrationsRefused += 1
+                logger.info("registration of \(Self.short(user)) refused: \(status)")
+            }
+        }
+        reply(.registered, RegisteredResult(results).encoded, to: session, out: &out)
+        // Registered clients get their queued messages at once.
+        for user in newlyReachable { pushQueued(for: user, to: session, nowMs: t, out: &out) }
+    }
+
+    private func register(_ reg: Registration, user: [UInt8], session: Session, nowMs t: Int64) -> RegistrationStatus {
+        guard reg.verifySignature(relaySigningKey: identity.signingKey) else { return .badSignature }
+        guard abs(reg.timestampMs - t) <= limits.registrationWindowMs else { return .staleTimestamp }
+        let nonceKey = Hash.sha256(reg.userSigningKey + reg.nonce)
+        if session.nonceKeys.contains(nonceKey) { return .accepted }   // a retransmitted REGISTER
+        if let expiry = nonces[nonceKey], expiry > t { return .replayed }
+        let already = session.users.contains(user)
+        if !already {
+            guard session.users.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
+            guard registeredCount < limits.maxRegistrations || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
+        }
+        // Remember the nonce for the whole window on both sides of the timestamp.
+        let expiry = reg.timestampMs + limits.registrationWindowMs + 1
+        do {
+            try store.saveNonce(nonceKey, expiresMs: expiry)
+            if let owner = session.owner, owner != user {
+                try store.saveAttachment(user: user, owner: owner, expiresMs: t + limits.attachmentTTLMs)
+            }
+        } catch {
+            logger.error("store: cannot record a registration: \(error)")
+            return .tooManyRegistrations
+        }
+        nonces[nonceKey] = expiry
+        session.nonceKeys.insert(nonceKey)
+        if let owner = session.owner, owner != user {
+            if let old = attachments[user] { attachedTo[old.owner]?.remove(user) }
+            attachments[user] = (owner, t + limits.attachmentTTLMs)
+            attachedTo[owner, default: []].insert(user)
+        }
+        if !already {
+            session.users.append(user)
+            userSessions[user, default: []].insert(session.id)
+        }
+        return .accepted
+    }
+
+    /// Users this session may receive and acknowledge for: its own and those attached to its owner(s).
+    private func reachableUsers(of session: Session) -> [[UInt8]] {
+        var set = Set(session.users)
+        for u in session.users { set.formUnion(attachedTo[u] ?? []) }
+        return Array(set)
+    }
+
+    /// The live session to push to for `user`: a direct registration, else its hub's.
+    private func session(reaching user: [UInt8], nowMs t: Int64) -> Session? {
+        func freshest(_ ids: Set<UInt64>?) -> Session? {
+            (ids ?? []).compactMap { sessions[$0] }.filter { t - $0.lastHeardMs < limits.staleAfterMs }.max { $0.lastHeardMs < $1.lastHeardMs }
+        }
+        if let s = freshest(userSessions[user]) { return s }
+        if let a = attachments[user], a.expiresMs > t { return freshest(userSessions[a.owner]) }
+        return nil
+    }
+
+    // MARK: Send
+
+    private func handleSend(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
+        let guessID = bundleMessageID(message)
+        func refuse(_ code: RelayErrorCode, _ reason: String, _ text: String, retry: Int64 = 0) {
+            metrics.sendsRefused[reason, default: 0] += 1
+            error(code, text, ref: guessID, retryAfterMs: retry, to: session, out: &out)
+        }
+        guard !session.users.isEmpty else { return refuse(.notRegistered, "not_registered", "register a user before sending") }
+        let bundle: YaokWire.Bundle
+        do { bundle = try YaokWire.Bundle(parsing: message) } catch {
+            return refuse(.malformed, "malformed", "bundle does not parse: \(error)")
+        }
+        let envelope = bundle.envelope
+        let id = envelope.messageID
+        guard envelope.verifySignature() else { return refuse(.badSignature, "bad_signature", "the envelope's sender signature does not verify") }
+        guard envelope.expiresMs > t else { return refuse(.expired, "expired", "the envelope has expired") }
+        do {
+            if try store.contains(id) {
+                metrics.sendsDuplicate += 1
+                reply(.queued, QueuedNotice(messageID: id, status: .duplicate).encoded, to: session, out: &out)
+                return
+            }
+        } catch {
+            logger.error("store: lookup failed: \(error)")
+            return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
+        }
+        let sender = envelope.senderUserID
+        if let wait = senderBuckets.take(sender, nowMs: t) {
+            logger.notice("sender \(Self.short(sender)) rate limited")
+            return refuse(.rateLimited, "rate_limited",
+                          "rate limit: \(limits.messagesPerHour) messages per hour per sender; retry in \((wait + 999) / 1000) s", retry: wait)
+        }
+        let recipient = envelope.recipientUserID
+        guard queuedPerUser[recipient, default: 0] < limits.maxQueuedPerUser else {
+            return refuse(.recipientQueueFull, "recipient_full", "the recipient already has \(limits.maxQueuedPerUser) queued messages", retry: 3_600_000)
+        }
+        guard queuedTotal < limits.maxQueuedTotal else {
+            return refuse(.relayFull, "relay_full", "the relay holds its maximum of \(limits.maxQueuedTotal) messages", retry: 3_600_000)
+        }
+        let expires = min(envelope.expiresMs, t + limits.retentionMs)
+        do {
+            guard try store.insert(messageID: id, recipient: recipient, sender: sender, bundle: message, queuedMs: t, expiresMs: expires) else {
+                metrics.sendsDuplicate += 1
+                reply(.queued, QueuedNotice(messageID: id, status: .duplicate).encoded, to: session, out: &out)
+                return
+            }
+        } catch {
+            logger.error("store: cannot queue \(Self.short(id)): \(error)")
+            return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
+        }
+        queuedPerUser[recipient, default: 0] += 1
+        queuedTotal += 1
+        var status = QueuedNotice.Status.queued
+        if let target = self.session(reaching: recipient, nowMs: t) {
+            leases[id] = t + limits.leaseMs
+            reply(.msg, message, to: target, out: &out)
+            metrics.messagesDelivered += 1
+            metrics.sendsPushed += 1
+            status = .pushed
+        } else {
+            metrics.sendsQueued += 1
+        }
+        logger.debug("queued \(Self.short(id)) for \(Self.short(recipient)) (\(status))")
+        reply(.queued, QueuedNotice(messageID: id, status: status).encoded, to: session, out: &out)
+    }
+
+    // MARK: Poll and ack
+
+    /// Up to `limit` unleased message IDs for `users`, and how many are queued for them in all.
+    private func unleased(for users: [[UInt8]], limit: Int, nowMs t: Int64) -> (ids: [[UInt8]], total: Int) {
+        var ids: [[UInt8]] = []
+        var total = 0
+        for user in users {
+            let n = queuedPerUser[user, default: 0]
+            guard n > 0 else { continue }
+            total += n
+            guard ids.count < limit else { continue }
+            let candidates = (try? store.messageIDs(for: user, nowMs: t, limit: limits.maxQueuedPerUser)) ?? []
+            for id in candidates where ids.count < limit {
+                if let until = leases[id], until > t { continue }
+                ids.append(id)
+            }
+        }
+        return (ids, total)
+    }
+
+    private func deliver(_ ids: [[UInt8]], to session: Session, nowMs t: Int64, out: inout [Output]) -> Int {
+        var sent = 0
+        for id in ids {
+            guard let bundle = try? store.bundle(id) else { continue }
+            leases[id] = t + limits.leaseMs
+            reply(.msg, bundle, to: session, out: &out)
+            metrics.messagesDelivered += 1
+            sent += 1
+        }
+        return sent
+    }
+
+    private func pushQueued(for user: [UInt8], to session: Session, nowMs t: Int64, out: inout [Output]) {
+        guard queuedPerUser[user, default: 0] > 0 else { return }
+        _ = deliver(unleased(for: [user], limit: limits.pollBatch, nowMs: t).ids, to: session, nowMs: t, out: &out)
+    }
+
+    private func handlePoll(session: Session, nowMs t: Int64, out: inout [Output]) {
+        guard !session.users.isEmpty else {
+            error(.notRegistered, "register a user before polling", to: session, out: &out)
+            return
+        }
+        metrics.polls += 1
+        let (ids, total) = unleased(for: reachableUsers(of: session), limit: limits.pollBatch, nowMs: t)
+        let sent = deliver(ids, to: session, nowMs: t, out: &out)
+        reply(.noMessages, PollDone(remaining: UInt32(clamping: max(0, total - sent))).encoded, to: session, out: &out)
+    }
+
+    private func handleAck(_ message: [UInt8], session: Session, out: inout [Output]) {
+        guard let list = try? AckList(parsing: message) else {
+            error(.malformed, "ACK could not be parsed", to: session, out: &out)
+            return
+        }
+        let allowed = Set(reachableUsers(of: session))
+        for id in list.messageIDs {
+            // Only a session that may receive a message may delete it.
+            guard let recipient = try? store.recipient(of: id), allowed.contains(recipient) else { continue }
+            guard (try? store.delete(id)) == true else { continue }
+            leases[id] = nil
+            metrics.acks += 1
+            queuedTotal = max(0, queuedTotal - 1)
+            let left = queuedPerUser[recipient, default: 1] - 1
+            queuedPerUser[recipient] = left > 0 ? left : nil
+        }
+    }
+
+    // MARK: Timers
+
+    /// Periodic work: stale sessions, reassembly timeouts, leases, and (each minute) expiry.
+    public func tick() {
+        let t = now()
+        sweepSessions(nowMs: t)
+        leases = leases.filter { $0.value > t }
+        if t - lastSweepMs >= 60_000 {
+            lastSweepMs = t
+            sweepExpired(nowMs: t)
+        }
+    }
+
+    private func sweepSessions(nowMs t: Int64) {
+        for (id, s) in sessions {
+            let stale = t - s.lastHeardMs >= limits.staleAfterMs
+            let neverAuthenticated = !s.authenticated && t - s.createdMs >= limits.handshakeTimeoutMs
+            if stale || neverAuthenticated {
+                sessions[id] = nil
+                for u in s.users {
+                    userSessions[u]?.remove(id)
+                    if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
+                }
+            } else {
+                s.reassembler.expire(nowMs: t)
+            }
+        }
+    }
+
+    /// Deletes expired messages, attachments and nonces (also from the database).
+    public func sweepExpired(nowMs t: Int64) {
+        do {
+            let n = try store.expire(nowMs: t)
+            if n > 0 {
+                metrics.expired += UInt64(n)
+                queuedPerUser = try store.countsByRecipient()
+                queuedTotal = queuedPerUser.values.reduce(0, +)
+                logger.info("expired \(n) queued messages")
+            }
+        } catch {
+            logger.error("store: expiry sweep failed: \(error)")
+        }
+        for (user, a) in attachments where a.expiresMs <= t {
+            attachments[user] = nil
+            attachedTo[a.owner]?.remove(user)
+        }
+        nonces = nonces.filter { $0.value > t }
+        senderBuckets.prune(nowMs: t)
+        ipBuckets.prune(nowMs: t)
+        helloBuckets.prune(nowMs: t)
+    }
+
+    /// Metrics with current gauges.
+    public func metricsSnapshot() -> RelayMetrics {
+        var m = metrics
+        m.sessions = sessions.count
+        m.registeredUsers = registeredCount
+        m.queued = queuedTotal
+        return m
+    }
+
+    /// Messages queued for `user` (tests, status).
+    public func queuedCount(for user: [UInt8]) -> Int { queuedPerUser[user, default: 0] }
+}

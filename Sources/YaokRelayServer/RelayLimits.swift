@@ -1,0 +1,39 @@
+/// The relay's limits and timings. Defaults follow the Ya OK design.
+public struct RelayLimits: Sendable {
+    /// Messages queued for one user.
+    public var maxQueuedPerUser = 1_000
+    /// Messages queued in total.
+    public var maxQueuedTotal = 100_000
+    /// How long a message waits at most (also capped by the envelope's own expiry).
+    public var retentionMs: Int64 = 7 * 24 * 3600 * 1000
+    /// MSGs per POLL round.
+    public var pollBatch = 10
+    /// Messages one sender (envelope signer) may send per hour.
+    public var messagesPerHour = 100
+    /// Datagrams per second from one IP address (token bucket; burst is twice this).
+    public var packetsPerSecondPerIP = 500
+    /// HELLOs per second from one IP (each costs the relay a signature; burst is twice this).
+    public var hellosPerSecondPerIP = 20
+    /// Sessions at once.
+    public var maxSessions = 20_000
+    /// Registered users at once (direct plus attached).
+    public var maxRegistrations = 100_000
+    /// Registrations on one session (a hub and its phones).
+    public var maxRegistrationsPerSession = 512
+    /// A session not heard from this long is dropped (clients PING every 60 s).
+    public var staleAfterMs: Int64 = 5 * 60 * 1000
+    /// A session that never sent an authenticated packet is dropped after this long.
+    public var handshakeTimeoutMs: Int64 = 30_000
+    /// Registration timestamps must be within this much of the relay's clock.
+    public var registrationWindowMs: Int64 = 5 * 60 * 1000
+    /// A pushed/polled message is not offered again for this long unless ACKed.
+    public var leaseMs: Int64 = 30_000
+    /// How long the relay remembers that a phone is reachable through its hub.
+    public var attachmentTTLMs: Int64 = 24 * 3600 * 1000
+    /// Bytes held in fragment reassembly across all sessions.
+    public var maxReassemblyBytes = 16 << 20
+    /// Datagrams waiting for the engine; more are dropped.
+    public var maxPendingDatagrams = 10_000
+
+    public init() {}
+}

@@ -1,0 +1,75 @@
+/// The relay's counters and gauges, rendered in the Prometheus text format.
+/// Names never carry user IDs or contents.
+public struct RelayMetrics: Sendable, Equatable {
+    public var datagramsIn: UInt64 = 0
+    public var datagramsOut: UInt64 = 0
+    public var droppedMalformed: UInt64 = 0
+    public var droppedOversized: UInt64 = 0
+    public var droppedRateLimited: UInt64 = 0
+    public var droppedUnauthenticated: UInt64 = 0
+    public var droppedReplayed: UInt64 = 0
+    public var droppedOverload: UInt64 = 0
+    public var handshakes: UInt64 = 0
+    public var resetsSent: UInt64 = 0
+    public var registrationsAccepted: UInt64 = 0
+    public var registrationsRefused: UInt64 = 0
+    public var sendsQueued: UInt64 = 0
+    public var sendsPushed: UInt64 = 0
+    public var sendsDuplicate: UInt64 = 0
+    public var sendsRefused: [String: UInt64] = [:]
+    public var messagesDelivered: UInt64 = 0
+    public var polls: UInt64 = 0
+    public var acks: UInt64 = 0
+    public var expired: UInt64 = 0
+    public var fragmentsDropped: UInt64 = 0
+    // Gauges, filled when rendering.
+    public var sessions = 0
+    public var registeredUsers = 0
+    public var queued = 0
+
+    public init() {}
+
+    /// Prometheus text exposition format (version 0.0.4).
+    public func prometheusText() -> String {
+        var lines: [String] = []
+        func counter(_ name: String, _ help: String, _ value: UInt64) {
+            lines.append("# HELP yaok_relay_\(name) \(help)")
+            lines.append("# TYPE yaok_relay_\(name) counter")
+            lines.append("yaok_relay_\(name) \(value)")
+        }
+        func gauge(_ name: String, _ help: String, _ value: Int) {
+            lines.append("# HELP yaok_relay_\(name) \(help)")
+            lines.append("# TYPE yaok_relay_\(name) gauge")
+            lines.append("yaok_relay_\(name) \(value)")
+        }
+        counter("datagrams_in_total", "Datagrams received.", datagramsIn)
+        counter("datagrams_out_total", "Datagrams sent.", datagramsOut)
+        lines.append("# HELP yaok_relay_dropped_total Datagrams dropped, by reason.")
+        lines.append("# TYPE yaok_relay_dropped_total counter")
+        for (reason, v) in [("malformed", droppedMalformed), ("oversized", droppedOversized), ("rate_limited", droppedRateLimited),
+                            ("unauthenticated", droppedUnauthenticated), ("replayed", droppedReplayed), ("overload", droppedOverload)] {
+            lines.append("yaok_relay_dropped_total{reason=\"\(reason)\"} \(v)")
+        }
+        counter("handshakes_total", "Completed handshakes (HELLO_REPLY sent).", handshakes)
+        counter("resets_total", "RESETs sent for unknown sessions.", resetsSent)
+        counter("registrations_accepted_total", "Registrations accepted.", registrationsAccepted)
+        counter("registrations_refused_total", "Registrations refused.", registrationsRefused)
+        counter("sends_queued_total", "Bundles queued for an offline recipient.", sendsQueued)
+        counter("sends_pushed_total", "Bundles queued and pushed to an online recipient at once.", sendsPushed)
+        counter("sends_duplicate_total", "SENDs of a message already held.", sendsDuplicate)
+        lines.append("# HELP yaok_relay_sends_refused_total SENDs refused, by reason.")
+        lines.append("# TYPE yaok_relay_sends_refused_total counter")
+        for (reason, v) in sendsRefused.sorted(by: { $0.key < $1.key }) {
+            lines.append("yaok_relay_sends_refused_total{reason=\"\(reason)\"} \(v)")
+        }
+        counter("messages_sent_total", "MSGs sent to clients (push and poll).", messagesDelivered)
+        counter("polls_total", "POLL rounds served.", polls)
+        counter("acks_total", "Messages deleted after an ACK.", acks)
+        counter("expired_total", "Messages deleted unacknowledged after their retention.", expired)
+        counter("fragments_dropped_total", "Partial messages given up (timeout, bounds).", fragmentsDropped)
+        gauge("sessions", "Live sessions.", sessions)
+        gauge("registered_users", "Users reachable (registered directly or attached to a hub).", registeredUsers)
+        gauge("queued_messages", "Messages waiting in the queue.", queued)
+        return lines.joined(separator: "\n") + "\n"
+    }
+}

@@ -1,0 +1,212 @@
+import Dispatch
+import Foundation
+import Logging
+import NIOCore
+import NIOPosix
+import YaokCrypto
+import YaokRelayProtocol
+import YaokStore
+
+/// The relay server: a SwiftNIO UDP socket feeding a ``RelayEngine`` on one serial queue,
+/// a 1-second timer, and an optional Prometheus `/metrics` responder (HTTP/1.0, meant for
+/// localhost).
+///
+/// The event loop only moves datagrams; the engine (crypto, SQLCipher commits) runs on its
+/// own queue, so a slow fsync never stops reads. At most `maxPendingDatagrams` wait for the
+/// engine; more are dropped and counted.
+public final class RelayServer: @unchecked Sendable {
+    /// Where to listen.
+    public struct Configuration: Sendable {
+        public var host: String
+        public var port: Int
+        /// `host:port` for `/metrics`, or nil for none.
+        public var metricsHost: String?
+        public var metricsPort: Int = 0
+
+        public init(host: String, port: Int, metricsHost: String? = nil, metricsPort: Int = 0) {
+            self.host = host
+            self.port = port
+            self.metricsHost = metricsHost
+            self.metricsPort = metricsPort
+        }
+    }
+
+    public let engine: RelayEngine
+    public let configuration: Configuration
+    private let logger: Logger
+    private let queue = DispatchQueue(label: "yaok.relay.engine")
+    private let group: MultiThreadedEventLoopGroup
+    private let lock = NSLock()
+    private var channel: Channel?
+    private var metricsChannel: Channel?
+    private var timer: DispatchSourceTimer?
+    private var pending = 0
+
+    public init(engine: RelayEngine, configuration: Configuration, logger: Logger) {
+        self.engine = engine
+        self.configuration = configuration
+        self.logger = logger
+        self.group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    }
+
+    /// The bound UDP address (useful with port 0).
+    public var localAddress: SocketAddress? { lock.withLock { channel?.localAddress } }
+    /// The bound metrics address, if any.
+    public var metricsAddress: SocketAddress? { lock.withLock { metricsChannel?.localAddress } }
+
+    /// `ip:port` of a socket address (NIO's description adds the family and host name).
+    public static func hostPort(_ a: SocketAddress?) -> String {
+        guard let a, let ip = a.ipAddress, let port = a.port else { return "?" }
+        return ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
+    }
+
+    /// Binds the sockets and starts the timer.
+    public func start() throws {
+        let bootstrap = DatagramBootstrap(group: group)
+            .channelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            // Large enough that an oversized datagram arrives whole and is counted as oversized.
+            .channelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 65_536))
+            .channelInitializer { [weak self] channel in
+                guard let self else { return channel.eventLoop.makeSucceededVoidFuture() }
+                return channel.pipeline.addHandler(DatagramHandler(server: self))
+            }
+        let ch = try bootstrap.bind(host: configuration.host, port: configuration.port).wait()
+        lock.withLock { channel = ch }
+        if let mh = configuration.metricsHost {
+            let http = ServerBootstrap(group: group)
+                .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+                .childChannelInitializer { [weak self] channel in
+                    guard let self else { return channel.eventLoop.makeSucceededVoidFuture() }
+                    return channel.pipeline.addHandler(MetricsHTTPHandler(render: { self.metricsText() }))
+                }
+            let mc = try http.bind(host: mh, port: configuration.metricsPort).wait()
+            lock.withLock { metricsChannel = mc }
+        }
+        let t = DispatchSource.makeTimerSource(queue: queue)
+        t.schedule(deadline: .now() + 1, repeating: 1)
+        t.setEventHandler { [weak self] in self?.engine.tick() }
+        t.resume()
+        timer = t
+        logger.notice("relay listening on \(Self.hostPort(ch.localAddress)), key \(Hex.encode(engine.identity.signingKey))")
+    }
+
+    /// Closes the sockets, stops the timer and waits for the engine queue to drain.
+    public func stop() {
+        let (ch, mc): (Channel?, Channel?) = lock.withLock {
+            defer { channel = nil; metricsChannel = nil }
+            return (channel, metricsChannel)
+        }
+        try? ch?.close().wait()
+        try? mc?.close().wait()
+        timer?.cancel()
+        timer = nil
+        queue.sync {}
+        try? group.syncShutdownGracefully()
+    }
+
+    /// Prometheus text of the current metrics.
+    public func metricsText() -> String { queue.sync { engine.metricsSnapshot().prometheusText() } }
+
+    /// Metrics snapshot (tests).
+    public func metricsSnapshot() -> RelayMetrics { queue.sync { engine.metricsSnapshot() } }
+
+    /// Runs `body` on the engine queue (tests, maintenance).
+    public func withEngine<T>(_ body: (RelayEngine) throws -> T) rethrows -> T { try queue.sync { try body(engine) } }
+
+    fileprivate func received(_ bytes: [UInt8], from address: SocketAddress, channel: Channel) {
+        if bytes.count > RelayPacket.maxDatagramLength {
+            queue.async { self.engine.countDropped(oversized: true) }
+            return
+        }
+        let accepted: Bool = lock.withLock {
+            guard pending < engine.limits.maxPendingDatagrams else { return false }
+            pending += 1
+            return true
+        }
+        guard accepted else {
+            queue.async { self.engine.countDropped(oversized: false) }
+            return
+        }
+        queue.async {
+            self.lock.withLock { self.pending -= 1 }
+            let outputs = self.engine.handle(bytes, from: address)
+            guard !outputs.isEmpty else { return }
+            channel.eventLoop.execute {
+                for o in outputs {
+                    var buffer = channel.allocator.buffer(capacity: o.bytes.count)
+                    buffer.writeBytes(o.bytes)
+                    channel.write(AddressedEnvelope(remoteAddress: o.address, data: buffer), promise: nil)
+                }
+                channel.flush()
+            }
+        }
+    }
+
+    // MARK: Opening a data directory
+
+    /// What `yaok-relay run` opens in its data directory: `relay.identity` (the long-term key,
+    /// 0600, created on first run), `relay.db` (SQLCipher) and its key `relay.db.key` (0600,
+    /// or the systemd credential `yaok-relay-db-key`).
+    public static func openDataDirectory(_ dir: String) throws -> (identity: Identity, store: RelayQueueStore) {
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let identity = try IdentityFile.loadOrCreate(path: dir + "/relay.identity")
+        let key = try DatabaseKey.load(credentialName: "yaok-relay-db-key", keyFile: dir + "/relay.db.key")
+        let db = try SQLCipherDatabase(path: dir + "/relay.db", key: key)
+        return (identity, try RelayQueueStore(database: db))
+    }
+}
+
+/// Hands each datagram to the server.
+private final class DatagramHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = AddressedEnvelope<ByteBuffer>
+    let server: RelayServer
+
+    init(server: RelayServer) { self.server = server }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        let envelope = unwrapInboundIn(data)
+        var buffer = envelope.data
+        let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
+        server.received(bytes, from: envelope.remoteAddress, channel: context.channel)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) {
+        // ICMP errors on an unconnected UDP socket are not fatal: keep serving.
+    }
+}
+
+/// A minimal HTTP/1.0 responder: `GET /metrics` → Prometheus text, anything else → 404.
+/// Reads at most 8 KiB of request head, then answers and closes.
+private final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+    let render: @Sendable () -> String
+    private var head: [UInt8] = []
+    private var answered = false
+
+    init(render: @escaping @Sendable () -> String) { self.render = render }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !answered else { return }
+        var buffer = unwrapInboundIn(data)
+        head += buffer.readBytes(length: min(buffer.readableBytes, 8192 - head.count)) ?? []
+        let text = String(decoding: head, as: UTF8.self)
+        guard text.contains("\r\n\r\n") || text.contains("\n\n") || head.count >= 8192 else { return }
+        answered = true
+        let requestLine = text.split(separator: "\n", maxSplits: 1).first.map(String.init) ?? ""
+        let parts = requestLine.split(separator: " ")
+        let response: String
+        if parts.count >= 2, parts[0] == "GET", parts[1] == "/metrics" {
+            let body = render()
+            response = "HTTP/1.0 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
+        } else {
+            let body = "not found\n"
+            response = "HTTP/1.0 404 Not Found\r\nContent-Type: text/plain\r\nContent-Length: \(body.utf8.count)\r\nConnection: close\r\n\r\n" + body
+        }
+        var out = context.channel.allocator.buffer(capacity: response.utf8.count)
+        out.writeString(response)
+        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in context.close(promise: nil) }
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: Error) { context.close(promise: nil) }
+}
