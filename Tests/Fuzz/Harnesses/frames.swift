@@ -1,0 +1,35 @@
+// libFuzzer harness: host frame values (custody ack/refusal, summary/request, attachment) and the hop header.
+import YaokCrypto
+import YaokWire
+
+@_cdecl("LLVMFuzzerTestOneInput")
+public func fuzzFrames(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
+    let all = input(data, size)
+    guard let selector = all.first else { return 0 }
+    let value = Array(all.dropFirst())
+    switch selector % 5 {
+    case 0:
+        if let ack = try? CustodyAck(parsing: value) { check(ack.encoded == value, "ack round trip") }
+    case 1:
+        if let r = try? CustodyRefusal(parsing: value) { check(r.encoded == value, "refusal round trip") }
+    case 2:
+        if let s = try? SummaryVector(parsing: value) {
+            check(s.encoded == value, "summary round trip")
+            check(s.messageIDs.count <= SummaryVector.maxCount, "summary above its limit")
+            check((try? SummaryVector(messageIDs: s.messageIDs.reversed())) == s, "summary not canonical")
+        }
+    case 3:
+        if let a = try? AttachmentAnnouncement(parsing: value) {
+            check(a.encoded == value, "attachment round trip")
+            check(a.userIDs.count <= AttachmentAnnouncement.maxCount, "attachment above its limit")
+            _ = a.verifySignature()
+            let resigned = try? AttachmentAnnouncement.signed(by: FuzzKeys.hub, timestampMs: a.timestampMs, userIDs: a.userIDs)
+            check(resigned?.verifySignature() == true, "re-signed attachment does not verify")
+        }
+    default:
+        if let h = try? HopHeader(parsing: value) {
+            check(h.encoded == Array(value.prefix(HopHeader.length)), "hop header round trip")
+        }
+    }
+    return 0
+}
