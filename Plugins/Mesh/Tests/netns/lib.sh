@@ -2,11 +2,11 @@
 #
 # Each test builds its own namespaces and veth pairs, runs real `yaok-hub` processes
 # inside them and removes everything on exit. Needs root (ip netns); without it the
-# test prints "SKIP: <reason>" and exits 0.
+# test prints "SKIP: <reason>" and exits 77 (the suite runner counts that as skipped).
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/../../../.." && pwd)
-BIN=${BIN:-$REPO/.build-mesh/debug}
+BIN=${BIN:-$REPO/.build/debug}
 TAG="ykm$(( $$ % 100000 ))"
 WORK=$(mktemp -d /tmp/yaok-mesh-XXXXXX)
 NAMESPACES=()
@@ -19,7 +19,7 @@ cleanup() {
     for name in "${!HUBPID[@]}"; do kill -TERM "${HUBPID[$name]}" 2>/dev/null || true; done
     for name in "${!HUBPID[@]}"; do wait "${HUBPID[$name]}" 2>/dev/null || true; done
     for ns in "${NAMESPACES[@]}"; do ip netns del "$ns" 2>/dev/null || true; done
-    if [[ $rc -ne 0 || $FAILED -ne 0 || -n ${KEEP:-} ]]; then
+    if [[ ( $rc -ne 0 && $rc -ne 77 ) || $FAILED -ne 0 || -n ${KEEP:-} ]]; then
         echo "logs kept in $WORK"
     else
         rm -rf "$WORK"
@@ -27,7 +27,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-skip() { echo "SKIP: $*"; exit 0; }
+skip() { echo "SKIP: $*"; exit 77; }
 pass() { echo "ok - $*"; }
 fail() {
     FAILED=1
@@ -46,7 +46,7 @@ preflight() {
     ip netns add "$TAG-probe" 2>/dev/null || skip "ip netns add is not permitted here"
     ip netns del "$TAG-probe"
     for f in yaok-hub yaok libyaok-plugin-mesh.so libyaok-plugin-udp.so; do
-        [[ -e $BIN/$f ]] || fail "$BIN/$f is missing: swift build --scratch-path .build-mesh first"
+        [[ -e $BIN/$f ]] || fail "$BIN/$f is missing: build first (swift build), or set BIN to the products directory"
     done
     mkdir -p "$WORK/plugins"
     chmod 755 "$WORK" "$WORK/plugins"

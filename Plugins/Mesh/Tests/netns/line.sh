@@ -3,7 +3,7 @@
 # over veth pairs. Checks discovery and links, then endpoint messages across three hops
 # with receipts, a partition and heal, and a SIGKILLed hub mid-transfer.
 #
-#   sudo Plugins/Mesh/Tests/netns/line.sh          (BIN=.build-mesh/debug by default)
+#   sudo Plugins/Mesh/Tests/netns/line.sh          (BIN=<products dir>, default .build/debug)
 #   PHASES="links" ... runs only the link checks.
 source "$(dirname "$0")/lib.sh"
 PHASES=${PHASES:-"links message partition crash"}

@@ -4,7 +4,7 @@
 # back. Each envelope (K messages + K receipts) must cross each mesh link at most
 # once, counted by the mesh transport's per-neighbour bundle counters.
 #
-#   sudo Plugins/Mesh/Tests/netns/ring.sh          (BIN=.build-mesh/debug by default)
+#   sudo Plugins/Mesh/Tests/netns/ring.sh          (BIN=<products dir>, default .build/debug)
 source "$(dirname "$0")/lib.sh"
 K=${K:-5}
 preflight
