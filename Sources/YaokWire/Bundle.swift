@@ -35,7 +35,8 @@ public struct HopHeader: Sendable, Equatable {
         guard hopCount <= hopLimit else { throw WireError.hopLimitReached(count: Int(hopCount), limit: Int(hopLimit)) }
     }
 
-    /// The header's 35 bytes. `previousHop` must be 32 bytes (``Bundle`` checks it).
+    /// The header's 35 bytes. A `previousHop` that is not 32 bytes encodes as 32 zeros (no previous
+    /// hop); ``Bundle/forwarded(by:)`` checks the hub ID's length.
     public var encoded: [UInt8] {
         var w = ByteWriter(capacity: Self.length)
         w.u8(Self.version)
