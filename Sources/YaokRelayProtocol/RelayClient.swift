@@ -282,6 +282,15 @@ public final class RelayClient: @unchecked Sendable {
         }
     }
 
+    /// Waits for `count` messages logged after `mark` (pushed or polled), in arrival order.
+    public func nextMessages(_ count: Int, after mark: Int, timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], messageID: [UInt8])] {
+        var got: [(bundle: [UInt8], messageID: [UInt8])] = []
+        return try waitFor("\(count) MSGs", timeout: timeout, after: mark) { event in
+            if case .message(let b, let id) = event { got.append((b, id)) }
+            return got.count >= count ? got : nil
+        }
+    }
+
     /// Waits until `match` returns a value for an event logged after `mark`.
     public func waitFor<T>(_ what: String, timeout: TimeInterval, after mark: Int, _ match: (Event) -> T?) throws -> T {
         let deadline = Date().addingTimeInterval(timeout)

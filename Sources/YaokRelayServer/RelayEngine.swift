@@ -270,12 +270,11 @@ public final class RelayEngine: @unchecked Sendable {
 
     /// The live session to push to for `user`: a direct registration, else its hub's.
     private func session(reaching user: [UInt8], nowMs t: Int64) -> Session? {
-        func freshest(_ ids: Set<UInt64>?) -> Session? {
-            (ids ?? []).compactMap { sessions[$0] }.filter { t - $0.lastHeardMs < limits.staleAfterMs }.max { $0.lastHeardMs < $1.lastHeardMs }
-        }
-        if let s = freshest(userSessions[user]) { return s }
-        if let a = attachments[user], a.expiresMs > t { return freshest(userSessions[a.owner]) }
-        return nil
+        // The most recently heard of: the user's own sessions and its hub's sessions (a hub that
+        // reconnected is fresher than the session it left behind).
+        var ids = userSessions[user] ?? []
+        if let a = attachments[user], a.expiresMs > t { ids.formUnion(userSessions[a.owner] ?? []) }
+        return ids.compactMap { sessions[$0] }.filter { t - $0.lastHeardMs < limits.staleAfterMs }.max { $0.lastHeardMs < $1.lastHeardMs }
     }
 
     // MARK: Send

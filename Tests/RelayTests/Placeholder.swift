@@ -1,2 +1,0 @@
-import XCTest
-final class PTests_RelayTests: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,161 @@
+import Foundation
+import Logging
+import NIOCore
+import XCTest
+import YaokCrypto
+import YaokRelayProtocol
+import YaokRelayServer
+import YaokWire
+
+/// A relay server running in this process on a real loopback UDP socket, with its data
+/// directory (identity, SQLCipher database, key) in a temporary directory.
+final class RelayHarness {
+    let dir: String
+    var limits: RelayLimits
+    private(set) var server: RelayServer!
+    private(set) var store: RelayQueueStore!
+    private(set) var identity: Identity!
+    private(set) var port: Int = 0
+    private var clients: [RelayClient] = []
+
+    init(limits: RelayLimits = RelayLimits(), dir: String? = nil) throws {
+        self.dir = dir ?? NSTemporaryDirectory() + "yaok-relay-test-" + Hex.encode(Random.bytes(6))
+        self.limits = limits
+        try start(port: 0)
+    }
+
+    func start(port: Int) throws {
+        let (identity, store) = try RelayServer.openDataDirectory(dir)
+        var logger = Logger(label: "relay-test")
+        logger.logLevel = .warning
+        let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
+                                     now: { Int64(Date().timeIntervalSince1970 * 1000) })
+        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: port, metricsHost: "127.0.0.1"), logger: logger)
+        try server.start()
+        self.identity = identity
+        self.store = store
+        self.server = server
+        self.port = server.localAddress?.port ?? 0
+    }
+
+    /// Stops the server and closes the database (the data directory stays).
+    func stopServer() {
+        server?.stop()
+        store?.database.close()
+    }
+
+    /// Stops and starts again on the same port and data directory.
+    func restart() throws {
+        let p = port
+        stopServer()
+        try start(port: p)
+    }
+
+    var address: RelayAddress { RelayAddress(host: "127.0.0.1", port: UInt16(port)) }
+
+    func client(pin: [UInt8]? = nil, configure: (inout RelayClient.Configuration) -> Void = { _ in }) -> RelayClient {
+        var cfg = RelayClient.Configuration(relay: address, relaySigningKey: pin ?? identity.signingKey)
+        cfg.handshakeRetryMs = 200
+        cfg.maxHandshakeRetryMs = 1_000
+        cfg.requestRetryMs = 1_000
+        configure(&cfg)
+        let c = RelayClient(configuration: cfg)
+        clients.append(c)
+        return c
+    }
+
+    /// A connected client with `user` registered.
+    func registeredClient(_ user: Identity, file: StaticString = #filePath, line: UInt = #line) throws -> RelayClient {
+        let c = client()
+        try c.connect(timeout: 10)
+        let results = try c.registerAndWait([registration(user)])
+        XCTAssertEqual(results.map(\.status), [.accepted], file: file, line: line)
+        return c
+    }
+
+    func registration(_ user: Identity, timestampMs: Int64? = nil) throws -> Registration {
+        try Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: timestampMs ?? nowMs())
+    }
+
+    func tearDown() {
+        for c in clients { c.stop() }
+        stopServer()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+}
+
+func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+/// A signed message bundle from `sender` to `recipient`.
+func messageBundle(from sender: Identity, to recipient: Identity, size: Int = 32) throws -> [UInt8] {
+    let envelope = try Envelope.sealMessage(plaintext: Array(repeating: 0x61, count: size), from: sender,
+                                            toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey, createdMs: nowMs())
+    return YaokWire.Bundle(envelope: envelope).encoded
+}
+
+/// A plain UDP socket for sending hand-made datagrams.
+final class RawUDP {
+    let fd: Int32
+    init() {
+        fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        var tv = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+    deinit { close(fd) }
+
+    func send(_ bytes: [UInt8], port: Int) {
+        var sa = sockaddr_in()
+        sa.sin_family = sa_family_t(AF_INET)
+        sa.sin_port = UInt16(port).bigEndian
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
+        _ = withUnsafePointer(to: &sa) { p in
+            p.withMemoryRebound(to: sockaddr.self, capacity: 1) { a in
+                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, a, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+    }
+
+    /// One datagram, or nil after the 200 ms receive timeout (used only to observe that
+    /// nothing, or a specific reply, comes back).
+    func receive() -> [UInt8]? {
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        return n > 0 ? Array(buf[0..<n]) : nil
+    }
+}
+
+/// Polls `condition` until true or the timeout; for state that has no event to wait on
+/// (server-side counters). Returns whether it became true.
+func eventually(timeout: TimeInterval = 5, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if condition() { return true }
+        Thread.sleep(forTimeInterval: 0.02)
+    }
+    return condition()
+}
+
+/// A plain HTTP/1.0 GET over a TCP socket to 127.0.0.1 (FoundationNetworking is not linked).
+func httpGet(port: Int, path: String) -> String? {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return nil }
+    defer { close(fd) }
+    var tv = timeval(tv_sec: 5, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    var sa = sockaddr_in()
+    sa.sin_family = sa_family_t(AF_INET)
+    sa.sin_port = UInt16(port).bigEndian
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
+    let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard rc == 0 else { return nil }
+    let request = Array("GET \(path) HTTP/1.0\r\nHost: localhost\r\n\r\n".utf8)
+    _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+    var response: [UInt8] = []
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if n <= 0 { break }
+        response += buf[0..<n]
+    }
+    return String(decoding: response, as: UTF8.self)
+}
