@@ -291,11 +291,11 @@ public final class MeshEngine: @unchecked Sendable {
                     if s.state == .connecting {
                         ev = Int32(POLLOUT)
                     } else {
-                        if s.limiter.hasTokens(nowNs: nowNs) {
+                        // Read more only when the last read is handled and the peer has frame budget.
+                        if !s.hasBacklog && (s.state != .up || s.limiter.hasTokens(nowNs: nowNs)) {
                             ev |= Int32(POLLIN)
-                        } else if !s.throttledThisSecond {
-                            s.throttledThisSecond = true
-                            counters.throttled += 1
+                        } else {
+                            noteThrottled(s)
                         }
                         if s.hasPendingWrite { ev |= Int32(POLLOUT) }
                     }
@@ -315,6 +315,7 @@ public final class MeshEngine: @unchecked Sendable {
                 }
                 if pfds[1].revents & Int16(POLLIN) != 0 { acceptConnections() }
                 if beaconFD >= 0 && pfds[2].revents & Int16(POLLIN) != 0 { receiveBeacons(&datagram) }
+                for s in Array(sessions.values) where s.hasBacklog { drainBacklog(s) }
                 for (i, id) in owners.enumerated() {
                     let revents = pfds[i + 3].revents
                     guard revents != 0, let s = sessions[id] else { continue }
@@ -462,12 +463,35 @@ public final class MeshEngine: @unchecked Sendable {
                 misbehaved(s, "sent a bad TLV stream: \(error)")
                 return
             }
-            for frame in frames {
-                guard sessions[s.id] != nil else { return }
-                handle(frame, on: s)
-            }
+            s.backlog = frames
+            s.backlogHead = 0
+            drainBacklog(s)
         }
         if sessions[s.id] != nil && revents & Int16(POLLOUT) != 0 { flush(s) }
+    }
+
+    private func noteThrottled(_ s: MeshSession) {
+        guard s.state == .up, !s.throttledThisSecond else { return }
+        s.throttledThisSecond = true
+        counters.throttled += 1
+    }
+
+    /// Handles read frames while the peer has frame budget; the rest wait for the budget to refill.
+    private func drainBacklog(_ s: MeshSession) {
+        let nowNs = monotonicNs()
+        while s.hasBacklog && sessions[s.id] != nil {
+            if s.state == .up && !s.limiter.hasTokens(nowNs: nowNs) {
+                noteThrottled(s)
+                return
+            }
+            let frame = s.backlog[s.backlogHead]
+            s.backlogHead += 1
+            handle(frame, on: s)
+        }
+        if !s.hasBacklog {
+            s.backlog = []
+            s.backlogHead = 0
+        }
     }
 
     private func handle(_ frame: [UInt8], on s: MeshSession) {
@@ -522,7 +546,13 @@ public final class MeshEngine: @unchecked Sendable {
         guard let peer = s.handshake.peer else { return }
         let key = peer.signingKey
         if key == identity.signingKey {
-            if let t = s.target, case .configured = t { targets[t]?.isSelf = true }
+            // Dialled ourselves: find the outbound half (its local address is this session's remote)
+            // and mark its configured address so it is not dialled again.
+            let outbound = s.outbound ? [s] : sessions.values.filter { $0.outbound && Sockets.localAddress($0.fd) == s.remote }
+            for o in outbound {
+                if let t = o.target, case .configured = t { targets[t]?.isSelf = true }
+                if o !== s { close(o, reason: "\(o.remote) is this hub itself; not dialling it again", level: .notice, goodbye: false) }
+            }
             close(s, reason: "\(s.remote) is this hub itself; not dialling it again", level: .notice, goodbye: false)
             return
         }

@@ -37,6 +37,12 @@ final class MeshSession {
     var throttledThisSecond = false
     var throttledSeconds = 0
     var droppedBeforeHandshake = 0
+    /// Frames read but not yet handled because the peer is over its frame rate. Bounded:
+    /// nothing more is read while it is non-empty, so it holds at most one read's worth.
+    var backlog: [[UInt8]] = []
+    var backlogHead = 0
+
+    var hasBacklog: Bool { backlogHead < backlog.count }
 
     init(id: LinkID, fd: Int32, outbound: Bool, remote: MeshAddress, target: MeshEngine.TargetKey?, state: State,
          handshake: LinkHandshake, queue: OutboundQueue, limiter: RateLimiter, nowMs: Int64) {

@@ -1,0 +1,210 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokTransportMesh
+
+/// The engine over real loopback TCP sockets (discovery off; beacons run in the netns tests).
+final class MeshEngineTests: XCTestCase {
+    let alice = FakeIdentity(seed: 1)
+    let bob = FakeIdentity(seed: 2)
+
+    func started(_ identity: FakeIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) throws -> MeshEngine {
+        let engine = MeshTestSupport.engine(identity, settings, recorder)
+        try engine.start()
+        addTeardownBlock { engine.stop() }
+        return engine
+    }
+
+    func testHubsThatDialEachOtherKeepExactlyOneSessionChosenByTheLowerKey() throws {
+        let portA = MeshTestSupport.freePort(), portB = MeshTestSupport.freePort()
+        let ra = EventRecorder(), rb = EventRecorder()
+        let a = try started(alice, try MeshTestSupport.loopback(port: portA, peers: [portB]), ra)
+        let b = try started(bob, try MeshTestSupport.loopback(port: portB, peers: [portA]), rb)
+        let oneLink: (EventRecorder.State) -> Bool = { $0.ups.count - $0.downs.count == 1 }
+        ra.wait("a link at A", oneLink)
+        rb.wait("a link at B", oneLink)
+        // Let any duplicate settle, then check both ends agree on the one session.
+        Thread.sleep(forTimeInterval: 1.5)
+        XCTAssertEqual(a.snapshot.neighbours.count, 1)
+        XCTAssertEqual(b.snapshot.neighbours.count, 1)
+        XCTAssertEqual(a.snapshot.sessions, 1, "the duplicate session is closed")
+        XCTAssertEqual(b.snapshot.sessions, 1)
+        let lowerIsAlice = alice.signingKey.lexicographicallyPrecedes(bob.signingKey)
+        // The kept session was dialled by the lower key: the dialler's remote is the listener's port.
+        let aRemote = try XCTUnwrap(a.snapshot.neighbours.first)
+        let bRemote = try XCTUnwrap(b.snapshot.neighbours.first)
+        if lowerIsAlice {
+            XCTAssertTrue(aRemote.hasSuffix(":\(portB)"), "A dialled B: \(aRemote)")
+            XCTAssertFalse(bRemote.hasSuffix(":\(portA)"), "B accepted A's dial: \(bRemote)")
+        } else {
+            XCTAssertTrue(bRemote.hasSuffix(":\(portA)"), "B dialled A: \(bRemote)")
+            XCTAssertFalse(aRemote.hasSuffix(":\(portB)"), "A accepted B's dial: \(aRemote)")
+        }
+        let up = try XCTUnwrap(ra.snapshot.ups.last)
+        XCTAssertEqual(up.peerSigningKey, bob.signingKey)
+        XCTAssertEqual(up.peerKXKey, bob.kxKey)
+        XCTAssertEqual(up.peerRole, .hub)
+        XCTAssertEqual(up.mtu, 65_538)
+        XCTAssertEqual(up.cost, 20)
+        XCTAssertEqual(up.kind, "tcp")
+    }
+
+    func testFramesCrossInOrderAndSendValidatesItsInput() throws {
+        let portB = MeshTestSupport.freePort()
+        let ra = EventRecorder(), rb = EventRecorder()
+        let a = try started(alice, try MeshTestSupport.loopback(peers: [portB], extra: ["queue_frames": .int(5_000)]), ra)
+        _ = try started(bob, try MeshTestSupport.loopback(port: portB), rb)
+        ra.wait("link at A") { $0.ups.count == 1 }
+        rb.wait("link at B") { $0.ups.count == 1 }
+        let link = ra.snapshot.ups[0].id
+        // Under the 16 MB queue bound in total, with a few maximum-size records.
+        func size(_ i: Int) -> Int { i % 500 == 0 ? 65_535 : (i % 3 == 0 ? 4_000 : 40) }
+        let frames: [[UInt8]] = (0..<2_000).map { (i: Int) -> [UInt8] in
+            TLVRecord(.bundle, value: [UInt8](repeating: UInt8(i % 251), count: size(i))).encoded
+        }
+        for f in frames { try a.send(f, to: link) }
+        rb.wait("2000 frames at B", timeout: 30) { $0.frames.count == 2_000 }
+        XCTAssertEqual(rb.snapshot.frames.map(\.0), frames, "every frame, byte for byte, in order")
+        XCTAssertEqual(a.snapshot.counters.bundlesOut, 2_000)
+        XCTAssertEqual(a.snapshot.bundlesByPeer.values.first?.1, 2_000)
+
+        XCTAssertThrowsError(try a.send([1, 0, 0], to: 999)) { XCTAssertEqual($0 as? TransportError, .unknownLink(999)) }
+        XCTAssertThrowsError(try a.send([UInt8](repeating: 0, count: 65_539), to: link)) {
+            XCTAssertEqual($0 as? TransportError, .frameTooLarge(size: 65_539, mtu: 65_538))
+        }
+    }
+
+    func testSendThrowsWhenTheQueueIsFullAndNeverBlocks() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["queue_frames": .int(8), "idle_timeout_s": .int(60)]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        let peer = try RawPeer(port: port)
+        XCTAssertTrue(peer.handshake(as: bob, role: .hub))
+        r.wait("link up") { $0.ups.count == 1 }
+        let link = r.snapshot.ups[0].id
+        // The raw peer never reads: kernel buffers fill, then the bounded queue.
+        let big = TLVRecord(.bundle, value: [UInt8](repeating: 9, count: 65_535)).encoded
+        var refused: Error?
+        let started = Date()
+        for _ in 0..<5_000 {
+            do { try engine.send(big, to: link) } catch { refused = error; break }
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(started), 20, "send only queues")
+        let error = try XCTUnwrap(refused, "the queue never filled")
+        XCTAssertTrue("\(error)".contains("queue"), "\(error)")
+        XCTAssertEqual(engine.snapshot.counters.queueFull, 1)
+    }
+
+    func testFramesBeforeTheHandshakeAreDroppedAndTooManyDisconnect() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(), r)
+        let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
+        for _ in 0..<20 { XCTAssertTrue(peer.write(TLVRecord(.bundle, value: [1, 2, 3]).encoded)) }
+        XCTAssertTrue(peer.waitForClose(), "the engine hangs up on a peer that skips the handshake")
+        XCTAssertEqual(r.snapshot.ups.count, 0)
+        XCTAssertEqual(r.snapshot.frames.count, 0, "nothing reached the host")
+        XCTAssertEqual(engine.snapshot.counters.misbehaviourDisconnects, 1)
+        XCTAssertGreaterThanOrEqual(engine.snapshot.counters.droppedBeforeHandshake, 17)
+    }
+
+    func testEndpointsAreRefused() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(), r)
+        let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
+        _ = peer.handshake(as: bob, role: .endpoint)
+        XCTAssertTrue(peer.waitForClose())
+        XCTAssertEqual(r.snapshot.ups.count, 0)
+        XCTAssertEqual(engine.snapshot.counters.refusedRole, 1)
+        r.wait("the refusal to be logged") { $0.logs.contains { $0.contains("links hubs only") } }
+    }
+
+    func testABadProofClosesTheSession() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(), r)
+        let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
+        XCTAssertTrue(peer.write(TLVRecord(.linkChallenge, value: [UInt8](repeating: 5, count: 32)).encoded))
+        // A proof that claims Bob's key but is signed by someone else.
+        var proof: [UInt8] = [UInt8(PeerRole.hub.rawValue)] + bob.signingKey + bob.kxKey + [UInt8](repeating: 0, count: 8)
+        proof += FakeIdentity.checksum(key: FakeIdentity(seed: 3).signingKey, message: proof)
+        XCTAssertTrue(peer.write(TLVRecord(.linkProof, value: proof).encoded))
+        XCTAssertTrue(peer.waitForClose())
+        XCTAssertEqual(r.snapshot.ups.count, 0)
+        XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
+    }
+
+    func testAFloodingPeerIsThrottledThenDisconnected() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_frames_per_second": .int(10)]), r)
+        let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
+        XCTAssertTrue(peer.handshake(as: bob, role: .hub))
+        r.wait("link up") { $0.ups.count == 1 }
+        let flood = Thread {
+            let frame = TLVRecord(.summary, value: [0]).encoded
+            for _ in 0..<2_000 {
+                guard peer.write(frame) else { return }
+                usleep(5_000)  // 200 frames/s against a limit of 10
+            }
+        }
+        flood.start()
+        r.wait("the flooder's link to go down", timeout: 20) { !$0.downs.isEmpty }
+        XCTAssertTrue(r.snapshot.downs[0].1.contains("frames/s"), r.snapshot.downs[0].1)
+        XCTAssertEqual(engine.snapshot.counters.misbehaviourDisconnects, 1)
+        XCTAssertGreaterThan(engine.snapshot.counters.throttled, 0)
+        // 10 frames/s with a one-second burst over about six seconds: well under 100 of the ~1000 sent.
+        XCTAssertLessThan(r.snapshot.frames.count, 100, "throttled: the host got frames at the limited rate only")
+    }
+
+    func testASilentPeerTimesOutAndAPingingOneStaysUp() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["keepalive_s": .double(0.2), "idle_timeout_s": .double(1)]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        let silent = try RawPeer(port: port)
+        XCTAssertTrue(silent.handshake(as: bob, role: .hub))
+        r.wait("link up") { $0.ups.count == 1 }
+        XCTAssertEqual(silent.readRecord()?.type, FrameType.ping.rawValue, "the engine pings an idle link")
+        r.wait("idle link down", timeout: 5) { $0.downs.count == 1 }
+        XCTAssertTrue(r.snapshot.downs[0].1.contains("nothing heard"), r.snapshot.downs[0].1)
+        _ = engine
+    }
+
+    func testStopSaysGoodbyeReportsLinksDownAndCanStartAgain() throws {
+        let r = EventRecorder()
+        let engine = MeshTestSupport.engine(alice, try MeshTestSupport.loopback(), r)
+        try engine.start()
+        let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
+        XCTAssertTrue(peer.handshake(as: bob, role: .hub))
+        r.wait("link up") { $0.ups.count == 1 }
+        let t0 = Date()
+        engine.stop()
+        XCTAssertLessThan(Date().timeIntervalSince(t0), 2)
+        XCTAssertEqual(r.snapshot.downs.map(\.1), ["transport stopped"])
+        var sawClose = false
+        while let record = peer.readRecord() { if record.type == FrameType.linkClose.rawValue { sawClose = true } }
+        XCTAssertTrue(sawClose, "the peer got a link-close goodbye")
+        XCTAssertThrowsError(try engine.send([1, 0, 0], to: 1)) { XCTAssertEqual($0 as? TransportError, .notRunning) }
+        try engine.start()
+        addTeardownBlock { engine.stop() }
+        XCTAssertNotNil(try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port)), "listening again after a restart")
+    }
+
+    func testAConfiguredAddressThatIsOurselvesIsNotRedialled() throws {
+        let port = MeshTestSupport.freePort()
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(port: port, peers: [port]), r)
+        r.wait("the self-dial to be recognised") { $0.logs.contains { $0.contains("this hub itself") } }
+        Thread.sleep(forTimeInterval: 2.5)
+        XCTAssertEqual(r.snapshot.logs.filter { $0.hasPrefix("dialling") }.count, 1, "dialled once only: \(r.snapshot.logs)")
+        XCTAssertEqual(r.snapshot.ups.count, 0)
+        _ = engine
+    }
+
+    func testAMissingBeaconInterfaceIsNamed() throws {
+        let r = EventRecorder()
+        let settings = try MeshTestSupport.settings(["listen": .string("127.0.0.1:0"), "interfaces": .list([.string("nosuch0")]),
+                                                     "beacon_port": .int(Int(MeshTestSupport.freePort()))])
+        let engine = try started(alice, settings, r)
+        r.wait("a warning about nosuch0") { $0.logs.contains { $0.contains("nosuch0") } }
+        XCTAssertEqual(engine.snapshot.missingInterfaces, ["nosuch0 (missing or down)"])
+        XCTAssertEqual(engine.snapshot.interfaces, [])
+    }
+}

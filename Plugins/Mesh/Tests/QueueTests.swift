@@ -1,0 +1,64 @@
+import XCTest
+@testable import YaokTransportMesh
+
+final class QueueTests: XCTestCase {
+    func testOutboundQueueIsBoundedByFramesAndBytes() {
+        var q = OutboundQueue(maxFrames: 3, maxBytes: 10)
+        XCTAssertTrue(q.push([1, 2, 3]))
+        XCTAssertTrue(q.push([4, 5, 6]))
+        XCTAssertFalse(q.push([7, 8, 9, 10, 11]), "13 bytes would exceed 10")
+        XCTAssertTrue(q.push([7]))
+        XCTAssertFalse(q.push([8]), "a fourth frame exceeds 3")
+        XCTAssertEqual(q.count, 3)
+        XCTAssertEqual(q.byteCount, 7)
+        XCTAssertEqual(q.pop(upTo: 4), [1, 2, 3], "whole frames only, within the budget")
+        XCTAssertEqual(q.pop(upTo: 100), [4, 5, 6, 7])
+        XCTAssertTrue(q.isEmpty)
+        XCTAssertEqual(q.byteCount, 0)
+        XCTAssertEqual(q.pop(upTo: 100), [])
+    }
+
+    func testOversizedFrameStillLeavesTheQueueOneAtATime() {
+        var q = OutboundQueue(maxFrames: 10, maxBytes: 1_000)
+        XCTAssertTrue(q.push([UInt8](repeating: 1, count: 500)))
+        XCTAssertTrue(q.push([2]))
+        XCTAssertEqual(q.pop(upTo: 10).count, 500, "a frame larger than the budget is taken alone")
+        XCTAssertEqual(q.pop(upTo: 10), [2])
+    }
+
+    func testOrderSurvivesCompaction() {
+        var q = OutboundQueue(maxFrames: 1_000, maxBytes: 1 << 20)
+        var next: UInt8 = 0
+        var expected: UInt8 = 0
+        for round in 0..<50 {
+            for _ in 0..<(round % 7 + 1) { XCTAssertTrue(q.push([next])); next &+= 1 }
+            for b in q.pop(upTo: round % 3 + 1) { XCTAssertEqual(b, expected); expected &+= 1 }
+        }
+        for b in q.pop(upTo: 1 << 20) { XCTAssertEqual(b, expected); expected &+= 1 }
+        XCTAssertEqual(expected, next)
+    }
+
+    func testRateLimiterRefillsWithTime() {
+        var r = RateLimiter(perSecond: 10, nowNs: 0)
+        XCTAssertTrue(r.hasTokens(nowNs: 0))
+        r.spend(10)
+        XCTAssertFalse(r.hasTokens(nowNs: 0))
+        XCTAssertFalse(r.hasTokens(nowNs: 50_000_000), "half a token after 50 ms")
+        XCTAssertTrue(r.hasTokens(nowNs: 100_000_000), "one token after 100 ms")
+        r.spend(50)
+        XCTAssertFalse(r.hasTokens(nowNs: 2_000_000_000), "a big overdraft takes longer to repay")
+        XCTAssertTrue(r.hasTokens(nowNs: 6_000_000_000))
+        XCTAssertLessThanOrEqual(r.tokens, 10, "never more than one second's burst")
+    }
+
+    func testBackoffDoublesToItsCapWithJitter() {
+        var b = Backoff(baseMs: 1_000, capMs: 8_000)
+        let delays = (0..<6).map { _ in b.nextDelayMs() }
+        for (d, nominal) in zip(delays, [1_000, 2_000, 4_000, 8_000, 8_000, 8_000] as [Int64]) {
+            XCTAssertGreaterThanOrEqual(d, nominal * 75 / 100)
+            XCTAssertLessThanOrEqual(d, nominal * 125 / 100)
+        }
+        b.reset()
+        XCTAssertLessThanOrEqual(b.nextDelayMs(), 1_250)
+    }
+}

@@ -1,0 +1,185 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokTransportMesh
+
+/// A stand-in identity for unit tests: NOT cryptography. Its "signature" is a keyed
+/// checksum anyone can compute; it only lets the engine's handshake and beacon
+/// plumbing run without the host's libsodium. Real Ed25519 signatures are exercised
+/// by the network-namespace tests, where real hubs sign through the plugin ABI.
+struct FakeIdentity: LinkIdentity {
+    let signingKey: [UInt8]
+    let kxKey: [UInt8]
+
+    init(seed: UInt8) {
+        signingKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 31 &+ $0) }
+        kxKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 17 &+ $0 &+ 100) }
+    }
+
+    static func checksum(key: [UInt8], message: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        for lane in 0..<8 {
+            var h: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(lane)
+            for b in key + message {
+                h ^= UInt64(b)
+                h = h &* 0x100_0000_01b3
+            }
+            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: h >> UInt64(shift))) }
+        }
+        return out
+    }
+
+    func sign(_ message: [UInt8]) throws -> [UInt8] { Self.checksum(key: signingKey, message: message) }
+    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
+        signature == Self.checksum(key: publicKey, message: message)
+    }
+    func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255) } }
+}
+
+/// Records engine events and lets a test wait for a condition on them (with a timeout).
+final class EventRecorder: @unchecked Sendable {
+    struct State {
+        var ups: [LinkInfo] = []
+        var downs: [(LinkID, String)] = []
+        var frames: [([UInt8], LinkID)] = []
+        var logs: [String] = []
+    }
+    private let condition = NSCondition()
+    private var state = State()
+
+    var events: MeshEngine.Events {
+        MeshEngine.Events(
+            linkUp: { info in self.update { $0.ups.append(info) } },
+            linkDown: { id, reason in self.update { $0.downs.append((id, reason)) } },
+            frame: { frame, id in self.update { $0.frames.append((frame, id)) } },
+            log: { _, message in self.update { $0.logs.append(message) } })
+    }
+
+    private func update(_ change: (inout State) -> Void) {
+        condition.lock()
+        change(&state)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    var snapshot: State {
+        condition.lock()
+        defer { condition.unlock() }
+        return state
+    }
+
+    /// Waits until `predicate` holds; fails the test (and returns false) after `timeout` seconds.
+    @discardableResult
+    func wait(_ what: String, timeout: TimeInterval = 10, file: StaticString = #filePath, line: UInt = #line,
+              _ predicate: (State) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !predicate(state) {
+            if !condition.wait(until: deadline) {
+                if predicate(state) { return true }
+                XCTFail("timed out after \(timeout) s waiting for \(what); logs: \(state.logs.suffix(10))", file: file, line: line)
+                return false
+            }
+        }
+        return true
+    }
+}
+
+enum MeshTestSupport {
+    /// A mesh config section from key/value pairs.
+    static func settings(_ values: [String: ConfigValue]) throws -> MeshSettings {
+        var entries: [String: ConfigSection.Entry] = [:]
+        for (i, (k, v)) in values.sorted(by: { $0.key < $1.key }).enumerated() { entries[k] = .init(line: 10 + i, value: v) }
+        return try MeshSettings(config: ConfigSection(path: "transports.mesh", line: 9, entries: entries))
+    }
+
+    /// Settings for a loopback engine: no discovery, fast timers.
+    static func loopback(port: UInt16 = 0, peers: [UInt16] = [], extra: [String: ConfigValue] = [:]) throws -> MeshSettings {
+        var values: [String: ConfigValue] = [
+            "listen": .string("127.0.0.1:\(port)"),
+            "peers": .list(peers.map { .string("127.0.0.1:\($0)") }),
+            "discovery": .bool(false),
+        ]
+        for (k, v) in extra { values[k] = v }
+        return try settings(values)
+    }
+
+    static func engine(_ identity: FakeIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) -> MeshEngine {
+        let engine = MeshEngine(identity: identity, settings: settings,
+                                wallClockMs: { Int64(Date().timeIntervalSince1970 * 1000) },
+                                monotonicNs: { DispatchTime.now().uptimeNanoseconds })
+        engine.events = recorder.events
+        return engine
+    }
+
+    /// A TCP port that was free a moment ago.
+    static func freePort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var sa = MeshAddress(host: "127.0.0.1", port: 0).sockaddr
+        _ = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        return Sockets.localAddress(fd)?.port ?? 0
+    }
+}
+
+/// A hand-driven TCP peer: connects to an engine and speaks raw TLV, to play a
+/// well-behaved or a misbehaving hub.
+final class RawPeer {
+    let fd: Int32
+    var decoder = TLVStreamDecoder()
+    var pending: [[UInt8]] = []
+
+    init(port: UInt16) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sa = MeshAddress(host: "127.0.0.1", port: port).sockaddr
+        let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard rc == 0 else { throw TransportError.system(call: "connect", errno: errno) }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    deinit { close(fd) }
+
+    func write(_ bytes: [UInt8]) -> Bool {
+        bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count
+    }
+
+    /// The next record, or nil on EOF / error / 5 s timeout.
+    func readRecord() -> TLVRecord? {
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        while pending.isEmpty {
+            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            guard n > 0, let frames = try? decoder.feed(buf[0..<n]) else { return nil }
+            pending += frames
+        }
+        return try? TLVRecord(parsing: pending.removeFirst())
+    }
+
+    /// Runs the mutual handshake as `identity` with `role`; true when both directions completed.
+    func handshake(as identity: FakeIdentity, role: PeerRole) -> Bool {
+        let hs = LinkHandshake(identity: identity, role: role, clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+        guard write(hs.challengeFrame()) else { return false }
+        while !hs.isComplete {
+            guard let record = readRecord() else { return false }
+            do {
+                if let reply = try hs.handle(record), !write(reply) { return false }
+            } catch {
+                return false
+            }
+        }
+        return true
+    }
+
+    /// Reads until EOF (the engine closed us) or the timeout; true on EOF.
+    func waitForClose(timeout: TimeInterval = 10) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        var buf = [UInt8](repeating: 0, count: 65_536)
+        while Date() < deadline {
+            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return true }
+            if n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR { return true }
+        }
+        return false
+    }
+}
