@@ -1,0 +1,303 @@
+import Foundation
+import YaokCrypto
+import YaokPluginKit
+import YaokRelayProtocol
+import YaokWire
+
+/// The `relay` transport: the hub's uplink to the internet relay (Plugins/Relay/README.md).
+///
+/// It runs a ``RelayClient`` and reports ONE link with peer role `relay` once the
+/// handshake with the pinned relay key and the hub's own registration succeed. Frames on
+/// that link map to relay requests:
+///
+/// - host → `bundle`: SEND; the relay's QUEUED comes back as `custodyAck` (custody moved to
+///   the relay), its ERROR as `custodyRefused` (rate limited / store full / ...).
+/// - relay MSG → host `bundle`; the host's `custodyAck` for it → ACK to the relay, so the
+///   relay deletes only after the hub's store committed.
+/// - host → `registration` (0x07, proposed): a phone's signed ``Registration`` to carry.
+public final class RelayTransport: Transport, @unchecked Sendable {
+    /// Proposed host frame type carrying a phone's relay registration (120 bytes, see
+    /// Docs/relay-protocol.md). Not yet in ``FrameType``.
+    public static let registrationFrameType: UInt8 = 0x07
+    /// Largest frame on the link: a TLV header plus the largest bundle.
+    public static let linkMTU = TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength
+    /// Messages handed to the host and awaiting its custody ack, at most.
+    static let maxAwaitingHost = 1_000
+
+    private let context: TransportContext
+    private let client: RelayClient
+    private let relayKey: [UInt8]
+    private let address: RelayAddress
+    private let pollIntervalMs: Int
+    private let hubUserID: [UInt8]
+    private let lock = NSLock()
+    private let timerQueue = DispatchQueue(label: "yaok.relay.poll")
+    private var timer: DispatchSourceTimer?
+    private var running = false
+    private var link: LinkID?
+    private var nextLinkID: LinkID = 1
+    private var relayKXKey = [UInt8](repeating: 0, count: 32)
+    private var connected = false
+    private var registered = false
+    private var awaitingHost: Set<[UInt8]> = []
+    private var pendingRegistrations: [Registration] = []
+    private var lastRemaining: UInt32 = 0
+    private var lastError: String?
+    private var framesIn: UInt64 = 0, framesOut: UInt64 = 0
+
+    public init(context: TransportContext) throws {
+        self.context = context
+        let config = context.config
+        try config.rejectUnknownKeys(allowed: ["address", "relay_key", "poll_interval_s", "ping_interval_s"])
+        let text = try config.requiredString("address")
+        guard let address = RelayAddress(parsing: text), address.port > 0 else {
+            throw config.error("address", "expected host:port, got \"\(text)\"")
+        }
+        guard let key = try config.hexKey("relay_key") else {
+            throw config.error("relay_key", "is required: the relay's public key (64 hex digits, from `yaok-relay key`)")
+        }
+        self.address = address
+        self.relayKey = key
+        self.pollIntervalMs = try config.int("poll_interval_s", default: 30, range: 1...86_400) * 1000
+        let ping = try config.int("ping_interval_s", default: 60, range: 5...3600)
+        self.hubUserID = Hash.sha256(context.identity.signingKey)
+        var cfg = RelayClient.Configuration(relay: address, relaySigningKey: key)
+        cfg.pingIntervalMs = Int64(ping) * 1000
+        let clock = context.clock
+        cfg.clock = { clock.nowMilliseconds() }
+        self.client = RelayClient(configuration: cfg)
+        let identity = context.identity
+        let relayKey = key
+        client.registrationProvider = {
+            guard let reg = try? Registration.make(relaySigningKey: relayKey, userSigningKey: identity.signingKey,
+                                                   timestampMs: clock.nowMilliseconds(), nonce: identity.randomBytes(16),
+                                                   sign: identity.sign) else { return [] }
+            return [reg]
+        }
+        client.onEvent = { [weak self] event in self?.handle(event) }
+    }
+
+    // MARK: Transport
+
+    public func start() throws {
+        do {
+            try client.start()
+        } catch {
+            throw TransportError.failed("relay \(address): \(error)")
+        }
+        lock.withLock { running = true }
+        let t = DispatchSource.makeTimerSource(queue: timerQueue)
+        t.schedule(deadline: .now() + .milliseconds(pollIntervalMs), repeating: .milliseconds(pollIntervalMs))
+        t.setEventHandler { [weak self] in self?.pollIfUp() }
+        t.resume()
+        timer = t
+        context.logger.info("connecting to relay \(address)")
+        context.events.statusChanged()
+    }
+
+    public func stop() {
+        timer?.cancel()
+        timer = nil
+        lock.withLock { running = false }
+        client.stop()
+        reportDown("transport stopped")
+    }
+
+    public func send(_ frame: [UInt8], to id: LinkID) throws {
+        guard lock.withLock({ link == id }) else { throw TransportError.unknownLink(id) }
+        let record = try TLVRecord(parsing: frame)
+        lock.withLock { framesOut += 1 }
+        do {
+            switch FrameType(rawValue: record.type) {
+            case .bundle:
+                try client.send(bundle: record.value)
+            case .custodyAck:
+                let ack = try CustodyAck(parsing: record.value)
+                let known = lock.withLock { awaitingHost.remove(ack.messageID) != nil }
+                if known { try client.ack([ack.messageID]) }
+                pollAgainIfDrained()
+            case .custodyRefused:
+                // The relay keeps it and offers it again after its lease.
+                let refusal = try CustodyRefusal(parsing: record.value)
+                lock.withLock { _ = awaitingHost.remove(refusal.messageID) }
+            case .ping:
+                context.events.frameReceived(TLVRecord(.pong, value: record.value).encoded, on: id)
+            default:
+                if record.type == Self.registrationFrameType {
+                    try carry(Registration(parsing: record.value))
+                }
+                // Other host frames (offers, attachments) mean nothing to the relay.
+            }
+        } catch let e as RelayProtocolError {
+            throw TransportError.failed("relay: \(e)")
+        }
+    }
+
+    public var status: TransportStatus {
+        let c = client.counterSnapshot
+        let outstanding = client.outstandingSends
+        let lastSync = client.lastSync
+        let clientError = client.lastError
+        return lock.withLock {
+            let state: TransportState = !running ? .stopped : (link != nil ? .running : .degraded)
+            let reason: String
+            if !running { reason = "stopped" }
+            else if link != nil { reason = "registered with relay \(address)" }
+            else if connected { reason = "connected to relay \(address); registering" }
+            else { reason = "connecting to relay \(address)" + (clientError.map { ": \($0)" } ?? "") }
+            return TransportStatus(
+                state: state, reason: reason, links: link == nil ? 0 : 1, peers: link == nil ? 0 : 1,
+                framesIn: framesIn, framesOut: framesOut, bytesIn: c.bytesIn, bytesOut: c.bytesOut,
+                lastError: lastError ?? clientError,
+                details: ["address": address.description,
+                          "relay_key": Hex.encode(relayKey.prefix(4)) + "…",
+                          "connected": String(connected),
+                          "registered": String(registered),
+                          "last_sync": lastSync.map(String.init) ?? "never",
+                          "outstanding": String(outstanding + awaitingHost.count),
+                          "pending_registrations": String(pendingRegistrations.count)])
+        }
+    }
+
+    // MARK: Relay events
+
+    private func handle(_ event: RelayClient.Event) {
+        switch event {
+        case .connected(_, let kx):
+            lock.withLock {
+                connected = true
+                relayKXKey = kx
+            }
+            context.logger.info("connected to relay \(address)")
+            context.events.statusChanged()
+        case .disconnected(let reason):
+            lock.withLock {
+                connected = false
+                registered = false
+            }
+            reportDown(reason)
+        case .handshakeFailed(let error):
+            lock.withLock { lastError = error.description }
+            context.logger.error("relay \(address): \(error)")
+            context.events.statusChanged()
+        case .registered(let user, let status):
+            if user == hubUserID {
+                hubRegistered(status)
+            } else if status != .accepted {
+                context.logger.warning("relay refused a phone registration (\(Hex.encode(user.prefix(4)))): \(status)")
+            }
+        case .queued(let notice):
+            deliver(CustodyAck(messageID: notice.messageID).frame)
+        case .sendFailed(let id, let error):
+            guard case .refused(let notice) = error else { return }   // timeouts: the router's custody timer retries
+            deliver(CustodyRefusal(messageID: id, reason: Self.refusalReason(notice.code)).frame)
+        case .message(let bundle, let id):
+            let accept = lock.withLock { () -> Bool in
+                guard link != nil, awaitingHost.count < Self.maxAwaitingHost || awaitingHost.contains(id) else { return false }
+                awaitingHost.insert(id)
+                return true
+            }
+            if accept { deliver(TLVRecord(.bundle, value: bundle).encoded) }
+        case .pollDone(let remaining):
+            lock.withLock { lastRemaining = remaining }
+            pollAgainIfDrained()
+            context.events.statusChanged()
+        case .relayError(let notice):
+            lock.withLock { lastError = notice.description }
+            context.logger.warning("relay: \(notice)")
+        }
+    }
+
+    /// How the router should treat a relay refusal: retry later (rate limited, full) or never.
+    static func refusalReason(_ code: RelayErrorCode) -> CustodyRefusal.Reason {
+        switch code {
+        case .rateLimited: return .rateLimited
+        case .recipientQueueFull, .relayFull, .internalError, .notRegistered: return .storeFull
+        case .badSignature: return .badSignature
+        case .expired: return .expired
+        case .malformed, .tooLarge: return .malformed
+        }
+    }
+
+    private func hubRegistered(_ status: RegistrationStatus) {
+        guard status == .accepted else {
+            lock.withLock { lastError = "the relay refused the hub's registration: \(status)" }
+            context.logger.error("the relay refused the hub's registration: \(status)")
+            context.events.statusChanged()
+            return
+        }
+        let (info, carried): (LinkInfo?, [Registration]) = lock.withLock {
+            registered = true
+            lastError = nil
+            let now = context.clock.nowMilliseconds()
+            let carried = pendingRegistrations.filter { abs($0.timestampMs - now) < 5 * 60_000 }
+            pendingRegistrations.removeAll()
+            guard link == nil, running else { return (nil, carried) }
+            let id = nextLinkID
+            nextLinkID += 1
+            link = id
+            return (LinkInfo(id: id, peerSigningKey: relayKey, peerKXKey: relayKXKey, peerRole: .relay,
+                             mtu: Self.linkMTU, cost: 100, kind: "relay", remote: address.description), carried)
+        }
+        if !carried.isEmpty { try? client.register(carried) }
+        if let info {
+            context.logger.info("link \(info.id) up with the relay at \(address)")
+            context.metrics.increment("links_up_total")
+            context.events.linkUp(info)
+            // The uplink is back: fetch what waited for us.
+            try? client.poll()
+        }
+        context.events.statusChanged()
+    }
+
+    private func reportDown(_ reason: String) {
+        let id: LinkID? = lock.withLock {
+            defer { link = nil; awaitingHost.removeAll() }
+            return link
+        }
+        if let id {
+            context.logger.info("link \(id) with the relay down: \(reason)")
+            context.events.linkDown(id, reason: reason)
+        }
+        context.events.statusChanged()
+    }
+
+    private func deliver(_ frame: [UInt8]) {
+        guard let id = lock.withLock({ () -> LinkID? in
+            if link != nil { framesIn += 1 }
+            return link
+        }) else { return }
+        context.events.frameReceived(frame, on: id)
+    }
+
+    /// Carries a phone's registration now, or when the hub is next registered.
+    private func carry(_ registration: Registration) throws {
+        let now = lock.withLock { () -> Bool in
+            if registered { return true }
+            if pendingRegistrations.count < 512 { pendingRegistrations.append(registration) }
+            return false
+        }
+        if now { try client.register([registration]) }
+    }
+
+    private func pollIfUp() {
+        guard lock.withLock({ link != nil }) else { return }
+        try? client.poll()
+    }
+
+    /// After a round with more waiting, poll again once the host has acknowledged the round.
+    private func pollAgainIfDrained() {
+        let again = lock.withLock { () -> Bool in
+            guard link != nil, lastRemaining > 0, awaitingHost.isEmpty else { return false }
+            lastRemaining = 0
+            return true
+        }
+        if again { try? client.poll() }
+    }
+}
+
+@_cdecl("yaok_plugin_entry")
+public func yaokPluginEntry() -> UnsafeRawPointer {
+    PluginExport.entry(RelayTransport.self, kind: "relay", version: "0.1.0",
+                       summary: "uplink to a Ya OK internet relay (UDP, pinned key, store-and-forward)")
+}

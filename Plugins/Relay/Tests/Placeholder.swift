@@ -1,2 +1,0 @@
-import XCTest
-final class PPlugins_Relay_Tests: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

@@ -1,0 +1,251 @@
+import CYaokPlugin
+import Foundation
+import XCTest
+import YaokCrypto
+
+/// A host for one instance of the built relay plugin (`libyaok-plugin-relay.so`, loaded
+/// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) and recording
+/// what the plugin reports, with waits that have timeouts.
+///
+/// The plugin is loaded rather than linked: every plugin exports `yaok_plugin_entry`, so two
+/// plugin targets cannot be linked into one test binary.
+final class FakeHost: @unchecked Sendable {
+    enum Event {
+        case linkUp(id: UInt64, role: UInt32, peerKey: [UInt8], mtu: UInt32)
+        case linkDown(id: UInt64, reason: String)
+        case frame(link: UInt64, bytes: [UInt8])
+    }
+
+    let identity: Identity
+    let descriptor: UnsafePointer<yaok_plugin_descriptor>
+    private let condition = NSCondition()
+    private var events: [Event] = []
+    private var api: UnsafeMutablePointer<yaok_host_api>?
+    private var strings: [UnsafeMutablePointer<CChar>] = []
+    private(set) var instance: OpaquePointer?
+
+    init(identity: Identity = .generate()) throws {
+        self.identity = identity
+        let path = RelayProcess.productsDirectory + "/libyaok-plugin-relay.so"
+        guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("\(path) is not built") }
+        guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
+            throw NSError(domain: "FakeHost", code: 2, userInfo: [NSLocalizedDescriptionKey: String(cString: dlerror())])
+        }
+        guard let sym = dlsym(handle, "yaok_plugin_entry") else { throw NSError(domain: "FakeHost", code: 3) }
+        typealias Entry = @convention(c) () -> UnsafeRawPointer
+        descriptor = unsafeBitCast(sym, to: Entry.self)().assumingMemoryBound(to: yaok_plugin_descriptor.self)
+        XCTAssertEqual(descriptor.pointee.abi_version, YAOK_PLUGIN_ABI_VERSION)
+        XCTAssertEqual(String(cString: descriptor.pointee.kind), "relay")
+    }
+
+    deinit {
+        if let instance {
+            descriptor.pointee.stop(instance)
+            descriptor.pointee.destroy(instance)
+        }
+        api?.deallocate()
+        for s in strings { free(s) }
+    }
+
+    /// The config JSON the hub would pass: `{"path":...,"values":{key:{"line":n,"value":v}}}`.
+    static func configJSON(_ values: [String: Any]) -> String {
+        var wrapped: [String: Any] = [:]
+        for (i, (k, v)) in values.sorted(by: { $0.key < $1.key }).enumerated() { wrapped[k] = ["line": i + 2, "value": v] }
+        let data = try! JSONSerialization.data(withJSONObject: ["path": "transports.relay", "values": wrapped], options: [.sortedKeys])
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Creates the instance; returns the plugin's error text on failure.
+    func create(config: [String: Any]) -> String? {
+        let name = strdup("relay")!
+        let json = strdup(Self.configJSON(config))!
+        strings += [name, json]
+        var t = yaok_host_api()
+        t.abi_version = YAOK_PLUGIN_ABI_VERSION
+        t.struct_size = UInt32(MemoryLayout<yaok_host_api>.size)
+        t.host_ctx = Unmanaged.passUnretained(self).toOpaque()
+        t.instance_name = UnsafePointer(name)
+        t.config_json = UnsafePointer(json)
+        withUnsafeMutableBytes(of: &t.hub_signing_key) { d in for (i, b) in identity.signingKey.enumerated() { d[i] = b } }
+        withUnsafeMutableBytes(of: &t.hub_kx_key) { d in for (i, b) in identity.kxKey.enumerated() { d[i] = b } }
+        t.log = { _, _, _ in }
+        t.sign = { ctx, msg, len, sig in
+            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let s = host.identity.sign(Array(UnsafeBufferPointer(start: msg, count: len)))
+            for i in 0..<64 { sig![i] = s[i] }
+            return 0
+        }
+        t.verify = { _, key, msg, len, sig in
+            SigningKeyPair.verify(signature: Array(UnsafeBufferPointer(start: sig, count: 64)),
+                                  message: Array(UnsafeBufferPointer(start: msg, count: len)),
+                                  publicKey: Array(UnsafeBufferPointer(start: key, count: 32))) ? 1 : 0
+        }
+        t.random_bytes = { _, out, len in
+            let r = Random.bytes(len)
+            for i in 0..<len { out![i] = r[i] }
+        }
+        t.now_ms = { _ in Int64(Date().timeIntervalSince1970 * 1000) }
+        t.monotonic_ns = { _ in DispatchTime.now().uptimeNanoseconds }
+        t.metric = { _, _, _, _ in }
+        t.link_up = { ctx, info in
+            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let i = info!.pointee
+            let key = withUnsafeBytes(of: i.peer_signing_key) { Array($0) }
+            host.record(.linkUp(id: i.link_id, role: i.peer_role, peerKey: key, mtu: i.mtu))
+        }
+        t.link_down = { ctx, id, reason in
+            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.record(.linkDown(id: id, reason: reason.map { String(cString: $0) } ?? ""))
+        }
+        t.frame_received = { ctx, id, bytes, len in
+            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.record(.frame(link: id, bytes: Array(UnsafeBufferPointer(start: bytes, count: len))))
+        }
+        t.status_changed = { _ in }
+        let api = UnsafeMutablePointer<yaok_host_api>.allocate(capacity: 1)
+        api.initialize(to: t)
+        self.api = api
+        var error = [CChar](repeating: 0, count: 1024)
+        instance = error.withUnsafeMutableBufferPointer { descriptor.pointee.create(api, $0.baseAddress, $0.count) }
+        return instance == nil ? String(cString: error) : nil
+    }
+
+    func start() throws {
+        var error = [CChar](repeating: 0, count: 1024)
+        let rc = error.withUnsafeMutableBufferPointer { descriptor.pointee.start(instance, $0.baseAddress, $0.count) }
+        if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(cString: error)]) }
+    }
+
+    /// Sends a frame to the plugin; returns its error text on failure.
+    @discardableResult
+    func send(_ frame: [UInt8], link: UInt64) -> String? {
+        var error = [CChar](repeating: 0, count: 1024)
+        let rc = frame.withUnsafeBufferPointer { f in
+            error.withUnsafeMutableBufferPointer { descriptor.pointee.send(instance, link, f.baseAddress, f.count, $0.baseAddress, $0.count) }
+        }
+        return rc == 0 ? nil : String(cString: error)
+    }
+
+    func statusJSON() -> [String: Any] {
+        guard let s = descriptor.pointee.status_json(instance) else { return [:] }
+        defer { descriptor.pointee.free_string(s) }
+        let data = Data(String(cString: s).utf8)
+        return (try? JSONSerialization.jsonObject(with: data)) as? [String: Any] ?? [:]
+    }
+
+    private func record(_ e: Event) {
+        condition.withLock {
+            events.append(e)
+            condition.broadcast()
+        }
+    }
+
+    var mark: Int { condition.withLock { events.count } }
+
+    /// Waits for an event after `mark` that `match` accepts.
+    func wait<T>(_ what: String, after mark: Int, timeout: TimeInterval = 15, _ match: (Event) -> T?) throws -> T {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        var next = mark
+        while true {
+            while next < events.count {
+                if let v = match(events[next]) { return v }
+                next += 1
+            }
+            if !condition.wait(until: deadline) && next >= events.count {
+                throw NSError(domain: "FakeHost", code: 1, userInfo: [NSLocalizedDescriptionKey: "timed out waiting for \(what)"])
+            }
+        }
+    }
+}
+
+/// Runs `yaok-relay run` as a real process and reads the lines it prints at startup.
+final class RelayProcess {
+    let process = Process()
+    let dataDir: String
+    private(set) var port = 0
+    private(set) var metricsPort = 0
+    private(set) var key: [UInt8] = []
+
+    /// The build products directory (test bundle, yaok-relay, plugin libraries).
+    static let productsDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = (exe as NSString).deletingLastPathComponent
+        while !FileManager.default.fileExists(atPath: dir + "/yaok-relay") && dir != "/" { dir = (dir as NSString).deletingLastPathComponent }
+        return dir
+    }()
+    static var binary: String { productsDirectory + "/yaok-relay" }
+
+    init(dataDir: String, listen: String = "127.0.0.1:0", extra: [String] = []) throws {
+        guard FileManager.default.fileExists(atPath: Self.binary) else { throw XCTSkip("yaok-relay is not built next to the tests") }
+        self.dataDir = dataDir
+        process.executableURL = URL(fileURLWithPath: Self.binary)
+        process.arguments = ["run", "--listen", listen, "--data-dir", dataDir, "--metrics", "127.0.0.1:0", "--log-level", "warning"] + extra
+        let out = Pipe()
+        process.standardOutput = out
+        process.standardError = FileHandle.nullDevice
+        try process.run()
+        // Startup prints "listening", "metrics" and "key" lines; read until all three came.
+        var text = ""
+        let deadline = Date().addingTimeInterval(20)
+        while !(text.contains("key ") && text.hasSuffix("\n")) && Date() < deadline {
+            let chunk = out.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            text += String(decoding: chunk, as: UTF8.self)
+        }
+        for line in text.split(separator: "\n") {
+            let parts = line.split(separator: " ")
+            guard parts.count == 2 else { continue }
+            switch parts[0] {
+            case "listening": port = Int(parts[1].split(separator: ":").last ?? "") ?? 0
+            case "metrics": metricsPort = Int(parts[1].split(separator: ":").last ?? "") ?? 0
+            case "key": key = Hex.decode(String(parts[1])) ?? []
+            default: break
+            }
+        }
+        guard port > 0, key.count == 32 else {
+            process.terminate()
+            throw NSError(domain: "RelayProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "relay did not start: \(text)"])
+        }
+    }
+
+    /// SIGTERM and wait.
+    func stop() {
+        guard process.isRunning else { return }
+        process.terminate()
+        process.waitUntilExit()
+    }
+
+    /// `GET /metrics` over a plain TCP socket.
+    func metrics() -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var sa = sockaddr_in()
+        sa.sin_family = sa_family_t(AF_INET)
+        sa.sin_port = UInt16(metricsPort).bigEndian
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
+        let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard rc == 0 else { return "" }
+        let req = Array("GET /metrics HTTP/1.0\r\n\r\n".utf8)
+        _ = req.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+        var all: [UInt8] = []
+        var buf = [UInt8](repeating: 0, count: 8192)
+        while true {
+            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            all += buf[0..<n]
+        }
+        return String(decoding: all, as: UTF8.self)
+    }
+
+    /// The value of one metric line (exact name with labels), or nil.
+    func metric(_ name: String) -> Double? {
+        for line in metrics().split(separator: "\n") where line.hasPrefix(name + " ") {
+            return Double(line.split(separator: " ").last ?? "")
+        }
+        return nil
+    }
+}

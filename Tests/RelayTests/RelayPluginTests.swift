@@ -1,0 +1,151 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokRelayProtocol
+import YaokWire
+
+/// The relay transport plugin, loaded from its built .so, against a real `yaok-relay` process.
+final class RelayPluginTests: XCTestCase {
+    private var dirs: [String] = []
+
+    override func tearDown() {
+        for d in dirs { try? FileManager.default.removeItem(atPath: d) }
+    }
+
+    private func tempDir() -> String {
+        let d = NSTemporaryDirectory() + "yaok-relay-plugin-" + Hex.encode(Random.bytes(6))
+        dirs.append(d)
+        return d
+    }
+
+    private func bundle(from sender: Identity, to recipient: Identity) throws -> [UInt8] {
+        let e = try Envelope.sealMessage(plaintext: Array("hi".utf8), from: sender, toSigningKey: recipient.signingKey,
+                                         recipientKXKey: recipient.kxKey, createdMs: Int64(Date().timeIntervalSince1970 * 1000))
+        return YaokWire.Bundle(envelope: e).encoded
+    }
+
+    func testConfigErrorsNameTheKey() throws {
+        let host = try FakeHost()
+        let err = host.create(config: ["enabled": true, "address": "127.0.0.1:7900"])
+        XCTAssertNotNil(err)
+        XCTAssertTrue(err?.contains("transports.relay.relay_key") == true, err ?? "")
+        let host2 = try FakeHost()
+        let err2 = host2.create(config: ["enabled": true, "address": "nowhere", "relay_key": String(repeating: "ab", count: 32)])
+        XCTAssertTrue(err2?.contains("transports.relay.address") == true, err2 ?? "")
+        let host3 = try FakeHost()
+        let err3 = host3.create(config: ["enabled": true, "address": "127.0.0.1:1", "relay_key": "abcd"])
+        XCTAssertTrue(err3?.contains("64 hex digits") == true, err3 ?? "")
+        let host4 = try FakeHost()
+        let err4 = host4.create(config: ["enabled": true, "address": "127.0.0.1:1", "relay_key": String(repeating: "ab", count: 32), "pol_interval_s": 3])
+        XCTAssertTrue(err4?.contains("unknown key") == true, err4 ?? "")
+    }
+
+    func testLinkCustodyMessagesPhoneRegistrationAndOutage() throws {
+        let dir = tempDir()
+        var relay = try RelayProcess(dataDir: dir, extra: ["--messages-per-hour", "3"])
+        defer { relay.stop() }
+        let host = try FakeHost()
+        let hubUserID = host.identity.userID
+        _ = hubUserID
+        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)",
+                                          "relay_key": Hex.encode(relay.key), "poll_interval_s": 1]))
+        let m0 = host.mark
+        try host.start()
+
+        // One link, role relay, the relay's key as peer key.
+        let (link, mtu): (UInt64, UInt32) = try host.wait("link up", after: m0) { e in
+            if case .linkUp(let id, let role, let key, let mtu) = e, role == 3, key == relay.key { return (id, mtu) }
+            return nil
+        }
+        XCTAssertGreaterThanOrEqual(Int(mtu), 3 + YaokWire.Bundle.maxEncodedLength)
+
+        // Host → bundle: the relay's QUEUED comes back as a custody ack.
+        let alice = Identity.generate(), bob = Identity.generate()
+        let b1 = try bundle(from: alice, to: bob)
+        let id1 = bundleMessageID(b1)!
+        let m1 = host.mark
+        XCTAssertNil(host.send(TLVRecord(.bundle, value: b1).encoded, link: link))
+        let ack: [UInt8] = try host.wait("custody ack", after: m1) { e in
+            if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.custodyAck.rawValue { return r.value }
+            return nil
+        }
+        XCTAssertEqual(ack, id1)
+
+        // Rate limit (3 per hour): the 4th from the same sender is refused with reason rateLimited.
+        for _ in 0..<2 { XCTAssertNil(host.send(TLVRecord(.bundle, value: try bundle(from: alice, to: bob)).encoded, link: link)) }
+        let b4 = try bundle(from: alice, to: bob)
+        let m4 = host.mark
+        XCTAssertNil(host.send(TLVRecord(.bundle, value: b4).encoded, link: link))
+        let refusal: CustodyRefusal = try host.wait("custody refusal", after: m4) { e in
+            if case .frame(_, let bytes) = e, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.custodyRefused.rawValue {
+                return try? CustodyRefusal(parsing: r.value)
+            }
+            return nil
+        }
+        XCTAssertEqual(refusal, CustodyRefusal(messageID: bundleMessageID(b4)!, reason: .rateLimited))
+
+        // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
+        let phone = Identity.generate()
+        let reg = try Registration.signed(by: phone, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
+
+        let dave = Identity.generate()
+        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
+        cfg.handshakeRetryMs = 200
+        let internetUser = RelayClient(configuration: cfg)
+        defer { internetUser.stop() }
+        try internetUser.connect()
+        XCTAssertEqual(try internetUser.registerAndWait([Registration.signed(by: dave, relaySigningKey: relay.key,
+                                                                             timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]).map(\.status), [.accepted])
+        let forPhone = try bundle(from: dave, to: phone)
+        let m5 = host.mark
+        XCTAssertEqual(try internetUser.sendAndWait(bundle: forPhone).status, .pushed)
+        let delivered: [UInt8] = try host.wait("bundle from the relay", after: m5) { e in
+            if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.bundle.rawValue { return r.value }
+            return nil
+        }
+        XCTAssertEqual(delivered, forPhone)
+        // Not deleted until the host's store says so.
+        XCTAssertEqual(relay.metric("yaok_relay_acks_total"), 0)
+        XCTAssertNil(host.send(CustodyAck(messageID: bundleMessageID(forPhone)!).frame, link: link))
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
+
+        let status = host.statusJSON()
+        XCTAssertEqual(status["state"] as? String, "running")
+        XCTAssertEqual((status["details"] as? [String: String])?["registered"], "true")
+
+        // The relay goes away: the next send finds it unreachable and the link goes down.
+        let port = relay.port
+        relay.stop()
+        let m6 = host.mark
+        _ = host.send(TLVRecord(.bundle, value: try bundle(from: bob, to: alice)).encoded, link: link)
+        let reason: String = try host.wait("link down", after: m6) { e in
+            if case .linkDown(let id, let reason) = e, id == link { return reason }
+            return nil
+        }
+        XCTAssertTrue(reason.contains("unreachable"), reason)
+        XCTAssertEqual(host.statusJSON()["state"] as? String, "degraded")
+        XCTAssertNotNil(host.send(TLVRecord(.bundle, value: b1).encoded, link: link), "sending on a down link must fail")
+
+        // It comes back on the same port and data directory: a new link comes up.
+        let m7 = host.mark
+        relay = try RelayProcess(dataDir: dir, listen: "127.0.0.1:\(port)")
+        let link2: UInt64 = try host.wait("link up again", after: m7, timeout: 40) { e in
+            if case .linkUp(let id, 3, _, _) = e { return id }
+            return nil
+        }
+        XCTAssertNotEqual(link2, link)
+    }
+
+    /// Polls a condition that has no event (metrics of another process); every wait has a timeout.
+    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return false
+    }
+}
