@@ -91,7 +91,7 @@ public struct ContactCode: Sendable, Equatable {
         let name = String(decoding: nameBytes, as: UTF8.self)
         guard Array(name.utf8) == nameBytes else { throw WireError.invalidName("not valid UTF-8") }
         try Self.validate(name: name)
-        guard name == Self.trim(name) else { throw WireError.invalidName("leading or trailing whitespace") }
+        guard name.unicodeScalars.elementsEqual(Self.trim(name).unicodeScalars) else { throw WireError.invalidName("leading or trailing whitespace") }
         guard constantTimeEqual(Hash.sha256(signingKey), userID) else { throw WireError.userIDMismatch }
         guard SigningKeyPair.verify(signature: signature, message: bytes[0..<(bytes.count - 64)], publicKey: signingKey) else {
             throw WireError.badSignature

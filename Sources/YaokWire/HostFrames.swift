@@ -73,11 +73,10 @@ public struct SummaryVector: Sendable, Equatable {
     /// Sorts and de-duplicates `messageIDs`. Throws if one is not 16 bytes or there are more than 4000.
     public init(messageIDs: [[UInt8]]) throws {
         for id in messageIDs { try checkLength(id, 16, "message ID") }
-        var sorted = messageIDs.sorted { $0.lexicographicallyPrecedes($1) }
+        let sorted = messageIDs.sorted { $0.lexicographicallyPrecedes($1) }
         var unique: [[UInt8]] = []
         unique.reserveCapacity(sorted.count)
         for id in sorted where unique.last != id { unique.append(id) }
-        sorted = []
         guard unique.count <= Self.maxCount else { throw WireError.tooMany(what: "message IDs", count: unique.count, limit: Self.maxCount) }
         self.messageIDs = unique
     }
