@@ -72,4 +72,14 @@ extension VectorTests {
             }
         }
     }
+
+    /// The doc's frame-type registry lists every ``FrameType`` of the kit.
+    func testDocListsEveryFrameType() throws {
+        let doc = try String(contentsOf: Self.docURL, encoding: .utf8)
+        for type in FrameType.allCases {
+            let hexCode = String(type.rawValue, radix: 16)
+            let row = "| 0x" + (hexCode.count == 1 ? "0" : "") + hexCode + " | \(type) |"
+            XCTAssertTrue(doc.contains(row), "Docs/protocol.md lacks the registry row \(row)")
+        }
+    }
 }
