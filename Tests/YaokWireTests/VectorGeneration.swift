@@ -21,6 +21,9 @@ enum ComputedVectors {
         let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
                                                            userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
         let chunks = try Chunker.split(ack.frame, chunkSize: 12)
+        // The hub answers an endpoint's challenge of 32 × 0x09 at the created time.
+        let handshake = LinkHandshake(identity: Fixed.hub, role: .hub, clock: { Fixed.createdMs })
+        let proof = try handshake.handle(TLVRecord(.linkChallenge, value: Fixed.linkChallenge)) ?? []
         return [
             ("senderSigningKey", Hex.encode(Fixed.sender.signingKey)),
             ("senderKXKey", Hex.encode(Fixed.sender.kxKey)),
@@ -41,6 +44,8 @@ enum ComputedVectors {
             ("custodyRefusalFrame", Hex.encode(refusal.frame)),
             ("summaryFrame", Hex.encode(summary.frame())),
             ("attachmentFrame", Hex.encode(attachment.frame)),
+            ("linkChallengeFrame", Hex.encode(TLVRecord(.linkChallenge, value: Fixed.linkChallenge).encoded)),
+            ("linkProofFrame", Hex.encode(proof)),
             ("chunk0", Hex.encode(chunks[0])),
             ("chunk1", Hex.encode(chunks[1])),
             ("chunk2", Hex.encode(chunks[2])),

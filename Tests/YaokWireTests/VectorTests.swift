@@ -29,6 +29,7 @@ extension VectorTests {
             "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
             "custodyRefusalFrame": Vectors.custodyRefusalFrame, "summaryFrame": Vectors.summaryFrame,
             "attachmentFrame": Vectors.attachmentFrame,
+            "linkChallengeFrame": Vectors.linkChallengeFrame, "linkProofFrame": Vectors.linkProofFrame,
             "chunk0": Vectors.chunk0, "chunk1": Vectors.chunk1, "chunk2": Vectors.chunk2,
         ]
     }
