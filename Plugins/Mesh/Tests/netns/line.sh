@@ -6,7 +6,7 @@
 #   sudo Plugins/Mesh/Tests/netns/line.sh          (BIN=<products dir>, default .build/debug)
 #   PHASES="links" ... runs only the link checks.
 source "$(dirname "$0")/lib.sh"
-PHASES=${PHASES:-"links message partition crash"}
+PHASES=${PHASES:-"links message partition crash abuse degraded"}
 preflight
 
 for n in A B C D; do make_ns "$n"; done
@@ -121,5 +121,44 @@ if has_phase crash; then
     inbox=$("$BIN/yaok" inbox --home "$WORK/dave" --json | jq -r 'select(.text | startswith("crash test")) | .id' | sort | uniq -d | wc -l)
     [[ $inbox == 0 ]] || fail "dave's inbox holds duplicates"
     pass "after SIGKILL and restart of B: $N of $N messages arrived, none twice"
+fi
+
+# --- Phase 5: a forged beacon is counted bad; a client that skips the handshake is disconnected.
+if has_phase abuse; then
+    bad_before=$(mesh_detail B beacons_bad)
+    mis_before=$(mesh_detail B disconnects_misbehaviour)
+    # A well-formed, current beacon for a random key with an all-zero signature, sent to B's beacon port.
+    ip netns exec "$TAG-A" python3 -c '
+import os, socket, struct, time
+b = b"YKMB\x01" + os.urandom(64) + struct.pack(">HQ", 7813, int(time.time() * 1000)) + bytes(64)
+socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b, ("10.99.1.2", 7812))'
+    bad_grew() { (( $(mesh_detail B beacons_bad) > bad_before )); }
+    wait_for 10 "B to count the forged beacon" bad_grew
+    # Twenty bundle records before any handshake.
+    ip netns exec "$TAG-A" python3 -c '
+import socket
+s = socket.create_connection(("10.99.1.2", 7813), timeout=5)
+s.sendall(b"\x01\x00\x03abc" * 20)
+s.settimeout(10)
+while True:
+    try:
+        if not s.recv(4096): break
+    except OSError: break'
+    mis_grew() { (( $(mesh_detail B disconnects_misbehaviour) > mis_before )); }
+    wait_for 10 "B to disconnect the junk client" mis_grew
+    grep -q "frames before completing the handshake" "$WORK/B/hub.log" || fail "B logged no reason for the disconnect"
+    all_line_links || fail "abuse disturbed the real links"
+    pass "forged beacon counted bad; a client skipping the handshake was disconnected with a logged reason; links intact"
+fi
+
+# --- Phase 6: a configured interface that does not exist: degraded, named, and the others keep working.
+if has_phase degraded; then
+    write_config D "interfaces: [\"$(link_if_y 3)\", \"nosuch0\"]"
+    kill -HUP "${HUBPID[D]}"
+    d_degraded() { [[ $(mesh_status D | jq -r .state) == degraded ]] && mesh_status D | jq -r .reason | grep -q nosuch0; }
+    wait_for 20 "D's mesh to be degraded naming nosuch0" d_degraded
+    wait_for 30 "D to link with C again after the reload" links_are D 1
+    [[ $(mesh_detail D missing_interfaces) == *nosuch0* ]] || fail "missing_interfaces: $(mesh_detail D missing_interfaces)"
+    pass "D: $(mesh_status D | jq -r .reason)"
 fi
 echo "all phases passed: $PHASES"
