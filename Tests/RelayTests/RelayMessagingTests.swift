@@ -136,3 +136,31 @@ final class RelayMessagingTests: XCTestCase {
         XCTAssertNotNil(try? h2.nextMessage(after: mark2, timeout: 5))
     }
 }
+
+final class RelayUserSessionTests: XCTestCase {
+    func testInternetUserSendsReceivesAndAcknowledges() throws {
+        let relay = try RelayHarness()
+        defer { relay.tearDown() }
+        let alice = Identity.generate(), bob = Identity.generate()
+        let a = RelayUserSession(identity: alice, relay: relay.address, relayKey: relay.identity.signingKey)
+        let b = RelayUserSession(identity: bob, relay: relay.address, relayKey: relay.identity.signingKey)
+        defer { a.close(); b.close() }
+        try a.open()
+        let envelope = try Envelope.sealMessage(plaintext: Array("over the internet".utf8), from: alice, toSigningKey: bob.signingKey,
+                                                recipientKXKey: bob.kxKey, createdMs: nowMs())
+        XCTAssertEqual(try a.send(envelope).status, .queued)
+        try b.open()
+        // Registration pushed it; the poll round after that re-offers nothing until the lease ends,
+        // so take it from the pushed MSG.
+        let pushed = try b.client.nextMessage(after: 0, timeout: 5)
+        let bundle = try YaokWire.Bundle(parsing: pushed.bundle)
+        XCTAssertEqual(try bundle.envelope.open(with: bob), Array("over the internet".utf8))
+        try b.acknowledge([bundle.envelope.messageID])
+        XCTAssertTrue(eventually { relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        XCTAssertEqual(try b.receive().count, 0)
+
+        let wrong = RelayUserSession(identity: alice, relay: relay.address, relayKey: Identity.generate().signingKey)
+        defer { wrong.close() }
+        XCTAssertThrowsError(try wrong.open(timeout: 5)) { XCTAssertTrue(String(describing: $0).hasPrefix("relay key mismatch")) }
+    }
+}

@@ -1,0 +1,56 @@
+import Foundation
+import YaokCrypto
+import YaokWire
+
+/// A Ya OK user talking to the relay directly (the `yaok` endpoint on the internet side):
+/// connects with the pinned key, registers itself (again after every reconnect), sends
+/// envelopes, receives bundles (pushed or polled) and acknowledges them once stored.
+public final class RelayUserSession: @unchecked Sendable {
+    public let identity: Identity
+    public let client: RelayClient
+
+    /// - Parameters:
+    ///   - relay: the relay's address.
+    ///   - relayKey: the relay's pinned Ed25519 key (from `yaok-relay key`).
+    public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8]) {
+        self.identity = identity
+        client = RelayClient(configuration: RelayClient.Configuration(relay: relay, relaySigningKey: relayKey))
+        let clock = client.configuration.clock
+        client.registrationProvider = {
+            (try? Registration.signed(by: identity, relaySigningKey: relayKey, timestampMs: clock())).map { [$0] } ?? []
+        }
+    }
+
+    /// Connects and waits until this user is registered. Throws the handshake error (e.g. a
+    /// relay key mismatch), a refused registration, or a timeout.
+    public func open(timeout: TimeInterval = 10) throws {
+        let mark = client.currentSeq()
+        try client.connect(timeout: timeout)
+        let me = identity.userID
+        let status = try client.waitFor("REGISTERED", timeout: timeout, after: mark) { event -> RegistrationStatus? in
+            if case .registered(let id, let s) = event, id == me { return s }
+            return nil
+        }
+        guard status == .accepted else {
+            throw RelayProtocolError.invalid("the relay refused the registration: \(status)")
+        }
+    }
+
+    /// Sends an envelope (as a bundle with an origin hop header) and waits until the relay holds it.
+    @discardableResult
+    public func send(_ envelope: Envelope, timeout: TimeInterval = 15) throws -> QueuedNotice {
+        try client.sendAndWait(bundle: YaokWire.Bundle(envelope: envelope).encoded, timeout: timeout)
+    }
+
+    /// One poll round: the bundles waiting for this user (plus any pushed meanwhile).
+    /// Store them, then call ``acknowledge(_:)``.
+    public func receive(timeout: TimeInterval = 10) throws -> [YaokWire.Bundle] {
+        try client.pollAndWait(timeout: timeout).compactMap { try? YaokWire.Bundle(parsing: $0.bundle) }
+    }
+
+    /// Tells the relay these messages are stored; it deletes them.
+    public func acknowledge(_ messageIDs: [[UInt8]]) throws { try client.ack(messageIDs) }
+
+    /// Disconnects.
+    public func close() { client.stop() }
+}
