@@ -22,10 +22,11 @@ let package = Package(
         .executable(name: "yaok-hub", targets: ["yaok-hub"]),
         .executable(name: "yaok", targets: ["yaok"]),
         .executable(name: "yaok-relay", targets: ["yaok-relay"]),
-        .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokTransportUDP"]),
-        .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokTransportBLE"]),
-        .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokTransportMesh"]),
-        .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokTransportRelay"]),
+        .executable(name: "yaok-bench", targets: ["yaok-bench"]),
+        .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokUDPPlugin"]),
+        .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokBLEPlugin"]),
+        .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPlugin"]),
+        .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPlugin"]),
     ],
     dependencies: [
         .package(path: "Sources/PluginAPI"),
@@ -72,6 +73,7 @@ let package = Package(
             "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokRelayProtocol",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
+        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore"]),
         .executableTarget(name: "yaok", dependencies: [
             "YaokEndpoint",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -92,6 +94,16 @@ let package = Package(
             "YaokRelayProtocol",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
+
+        // Each plugin's entry point, linked only into its .so (see Plugins/<Name>/Entry).
+        .target(name: "YaokUDPPlugin", dependencies: ["YaokTransportUDP", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/UDP/Entry", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokMeshPlugin", dependencies: ["YaokTransportMesh", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/Mesh/Entry", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokRelayPlugin", dependencies: ["YaokTransportRelay", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/Relay/Entry", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),

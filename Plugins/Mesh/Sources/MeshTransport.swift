@@ -121,9 +121,3 @@ public final class MeshTransport: Transport, @unchecked Sendable {
                                lastError: snap.lastError, details: details)
     }
 }
-
-@_cdecl("yaok_plugin_entry")
-public func yaokPluginEntry() -> UnsafeRawPointer {
-    PluginExport.entry(MeshTransport.self, kind: "mesh", version: "0.1.0",
-                       summary: "hub-to-hub mesh over IP: multicast discovery, authenticated TCP sessions")
-}

@@ -295,9 +295,3 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         if again { try? client.poll() }
     }
 }
-
-@_cdecl("yaok_plugin_entry")
-public func yaokPluginEntry() -> UnsafeRawPointer {
-    PluginExport.entry(RelayTransport.self, kind: "relay", version: "0.1.0",
-                       summary: "uplink to a Ya OK internet relay (UDP, pinned key, store-and-forward)")
-}

@@ -93,8 +93,3 @@ public final class UDPTransport: Transport, @unchecked Sendable {
         }
     }
 }
-
-@_cdecl("yaok_plugin_entry")
-public func yaokPluginEntry() -> UnsafeRawPointer {
-    PluginExport.entry(UDPTransport.self, kind: "udp", version: "0.1.0", summary: "TLV records as UDP datagrams between hubs and endpoints")
-}
