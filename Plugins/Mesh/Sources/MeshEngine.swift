@@ -575,7 +575,13 @@ public final class MeshEngine: @unchecked Sendable {
         }
         if let existingID = upByKey[key], let existing = sessions[existingID] {
             counters.duplicatesClosed += 1
-            if s.rank(ourKey: identity.signingKey).lexicographicallyPrecedes(existing.rank(ourKey: identity.signingKey)) {
+            // An existing link that has not answered for two keepalive rounds is presumed dead (the
+            // peer restarted without a goodbye, e.g. power loss): the fresh session replaces it, as
+            // the peer, which has no other session, keeps it too. Otherwise both hubs apply the rank.
+            let existingSilent = nowMs - existing.lastHeardMs > 2 * settings.keepaliveMs
+            if existingSilent {
+                close(existing, reason: "replaced by session \(s.id): nothing heard on it for \(nowMs - existing.lastHeardMs) ms", level: .info)
+            } else if s.rank(ourKey: identity.signingKey).lexicographicallyPrecedes(existing.rank(ourKey: identity.signingKey)) {
                 close(existing, reason: "replaced by session \(s.id) with the same hub (duplicate-session tie-break)", level: .info)
             } else {
                 close(s, reason: "duplicate session with hub \(Self.shortKey(key)); keeping link \(existing.id)", level: .debug)
@@ -671,9 +677,11 @@ public final class MeshEngine: @unchecked Sendable {
             case .up:
                 if now - s.lastHeardMs > settings.idleTimeoutMs {
                     close(s, reason: "nothing heard from \(s.remote) for \(now - s.lastHeardMs) ms (idle_timeout_s)", level: .info)
-                } else if now - max(s.lastHeardMs, s.lastSentMs) >= settings.keepaliveMs && !s.hasPendingWrite {
+                } else if now - s.lastHeardMs >= settings.keepaliveMs && now - s.lastPingMs >= settings.keepaliveMs {
+                    // Pinged on what we *hear*, not what we send: a link carrying traffic one way only
+                    // must still hear pongs, or the sending side would time it out.
                     s.queueControl(TLVRecord(.ping, value: []).encoded)
-                    s.lastSentMs = now
+                    s.lastPingMs = now
                     flush(s)
                 }
             default:

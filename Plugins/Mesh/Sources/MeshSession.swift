@@ -29,6 +29,7 @@ final class MeshSession {
     var writeOffset = 0
     var lastHeardMs: Int64
     var lastSentMs: Int64
+    var lastPingMs: Int64 = 0
     /// The challenge nonce this side sent, and the one the peer sent: the dialler's nonce
     /// breaks ties between duplicate sessions identically on both hubs.
     var ourNonce: [UInt8] = []

@@ -11,7 +11,11 @@ struct FakeIdentity: LinkIdentity {
     let signingKey: [UInt8]
     let kxKey: [UInt8]
 
-    init(seed: UInt8) {
+    /// When set, every "random" byte is this value: lets a test choose challenge nonces.
+    var fixedRandomByte: UInt8?
+
+    init(seed: UInt8, fixedRandomByte: UInt8? = nil) {
+        self.fixedRandomByte = fixedRandomByte
         signingKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 31 &+ $0) }
         kxKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 17 &+ $0 &+ 100) }
     }
@@ -33,7 +37,7 @@ struct FakeIdentity: LinkIdentity {
     func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
         signature == Self.checksum(key: publicKey, message: message)
     }
-    func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255) } }
+    func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in fixedRandomByte ?? UInt8.random(in: 0...255) } }
 }
 
 /// Records engine events and lets a test wait for a condition on them (with a timeout).
