@@ -222,8 +222,14 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private func hubRegistered(_ status: RegistrationStatus) {
         guard status == .accepted else {
             lock.withLock { lastError = "the relay refused the hub's registration: \(status)" }
-            context.logger.error("the relay refused the hub's registration: \(status)")
+            context.logger.error("the relay refused the hub's registration: \(status); retrying in 30 s")
             context.events.statusChanged()
+            // E.g. our clock was off (±5 min window): try again with a fresh registration.
+            timerQueue.asyncAfter(deadline: .now() + 30) { [weak self] in
+                guard let self, self.lock.withLock({ self.running && !self.registered }),
+                      let regs = self.client.registrationProvider?() else { return }
+                try? self.client.register(regs)
+            }
             return
         }
         let (info, carried): (LinkInfo?, [Registration]) = lock.withLock {
