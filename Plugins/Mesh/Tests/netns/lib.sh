@@ -125,6 +125,26 @@ hub_status() { "$BIN/yaok-hub" status --json --socket "$WORK/$1/control.sock" 2>
 mesh_status() { hub_status "$1" | jq -c '.transports[] | select(.name == "mesh") | .status'; }
 mesh_links() { hub_status "$1" | jq '.transports[] | select(.name == "mesh") | .status.links'; }
 mesh_detail() { hub_status "$1" | jq -r --arg k "$2" '.transports[] | select(.name == "mesh") | .status.details[$k]'; }
+# The Prometheus text of a hub's metrics, through its control socket.
+hub_metrics() {
+    python3 - "$WORK/$1/control.sock" <<'PY'
+import json, socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.settimeout(5)
+s.connect(sys.argv[1])
+s.sendall(b'{"command":"metrics"}\n')
+data = b""
+while not data.endswith(b"\n"):
+    chunk = s.recv(65536)
+    if not chunk:
+        break
+    data += chunk
+reply = json.loads(data)
+if not reply.get("ok"):
+    sys.exit(reply.get("error", "metrics failed"))
+print(reply["result"]["text"], end="")
+PY
+}
 hub_id() { hub_status "$1" | jq -r '.hub.id[0:8]'; }
 # The router's view: short peer IDs of the hub links over tcp, sorted, comma-separated.
 tcp_peers() { hub_status "$1" | jq -r '[.router.links[] | select(.kind == "tcp") | .peer] | sort | join(",")'; }

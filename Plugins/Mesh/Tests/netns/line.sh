@@ -38,6 +38,10 @@ for n in A B C D; do
     [[ $(mesh_detail "$n" links_up_total) == $(mesh_links "$n") ]] || fail "hub $n brought links up $(mesh_detail "$n" links_up_total) times (flapping)"
 done
 pass "line A-B-C-D: mesh links A:1 B:2 C:2 D:1, each to the right neighbour, stable"
+metrics=$(hub_metrics B) || fail "B's control socket gave no metrics"
+grep -Eq '^yaok_transport_mesh_links\{transport="mesh"\} 2(\.0)?$' <<< "$metrics" || fail "B's mesh_links gauge is not 2: $(grep mesh <<< "$metrics")"
+grep -Eq '^yaok_transport_mesh_beacons_sent_total\{transport="mesh"\} [1-9]' <<< "$metrics" || fail "B reports no beacons sent: $(grep mesh <<< "$metrics")"
+pass "B's metrics: mesh_links 2, beacons sent"
 
 has_phase() { [[ " $PHASES " == *" $1 "* ]]; }
 HUB=udp://127.0.0.1:7811
