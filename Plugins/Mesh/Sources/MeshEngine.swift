@@ -407,7 +407,10 @@ public final class MeshEngine: @unchecked Sendable {
             guard let (fd, remote) = Sockets.accept(listenFD) else { return }
             guard sessions.count < settings.maxSessions else {
                 counters.refusedFull += 1
-                pending.append(.log(.warning, "refused a connection from \(remote): \(sessions.count) sessions is the limit (max_sessions)"))
+                // Warn on the 1st, 2nd, 4th, 8th... refusal: a connection flood must not flood the log.
+                if counters.refusedFull & (counters.refusedFull - 1) == 0 {
+                    pending.append(.log(.warning, "refused a connection from \(remote): \(sessions.count) sessions is the limit (max_sessions); \(counters.refusedFull) refused so far"))
+                }
                 Glibc.close(fd)
                 continue
             }

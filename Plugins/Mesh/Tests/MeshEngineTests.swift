@@ -251,4 +251,18 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.neighbours.count, 1)
         _ = old
     }
+
+    func testSessionsBeyondMaxSessionsAreRefused() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(2)]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        let first = try RawPeer(port: port), second = try RawPeer(port: port)
+        XCTAssertTrue(first.handshake(as: bob, role: .hub))
+        XCTAssertTrue(second.handshake(as: FakeIdentity(seed: 3), role: .hub))
+        r.wait("two links") { $0.ups.count == 2 }
+        let third = try RawPeer(port: port)
+        XCTAssertTrue(third.waitForClose(timeout: 5), "the third connection is closed at once")
+        XCTAssertEqual(engine.snapshot.counters.refusedFull, 1)
+        XCTAssertEqual(engine.snapshot.neighbours.count, 2, "the established links are untouched")
+    }
 }
