@@ -119,6 +119,7 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Opens the socket and starts handshaking in the background. Returns at once.
     public func start() throws {
+        guard !lock.withLock({ running }) else { return }
         let s = try ConnectedDatagramSocket(to: configuration.relay)
         lock.withLock {
             socket = s
@@ -358,7 +359,8 @@ public final class RelayClient: @unchecked Sendable {
 
     private func run(_ s: ConnectedDatagramSocket) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
-        while lock.withLock({ running }) {
+        // A stop() followed by start() gives a new socket; this thread then ends.
+        while lock.withLock({ running && socket === s }) {
             tick()
             switch s.receive(timeoutMs: 100, buffer: &buffer) {
             case .datagram(let d): handle(d)

@@ -60,6 +60,8 @@ public final class RelayEngine: @unchecked Sendable {
     private var helloBuckets: BucketMap<String>
     private var senderBuckets: BucketMap<[UInt8]>
     private var lastSweepMs: Int64 = 0
+    /// Bytes buffered in all sessions' reassemblers (kept up to date on every change).
+    private var reassemblyBytes = 0
     public private(set) var metrics = RelayMetrics()
 
     /// Loads queue counts, attachments and the nonce cache from the store.
@@ -159,10 +161,11 @@ public final class RelayEngine: @unchecked Sendable {
         var message = plaintext
         if type == .fragment {
             guard let f = try? Fragment(parsing: plaintext) else { metrics.droppedMalformed += 1; return }
-            if totalReassemblyBytes() + f.chunk.count > limits.maxReassemblyBytes { metrics.fragmentsDropped += 1; return }
-            let before = session.reassembler.dropped
+            if reassemblyBytes + f.chunk.count > limits.maxReassemblyBytes { metrics.fragmentsDropped += 1; return }
+            let (droppedBefore, bytesBefore) = (session.reassembler.dropped, session.reassembler.bufferedBytes)
             let whole = session.reassembler.add(f, nowMs: t)
-            metrics.fragmentsDropped += UInt64(session.reassembler.dropped - before)
+            metrics.fragmentsDropped += UInt64(session.reassembler.dropped - droppedBefore)
+            reassemblyBytes += session.reassembler.bufferedBytes - bytesBefore
             guard let whole else { return }
             (type, message) = whole
         }
@@ -177,9 +180,6 @@ public final class RelayEngine: @unchecked Sendable {
         }
     }
 
-    private func totalReassemblyBytes() -> Int {
-        sessions.values.reduce(0) { $0 + $1.reassembler.bufferedBytes }
-    }
 
     private func reply(_ type: RelayPacketType, _ message: [UInt8], to session: Session, out: inout [Output]) {
         do {
@@ -429,12 +429,15 @@ public final class RelayEngine: @unchecked Sendable {
             let neverAuthenticated = !s.authenticated && t - s.createdMs >= limits.handshakeTimeoutMs
             if stale || neverAuthenticated {
                 sessions[id] = nil
+                reassemblyBytes -= s.reassembler.bufferedBytes
                 for u in s.users {
                     userSessions[u]?.remove(id)
                     if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
                 }
             } else {
+                let before = s.reassembler.bufferedBytes
                 s.reassembler.expire(nowMs: t)
+                reassemblyBytes -= before - s.reassembler.bufferedBytes
             }
         }
     }
@@ -470,6 +473,9 @@ public final class RelayEngine: @unchecked Sendable {
         m.queued = queuedTotal
         return m
     }
+
+    /// Bytes held in fragment reassembly (tests, status).
+    public var reassemblyBufferedBytes: Int { reassemblyBytes }
 
     /// Messages queued for `user` (tests, status).
     public func queuedCount(for user: [UInt8]) -> Int { queuedPerUser[user, default: 0] }
