@@ -110,7 +110,7 @@ let package = Package(
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
-        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests"),
+        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
         .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokCrypto", "YaokWire"]),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),

@@ -376,11 +376,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         } catch {
             logger.error("store: custody ack for \(Self.shortID(id)): \(error)")
         }
-        // The window has room again.
-        switch link.info.peerRole {
-        case .endpoint: pushPending(to: link)
-        case .relay: pushForwardable(to: link)
-        case .hub: break
+        // Refill once the window is half empty, so listing pending bundles is amortised.
+        if link.inFlight.count <= settings.linkWindow / 2 {
+            switch link.info.peerRole {
+            case .endpoint: pushPending(to: link)
+            case .relay: pushForwardable(to: link)
+            case .hub: break
+            }
         }
         onChange?()
     }
@@ -446,7 +448,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// On contact: offer everything the policy lets this neighbour have.
     private func offerAll(to link: Link) {
-        guard let bundles = try? store.forwardable(limit: 100_000) else { return }
+        guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
         var ids: [[UInt8]] = []
         for b in bundles where chosenHops(for: b).contains(link.key) { ids.append(b.messageID) }
         offer(ids, to: link)
@@ -492,11 +494,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     /// Sends the bundle itself on a link, recording custody in flight. Returns false when
-    /// the link's window is full.
+    /// the link's window is full. `b` may come from a listing without bytes.
     @discardableResult
-    private func transmit(_ b: StoredBundle, on link: Link) -> Bool {
+    private func transmit(_ listed: StoredBundle, on link: Link) -> Bool {
         guard link.inFlight.count < settings.linkWindow else { return false }
-        guard link.inFlight[b.messageID] == nil, !b.bytes.isEmpty else { return true }
+        guard link.inFlight[listed.messageID] == nil else { return true }
+        guard let b = listed.bytes.isEmpty ? (try? store.bundle(listed.messageID)) ?? nil : listed, !b.bytes.isEmpty else { return true }
         let t = now()
         var outgoing = b.bytes
         if link.info.peerRole != .endpoint {
@@ -525,7 +528,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// An endpoint attached: hand it everything queued for it.
     private func pushPending(to link: Link) {
         let room = settings.linkWindow - link.inFlight.count
-        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: settings.linkWindow + room) else { return }
+        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: settings.linkWindow + room, withBytes: false) else { return }
         for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.messageID] == nil {
             if !transmit(b, on: link) { break }
         }
@@ -533,7 +536,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// The relay came up: hand it what the policy routes there.
     private func pushForwardable(to link: Link) {
-        guard let bundles = try? store.forwardable(limit: 100_000) else { return }
+        guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
         for b in bundles where link.inFlight[b.messageID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
@@ -596,7 +599,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
             link.requested = link.requested.filter { $0.value > t }
         }
-        if let due = try? store.due(nowMs: t, limit: 500) {
+        if let due = try? store.due(nowMs: t, limit: 500, withBytes: false) {
             for b in due { route(b) }
         }
         if t - lastSweepMs >= 60_000 {

@@ -1,0 +1,131 @@
+import Foundation
+import YaokCrypto
+import YaokEndpoint
+import YaokStore
+import YaokWire
+
+// yaok-bench: prints the message path's figures. Speed is measured here, never asserted
+// in tests. Usage: yaok-bench [--messages N] [--hub-binary PATH] [--plugin-dir DIR]
+
+func argument(_ name: String) -> String? {
+    guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count else { return nil }
+    return CommandLine.arguments[i + 1]
+}
+
+func measure(_ label: String, iterations: Int, unit: String = "ops/s", _ body: () throws -> Void) rethrows {
+    let start = DispatchTime.now().uptimeNanoseconds
+    for _ in 0..<iterations { try body() }
+    let seconds = Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+    print(label.padding(toLength: 56, withPad: " ", startingAt: 0) + String(format: "%10.0f ", Double(iterations) / seconds) + unit
+          + String(format: "   (%.1f µs each)", seconds / Double(iterations) * 1e6))
+}
+
+func peakRSSKiB(pid: Int32) -> Int? {
+    guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
+    for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+        return Int(line.split(separator: " ").dropFirst().first ?? "")
+    }
+    return nil
+}
+
+setvbuf(stdout, nil, _IOLBF, 0)
+let alice = Identity.generate(), bob = Identity.generate()
+print("== crypto (libsodium)")
+for size in [200, 10_240] {
+    let plaintext = [UInt8](repeating: 0x61, count: size)
+    try measure("seal \(size) B (X25519 + XChaCha20-Poly1305 + Ed25519)", iterations: size > 1000 ? 2000 : 5000) {
+        _ = try Envelope.sealMessage(plaintext: plaintext, from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey, createdMs: 1)
+    }
+    let envelope = try Envelope.sealMessage(plaintext: plaintext, from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey, createdMs: 1)
+    try measure("open \(size) B (verify + decrypt)", iterations: size > 1000 ? 2000 : 5000) {
+        _ = try Envelope(parsing: envelope.encoded).verified().open(with: bob)
+    }
+}
+let signed = try Envelope.sealMessage(plaintext: Array("x".utf8), from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey, createdMs: 1)
+measure("Ed25519 signature verification", iterations: 10_000, unit: "sig/s") { _ = signed.verifySignature() }
+
+print("== store (SQLCipher, durable commits)")
+let rate = try BundleStoreBenchmark.acceptRate(count: 2000)
+print("bundle store accept (1 KB, WAL, synchronous=FULL)".padding(toLength: 56, withPad: " ", startingAt: 0) + String(format: "%10.0f accepts/s", rate))
+
+// Router throughput: a real hub process on loopback, two in-process endpoints.
+print("== router: envelopes through one hub on loopback (UDP example transport)")
+let count = Int(argument("--messages") ?? "") ?? 5000
+let exeDir = (CommandLine.arguments[0] as NSString).deletingLastPathComponent
+let hubBinary = argument("--hub-binary") ?? exeDir + "/yaok-hub"
+let pluginSource = argument("--plugin-dir") ?? exeDir
+let work = NSTemporaryDirectory() + "yaok-bench-\(getpid())"
+try FileManager.default.createDirectory(atPath: work + "/plugins", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+defer { try? FileManager.default.removeItem(atPath: work) }
+try FileManager.default.copyItem(atPath: pluginSource + "/libyaok-plugin-udp.so", toPath: work + "/plugins/libyaok-plugin-udp.so")
+let port = 20_000 + Int(getpid() % 20_000)
+let config = """
+hub:
+  data_dir: \(work)/hub
+  control_socket: \(work)/control.sock
+  plugin_dirs: ["\(work)/plugins"]
+  log_level: warning
+router:
+  link_frames_per_second: 1000000
+  sender_envelopes_per_minute: 1000000
+transports:
+  udp:
+    enabled: true
+    listen: 127.0.0.1:\(port)
+"""
+try config.write(toFile: work + "/hub.yaml", atomically: true, encoding: .utf8)
+let hub = Process()
+hub.executableURL = URL(fileURLWithPath: hubBinary)
+hub.arguments = ["run", "--config", work + "/hub.yaml"]
+FileManager.default.createFile(atPath: work + "/hub.log", contents: nil)
+hub.standardError = FileHandle(forWritingAtPath: work + "/hub.log")
+if !FileManager.default.isExecutableFile(atPath: hubBinary) { fatalError("no hub binary at \(hubBinary); pass --hub-binary") }
+try hub.run()
+defer { hub.terminate() }
+let deadline = Date().addingTimeInterval(30)
+while !FileManager.default.fileExists(atPath: work + "/control.sock") && Date() < deadline { usleep(50_000) }
+guard FileManager.default.fileExists(atPath: work + "/control.sock") else {
+    fatalError("the hub did not start: \((try? String(contentsOfFile: work + "/hub.log", encoding: .utf8)) ?? "")")
+}
+
+let a = try Endpoint.initialize(home: work + "/a", name: "Alice")
+let b = try Endpoint.initialize(home: work + "/b", name: "Bob")
+let bobContact = try a.addContact(uri: b.contactCode())
+try b.addContact(uri: a.contactCode())
+let text = String(repeating: "m", count: 200)
+for chunk in stride(from: 0, to: count, by: 1000) {
+    _ = try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk)))
+}
+final class Latencies: @unchecked Sendable {
+    let lock = NSLock()
+    var values: [Int64] = []
+}
+let latencies = Latencies()
+let hubAddress = try HubSession.parseHub("udp://127.0.0.1:\(port)")
+let bobSession = HubSession(endpoint: b, hub: hubAddress) { event in
+    if case .incoming(.message(let m)) = event {
+        latencies.lock.withLock { latencies.values.append(m.receivedMs - m.createdMs) }
+    }
+}
+try bobSession.start()
+let aliceSession = HubSession(endpoint: a, hub: hubAddress) { _ in }
+let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
+let start = Date()
+try aliceSession.start()
+while latencies.lock.withLock({ latencies.values.count }) < count && Date().timeIntervalSince(start) < 600 { usleep(20_000) }
+let elapsed = Date().timeIntervalSince(start)
+let cpuAfter = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
+func cpuTicks(_ stat: String) -> Double {
+    let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
+    return fields.count > 13 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
+}
+let hubCPU = (cpuTicks(cpuAfter) - cpuTicks(cpuBefore)) / Double(sysconf(Int32(_SC_CLK_TCK)))
+let delivered = latencies.lock.withLock { latencies.values.count }
+let sorted = latencies.lock.withLock { latencies.values.sorted() }
+func percentile(_ p: Double) -> Int64 { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
+print("end to end, A → hub → B, 200 B messages".padding(toLength: 56, withPad: " ", startingAt: 0)
+      + String(format: "%10.0f msg/s   (%d of %d delivered in %.1f s)", Double(delivered) / elapsed, delivered, count, elapsed))
+print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(percentile(0.99))  (includes queueing behind the backlog)")
+print(String(format: "hub CPU time %.2f s (%.2f ms per message), hub peak RSS %d KiB", hubCPU, hubCPU * 1000 / Double(max(1, delivered)), peakRSSKiB(pid: hub.processIdentifier) ?? -1))
+aliceSession.stop()
+bobSession.stop()
