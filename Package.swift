@@ -27,6 +27,7 @@ let package = Package(
         .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokBLEPlugin"]),
         .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPlugin"]),
         .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPlugin"]),
+        .library(name: "yaok-plugin-wifidirect", type: .dynamic, targets: ["YaokWiFiDirectPlugin"]),
     ],
     dependencies: [
         .package(path: "Sources/PluginAPI"),
@@ -38,6 +39,7 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
+        .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
         .target(name: "YaokCrypto", dependencies: ["CSodium"]),
         .target(name: "YaokWire", dependencies: [
@@ -95,6 +97,11 @@ let package = Package(
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
+        .target(name: "YaokTransportWiFiDirect", dependencies: [
+            "CNetlink",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Plugins/WiFiDirect/Sources", linkerSettings: pluginLinkerSettings),
+
         // Each plugin's entry point, linked only into its .so (see Plugins/<Name>/Entry).
         .target(name: "YaokUDPPlugin", dependencies: ["YaokTransportUDP", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/UDP/Entry", linkerSettings: pluginLinkerSettings),
@@ -102,6 +109,8 @@ let package = Package(
                 path: "Plugins/Mesh/Entry", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokRelayPlugin", dependencies: ["YaokTransportRelay", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/Relay/Entry", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokWiFiDirectPlugin", dependencies: ["YaokTransportWiFiDirect", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/WiFiDirect/Entry", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
@@ -113,6 +122,7 @@ let package = Package(
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
         .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokCrypto", "YaokWire"]),
+        .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v5]
