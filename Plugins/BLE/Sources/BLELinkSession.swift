@@ -1,0 +1,95 @@
+import YaokPluginKit
+
+/// One connected central: chunk reassembly, the link handshake, and framing of outgoing
+/// frames. Pure logic (no sockets): the transport feeds it RX writes and sends what it returns.
+/// Not thread-safe: the transport only touches it on the ATT poll thread.
+final class BLELinkSession {
+    enum State: Equatable { case connected, handshaking, up, closed }
+
+    /// What the transport must do after an input.
+    struct Output {
+        /// Frames to send to the central as TX notifications (each gets chunked).
+        var framesToSend: [[UInt8]] = []
+        /// Frames to hand to the host (only once the link is up).
+        var framesReceived: [[UInt8]] = []
+        /// Set when the handshake just completed.
+        var authenticated: AuthenticatedPeer?
+        /// Set when the link must be dropped, with the reason.
+        var drop: String?
+    }
+
+    let id: LinkID
+    var remote: String
+    private(set) var state: State = .connected
+    private(set) var peer: AuthenticatedPeer?
+    private var reassembler: ChunkReassembler
+    private let handshake: LinkHandshake
+    private let acceptedRoles: Set<PeerRole>
+
+    init(id: LinkID, remote: String, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64,
+         reassemblyTimeoutNanoseconds: UInt64, acceptedRoles: Set<PeerRole> = [.endpoint, .hub]) {
+        self.id = id
+        self.remote = remote
+        self.reassembler = ChunkReassembler(timeoutNanoseconds: reassemblyTimeoutNanoseconds)
+        self.handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
+        self.acceptedRoles = acceptedRoles
+    }
+
+    /// The central enabled TX notifications: send our challenge (once).
+    func notificationsEnabled() -> Output {
+        var out = Output()
+        guard state == .connected else { return out }
+        state = .handshaking
+        out.framesToSend.append(handshake.challengeFrame())
+        return out
+    }
+
+    /// One RX write (a chunk) at monotonic time `now`.
+    func received(chunk: [UInt8], now: UInt64) -> Output {
+        var out = Output()
+        guard state != .closed else { return out }
+        let frame: [UInt8]
+        do {
+            guard let complete = try reassembler.add(chunk, now: now) else { return out }
+            frame = complete
+        } catch {
+            out.drop = "bad chunk: \(error)"
+            return out
+        }
+        if state == .up {
+            out.framesReceived.append(frame)
+            return out
+        }
+        // Before the link is up only handshake records are accepted.
+        do {
+            let record = try TLVRecord(parsing: frame)
+            // A central may answer-before-subscribing; our own challenge then follows on subscribe.
+            if let reply = try handshake.handle(record) { out.framesToSend.append(reply) }
+            if let peer = handshake.peer, handshake.isComplete, state != .up {
+                guard acceptedRoles.contains(peer.role) else {
+                    out.drop = HandshakeError.unexpectedRole(peer.role).description
+                    return out
+                }
+                self.peer = peer
+                state = .up
+                out.authenticated = peer
+            }
+        } catch {
+            out.drop = "handshake failed: \(error)"
+        }
+        return out
+    }
+
+    /// Drops the partly received frame (Control write 0x01).
+    func resetReassembly() { reassembler.reset() }
+
+    /// Expires a stale partial frame; true if one was dropped.
+    func expire(now: UInt64) -> Bool { reassembler.expire(now: now) }
+
+    func close() { state = .closed }
+
+    /// Splits a frame into chunks for notifications at the current ATT MTU.
+    static func chunks(of frame: [UInt8], attMTU: Int) throws -> [[UInt8]] {
+        try Chunker.split(frame, chunkSize: max(attMTU - 3, Chunker.headerLength + 1))
+    }
+}

@@ -1,0 +1,307 @@
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+import YaokATT
+import YaokPluginKit
+
+/// The BLE transport: the hub as a GATT peripheral that phones (centrals) connect to.
+///
+/// Radio layer straight on the kernel (no bluetoothd): the adapter is probed and brought up
+/// with HCI ioctls, advertised with raw HCI LE commands, and centrals are accepted on an
+/// L2CAP LE socket bound to the ATT fixed channel (CID 4). Each connection is served by the
+/// YaokATT engine; frames travel as chunks over RX writes and TX notifications, and a link is
+/// reported up once the kit's ``LinkHandshake`` has proved the phone's identity.
+public final class BLETransport: Transport, @unchecked Sendable {
+    /// The link cost reported to the router (BLE is slow and short-range).
+    public static let linkCost = 20
+
+    public let config: BLEConfig
+    private let context: TransportContext
+    private let lock = NSLock()
+
+    // Guarded by `lock`.
+    private var state: TransportState = .stopped
+    private var reason = "not started"
+    private var lastError: String?
+    private var adapter: BLEAdapter?
+    private var upLinks: Set<LinkID> = []
+    private var connectionCount = 0
+    private var peersSeen: Set<[UInt8]> = []
+    private var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
+    private var att: ATTSeqpacketServer?
+    private var listener: L2CAPATTListener?
+    private var advertiser: HCIAdvertiser?
+
+    // Touched only on the ATT poll thread.
+    private var sessions: [LinkID: BLELinkSession] = [:]
+    private var descriptors: [LinkID: Int32] = [:]
+    private var database: YaokGATT.Database?
+
+    public init(context: TransportContext) throws {
+        self.context = context
+        self.config = try BLEConfig(section: context.config)
+    }
+
+    // MARK: Transport
+
+    public func start() throws {
+        lock.lock()
+        let alreadyRunning = state == .running
+        lock.unlock()
+        if alreadyRunning { return }
+        setState(.starting, "probing \(config.adapter)")
+
+        let adapter: BLEAdapter
+        switch BLEAdapterProbe.probe(name: config.adapter, index: config.adapterIndex) {
+        case .success(let a): adapter = a
+        case .failure(let why):
+            setState(.unavailable, why.description)
+            throw TransportError.unavailable(why.description)
+        }
+
+        let identity = [UInt8(PeerRole.hub.rawValue)] + context.identity.signingKey + context.identity.kxKey
+        let database: YaokGATT.Database
+        do {
+            database = try YaokGATT.database(name: config.name, identity: identity)
+        } catch {
+            setState(.failed, "cannot build the GATT database: \(error)")
+            throw TransportError.failed("cannot build the GATT database: \(error)")
+        }
+        // A whole frame at the smallest MTU must fit in the outgoing queue.
+        let worstChunks = (ChunkReassembler.defaultMaxFrameSize + 15) / 16
+        let server = ATTSeqpacketServer(table: database.table, socketPath: nil, options: .init(
+            serverReceiveMTU: UInt16(config.mtu), maxConnections: config.maxConnections,
+            maxQueuedPDUs: 2 * worstChunks))
+        self.database = database
+        server.onConnect = { [weak self] id, engine in self?.connected(id, engine) }
+        server.onDisconnect = { [weak self] id in self?.disconnected(id) }
+        let listener = L2CAPATTListener(adapter: adapter)
+        let advertiser = HCIAdvertiser(adapterIndex: adapter.index)
+        do {
+            try server.start()
+            try listener.start(backlog: Int32(config.maxConnections)) { [weak self] connection in
+                self?.accepted(connection)
+            }
+            try advertiser.start(intervalUnits: config.advertisingIntervalUnits,
+                                 advertisingData: AdvertisingPayload.advertisingData(serviceUUID: YaokGATT.uuidBytes(0x0001)),
+                                 scanResponse: AdvertisingPayload.scanResponse(name: config.name))
+        } catch {
+            listener.stop()
+            server.stop()
+            if let why = error as? BLEUnavailableReason {
+                setState(.unavailable, why.description)
+                throw TransportError.unavailable(why.description)
+            }
+            setState(.failed, "\(error)")
+            throw TransportError.failed("\(error)")
+        }
+        lock.lock()
+        self.adapter = adapter
+        self.att = server
+        self.listener = listener
+        self.advertiser = advertiser
+        lock.unlock()
+        setState(.running, "advertising on \(adapter.name) (\(adapter.address))")
+        context.logger.info("BLE: advertising \(config.name) on \(adapter.name) \(adapter.address), ATT MTU \(config.mtu), up to \(config.maxConnections) centrals")
+    }
+
+    public func stop() {
+        lock.lock()
+        let (server, listener, advertiser) = (att, self.listener, self.advertiser)
+        att = nil
+        self.listener = nil
+        self.advertiser = nil
+        lock.unlock()
+        try? advertiser?.stop()
+        listener?.stop()
+        server?.stop()   // closes every connection; onDisconnect reports link_down
+        setState(.stopped, "stopped")
+    }
+
+    public func send(_ frame: [UInt8], to link: LinkID) throws {
+        lock.lock()
+        let server = att
+        let isUp = upLinks.contains(link)
+        lock.unlock()
+        guard let server else { throw TransportError.notRunning }
+        guard isUp else { throw TransportError.unknownLink(link) }
+        let limit = ChunkReassembler.defaultMaxFrameSize
+        guard frame.count <= limit else { throw TransportError.frameTooLarge(size: frame.count, mtu: limit) }
+        let sent = server.onPollThread { [self] () -> String? in
+            guard let session = sessions[link], session.state == .up else { return "link \(link) is not up" }
+            return sendFrame(frame, on: ATTConnectionID(rawValue: link), server: server)
+        }
+        switch sent {
+        case .none: throw TransportError.failed("the BLE I/O thread did not respond")
+        case .some(.some(let problem)): throw TransportError.failed(problem)
+        case .some(.none):
+            lock.lock()
+            framesOut += 1
+            bytesOut += UInt64(frame.count)
+            lock.unlock()
+        }
+    }
+
+    public var status: TransportStatus {
+        lock.lock()
+        defer { lock.unlock() }
+        var details = ["adapter": config.adapter, "name": config.name, "connections": String(connectionCount),
+                       "max_connections": String(config.maxConnections), "mtu": String(config.mtu)]
+        if let adapter { details["address"] = adapter.address.description }
+        return TransportStatus(state: state, reason: reason, links: upLinks.count, peers: peersSeen.count,
+                               framesIn: framesIn, framesOut: framesOut, bytesIn: bytesIn, bytesOut: bytesOut,
+                               lastError: lastError, details: details)
+    }
+
+    // MARK: Connections
+
+    private func setState(_ s: TransportState, _ why: String) {
+        lock.lock()
+        state = s
+        reason = why
+        if s == .failed || s == .unavailable { lastError = why }
+        lock.unlock()
+        context.events.statusChanged()
+    }
+
+    /// On the accept thread: hand the socket to the ATT loop, keep advertising while there is room.
+    private func accepted(_ connection: L2CAPConnection) {
+        lock.lock()
+        let (server, advertiser) = (att, self.advertiser)
+        lock.unlock()
+        guard let server else { close(connection.fd); return }
+        guard let id = server.adopt(fd: connection.fd) else {
+            context.logger.warning("BLE: refused a central: \(config.maxConnections) connections already")
+            return
+        }
+        _ = server.onPollThread { [self] in
+            sessions[id.rawValue]?.remote = connection.peer.description
+            descriptors[id.rawValue] = connection.fd
+        }
+        context.logger.info("BLE: central connected (\(id))")
+        resumeAdvertising(advertiser)
+    }
+
+    private func resumeAdvertising(_ advertiser: HCIAdvertiser?) {
+        lock.lock()
+        let room = connectionCount < config.maxConnections
+        lock.unlock()
+        guard room, let advertiser else { return }
+        do { try advertiser.resume() } catch { context.logger.debug("BLE: advertising not resumed: \(error)") }
+    }
+
+    /// On the poll thread, before the connection's first PDU.
+    private func connected(_ id: ATTConnectionID, _ engine: ATTServer) {
+        guard let db = database else { return }
+        let clock = context.clock
+        let session = BLELinkSession(
+            id: id.rawValue, remote: "central", identity: context.identity,
+            clock: { clock.nowMilliseconds() },
+            reassemblyTimeoutNanoseconds: UInt64(config.reassemblyTimeoutSeconds) * 1_000_000_000)
+        sessions[id.rawValue] = session
+        lock.lock()
+        connectionCount += 1
+        lock.unlock()
+        engine.setReadProvider(for: db.control) { _ in
+            .success([YaokGATT.protocolVersion, session.state == .up ? 1 : 0])
+        }
+        engine.onWrite = { [weak self, weak engine] handle, value, _ in
+            guard let self, let engine else { return nil }
+            switch handle {
+            case db.txCCCD:
+                if let first = value.first, first & 0x01 != 0 { self.apply(session.notificationsEnabled(), session, engine) }
+            case db.rx:
+                self.apply(session.received(chunk: value, now: clock.monotonicNanoseconds()), session, engine)
+            case db.control:
+                guard value == [YaokGATT.controlResetReassembly] else { return .valueNotAllowed }
+                session.resetReassembly()
+            default:
+                break
+            }
+            return nil
+        }
+    }
+
+    /// On the poll thread: carry out what the session asked for.
+    private func apply(_ output: BLELinkSession.Output, _ session: BLELinkSession, _ engine: ATTServer) {
+        guard let server = currentServer() else { return }
+        let connection = ATTConnectionID(rawValue: session.id)
+        for frame in output.framesToSend {
+            if let problem = sendFrame(frame, on: connection, server: server) {
+                context.logger.warning("BLE: \(session.remote): \(problem)")
+            }
+        }
+        if let peer = output.authenticated {
+            lock.lock()
+            upLinks.insert(session.id)
+            peersSeen.insert(peer.signingKey)
+            lock.unlock()
+            context.events.linkUp(LinkInfo(id: session.id, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
+                                           peerRole: peer.role, mtu: ChunkReassembler.defaultMaxFrameSize,
+                                           cost: Self.linkCost, kind: "ble", remote: session.remote))
+            context.events.statusChanged()
+        }
+        for frame in output.framesReceived {
+            lock.lock()
+            framesIn += 1
+            bytesIn += UInt64(frame.count)
+            lock.unlock()
+            context.events.frameReceived(frame, on: session.id)
+        }
+        if let why = output.drop {
+            context.logger.warning("BLE: dropping \(session.remote): \(why)")
+            session.close()
+            // The ATT loop owns the descriptor; shutting it down makes the loop see EOF and
+            // end the connection (onDisconnect). Safe here: the connection is still open.
+            if let fd = descriptors[session.id] { shutdown(fd, Int32(SHUT_RDWR)) }
+        }
+    }
+
+    /// On the poll thread: chunk `frame` and queue one TX notification per chunk. Returns a problem, or nil.
+    private func sendFrame(_ frame: [UInt8], on id: ATTConnectionID, server: ATTSeqpacketServer) -> String? {
+        guard let db = database else { return "not running" }
+        let result = server.withServer(id) { engine -> String? in
+            do {
+                for chunk in try BLELinkSession.chunks(of: frame, attMTU: Int(engine.mtu)) {
+                    let pdu = try engine.notificationPDU(for: db.tx, value: chunk)
+                    guard server.send(pdu, to: id) else { return "connection closed while sending" }
+                }
+                return nil
+            } catch {
+                return "cannot notify: \(error)"
+            }
+        }
+        return result ?? "connection \(id) is gone"
+    }
+
+    private func currentServer() -> ATTSeqpacketServer? {
+        lock.lock()
+        defer { lock.unlock() }
+        return att
+    }
+
+    /// On the poll thread, when a connection ends for any reason.
+    private func disconnected(_ id: ATTConnectionID) {
+        guard let session = sessions.removeValue(forKey: id.rawValue) else { return }
+        descriptors[id.rawValue] = nil
+        let wasUp = session.state == .up
+        session.close()
+        lock.lock()
+        connectionCount -= 1
+        upLinks.remove(id.rawValue)
+        let advertiser = self.advertiser
+        lock.unlock()
+        if wasUp { context.events.linkDown(id.rawValue, reason: "central disconnected") }
+        context.events.statusChanged()
+        context.logger.info("BLE: central disconnected (\(id))")
+        resumeAdvertising(advertiser)
+    }
+}
+
+/// The plugin's C entry point.
+@_cdecl("yaok_plugin_entry")
+public func yaokPluginEntry() -> UnsafeRawPointer {
+    PluginExport.entry(BLETransport.self, kind: "ble", version: "0.1.0",
+                       summary: "Bluetooth LE GATT peripheral for phones (raw HCI + L2CAP, no bluetoothd)")
+}

@@ -1,2 +1,0 @@
-import XCTest
-final class BLEPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

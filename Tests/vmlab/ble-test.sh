@@ -1,0 +1,133 @@
+#!/bin/bash
+# ble-test.sh — the BLE transport on a real kernel Bluetooth stack (btvirt), checked
+# from the outside with BlueZ's own tools. Run from the host (boots the VM) or in the guest.
+#
+# hci0 = the hub (yaok-hub with the BLE plugin; hci0 starts DOWN so the plugin brings it up)
+# hci1 = a phone (hcitool / gatttool as an LE central)
+#
+# Needs: BUILD=<scratch dir> holding debug/yaok-hub and debug/libyaok-plugin-ble.so
+#        (default .build-ble; build them with
+#         swift build --scratch-path .build-ble --product yaok-hub
+#         swift build --scratch-path .build-ble --product yaok-plugin-ble)
+# Prints BLE_TEST=PASS and exits 0 when every check passed.
+. "$(dirname "$0")/lib.sh"; vmlab_enter "$@"
+exec 2>&1
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BUILD=${BUILD:-$REPO/.build-ble}
+HUB=$BUILD/debug/yaok-hub
+PLUGIN=$BUILD/debug/libyaok-plugin-ble.so
+FAILS=0
+check() {   # check DESCRIPTION COMMAND... — records a failure instead of stopping
+  local what=$1; shift
+  if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; FAILS=$((FAILS + 1)); fi
+}
+die() { echo "BLE_TEST=FAIL: $*"; exit 1; }
+[ -x "$HUB" ] && [ -f "$PLUGIN" ] || die "build $HUB and $PLUGIN first"
+
+W=/tmp/hubtest; mkdir -p $W/plugins $W/data; chmod 700 $W/data
+install -m 0755 "$PLUGIN" $W/plugins/
+hub_config() {   # hub_config ADAPTER NAME
+  cat > $W/hub.yaml <<YAML
+hub:
+  name: vm-hub
+  data_dir: $W/data
+  plugin_dirs: [$W/plugins]
+  control_socket: $W/control.sock
+  log_level: debug
+transports:
+  ble:
+    enabled: true
+    adapter: $1
+    name: $2
+    advertising_interval_ms: 100
+YAML
+}
+HUB_PID=
+start_hub() {
+  "$HUB" run --config $W/hub.yaml > $W/hub.log 2>&1 &
+  HUB_PID=$!
+  wait_for 60 "the hub's control socket" test -S $W/control.sock || { cat $W/hub.log; die "hub did not start"; }
+}
+stop_hub() {
+  [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null && wait "$HUB_PID" 2>/dev/null
+  HUB_PID=; rm -f $W/control.sock
+}
+ble_status() { "$HUB" status --config $W/hub.yaml --json 2>/dev/null; }
+ble_state_is() { ble_status | grep -q "\"state\" *: *\"$1\""; }
+
+step "btvirt: two LE controllers"
+start_btvirt 2 || die "no virtual controllers"
+hciconfig hci1 up || die "cannot bring hci1 up"
+hciconfig hci0 down
+A0=$(bdaddr hci0); echo "hub adapter hci0 = $A0 (down)"
+
+step "unavailable: a missing adapter is named, with the present ones"
+hub_config hci7 vm-test-hub; start_hub
+wait_for 30 "ble status unavailable" ble_state_is unavailable
+ble_status | tr ',' '\n' | grep -E '"(state|reason)"'
+check "reason names hci7 and lists hci0, hci1" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'no Bluetooth adapter hci7 (present: hci0, hci1)'"
+stop_hub
+
+step "unavailable: ATT channel already bound (as bluetoothd would)"
+hciconfig hci0 up
+l2test -d -V le_public -J 4 -i hci0 > /tmp/l2srv.log 2>&1 &
+L2=$!
+wait_for 5 "l2test listening" grep -qi 'waiting for connection' /tmp/l2srv.log
+cat /sys/kernel/debug/bluetooth/l2cap
+hub_config hci0 vm-test-hub; start_hub
+wait_for 30 "ble status unavailable" ble_state_is unavailable
+ble_status | tr ',' '\n' | grep -E '"reason"'
+check "reason says bluetoothd owns CID 4 on hci0" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'bluetoothd is running on hci0; stop it (systemctl stop bluetooth)'"
+stop_hub
+kill $L2; wait $L2 2>/dev/null
+hciconfig hci0 down
+
+step "running: hub on hci0 (plugin brings it up and advertises)"
+hub_config hci0 vm-test-hub; start_hub
+wait_for 30 "ble status running" ble_state_is running || { cat $W/hub.log; ble_status; }
+ble_status | tr ',' '\n' | grep -E '"(state|reason)"'
+check "hci0 was brought up by the plugin" sh -c "hciconfig hci0 | grep -q 'UP RUNNING'"
+
+step "hci1 scans for the hub"
+seen=no
+for _ in 1 2 3 4; do
+  timeout -s INT 5 hcitool -i hci1 lescan --duplicates > /tmp/scan.log 2>&1
+  grep -qi "^$A0 vm-test-hub" /tmp/scan.log && { seen=yes; break; }
+done
+sort /tmp/scan.log | uniq -c
+check "advertising with the hub name in the scan response" [ $seen = yes ]
+
+step "gatttool: primary services"
+timeout 20 gatttool -i hci1 -b "$A0" --primary > /tmp/primary.log 2>&1; echo "rc=$?"; cat /tmp/primary.log
+check "GAP service 0x1800" grep -q 'uuid: 00001800-' /tmp/primary.log
+check "GATT service 0x1801" grep -q 'uuid: 00001801-' /tmp/primary.log
+check "Ya OK service 985e0001-a6d1-4b8d-91e4-1f4ec90c658a" grep -q 'uuid: 985e0001-a6d1-4b8d-91e4-1f4ec90c658a' /tmp/primary.log
+
+step "gatttool: characteristics"
+timeout 20 gatttool -i hci1 -b "$A0" --characteristics > /tmp/chars.log 2>&1; echo "rc=$?"; cat /tmp/chars.log
+for u in 985e0002 985e0003 985e0004 985e0005; do
+  check "characteristic $u" grep -q "uuid = $u-a6d1-4b8d-91e4-1f4ec90c658a" /tmp/chars.log
+done
+check "RX is write + write-without-response (0x0c)" grep -q "properties = 0x0c, .*uuid = 985e0003-" /tmp/chars.log
+check "TX is notify (0x10)" grep -q "properties = 0x10, .*uuid = 985e0004-" /tmp/chars.log
+
+step "gatttool: reads"
+NAME=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 0x2a00 | sed -n 's/.*value: //p' | xxd -r -p)
+echo "Device Name: $NAME"
+check "GAP Device Name reads vm-test-hub" [ "$NAME" = vm-test-hub ]
+IDENT=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 985e0002-a6d1-4b8d-91e4-1f4ec90c658a | sed -n 's/.*value: //p' | tr -d ' ')
+echo "Identity (first bytes): $IDENT"
+HUBKEY=$("$HUB" identity --config $W/hub.yaml --json 2>/dev/null | tr -d ' \n' | sed -n 's/.*"signingKey":"\([0-9a-fA-F]*\)".*/\1/p' | tr 'A-F' 'a-f')
+echo "hub signing key per yaok-hub identity: ${HUBKEY:-(not found)}"
+check "Identity starts with role 02 (hub)" sh -c "echo '$IDENT' | grep -q '^02'"
+check "Identity carries the hub's signing key" sh -c "[ -n '$HUBKEY' ] && echo '$HUBKEY' | grep -q \"^\$(echo '$IDENT' | cut -c3-)\""
+CTRL=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 985e0005-a6d1-4b8d-91e4-1f4ec90c658a | sed -n 's/.*value: //p' | tr -d ' ')
+check "Control reads version 1, handshaking (0100)" [ "$CTRL" = 0100 ]
+
+step "the hub keeps advertising after centrals come and go"
+check "hub still running" ble_state_is running
+stop_hub
+grep -E 'BLE|ble' $W/hub.log | tail -15
+kill $BTVIRT_PID 2>/dev/null
+step "done"
+[ $FAILS = 0 ] && echo BLE_TEST=PASS || { echo "BLE_TEST=FAIL ($FAILS checks)"; exit 1; }
