@@ -93,6 +93,27 @@ public final class RelayEngine: @unchecked Sendable {
         if oversized { metrics.droppedOversized += 1 } else { metrics.droppedOverload += 1 }
     }
 
+    /// Handles a batch of datagrams in one database transaction (one fsync for the batch —
+    /// group commit) and returns what to send. Nothing is returned unless the transaction
+    /// committed, so QUEUED still means durable; if the commit fails the batch's answers are
+    /// dropped (clients retransmit) and the queue counters are reloaded from the database.
+    public func handleBatch(_ datagrams: [(bytes: [UInt8], address: SocketAddress)]) -> [Output] {
+        do {
+            return try store.database.transaction {
+                var out: [Output] = []
+                for d in datagrams { out += handle(d.bytes, from: d.address) }
+                return out
+            }
+        } catch {
+            logger.error("store: a batch of \(datagrams.count) datagrams did not commit: \(error)")
+            if let counts = try? store.countsByRecipient() {
+                queuedPerUser = counts
+                queuedTotal = counts.values.reduce(0, +)
+            }
+            return []
+        }
+    }
+
     /// Handles one datagram; returns what to send.
     public func handle(_ datagram: [UInt8], from address: SocketAddress) -> [Output] {
         let t = now()

@@ -41,6 +41,10 @@ public final class RelayServer: @unchecked Sendable {
     private var metricsChannel: Channel?
     private var timer: DispatchSourceTimer?
     private var pending = 0
+    private var inbox: [(bytes: [UInt8], address: SocketAddress)] = []
+    private var drainScheduled = false
+    /// Datagrams handled in one transaction at most.
+    static let maxBatch = 256
 
     public init(engine: RelayEngine, configuration: Configuration, logger: Logger) {
         self.engine = engine
@@ -64,6 +68,10 @@ public final class RelayServer: @unchecked Sendable {
     public func start() throws {
         let bootstrap = DatagramBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            // Room for bursts (many clients at once) so the kernel does not drop datagrams.
+            .channelOption(ChannelOptions.socketOption(.so_rcvbuf), value: 4 << 20)
+            .channelOption(ChannelOptions.socketOption(.so_sndbuf), value: 4 << 20)
+            .channelOption(ChannelOptions.maxMessagesPerRead, value: 16)
             // Large enough that an oversized datagram arrives whole and is counted as oversized.
             .channelOption(ChannelOptions.recvAllocator, value: FixedSizeRecvByteBufferAllocator(capacity: 65_536))
             .channelInitializer { [weak self] channel in
@@ -127,10 +135,31 @@ public final class RelayServer: @unchecked Sendable {
             queue.async { self.engine.countDropped(oversized: false) }
             return
         }
-        queue.async {
-            self.lock.withLock { self.pending -= 1 }
-            let outputs = self.engine.handle(bytes, from: address)
-            guard !outputs.isEmpty else { return }
+        // Datagrams wait in an inbox; one drain on the engine queue handles everything that
+        // arrived meanwhile in one transaction (group commit: one fsync for many SENDs).
+        let schedule: Bool = lock.withLock {
+            inbox.append((bytes, address))
+            if drainScheduled { return false }
+            drainScheduled = true
+            return true
+        }
+        if schedule { queue.async { self.drain(channel: channel) } }
+    }
+
+    /// Runs on the engine queue.
+    private func drain(channel: Channel) {
+        while true {
+            let batch: [(bytes: [UInt8], address: SocketAddress)] = lock.withLock {
+                let n = min(inbox.count, Self.maxBatch)
+                let b = Array(inbox.prefix(n))
+                inbox.removeFirst(n)
+                pending -= n
+                if b.isEmpty { drainScheduled = false }
+                return b
+            }
+            guard !batch.isEmpty else { return }
+            let outputs = engine.handleBatch(batch)
+            guard !outputs.isEmpty else { continue }
             channel.eventLoop.execute {
                 for o in outputs {
                     var buffer = channel.allocator.buffer(capacity: o.bytes.count)

@@ -11,7 +11,7 @@ struct YaokRelay: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "yaok-relay",
         abstract: "The Ya OK internet relay: queues end-to-end encrypted bundles for users who are offline.",
-        subcommands: [Run.self, Key.self])
+        subcommands: [Run.self, Key.self, Bench.self])
 }
 
 /// Splits `host:port` (IPv4, `[v6]:port`, or a name).
@@ -91,6 +91,26 @@ extension YaokRelay {
             try FileManager.default.createDirectory(atPath: dataDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let identity = try IdentityFile.loadOrCreate(path: dataDir + "/relay.identity")
             print(Hex.encode(identity.signingKey))
+        }
+    }
+}
+
+extension YaokRelay {
+    struct Bench: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Measure forwarding, queueing and poll rates on loopback (temporary data directory).")
+
+        @Option(help: "Registered clients.")
+        var clients = 200
+
+        @Option(help: "Messages each client sends to random online clients.")
+        var messages = 10
+
+        @Option(name: .customLong("offline-messages"), help: "Messages queued for 20 offline users, then drained.")
+        var offlineMessages = 2_000
+
+        func run() throws {
+            print(try RelayBenchmark.run(clients: max(2, clients), messagesPerClient: max(1, messages), offlineMessages: max(20, offlineMessages)))
         }
     }
 }

@@ -1,0 +1,185 @@
+import Foundation
+import Logging
+import YaokCrypto
+import YaokRelayProtocol
+import YaokWire
+
+/// Measures the relay on loopback: a real server (SQLCipher in a temporary directory) and
+/// real UDP clients in this process. Used by `yaok-relay bench` (build with `-c release` for
+/// meaningful figures) and by the `YAOK_BENCH=1` test.
+public enum RelayBenchmark {
+    /// The figures.
+    public struct Report: Sendable, CustomStringConvertible {
+        public var clients = 0
+        public var connectSeconds = 0.0
+        public var forwarded = 0
+        public var forwardSeconds = 0.0
+        public var queued = 0
+        public var queueSeconds = 0.0
+        public var drained = 0
+        public var drainSeconds = 0.0
+        public var leaseWaits = 0
+        public var peakRSSMiB = 0
+        public var metrics = RelayMetrics()
+
+        public var description: String {
+            func rate(_ n: Int, _ s: Double) -> String { s > 0 ? String(format: "%.0f", Double(n) / s) : "-" }
+            return """
+            relay benchmark (loopback; relay and clients in one process)
+              clients connected+registered: \(clients) in \(String(format: "%.2f", connectSeconds)) s
+              forwarding to online clients: \(forwarded) messages in \(String(format: "%.2f", forwardSeconds)) s = \(rate(forwarded, forwardSeconds)) msg/s (SEND → durable queue → MSG)
+              queueing for offline users:   \(queued) messages in \(String(format: "%.2f", queueSeconds)) s = \(rate(queued, queueSeconds)) msg/s
+              poll + ack drain:             \(drained) messages in \(String(format: "%.2f", drainSeconds)) s = \(rate(drained, drainSeconds)) msg/s (\(leaseWaits) lease waits after a lost datagram)
+              datagrams in/out: \(metrics.datagramsIn)/\(metrics.datagramsOut); dropped malformed \(metrics.droppedMalformed), rate \(metrics.droppedRateLimited), overload \(metrics.droppedOverload)
+              peak RSS of the process: \(peakRSSMiB) MiB
+            """
+        }
+    }
+
+    public enum Failure: Error, CustomStringConvertible {
+        case incomplete(String)
+        public var description: String {
+            switch self { case .incomplete(let what): return "benchmark incomplete: \(what)" }
+        }
+    }
+
+    final class Counter: @unchecked Sendable {
+        private let c = NSCondition()
+        private var n = 0
+        func add() { c.withLock { n += 1; c.broadcast() } }
+        var value: Int { c.withLock { n } }
+        func wait(for target: Int, timeout: TimeInterval) -> Bool {
+            let deadline = Date().addingTimeInterval(timeout)
+            c.lock()
+            defer { c.unlock() }
+            while n < target { if !c.wait(until: deadline) { return n >= target } }
+            return true
+        }
+    }
+
+    /// Peak resident set size of this process (VmHWM), in KiB.
+    public static func peakRSSKiB() -> Int {
+        guard let s = try? String(contentsOfFile: "/proc/self/status", encoding: .utf8) else { return 0 }
+        for line in s.split(separator: "\n") where line.hasPrefix("VmHWM:") {
+            return Int(line.split(separator: " ").dropFirst().first ?? "") ?? 0
+        }
+        return 0
+    }
+
+    /// Runs the benchmark: `clients` registered clients each send `messagesPerClient`
+    /// messages to random online clients; then `offlineMessages` go to 20 offline users who
+    /// come online and drain them with poll + ack.
+    public static func run(clients: Int = 200, messagesPerClient: Int = 10, offlineMessages: Int = 2_000) throws -> Report {
+        let dir = NSTemporaryDirectory() + "yaok-relay-bench-" + Hex.encode(Random.bytes(6))
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let (identity, store) = try RelayServer.openDataDirectory(dir)
+        defer { store.database.close() }
+        var logger = Logger(label: "yaok-relay-bench")
+        logger.logLevel = .error
+        var limits = RelayLimits()
+        limits.messagesPerHour = 1_000_000
+        limits.packetsPerSecondPerIP = 1_000_000
+        limits.hellosPerSecondPerIP = 100_000
+        limits.leaseMs = 500
+        let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
+                                     now: { Int64(Date().timeIntervalSince1970 * 1000) })
+        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: 0), logger: logger)
+        try server.start()
+        defer { server.stop() }
+        let address = RelayAddress(host: "127.0.0.1", port: UInt16(server.localAddress?.port ?? 0))
+        let now = { Int64(Date().timeIntervalSince1970 * 1000) }
+        func makeClient() -> RelayClient {
+            var cfg = RelayClient.Configuration(relay: address, relaySigningKey: identity.signingKey)
+            cfg.handshakeRetryMs = 200
+            return RelayClient(configuration: cfg)
+        }
+        func bundle(_ from: Identity, _ to: Identity) throws -> [UInt8] {
+            let e = try Envelope.sealMessage(plaintext: [UInt8](repeating: 0x61, count: 200), from: from, toSigningKey: to.signingKey,
+                                             recipientKXKey: to.kxKey, createdMs: now())
+            return YaokWire.Bundle(envelope: e).encoded
+        }
+
+        var report = Report()
+        report.clients = clients
+        let users = (0..<clients).map { _ in Identity.generate() }
+        let queued = Counter(), received = Counter()
+        var connections: [RelayClient] = []
+        defer { for c in connections { c.stop() } }
+        let t0 = Date()
+        for user in users {
+            let c = makeClient()
+            c.onEvent = { event in
+                switch event {
+                case .queued: queued.add()
+                case .message: received.add()
+                default: break
+                }
+            }
+            try c.connect(timeout: 20)
+            let r = try c.registerAndWait([Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: now())], timeout: 20)
+            guard r.first?.status == .accepted else { throw Failure.incomplete("registration refused") }
+            connections.append(c)
+        }
+        report.connectSeconds = Date().timeIntervalSince(t0)
+
+        var outgoing: [[[UInt8]]] = []
+        for i in 0..<clients {
+            outgoing.append(try (0..<messagesPerClient).map { _ in
+                var j = Int.random(in: 0..<clients)
+                if j == i { j = (j + 1) % clients }
+                return try bundle(users[i], users[j])
+            })
+        }
+        let total = clients * messagesPerClient
+        let t1 = Date()
+        DispatchQueue.concurrentPerform(iterations: clients) { i in
+            for b in outgoing[i] { try? connections[i].send(bundle: b) }
+        }
+        guard queued.wait(for: total, timeout: 300), received.wait(for: total, timeout: 60) else {
+            throw Failure.incomplete("queued \(queued.value), received \(received.value) of \(total)")
+        }
+        report.forwardSeconds = Date().timeIntervalSince(t1)
+        report.forwarded = total
+
+        let offline = (0..<20).map { _ in Identity.generate() }
+        let bundles = try (0..<offlineMessages).map { k in try bundle(users[k % clients], offline[k % offline.count]) }
+        let before = queued.value
+        let t2 = Date()
+        for (k, b) in bundles.enumerated() { try connections[k % clients].send(bundle: b) }
+        guard queued.wait(for: before + offlineMessages, timeout: 300) else { throw Failure.incomplete("queued \(queued.value - before) of \(offlineMessages)") }
+        report.queueSeconds = Date().timeIntervalSince(t2)
+        report.queued = offlineMessages
+
+        let t3 = Date()
+        var drained = Set<[UInt8]>()
+        for user in offline {
+            let c = makeClient()
+            defer { c.stop() }
+            try c.connect(timeout: 20)
+            let mark = c.currentSeq()
+            _ = try c.registerAndWait([Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: now())], timeout: 20)
+            let expected = offlineMessages / offline.count + (offline.firstIndex { $0.userID == user.userID }! < offlineMessages % offline.count ? 1 : 0)
+            var pending = try c.nextMessages(min(limits.pollBatch, expected), after: mark, timeout: 20).map(\.messageID)
+            var rounds = 0
+            while rounds < 1_000 {
+                rounds += 1
+                if !pending.isEmpty {
+                    try c.ack(pending)
+                    drained.formUnion(pending)
+                }
+                let left = server.withEngine { $0.queuedCount(for: user.userID) } - pending.count
+                if pending.isEmpty && left <= 0 { break }
+                pending = try c.pollAndWait(timeout: 20).map(\.messageID)
+                if pending.isEmpty, server.withEngine({ $0.queuedCount(for: user.userID) }) > 0 {
+                    report.leaseWaits += 1   // a datagram was lost; the relay re-offers after the lease
+                    Thread.sleep(forTimeInterval: Double(limits.leaseMs) / 1000)
+                }
+            }
+        }
+        report.drainSeconds = Date().timeIntervalSince(t3)
+        report.drained = drained.count
+        report.metrics = server.metricsSnapshot()
+        report.peakRSSMiB = peakRSSKiB() / 1024
+        return report
+    }
+}
