@@ -264,6 +264,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let bundle: YaokWire.Bundle
         do {
             bundle = try YaokWire.Bundle(parsing: bytes)
+        } catch WireError.hopLimitReached {
+            counters.refusedHopLimit += 1
+            refuse(Self.messageIDGuess(bytes), .hopLimit, to: link)
+            return
         } catch {
             counters.refusedMalformed += 1
             logger.debug("malformed bundle from \(link.key): \(error)")
@@ -333,16 +337,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         onChange?()
     }
 
-    /// A delivery receipt means the original message arrived: purge our copy.
+    /// A delivery receipt means the original message arrived: purge our copy, or remember
+    /// the delivery so copies still travelling are refused as duplicates. Only the original
+    /// recipient's (signature-checked) receipt counts, so nobody can suppress others' mail.
     private func handleReceipt(_ receipt: Envelope) {
         counters.receiptsSeen += 1
         guard receipt.kind == .deliveryReceipt else { return }
         let ref = receipt.refID
-        if let original = try? store.bundle(ref), original.state != .delivered {
-            // Only the original recipient's receipt counts.
-            if original.destination == receipt.senderUserID {
-                try? store.markDelivered(ref, nowMs: now())
+        let t = now()
+        if let original = try? store.bundle(ref) {
+            if original.state != .delivered && original.destination == receipt.senderUserID {
+                try? store.markDelivered(ref, nowMs: t)
             }
+        } else {
+            try? store.rememberDelivered(ref, destination: receipt.senderUserID, expiresMs: receipt.expiresMs, nowMs: t)
         }
     }
 

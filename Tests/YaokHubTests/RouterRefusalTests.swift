@@ -1,0 +1,129 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokTransportUDP
+import YaokWire
+@testable import YaokHubCore
+
+/// Bad bundles from the network get a specific custody refusal, are counted, and harm nothing.
+final class RouterRefusalTests: XCTestCase {
+    /// A raw link client: the UDP engine with our own identity and role.
+    final class RawPeer: @unchecked Sendable {
+        let engine: UDPLinkEngine
+        let lock = NSLock()
+        var link: LinkID?
+        var frames: [TLVRecord] = []
+        let up = DispatchSemaphore(value: 0)
+
+        init(identity: Identity, role: PeerRole, hubPort: UInt16) throws {
+            engine = UDPLinkEngine(identity: identity, role: role, listen: SocketAddress(host: "127.0.0.1", port: 0),
+                                   staticPeers: [SocketAddress(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
+            engine.events = .init(
+                linkUp: { [weak self] info in
+                    self?.lock.withLock { self?.link = info.id }
+                    self?.up.signal()
+                },
+                linkDown: { _, _ in },
+                frame: { [weak self] bytes, _ in
+                    guard let r = try? TLVRecord(parsing: bytes) else { return }
+                    self?.lock.withLock { self?.frames.append(r) }
+                },
+                log: { _ in })
+            try engine.start()
+            XCTAssertEqual(up.wait(timeout: .now() + 10), .success, "link to the hub came up")
+        }
+
+        func send(_ record: TLVRecord) throws {
+            try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { link }))
+        }
+
+        /// Waits for a custody answer about `id`.
+        func answer(for id: [UInt8], timeout: TimeInterval = 10) throws -> TLVRecord {
+            var found: TLVRecord?
+            try TestSupport.waitUntil(timeout: timeout, "custody answer for \(Hex.encode(id))") {
+                found = lock.withLock { frames.first { ($0.type == FrameType.custodyAck.rawValue || $0.type == FrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
+                return found != nil
+            }
+            return try XCTUnwrap(found)
+        }
+
+        deinit { engine.stop() }
+    }
+
+    func testRefusalsAreSpecificAndCounted() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try TestSupport.temporaryDirectory(self)
+        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
+            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5\n  sender_envelopes_per_minute: 3")
+        let hub = try HubProcess(dir: dir, config: config, executable: hubExe)
+        defer { hub.stop() }
+        try hub.waitReady()
+
+        let alice = Identity.generate(), bob = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+        func seal(_ text: String, created: Int64 = Clock.nowMilliseconds(), ttl: Int64 = 3_600_000) throws -> Envelope {
+            try Envelope.sealMessage(plaintext: Array(text.utf8), from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey,
+                                     createdMs: created, ttlMs: ttl)
+        }
+        func reason(_ r: TLVRecord) -> CustodyRefusal.Reason? {
+            r.type == FrameType.custodyRefused.rawValue ? (try? CustodyRefusal(parsing: r.value))?.reason : nil
+        }
+
+        // A good one is taken into custody.
+        let good = try seal("fine")
+        try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: good).encoded))
+        XCTAssertEqual(try phone.answer(for: good.messageID).type, FrameType.custodyAck.rawValue)
+
+        // Tampered: one ciphertext byte flipped after signing.
+        var tampered = YaokWire.Bundle(envelope: try seal("tamper me")).encoded
+        tampered[HopHeader.length + Envelope.ciphertextOffset + 3] ^= 0x01
+        let tamperedID = Array(tampered[(HopHeader.length + 2)..<(HopHeader.length + 18)])
+        try phone.send(TLVRecord(.bundle, value: tampered))
+        XCTAssertEqual(reason(try phone.answer(for: tamperedID)), .badSignature)
+
+        // Expired: created two hours ago with a one-hour lifetime.
+        let expired = try seal("old", created: Clock.nowMilliseconds() - 7_200_000)
+        try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: expired).encoded))
+        XCTAssertEqual(reason(try phone.answer(for: expired.messageID)), .expired)
+
+        // Malformed: a valid-looking prefix, truncated.
+        let truncated = Array(YaokWire.Bundle(envelope: try seal("cut")).encoded.prefix(120))
+        try phone.send(TLVRecord(.bundle, value: truncated))
+        XCTAssertEqual(reason(try phone.answer(for: Array(truncated[(HopHeader.length + 2)..<(HopHeader.length + 18)]))), .malformed)
+
+        // Over the hop limit, from a hub (endpoints' hop headers are re-stamped by the hub).
+        let neighbour = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: port)
+        let far = try seal("far")
+        let overLimit = YaokWire.Bundle(hop: HopHeader(hopCount: 11, hopLimit: 10, previousHop: [UInt8](repeating: 7, count: 32)), envelope: far)
+        try neighbour.send(TLVRecord(.bundle, value: overLimit.encoded))
+        XCTAssertEqual(reason(try neighbour.answer(for: far.messageID)), .hopLimit)
+
+        // Rate limit: this sender key has used its 3 per minute (good, tampered and expired
+        // never reached the limiter: verify first, then expiry, then rate).
+        var limited: CustodyRefusal.Reason?
+        for i in 0..<4 {
+            let e = try seal("burst \(i)")
+            try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded))
+            if let r = reason(try phone.answer(for: e.messageID)) { limited = r }
+        }
+        XCTAssertEqual(limited, .rateLimited)
+
+        // Garbage frames are counted and the hub carries on.
+        try phone.send(TLVRecord(type: 0x7f, value: [1, 2, 3]))
+        let c = try hub.status().router.counters
+        XCTAssertEqual(c.refusedSignature, 1)
+        XCTAssertEqual(c.refusedExpired, 1)
+        XCTAssertGreaterThanOrEqual(c.refusedMalformed, 1)
+        XCTAssertEqual(c.refusedHopLimit, 1)
+        XCTAssertGreaterThanOrEqual(c.refusedRateLimited, 1)
+        try TestSupport.waitUntil(timeout: 5, "unknown frame counted") { try hub.status().router.counters.unknownFrames == 1 }
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
+        // Only the good bundles were stored.
+        let q = try hub.status().router.queue
+        XCTAssertEqual(q.queued + q.inFlight + q.handedOver, 1 + 2)
+    }
+}
