@@ -6,9 +6,8 @@ import YaokCrypto
 /// A host for one instance of the built relay plugin (`libyaok-plugin-relay.so`, loaded
 /// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) and recording
 /// what the plugin reports, with waits that have timeouts.
-///
-/// The plugin is loaded rather than linked: every plugin exports `yaok_plugin_entry`, so two
-/// plugin targets cannot be linked into one test binary.
+/// Loading the real library tests what the hub loads: the exported entry, the descriptor and
+/// the C thunks.
 final class FakeHost: @unchecked Sendable {
     enum Event {
         case linkUp(id: UInt64, role: UInt32, peerKey: [UInt8], mtu: UInt32)

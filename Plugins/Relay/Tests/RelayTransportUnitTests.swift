@@ -1,0 +1,27 @@
+import XCTest
+import YaokPluginKit
+import YaokRelayProtocol
+@testable import YaokTransportRelay
+import YaokWire
+
+/// Unit tests of the plugin's pure parts. The end-to-end tests (the built .so through the C
+/// ABI against a real `yaok-relay` process) are in Tests/RelayTests/RelayPluginTests.swift.
+final class RelayTransportUnitTests: XCTestCase {
+    func testRelayErrorsMapToCustodyRefusalsTheRouterUnderstands() {
+        XCTAssertEqual(RelayTransport.refusalReason(.rateLimited), .rateLimited)
+        // Temporary conditions: the router retries with backoff.
+        for code in [RelayErrorCode.recipientQueueFull, .relayFull, .internalError, .notRegistered] {
+            XCTAssertEqual(RelayTransport.refusalReason(code), .storeFull, "\(code)")
+        }
+        XCTAssertEqual(RelayTransport.refusalReason(.badSignature), .badSignature)
+        XCTAssertEqual(RelayTransport.refusalReason(.expired), .expired)
+        XCTAssertEqual(RelayTransport.refusalReason(.malformed), .malformed)
+        XCTAssertEqual(RelayTransport.refusalReason(.tooLarge), .malformed)
+    }
+
+    func testLinkCarriesTheLargestBundleAndRegistrationFrameIsFree() {
+        XCTAssertGreaterThanOrEqual(RelayTransport.linkMTU, TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength)
+        XCTAssertLessThanOrEqual(YaokWire.Bundle.maxEncodedLength, Fragment.maxMessageLength, "a bundle fits one reassembled relay message")
+        XCTAssertNil(FrameType(rawValue: RelayTransport.registrationFrameType), "0x07 is not yet taken by another host frame")
+    }
+}
