@@ -1,0 +1,90 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokEndpoint
+import YaokWire
+
+/// The endpoint's own checks, independent of any hub: every rejection is specific and
+/// recorded without content, and nothing rejected reaches the inbox.
+final class EndpointSecurityTests: XCTestCase {
+    var alice: Endpoint!
+    var bob: Endpoint!
+    var bobContact: Contact!
+
+    override func setUpWithError() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
+        bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
+        bobContact = try alice.addContact(uri: bob.contactCode())
+        try bob.addContact(uri: alice.contactCode())
+    }
+
+    func bundle(_ text: String, created: Int64? = nil) throws -> [UInt8] {
+        let e = try Envelope.sealMessage(plaintext: Array(text.utf8), from: alice.identity, toSigningKey: bobContact.signingKey,
+                                         recipientKXKey: bobContact.kxKey, createdMs: created ?? Endpoint.wallClock())
+        return YaokWire.Bundle(envelope: e).encoded
+    }
+
+    func testGoodMessageIsStoredAndQueuesADeliveryReceipt() throws {
+        let (incoming, answer) = bob.receive(bundle: try bundle("hi Bob"))
+        guard case .message(let m) = incoming else { return XCTFail("\(incoming)") }
+        XCTAssertEqual(m.text, "hi Bob")
+        XCTAssertEqual(answer, .custody(m.messageID))
+        XCTAssertEqual(try bob.store.inbox().count, 1)
+        let receipts = try bob.store.outbox(states: [.pending]).filter { $0.kind == Envelope.Kind.deliveryReceipt.rawValue }
+        XCTAssertEqual(receipts.count, 1, "a delivery receipt waits in the outbox")
+
+        // The receipt, given to Alice, marks her message delivered.
+        let item = try alice.compose(to: bobContact, text: "tracked")
+        let (_, _) = bob.receive(bundle: item.bundle)
+        let receipt = try XCTUnwrap(try bob.store.outbox(states: [.pending]).last { $0.kind == Envelope.Kind.deliveryReceipt.rawValue })
+        let (r, _) = alice.receive(bundle: receipt.bundle)
+        XCTAssertEqual(r, .receipt(kind: .deliveryReceipt, for: item.messageID))
+        XCTAssertEqual(try alice.store.outboxItem(item.messageID)?.state, .delivered)
+    }
+
+    func testTamperedDuplicateReplayedAndMisaddressedAreRejected() throws {
+        var tampered = try bundle("tamper")
+        tampered[HopHeader.length + Envelope.ciphertextOffset] ^= 0x80
+        XCTAssertEqual(bob.receive(bundle: tampered).0.rejectionKind, .badSignature)
+
+        let once = try bundle("only once")
+        guard case .message = bob.receive(bundle: once).0 else { return XCTFail("first copy accepted") }
+        guard case .duplicate = bob.receive(bundle: once).0 else { return XCTFail("second copy is a duplicate") }
+
+        let future = try bundle("from the future", created: Endpoint.wallClock() + 3_600_000)
+        XCTAssertEqual(bob.receive(bundle: future).0.rejectionKind, .replay)
+
+        // Addressed to Alice, handed to Bob.
+        let toAlice = try Envelope.sealMessage(plaintext: Array("x".utf8), from: bob.identity, toSigningKey: alice.identity.signingKey,
+                                               recipientKXKey: alice.identity.kxKey, createdMs: Endpoint.wallClock())
+        XCTAssertEqual(bob.receive(bundle: YaokWire.Bundle(envelope: toAlice).encoded).0.rejectionKind, .wrongRecipient)
+
+        // A stranger.
+        let mallory = Identity.generate()
+        let spam = try Envelope.sealMessage(plaintext: Array("SPAM-CONTENT".utf8), from: mallory, toSigningKey: bob.identity.signingKey,
+                                            recipientKXKey: bob.identity.kxKey, createdMs: Endpoint.wallClock())
+        XCTAssertEqual(bob.receive(bundle: YaokWire.Bundle(envelope: spam).encoded).0.rejectionKind, .nonContact)
+
+        // A receipt for Alice's message forged by someone who is not its recipient.
+        let item = try alice.compose(to: bobContact, text: "mine")
+        try alice.addContact(uri: ContactCode.make(identity: mallory, name: "Mallory").uri)
+        let forged = try Envelope.receipt(kind: .deliveryReceipt, for: item.messageID, originalSenderUserID: alice.identity.userID,
+                                          from: mallory, createdMs: Endpoint.wallClock())
+        XCTAssertEqual(alice.receive(bundle: YaokWire.Bundle(envelope: forged).encoded).0.rejectionKind, .forgedReceipt)
+        XCTAssertEqual(try alice.store.outboxItem(item.messageID)?.state, .pending)
+
+        XCTAssertEqual(try bob.store.inbox().map(\.text), ["only once"])
+        let kinds = try bob.store.securityEvents().map(\.kind)
+        XCTAssertEqual(kinds, [.badSignature, .duplicate, .replay, .wrongRecipient, .nonContact])
+        // Events hold no content: nothing of the spam text is in the rows.
+        XCTAssertFalse(try bob.store.securityEvents().description.contains("SPAM-CONTENT"))
+    }
+}
+
+extension Endpoint.Incoming {
+    var rejectionKind: SecurityEvent.Kind? {
+        if case .rejected(let kind, _) = self { return kind }
+        return nil
+    }
+}
