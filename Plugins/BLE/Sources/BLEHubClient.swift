@@ -1,0 +1,299 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import CBluetooth
+import YaokATT
+import YaokPluginKit
+
+/// Errors of the phone-side client.
+public enum BLEClientError: Error, Equatable, Sendable, CustomStringConvertible {
+    case unavailable(BLEUnavailableReason)
+    case connect(address: String, error: Errno)
+    case io(String, Errno)
+    case timeout(String)
+    case closed
+    case attError(request: UInt8, handle: UInt16, code: UInt8)
+    case protocolViolation(String)
+    case notAYaokHub(String)
+    case handshake(String)
+
+    public var description: String {
+        switch self {
+        case .unavailable(let why): return why.description
+        case .connect(let address, let error): return "cannot connect to \(address) on ATT: \(error)"
+        case .io(let what, let error): return "\(what): \(error)"
+        case .timeout(let what): return "timed out waiting for \(what)"
+        case .closed: return "the hub closed the connection"
+        case .attError(let request, let handle, let code):
+            return "ATT request 0x\(String(request, radix: 16)) on handle \(handle) failed with error 0x\(String(code, radix: 16))"
+        case .protocolViolation(let what): return "unexpected ATT reply: \(what)"
+        case .notAYaokHub(let what): return "not a Ya OK hub: \(what)"
+        case .handshake(let what): return "link handshake failed: \(what)"
+        }
+    }
+}
+
+/// The phone side of the BLE transport, for `yaok` on Linux: an LE central that connects to a
+/// hub's ATT channel (L2CAP CID 4) directly through the kernel, exchanges the MTU, discovers the
+/// Ya OK service, subscribes to TX, and runs the link handshake. Blocking and single-threaded:
+/// every call has a timeout.
+public final class BLEHubClient {
+    /// The hub's handles, as discovered.
+    public struct Handles: Sendable, Equatable {
+        public var identity: UInt16, rx: UInt16, tx: UInt16, txCCCD: UInt16, control: UInt16
+    }
+
+    public let hub: BluetoothAddress
+    public private(set) var mtu = 23
+    public private(set) var handles = Handles(identity: 0, rx: 0, tx: 0, txCCCD: 0, control: 0)
+    /// The identity value the hub published (role, signing key, X25519 key).
+    public private(set) var advertisedIdentity: [UInt8] = []
+    /// The hub, once the handshake proved it.
+    public private(set) var peer: AuthenticatedPeer?
+
+    private let fd: Int32
+    private let timeoutMs: Int32
+    private var reassembler = ChunkReassembler()
+    private var pendingFrames: [[UInt8]] = []
+    private var buffer = [UInt8](repeating: 0, count: 1024)
+
+    /// Connects from adapter `adapter` (e.g. "hci0") to the hub at `hub` (public LE address by
+    /// default; `randomAddress` for a static random one), then exchanges MTU and discovers handles.
+    public init(adapter: String, hub: BluetoothAddress, randomAddress: Bool = false,
+                mtu requestedMTU: Int = 517, timeoutSeconds: Int = 10) throws {
+        guard let index = BLEConfig.parseAdapterIndex(adapter) else {
+            throw BLEClientError.unavailable(.noAdapter(adapter: adapter, present: BluetoothKernel.presentAdapters()))
+        }
+        let local: BLEAdapter
+        switch BLEAdapterProbe.probe(name: adapter, index: index) {
+        case .success(let a): local = a
+        case .failure(let why): throw BLEClientError.unavailable(why)
+        }
+        self.hub = hub
+        self.timeoutMs = Int32(timeoutSeconds * 1000)
+        let s: Int32
+        switch BluetoothKernel.socket(type: Int32(SOCK_SEQPACKET.rawValue), proto: BluetoothKernel.protoL2CAP) {
+        case .success(let v): s = v
+        case .failure(let e): throw BLEClientError.unavailable(BLEAdapterProbe.classifySocketError(e, operation: "open an L2CAP socket", capability: "CAP_NET_RAW"))
+        }
+        fd = s
+        var source = BluetoothKernel.l2capAddress(local.address, cid: BluetoothKernel.attFixedChannel, type: BluetoothKernel.addressTypeLEPublic)
+        var target = BluetoothKernel.l2capAddress(hub, cid: BluetoothKernel.attFixedChannel,
+                                                  type: randomAddress ? BluetoothKernel.addressTypeLERandom : BluetoothKernel.addressTypeLEPublic)
+        var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        _ = setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))   // bounds connect()
+        let size = socklen_t(MemoryLayout<sockaddr_l2>.size)
+        let bound = withUnsafePointer(to: &source) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, size) } }
+        guard bound == 0 else { let e = Errno(errno); close(fd); throw BLEClientError.io("bind to \(adapter)", e) }
+        let connected = withUnsafePointer(to: &target) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, size) } }
+        guard connected == 0 else { let e = Errno(errno); close(fd); throw BLEClientError.connect(address: hub.description, error: e) }
+        do {
+            try exchangeMTU(UInt16(clamping: requestedMTU))
+            try discover()
+            advertisedIdentity = try readLong(handles.identity)
+        } catch {
+            close(fd)
+            throw error
+        }
+    }
+
+    deinit { close(fd) }
+
+    /// Subscribes to TX and runs the handshake as `role` with `identity`; returns the proved hub.
+    public func handshake(identity: LinkIdentity, role: PeerRole = .endpoint,
+                          clock: @escaping @Sendable () -> Int64) throws -> AuthenticatedPeer {
+        let hs = LinkHandshake(identity: identity, role: role, clock: clock)
+        try request([ATTOpcode.writeRequest] + le16(handles.txCCCD) + [0x01, 0x00], expect: ATTOpcode.writeResponse)
+        try send(hs.challengeFrame())
+        while !hs.isComplete {
+            let frame = try receive()
+            let record: TLVRecord
+            do { record = try TLVRecord(parsing: frame) } catch { throw BLEClientError.handshake("\(error)") }
+            do {
+                if let reply = try hs.handle(record) { try send(reply) }
+            } catch let e as BLEClientError {
+                throw e
+            } catch {
+                throw BLEClientError.handshake("\(error)")
+            }
+        }
+        guard let hub = hs.peer else { throw BLEClientError.handshake("no proof from the hub") }
+        guard hub.role == .hub, Array(advertisedIdentity.dropFirst().prefix(32)) == hub.signingKey else {
+            throw BLEClientError.handshake("the proved key differs from the hub's Identity characteristic")
+        }
+        peer = hub
+        return hub
+    }
+
+    /// Sends one frame as chunked RX Write Requests (each acknowledged: flow control).
+    public func send(_ frame: [UInt8]) throws {
+        for chunk in try Chunker.split(frame, chunkSize: mtu - 3) {
+            try request([ATTOpcode.writeRequest] + le16(handles.rx) + chunk, expect: ATTOpcode.writeResponse)
+        }
+    }
+
+    /// The next whole frame from TX notifications (waits up to the timeout).
+    public func receive() throws -> [UInt8] {
+        while pendingFrames.isEmpty {
+            let pdu = try readPDU(waitingFor: "a TX notification")
+            try handleUnsolicited(pdu)
+        }
+        return pendingFrames.removeFirst()
+    }
+
+    // MARK: ATT client
+
+    private func exchangeMTU(_ ours: UInt16) throws {
+        let reply = try request([ATTOpcode.exchangeMTURequest] + le16(ours), expect: ATTOpcode.exchangeMTUResponse)
+        guard reply.count >= 3 else { throw BLEClientError.protocolViolation("short Exchange MTU response") }
+        mtu = max(23, min(Int(ours), Int(reply[1]) | Int(reply[2]) << 8))
+    }
+
+    private func discover() throws {
+        // Primary services: find the Ya OK one.
+        var start: UInt16 = 1
+        var range: (UInt16, UInt16)?
+        let wanted = YaokGATT.serviceUUID.littleEndianBytes128
+        while range == nil, start != 0 {
+            guard let reply = try requestOrEnd([ATTOpcode.readByGroupTypeRequest] + le16(start) + le16(0xFFFF) + le16(0x2800),
+                                               expect: ATTOpcode.readByGroupTypeResponse) else { break }
+            let length = Int(reply[1])
+            guard length >= 6 else { throw BLEClientError.protocolViolation("group element of \(length) bytes") }
+            var i = 2
+            var lastEnd: UInt16 = 0
+            while i + length <= reply.count {
+                let s = u16(reply, i), e = u16(reply, i + 2)
+                if Array(reply[(i + 4)..<(i + length)]) == wanted { range = (s, e) }
+                lastEnd = e
+                i += length
+            }
+            start = lastEnd == 0xFFFF ? 0 : lastEnd &+ 1
+        }
+        guard let (first, last) = range else { throw BLEClientError.notAYaokHub("no service \(YaokGATT.serviceUUID)") }
+        // Characteristic declarations inside it.
+        var found: [[UInt8]: UInt16] = [:]
+        start = first
+        while start <= last {
+            guard let reply = try requestOrEnd([ATTOpcode.readByTypeRequest] + le16(start) + le16(last) + le16(0x2803),
+                                               expect: ATTOpcode.readByTypeResponse) else { break }
+            let length = Int(reply[1])
+            guard length >= 7 else { throw BLEClientError.protocolViolation("characteristic element of \(length) bytes") }
+            var i = 2
+            var lastHandle = start
+            while i + length <= reply.count {
+                lastHandle = u16(reply, i)
+                let valueHandle = u16(reply, i + 3)
+                found[Array(reply[(i + 5)..<(i + length)])] = valueHandle
+                i += length
+            }
+            if lastHandle >= last { break }
+            start = lastHandle + 1
+        }
+        func handle(_ uuid: ATTUUIDBytes) throws -> UInt16 {
+            guard let h = found[uuid.bytes] else { throw BLEClientError.notAYaokHub("characteristic \(uuid.name) missing") }
+            return h
+        }
+        let tx = try handle(.init(0x0004, "Message TX"))
+        // The TX CCCD: Find Information after the TX value.
+        guard let info = try requestOrEnd([ATTOpcode.findInformationRequest] + le16(tx + 1) + le16(last),
+                                          expect: ATTOpcode.findInformationResponse), info[1] == 1 else {
+            throw BLEClientError.notAYaokHub("Message TX has no client configuration descriptor")
+        }
+        var cccd: UInt16?
+        var i = 2
+        while i + 4 <= info.count {
+            if u16(info, i + 2) == 0x2902 { cccd = u16(info, i); break }
+            i += 4
+        }
+        guard let txCCCD = cccd else { throw BLEClientError.notAYaokHub("Message TX has no client configuration descriptor") }
+        handles = Handles(identity: try handle(.init(0x0002, "Identity")), rx: try handle(.init(0x0003, "Message RX")),
+                          tx: tx, txCCCD: txCCCD, control: try handle(.init(0x0005, "Control")))
+    }
+
+    private struct ATTUUIDBytes {
+        let bytes: [UInt8]
+        let name: String
+        init(_ short: UInt16, _ name: String) {
+            bytes = YaokGATT.uuid(short).littleEndianBytes128
+            self.name = name
+        }
+    }
+
+    /// Read + Read Blob until a short part.
+    private func readLong(_ handle: UInt16) throws -> [UInt8] {
+        var value = Array(try request([ATTOpcode.readRequest] + le16(handle), expect: ATTOpcode.readResponse).dropFirst())
+        while value.count >= mtu - 1 && value.count < ATTLimits.maxValueLength {
+            let part = try request([ATTOpcode.readBlobRequest] + le16(handle) + le16(UInt16(value.count)),
+                                   expect: ATTOpcode.readBlobResponse).dropFirst()
+            if part.isEmpty { break }
+            value += part
+            if part.count < mtu - 1 { break }
+        }
+        return value
+    }
+
+    /// Sends a request and returns its response; ATT errors throw.
+    @discardableResult
+    private func request(_ pdu: [UInt8], expect: UInt8) throws -> [UInt8] {
+        guard let reply = try requestOrEnd(pdu, expect: expect, endIsError: true) else { throw BLEClientError.closed }
+        return reply
+    }
+
+    /// Like `request`, but "Attribute Not Found" (the end of a discovery) gives nil.
+    private func requestOrEnd(_ pdu: [UInt8], expect: UInt8, endIsError: Bool = false) throws -> [UInt8]? {
+        try write(pdu)
+        while true {
+            let reply = try readPDU(waitingFor: "the reply to ATT request 0x\(String(pdu[0], radix: 16))")
+            if reply[0] == expect { return reply }
+            if reply[0] == ATTOpcode.errorResponse, reply.count >= 5, reply[1] == pdu[0] {
+                if reply[4] == ATTErrorCode.attributeNotFound.rawValue && !endIsError { return nil }
+                throw BLEClientError.attError(request: pdu[0], handle: u16(reply, 2), code: reply[4])
+            }
+            try handleUnsolicited(reply)
+        }
+    }
+
+    /// Notifications and indications that arrive between requests and responses.
+    private func handleUnsolicited(_ pdu: [UInt8]) throws {
+        switch pdu[0] {
+        case ATTOpcode.handleValueNotification, ATTOpcode.handleValueIndication:
+            guard pdu.count >= 3 else { throw BLEClientError.protocolViolation("short notification") }
+            if pdu[0] == ATTOpcode.handleValueIndication { try write([ATTOpcode.handleValueConfirmation]) }
+            guard u16(pdu, 1) == handles.tx else { return }
+            do {
+                if let frame = try reassembler.add(Array(pdu[3...]), now: monotonicNanoseconds()) { pendingFrames.append(frame) }
+            } catch {
+                throw BLEClientError.protocolViolation("bad TX chunk: \(error)")
+            }
+        default:
+            return   // stray responses are ignored
+        }
+    }
+
+    private func write(_ pdu: [UInt8]) throws {
+        let n = pdu.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard n == pdu.count else { throw BLEClientError.io("send", Errno(errno)) }
+    }
+
+    private func readPDU(waitingFor what: String) throws -> [UInt8] {
+        var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        while true {
+            let rc = poll(&p, 1, timeoutMs)
+            if rc < 0 && errno == EINTR { continue }
+            guard rc > 0 else { throw BLEClientError.timeout(what) }
+            break
+        }
+        let n = recv(fd, &buffer, buffer.count, 0)
+        if n == 0 { throw BLEClientError.closed }
+        guard n > 0 else { throw BLEClientError.io("recv", Errno(errno)) }
+        return Array(buffer[0..<n])
+    }
+
+    private func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }
+    private func u16(_ b: [UInt8], _ i: Int) -> UInt16 { UInt16(b[i]) | UInt16(b[i + 1]) << 8 }
+    private func monotonicNanoseconds() -> UInt64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+    }
+}

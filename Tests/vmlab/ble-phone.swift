@@ -1,0 +1,62 @@
+// ble-phone.swift — a test "phone" for ble-test.sh: connects to a hub as an LE central with
+// YaokTransportBLE's BLEHubClient, runs the link handshake with a fresh libsodium identity,
+// prints what it proved, holds the link for a while, then disconnects.
+// Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
+//   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS
+import CSodium
+import Glibc
+import YaokPluginKit
+import YaokTransportBLE
+
+struct SodiumIdentity: LinkIdentity {
+    let signingKey: [UInt8]
+    let kxKey: [UInt8]
+    private let secret: [UInt8]
+
+    init() {
+        var pk = [UInt8](repeating: 0, count: 32), sk = [UInt8](repeating: 0, count: 64)
+        _ = crypto_sign_keypair(&pk, &sk)
+        var kpk = [UInt8](repeating: 0, count: 32), ksk = [UInt8](repeating: 0, count: 32)
+        _ = crypto_kx_keypair(&kpk, &ksk)
+        signingKey = pk; kxKey = kpk; secret = sk
+    }
+    func sign(_ message: [UInt8]) throws -> [UInt8] {
+        var sig = [UInt8](repeating: 0, count: 64)
+        _ = crypto_sign_detached(&sig, nil, message, UInt64(message.count), secret)
+        return sig
+    }
+    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
+        signature.count == 64 && publicKey.count == 32 &&
+            crypto_sign_verify_detached(signature, message, UInt64(message.count), publicKey) == 0
+    }
+    func randomBytes(_ count: Int) -> [UInt8] {
+        var b = [UInt8](repeating: 0, count: count)
+        randombytes_buf(&b, count)
+        return b
+    }
+}
+
+func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
+
+let args = CommandLine.arguments
+guard args.count == 4, let hub = BluetoothAddress(string: args[2]), let hold = UInt32(args[3]) else {
+    print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS"); exit(2)
+}
+guard sodium_init() >= 0 else { print("sodium_init failed"); exit(1) }
+do {
+    let client = try BLEHubClient(adapter: args[1], hub: hub)
+    print("connected: ATT MTU \(client.mtu), handles \(client.handles)")
+    print("identity characteristic: \(hex(client.advertisedIdentity))")
+    let me = SodiumIdentity()
+    print("phone signing key: \(hex(me.signingKey))")
+    let peer = try client.handshake(identity: me, role: .endpoint) {
+        var ts = timespec(); clock_gettime(CLOCK_REALTIME, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
+    }
+    print("HANDSHAKE_OK hub=\(hex(peer.signingKey)) role=\(peer.role)")
+    sleep(hold)
+    print("disconnecting")
+} catch {
+    print("PHONE_ERROR: \(error)")
+    exit(1)
+}
