@@ -1,0 +1,193 @@
+#!/usr/bin/env bash
+# Builds the Debian packages of Ya OK with dpkg-deb:
+#   yaok-swift-runtime  the Swift runtime libraries (no Debian package ships them), in
+#                       /usr/lib/yaok-hub/swift; the three packages below depend on it
+#   yaok-hub            the hub daemon and CLI, its plugins, default config, systemd unit
+#   yaok-relay          the internet relay and its systemd unit
+#   yaok                the Ya OK command-line endpoint
+#
+# Usage: packaging/build-debs.sh [--skip-build] [--out DIR]
+#   --skip-build  reuse the release build in the scratch path
+#   --out DIR     where the .deb files go (default: .build-pkg/debs)
+# Environment: SCRATCH (default .build-pkg), VERSION (default 0.1.0+git<date>.<commit>),
+#              SWIFT (default: swift on PATH, else /opt/swift/usr/bin/swift).
+# Needs: swift, dpkg-deb, patchelf (apt-get install patchelf). Builds for the machine's own
+# architecture only; see Docs/operations.md for arm64.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$(pwd)
+
+skip_build=0
+out="$repo/.build-pkg/debs"
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --skip-build) skip_build=1 ;;
+    --out) out=$(realpath -m "$2"); shift ;;
+    *) echo "usage: $0 [--skip-build] [--out DIR]" >&2; exit 2 ;;
+  esac
+  shift
+done
+
+scratch=${SCRATCH:-.build-pkg}
+swift=${SWIFT:-$(command -v swift || echo /opt/swift/usr/bin/swift)}
+arch=$(dpkg --print-architecture)
+if [ -z "${VERSION:-}" ]; then
+  commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
+  VERSION="0.1.0+git$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date +%Y%m%d).$commit"
+fi
+maintainer="Ya OK Hub maintainers <hub@yaok.invalid>"
+for tool in dpkg-deb patchelf ldd objdump; do
+  command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install patchelf binutils dpkg-dev)" >&2; exit 1; }
+done
+
+# 1. Release build.
+if [ "$skip_build" -eq 0 ]; then
+  echo "== swift build -c release ($scratch)"
+  "$swift" build -c release --scratch-path "$scratch"
+fi
+bin=$("$swift" build -c release --scratch-path "$scratch" --show-bin-path)
+for f in yaok-hub yaok-relay yaok; do [ -x "$bin/$f" ] || { echo "error: $bin/$f not built" >&2; exit 1; }; done
+plugins=("$bin"/libyaok-plugin-*.so)
+[ -e "${plugins[0]}" ] || { echo "error: no plugins in $bin" >&2; exit 1; }
+toolchain_lib=$(dirname "$(dirname "$swift")")/lib/swift/linux
+
+stage=$(mktemp -d "${TMPDIR:-/tmp}/yaok-debs.XXXXXX")
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$out"
+
+# Files we bundle are whatever ldd resolves inside the toolchain (transitively).
+swift_libs_of() { ldd "$1" | awk '$3 ~ /^\// {print $3}' | grep -F "$toolchain_lib/" || true; }
+# Other libraries: their Debian packages become Depends.
+system_libs_of() { ldd "$1" | awk '$3 ~ /^\// {print $3}' | grep -vF "$toolchain_lib/" || true; }
+
+# Maps system libraries to Debian packages ("libsodium23"); libc6 gets the newest GLIBC
+# symbol version the files need.
+depends_for() {
+  local pkgs=() lib real pkg
+  for lib in $(for f in "$@"; do system_libs_of "$f"; done | sort -u); do
+    real=$(readlink -f "$lib")
+    pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$real" 2>/dev/null || dpkg -S "*/$(basename "$lib")" 2>/dev/null || true)
+    pkg=$(echo "$pkg" | head -1 | cut -d: -f1)
+    [ -n "$pkg" ] || { echo "error: no Debian package provides $lib" >&2; exit 1; }
+    pkgs+=("$pkg")
+  done
+  local glibc
+  glibc=$(for f in "$@"; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+  for pkg in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
+    if [ "$pkg" = libc6 ] && [ -n "$glibc" ]; then printf 'libc6 (>= %s)\n' "$glibc"; else echo "$pkg"; fi
+  done | paste -sd, | sed 's/,/, /g'
+}
+
+# Rewrites RUNPATH: no toolchain path, only the bundled runtime relative to the file.
+set_runpath() {
+  patchelf --set-rpath "$2" "$1"
+  if patchelf --print-rpath "$1" | grep -q /opt/; then echo "error: $1 still has a toolchain RUNPATH" >&2; exit 1; fi
+}
+
+# Writes DEBIAN/control and builds the package. Args: dir name description depends [extra fields]
+finish_package() {
+  local dir=$1 name=$2 description=$3 depends=$4 extra=${5:-}
+  local size
+  size=$(du -sk --exclude=DEBIAN "$dir" | cut -f1)
+  {
+    echo "Package: $name"
+    echo "Version: $VERSION"
+    echo "Architecture: $arch"
+    echo "Maintainer: $maintainer"
+    echo "Installed-Size: $size"
+    echo "Section: net"
+    echo "Priority: optional"
+    [ -n "$depends" ] && echo "Depends: $depends"
+    [ -n "$extra" ] && printf '%s\n' "$extra"
+    echo "Homepage: https://yaok.invalid/"
+    printf 'Description: %s\n' "$description"
+  } > "$dir/DEBIAN/control"
+  # dpkg-deb keeps the modes and, with --root-owner-group, makes everything root:root.
+  find "$dir" -type d -exec chmod 0755 {} +
+  dpkg-deb --root-owner-group -Zxz --build "$dir" "$out/${name}_${VERSION}_${arch}.deb" >/dev/null
+  echo "built $out/${name}_${VERSION}_${arch}.deb"
+}
+
+install_doc() { # dir package
+  install -D -m 0644 Docs/operations.md "$1/usr/share/doc/$2/operations.md"
+  install -D -m 0644 packaging/debian/copyright "$1/usr/share/doc/$2/copyright"
+}
+
+# 2. The Swift runtime.
+rt="$stage/yaok-swift-runtime"
+mkdir -p "$rt/DEBIAN" "$rt/usr/lib/yaok-hub/swift"
+runtime_libs=$(for f in "$bin/yaok-hub" "$bin/yaok-relay" "$bin/yaok" "${plugins[@]}"; do swift_libs_of "$f"; done | sort -u)
+[ -n "$runtime_libs" ] || echo "note: the binaries need no Swift runtime libraries (static stdlib?)"
+for lib in $runtime_libs; do
+  install -m 0644 "$lib" "$rt/usr/lib/yaok-hub/swift/"
+  set_runpath "$rt/usr/lib/yaok-hub/swift/$(basename "$lib")" '$ORIGIN'
+done
+install_doc "$rt" yaok-swift-runtime
+rt_files=("$rt"/usr/lib/yaok-hub/swift/*)
+finish_package "$rt" yaok-swift-runtime \
+  "Swift runtime libraries for Ya OK
+ The Swift standard library, Foundation, Dispatch and the ICU data they need, as
+ built with the toolchain that built Ya OK. Private to the Ya OK packages: they
+ live in /usr/lib/yaok-hub/swift and nothing else links against them." \
+  "$(depends_for "${rt_files[@]}")"
+runtime_dep="yaok-swift-runtime (= $VERSION)"
+
+# 3. yaok-hub.
+hub="$stage/yaok-hub"
+mkdir -p "$hub/DEBIAN"
+install -D -m 0755 "$bin/yaok-hub" "$hub/usr/bin/yaok-hub"
+set_runpath "$hub/usr/bin/yaok-hub" '$ORIGIN/../lib/yaok-hub/swift'
+# The hub refuses plugin files and directories that group or others can write.
+install -d -m 0755 "$hub/usr/lib/yaok-hub/plugins"
+for p in "${plugins[@]}"; do
+  install -m 0644 "$p" "$hub/usr/lib/yaok-hub/plugins/"
+  set_runpath "$hub/usr/lib/yaok-hub/plugins/$(basename "$p")" '$ORIGIN/../swift'
+done
+install -D -m 0644 config/hub.yaml "$hub/etc/yaok-hub/hub.yaml"
+install -D -m 0644 packaging/systemd/yaok-hub.service "$hub/lib/systemd/system/yaok-hub.service"
+install -D -m 0644 packaging/systemd/yaok-hub.sysusers "$hub/usr/lib/sysusers.d/yaok-hub.conf"
+install -D -m 0644 packaging/systemd/yaok-hub.tmpfiles "$hub/usr/lib/tmpfiles.d/yaok-hub.conf"
+for plugin in Plugins/*/README.md; do
+  name=$(basename "$(dirname "$plugin")")
+  install -D -m 0644 "$plugin" "$hub/usr/share/doc/yaok-hub/plugins/$name.md"
+done
+install_doc "$hub" yaok-hub
+echo /etc/yaok-hub/hub.yaml > "$hub/DEBIAN/conffiles"
+for s in postinst prerm postrm; do install -m 0755 "packaging/debian/yaok-hub.$s" "$hub/DEBIAN/$s"; done
+hub_files=("$hub/usr/bin/yaok-hub" "$hub"/usr/lib/yaok-hub/plugins/*.so)
+finish_package "$hub" yaok-hub \
+  "Ya OK Hub: field node of the Ya OK delay-tolerant messenger
+ Phones attach over Bluetooth LE or Wi-Fi Direct; hubs carry end-to-end
+ encrypted messages hop by hop (store and forward) and bridge to an internet
+ relay when one is reachable. Every transport is a plugin." \
+  "$runtime_dep, $(depends_for "${hub_files[@]}"), adduser | systemd" \
+  "Recommends: bluez"
+
+# 4. yaok-relay.
+relay="$stage/yaok-relay"
+mkdir -p "$relay/DEBIAN"
+install -D -m 0755 "$bin/yaok-relay" "$relay/usr/bin/yaok-relay"
+set_runpath "$relay/usr/bin/yaok-relay" '$ORIGIN/../lib/yaok-hub/swift'
+install -D -m 0644 packaging/systemd/yaok-relay.service "$relay/lib/systemd/system/yaok-relay.service"
+install -D -m 0644 packaging/systemd/yaok-relay.sysusers "$relay/usr/lib/sysusers.d/yaok-relay.conf"
+install -D -m 0644 packaging/systemd/yaok-relay.default "$relay/etc/default/yaok-relay"
+install_doc "$relay" yaok-relay
+echo /etc/default/yaok-relay > "$relay/DEBIAN/conffiles"
+for s in postinst prerm postrm; do install -m 0755 "packaging/debian/yaok-relay.$s" "$relay/DEBIAN/$s"; done
+finish_package "$relay" yaok-relay \
+  "Ya OK relay: internet store-and-forward for the Ya OK messenger
+ Queues end-to-end encrypted bundles for users who are offline and hands them
+ to hubs and phones that come online. Speaks UDP." \
+  "$runtime_dep, $(depends_for "$relay/usr/bin/yaok-relay"), adduser | systemd"
+
+# 5. yaok (the endpoint CLI).
+cli="$stage/yaok"
+mkdir -p "$cli/DEBIAN"
+install -D -m 0755 "$bin/yaok" "$cli/usr/bin/yaok"
+set_runpath "$cli/usr/bin/yaok" '$ORIGIN/../lib/yaok-hub/swift'
+install_doc "$cli" yaok
+finish_package "$cli" yaok \
+  "Ya OK command-line endpoint
+ A Ya OK user on Linux: keys, contacts, sending and receiving end-to-end
+ encrypted messages through a hub or the relay." \
+  "$runtime_dep, $(depends_for "$cli/usr/bin/yaok")"
