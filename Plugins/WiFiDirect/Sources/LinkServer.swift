@@ -1,0 +1,368 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import YaokPluginKit
+
+/// The TCP side of the group: accepts phones on the group owner's address, runs the kit's
+/// ``LinkHandshake`` (phones must prove role endpoint), then moves TLV records back to back.
+///
+/// One poll thread owns the listener and every session. State sits behind one lock; host
+/// callbacks are collected under it and delivered after it is released, in order, so a link's
+/// `linkUp` precedes its frames and the host may call ``send(_:to:)`` from a callback.
+/// (The same design as the mesh plugin's engine; see the report for moving it into the kit.)
+public final class LinkServer: @unchecked Sendable {
+    public struct Settings: Sendable {
+        public var host: String
+        public var port: UInt16
+        public var cost: Int
+        public var maxSessions: Int
+        public var handshakeTimeoutMs: Int64 = 10_000
+        public var readTimeoutMs: Int64
+        public var queueBytes: Int
+        public var queueFrames: Int
+
+        public init(host: String, port: UInt16, cost: Int = 5, maxSessions: Int = 32, readTimeoutMs: Int64 = 60_000,
+                    queueFrames: Int = 1000, queueBytes: Int = 16 << 20) {
+            self.host = host
+            self.port = port
+            self.cost = cost
+            self.maxSessions = maxSessions
+            self.readTimeoutMs = readTimeoutMs
+            self.queueFrames = queueFrames
+            self.queueBytes = queueBytes
+        }
+    }
+
+    /// Where the server reports; called on the poll thread, never under its lock.
+    public struct Events: Sendable {
+        public var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
+        public var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
+        public var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
+        public var log: @Sendable (String) -> Void = { _ in }
+        public init() {}
+    }
+
+    public struct Counters: Sendable, Equatable {
+        public var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
+        public var linksUpTotal: UInt64 = 0, handshakeFailures: UInt64 = 0, refusedRole: UInt64 = 0
+        public var refusedFull: UInt64 = 0, readTimeouts: UInt64 = 0, queueFull: UInt64 = 0
+    }
+
+    /// Largest frame: a whole TLV record.
+    public static let mtu = TLVRecord.headerLength + TLVRecord.maxValueLength
+
+    final class Session {
+        let id: LinkID
+        let fd: Int32
+        let remote: String
+        let handshake: LinkHandshake
+        var decoder = TLVStreamDecoder()
+        var up = false
+        var peerKey: [UInt8] = []
+        var sinceMs: Int64
+        var lastHeardMs: Int64
+        var out: [[UInt8]] = []
+        var outHead = 0
+        var outBytes = 0
+        var writeBuffer: [UInt8] = []
+        var writeOffset = 0
+        init(id: LinkID, fd: Int32, remote: String, handshake: LinkHandshake, nowMs: Int64) {
+            self.id = id; self.fd = fd; self.remote = remote; self.handshake = handshake
+            sinceMs = nowMs; lastHeardMs = nowMs
+        }
+        var hasPendingWrite: Bool { writeOffset < writeBuffer.count || outHead < out.count }
+    }
+
+    enum Event {
+        case up(LinkInfo), down(LinkID, String), frame([UInt8], LinkID), log(String)
+    }
+
+    public let settings: Settings
+    private let identity: LinkIdentity
+    private let wallClockMs: @Sendable () -> Int64
+    public var events = Events()
+
+    private let lock = NSLock()
+    private var running = false
+    private var listenFD: Int32 = -1
+    private var wakeRead: Int32 = -1, wakeWrite: Int32 = -1
+    private var sessions: [LinkID: Session] = [:]
+    private var pending: [Event] = []
+    private var nextID: LinkID
+    private var counters = Counters()
+    private var peersSeen = Set<[UInt8]>()
+    private var boundPort: UInt16 = 0
+    private var exited = DispatchSemaphore(value: 0)
+
+    /// `firstLinkID` lets the transport keep link IDs unique across group re-formations.
+    public init(identity: LinkIdentity, settings: Settings, firstLinkID: LinkID = 1,
+                wallClockMs: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+        self.identity = identity
+        self.settings = settings
+        self.nextID = firstLinkID
+        self.wallClockMs = wallClockMs
+    }
+
+    private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
+
+    /// Binds the listener and starts the poll thread.
+    public func start() throws {
+        guard !lock.withLock({ running }) else { return }
+        let (fd, port) = try TCPSockets.listen(host: settings.host, port: settings.port)
+        var p: [Int32] = [0, 0]
+        guard pipe(&p) == 0 else { close(fd); throw TransportError.system(call: "pipe", errno: errno) }
+        for f in p { TCPSockets.setNonBlocking(f); _ = fcntl(f, F_SETFD, FD_CLOEXEC) }
+        lock.withLock {
+            listenFD = fd; boundPort = port; wakeRead = p[0]; wakeWrite = p[1]
+            running = true
+            exited = DispatchSemaphore(value: 0)
+        }
+        let t = Thread { [self] in run() }
+        t.name = "yaok-wifidirect-tcp"
+        t.start()
+    }
+
+    /// Closes every session (reporting links down) and the listener. Returns within about 1.5 s.
+    public func stop(reason: String = "transport stopped") {
+        let was: Bool = lock.withLock {
+            let w = running
+            running = false
+            stopReason = reason
+            return w
+        }
+        guard was else { return }
+        wake()
+        let done = lock.withLock { exited }
+        _ = done.wait(timeout: .now() + 1.5)
+    }
+    private var stopReason = "transport stopped"
+
+    /// The bound TCP port (useful with port 0).
+    public var port: UInt16 { lock.withLock { boundPort } }
+    public var isRunning: Bool { lock.withLock { running } }
+
+    public var snapshot: (counters: Counters, links: Int, sessions: Int, peers: Int, remotes: [String]) {
+        lock.withLock {
+            let ups = sessions.values.filter(\.up)
+            return (counters, ups.count, sessions.count, peersSeen.count, ups.map { "\(Hex.encode($0.peerKey.prefix(4)))@\($0.remote)" }.sorted())
+        }
+    }
+
+    /// Queues one frame for a link; never blocks.
+    public func send(_ frame: [UInt8], to link: LinkID) throws {
+        guard frame.count <= Self.mtu else { throw TransportError.frameTooLarge(size: frame.count, mtu: Self.mtu) }
+        try lock.withLock {
+            guard running else { throw TransportError.notRunning }
+            guard let s = sessions[link], s.up else { throw TransportError.unknownLink(link) }
+            guard s.out.count - s.outHead < settings.queueFrames, s.outBytes + frame.count <= settings.queueBytes else {
+                counters.queueFull += 1
+                throw TransportError.failed("outbound queue of link \(link) is full (\(s.out.count - s.outHead) frames, \(s.outBytes) bytes)")
+            }
+            s.out.append(frame)
+            s.outBytes += frame.count
+            counters.framesOut += 1
+            counters.bytesOut += UInt64(frame.count)
+        }
+        wake()
+    }
+
+    private func wake() {
+        let fd = lock.withLock { wakeWrite }
+        guard fd >= 0 else { return }
+        var b: UInt8 = 1
+        _ = write(fd, &b, 1)
+    }
+
+    // MARK: Poll thread
+
+    private func run() {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while true {
+            var pfds: [pollfd] = []
+            var ids: [LinkID] = []
+            let keep: Bool = lock.withLock {
+                guard running else { return false }
+                pfds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
+                pfds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
+                for s in sessions.values {
+                    pfds.append(pollfd(fd: s.fd, events: Int16(POLLIN) | (s.hasPendingWrite ? Int16(POLLOUT) : 0), revents: 0))
+                    ids.append(s.id)
+                }
+                return true
+            }
+            if !keep { break }
+            _ = poll(&pfds, nfds_t(pfds.count), 200)
+            lock.withLock {
+                if pfds[0].revents != 0 {
+                    var sink = [UInt8](repeating: 0, count: 256)
+                    while read(wakeRead, &sink, sink.count) > 0 {}
+                }
+                if pfds[1].revents & Int16(POLLIN) != 0 { acceptAll() }
+                for (i, id) in ids.enumerated() where pfds[i + 2].revents != 0 {
+                    guard let s = sessions[id] else { continue }
+                    if pfds[i + 2].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readFrom(s, &buffer) }
+                }
+                for s in Array(sessions.values) where s.hasPendingWrite { flush(s) }
+                timers()
+            }
+            deliver()
+        }
+        lock.withLock {
+            for s in Array(sessions.values) { closeSession(s, reason: stopReason, goodbye: true) }
+            close(listenFD); close(wakeRead); close(wakeWrite)
+            listenFD = -1; wakeRead = -1; wakeWrite = -1
+        }
+        deliver()
+        lock.withLock { exited }.signal()
+    }
+
+    private func deliver() {
+        let batch: [Event] = lock.withLock { defer { pending.removeAll() }; return pending }
+        for e in batch {
+            switch e {
+            case .up(let info): events.linkUp(info)
+            case .down(let id, let reason): events.linkDown(id, reason)
+            case .frame(let f, let id): events.frame(f, id)
+            case .log(let m): events.log(m)
+            }
+        }
+    }
+
+    private func acceptAll() {
+        while let (fd, remote) = TCPSockets.accept(listenFD) {
+            guard sessions.count < settings.maxSessions else {
+                counters.refusedFull += 1
+                close(fd)
+                pending.append(.log("refused \(remote): \(settings.maxSessions) sessions already open (max_sessions)"))
+                continue
+            }
+            let hs = LinkHandshake(identity: identity, role: .hub, clock: wallClockMs)
+            let s = Session(id: nextID, fd: fd, remote: remote, handshake: hs, nowMs: nowMs)
+            nextID += 1
+            sessions[s.id] = s
+            s.writeBuffer = hs.challengeFrame()
+        }
+    }
+
+    private func readFrom(_ s: Session, _ buffer: inout [UInt8]) {
+        let n = buffer.withUnsafeMutableBytes { recv(s.fd, $0.baseAddress, $0.count, 0) }
+        if n == 0 { closeSession(s, reason: "\(s.remote) closed the connection", goodbye: false); return }
+        if n < 0 {
+            let e = errno
+            if e == EAGAIN || e == EINTR { return }
+            closeSession(s, reason: "read from \(s.remote) failed: \(TCPSockets.errorText(e))", goodbye: false)
+            return
+        }
+        s.lastHeardMs = nowMs
+        let frames: [[UInt8]]
+        do { frames = try s.decoder.feed(buffer[0..<n]) } catch {
+            closeSession(s, reason: "\(s.remote) sent a bad TLV stream: \(error)", goodbye: false)
+            return
+        }
+        for f in frames {
+            guard sessions[s.id] != nil else { return }
+            handle(f, from: s)
+        }
+    }
+
+    private func handle(_ frame: [UInt8], from s: Session) {
+        let type = frame[0]
+        if !s.up {
+            guard type == FrameType.linkChallenge.rawValue || type == FrameType.linkProof.rawValue,
+                  let record = try? TLVRecord(parsing: frame) else {
+                counters.handshakeFailures += 1
+                closeSession(s, reason: "\(s.remote) sent record type 0x\(String(type, radix: 16)) before the handshake", goodbye: false)
+                return
+            }
+            do {
+                if let reply = try s.handshake.handle(record) { s.out.append(reply); s.outBytes += reply.count }
+            } catch {
+                counters.handshakeFailures += 1
+                closeSession(s, reason: "handshake with \(s.remote) failed: \(error)", goodbye: false)
+                return
+            }
+            if s.handshake.isComplete, let peer = s.handshake.peer { linkUp(s, peer) }
+            return
+        }
+        switch FrameType(rawValue: type) {
+        case .ping:
+            let pong = TLVRecord(.pong, value: []).encoded
+            s.out.append(pong); s.outBytes += pong.count
+        case .pong:
+            break
+        case .linkClose:
+            closeSession(s, reason: "\(s.remote) said goodbye", goodbye: false)
+        case .linkChallenge, .linkProof:
+            break // a late handshake record: harmless
+        default:
+            counters.framesIn += 1
+            counters.bytesIn += UInt64(frame.count)
+            pending.append(.frame(frame, s.id))
+        }
+    }
+
+    private func linkUp(_ s: Session, _ peer: AuthenticatedPeer) {
+        guard peer.role == .endpoint else {
+            counters.refusedRole += 1
+            closeSession(s, reason: "\(s.remote) proved role \(peer.role); Wi-Fi Direct links carry phones (role endpoint) only", goodbye: true)
+            return
+        }
+        s.up = true
+        s.peerKey = peer.signingKey
+        peersSeen.insert(peer.signingKey)
+        counters.linksUpTotal += 1
+        pending.append(.log("link \(s.id) up with endpoint \(Hex.encode(peer.signingKey.prefix(4))) at \(s.remote)"))
+        pending.append(.up(LinkInfo(id: s.id, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey, peerRole: .endpoint,
+                                    mtu: Self.mtu, cost: settings.cost, kind: "wifi-direct", remote: s.remote)))
+    }
+
+    private func flush(_ s: Session) {
+        while sessions[s.id] != nil {
+            if s.writeOffset >= s.writeBuffer.count {
+                guard s.outHead < s.out.count else { break }
+                var chunk: [UInt8] = []
+                while s.outHead < s.out.count && chunk.count < 256 * 1024 {
+                    chunk += s.out[s.outHead]
+                    s.outBytes -= s.out[s.outHead].count
+                    s.out[s.outHead] = []
+                    s.outHead += 1
+                }
+                if s.outHead > 64 && s.outHead * 2 > s.out.count { s.out.removeFirst(s.outHead); s.outHead = 0 }
+                s.writeBuffer = chunk
+                s.writeOffset = 0
+            }
+            let n = s.writeBuffer.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress! + s.writeOffset, $0.count - s.writeOffset, Int32(MSG_NOSIGNAL)) }
+            if n > 0 { s.writeOffset += n; continue }
+            let e = errno
+            if n < 0 && (e == EAGAIN || e == EINTR) { return }
+            closeSession(s, reason: "write to \(s.remote) failed: \(TCPSockets.errorText(e))", goodbye: false)
+            return
+        }
+    }
+
+    private func timers() {
+        let now = nowMs
+        for s in Array(sessions.values) {
+            if !s.up && now - s.sinceMs > settings.handshakeTimeoutMs {
+                counters.handshakeFailures += 1
+                closeSession(s, reason: "\(s.remote) did not complete the handshake within \(settings.handshakeTimeoutMs / 1000) s", goodbye: false)
+            } else if s.up && now - s.lastHeardMs > settings.readTimeoutMs {
+                counters.readTimeouts += 1
+                closeSession(s, reason: "nothing heard from \(s.remote) for \(settings.readTimeoutMs / 1000) s (read_timeout_s)", goodbye: true)
+            }
+        }
+    }
+
+    private func closeSession(_ s: Session, reason: String, goodbye: Bool) {
+        guard sessions.removeValue(forKey: s.id) != nil else { return }
+        if goodbye && s.writeOffset >= s.writeBuffer.count {
+            let bye = TLVRecord(.linkClose, value: []).encoded
+            _ = bye.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        }
+        shutdown(s.fd, Int32(SHUT_RDWR))
+        close(s.fd)
+        if s.up { pending.append(.down(s.id, reason)) }
+        pending.append(.log(s.up ? "link \(s.id) down: \(reason)" : "session \(s.id) closed: \(reason)"))
+    }
+}

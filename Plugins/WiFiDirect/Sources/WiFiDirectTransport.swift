@@ -1,0 +1,431 @@
+#if canImport(Glibc)
+import Glibc
+#endif
+import Foundation
+import YaokPluginKit
+
+/// Phones attach over Wi-Fi Direct: the hub is the group owner of a persistent P2P group
+/// (through wpa_supplicant's control interface), hands out addresses with dnsmasq, and accepts
+/// authenticated TCP links on its group address. Keys, states and metrics: Plugins/WiFiDirect/README.md.
+public final class WiFiDirectTransport: Transport, @unchecked Sendable {
+    /// What the transport reports to, so tests can drive it without a host.
+    struct Reporter: Sendable {
+        var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
+        var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
+        var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
+        var statusChanged: @Sendable () -> Void = {}
+        var log: @Sendable (String, Bool) -> Void = { _, _ in } // (message, isWarning)
+        var counter: @Sendable (String) -> Void = { _ in }
+        var gauge: @Sendable (String, Double) -> Void = { _, _ in }
+    }
+
+    public let settings: WiFiDirectSettings
+    private let identity: LinkIdentity
+    private let reporter: Reporter
+    /// Radio probe, replaceable in tests (this machine has no Wi-Fi).
+    var probe: () throws -> RadioProbeResult = { try NL80211Probe.probe() }
+
+    private let lock = NSLock()
+    private var state: TransportState = .stopped
+    private var reason = "stopped"
+    private var lastError: String?
+    private var radios: [Wiphy] = []
+    private var supplicant: ChildProcess?
+    private var dhcp: ChildProcess?
+    private var control: WPAControlSocket?
+    private var monitor: WPAControlSocket?
+    private var controlPath = ""
+    private var server: LinkServer?
+    private var groupInterface: String?
+    private var groupSSID: String?
+    private var goDeviceAddress: String?
+    private var devicesFound = Set<String>()
+    private var stations = Set<String>()
+    private var groupsFormed = 0
+    private var groupRemovals = 0
+    private var groupRequestedAt: Int64 = 0
+    private var reformAt: Int64?
+    private var nextLinkID: LinkID = 1
+    private var retired = LinkServer.Counters()
+    private var running = false
+    private var supervisorDone = DispatchSemaphore(value: 0)
+
+    public convenience init(context: TransportContext) throws {
+        let settings = try WiFiDirectSettings(config: context.config, instanceName: context.instanceName)
+        let sink = context.events, logger = context.logger, metrics = context.metrics
+        self.init(settings: settings, identity: context.identity, reporter: Reporter(
+            linkUp: { sink.linkUp($0) }, linkDown: { sink.linkDown($0, reason: $1) },
+            frame: { sink.frameReceived($0, on: $1) }, statusChanged: { sink.statusChanged() },
+            log: { message, warning in warning ? logger.warning(message) : logger.info(message) },
+            counter: { metrics.increment($0) }, gauge: { metrics.gauge($0, $1) }))
+    }
+
+    init(settings: WiFiDirectSettings, identity: LinkIdentity, reporter: Reporter) {
+        self.settings = settings
+        self.identity = identity
+        self.reporter = reporter
+    }
+
+    private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
+
+    private func set(_ s: TransportState, _ why: String) {
+        lock.withLock {
+            state = s
+            reason = why
+            if s == .failed || s == .unavailable || s == .degraded { lastError = why }
+        }
+        reporter.statusChanged()
+    }
+
+    // MARK: Lifecycle
+
+    public func start() throws {
+        guard !lock.withLock({ running }) else { return }
+        set(.starting, "probing radios")
+        do {
+            radios = try probe().wiphys
+        } catch let error as RadioProbeError {
+            set(.unavailable, error.description)
+            throw TransportError.unavailable(error.description)
+        }
+        do {
+            try connectSupplicant()
+            try advertiseService()
+            try requestGroup()
+        } catch {
+            let why = "\(error)"
+            teardownSupplicant()
+            set(.failed, why)
+            throw TransportError.failed(why)
+        }
+        lock.withLock {
+            running = true
+            supervisorDone = DispatchSemaphore(value: 0)
+        }
+        let t = Thread { [self] in supervise() }
+        t.name = "yaok-wifidirect"
+        t.start()
+    }
+
+    public func stop() {
+        let was: Bool = lock.withLock { defer { running = false }; return running }
+        if was { _ = lock.withLock({ supervisorDone }).wait(timeout: .now() + 1.2) }
+        stopGroupServices(reason: "transport stopped")
+        if let iface = lock.withLock({ groupInterface }) {
+            _ = try? lock.withLock({ control })?.request("P2P_GROUP_REMOVE \(iface)", timeout: 0.5)
+        }
+        teardownSupplicant()
+        lock.withLock { groupInterface = nil }
+        set(.stopped, "stopped")
+    }
+
+    public func send(_ frame: [UInt8], to link: LinkID) throws {
+        guard let server = lock.withLock({ server }) else { throw TransportError.unknownLink(link) }
+        try server.send(frame, to: link)
+    }
+
+    // MARK: wpa_supplicant
+
+    /// Starts our own supplicant, or finds the configured one; opens the command and event sockets.
+    func connectSupplicant() throws {
+        var path = settings.ctrlInterface
+        if settings.manageSupplicant {
+            let (process, directory) = try SupplicantLauncher.launch(settings: settings)
+            lock.withLock { supplicant = process }
+            path = try SupplicantLauncher.waitForControlSocket(process, directory: directory, interface: settings.interface)
+        }
+        let local = settings.runtimeDirectory
+        try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let c = try WPAControlSocket(path: path, localDirectory: local)
+        let reply = try c.request("PING", timeout: 2)
+        guard reply.hasPrefix("PONG") else { throw WPAControlError.refused(command: "PING", reply: reply) }
+        let m = try WPAControlSocket(path: path, localDirectory: local)
+        try m.attach()
+        lock.withLock {
+            control = c
+            monitor = m
+            controlPath = path
+        }
+        reporter.log("wpa_supplicant control socket \(path) answers", false)
+    }
+
+    func advertiseService() throws {
+        guard let c = lock.withLock({ control }) else { return }
+        for command in [P2PService.ptrCommand(instance: settings.serviceName), P2PService.txtCommand(instance: settings.serviceName, port: settings.port)] {
+            do { try c.expectOK(command) } catch {
+                // Discovery by service is a convenience: phones also find the hub by its device name.
+                reporter.log("cannot advertise _yaok._tcp: \(error)", true)
+            }
+        }
+    }
+
+    func requestGroup() throws {
+        guard let c = lock.withLock({ control }) else { return }
+        try c.expectOK("P2P_GROUP_ADD persistent freq=\(settings.frequency)", timeout: 5)
+        lock.withLock {
+            groupRequestedAt = nowMs
+            reformAt = nil
+        }
+        set(.starting, "forming a P2P group on \(settings.frequency) MHz")
+    }
+
+    private func teardownSupplicant() {
+        let (c, m, s) = lock.withLock { () -> (WPAControlSocket?, WPAControlSocket?, ChildProcess?) in
+            defer { control = nil; monitor = nil; supplicant = nil }
+            return (control, monitor, supplicant)
+        }
+        _ = try? m?.request("DETACH", timeout: 0.3)
+        c?.close()
+        m?.close()
+        s?.stop(grace: 0.5)
+    }
+
+    // MARK: Supervisor thread
+
+    private func supervise() {
+        var lastPingMs = nowMs
+        while lock.withLock({ running }) {
+            let m = lock.withLock { monitor }
+            var text: String?
+            do {
+                text = try m?.receive(timeout: 0.25)
+                if m == nil { usleep(250_000) }
+            } catch {
+                controlLost("\(error)")
+            }
+            if let text, let event = WPAEvent(parsing: text) { handle(event) }
+            let now = nowMs
+            if now - lastPingMs >= 5_000 {
+                lastPingMs = now
+                checkSupplicant()
+            }
+            let (reform, requested, hasGroup) = lock.withLock { (reformAt, groupRequestedAt, groupInterface != nil) }
+            if let reform, now >= reform { tryRequestGroup() }
+            if !hasGroup && reform == nil && requested > 0 && now - requested > settings.groupStartTimeoutMs {
+                set(.failed, "wpa_supplicant accepted P2P_GROUP_ADD but no group started within \(settings.groupStartTimeoutMs / 1000) s")
+                lock.withLock { reformAt = now + 5_000; groupRequestedAt = 0 }
+            }
+        }
+        lock.withLock { supervisorDone }.signal()
+    }
+
+    private func tryRequestGroup() {
+        do { try requestGroup() } catch {
+            set(.degraded, "cannot re-form the P2P group: \(error)")
+            lock.withLock { reformAt = nowMs + 5_000 }
+        }
+    }
+
+    private func checkSupplicant() {
+        if let s = lock.withLock({ supplicant }), let status = s.exitStatus {
+            controlLost("wpa_supplicant exited with status \(status): \(s.logTail(lines: 2))")
+            return
+        }
+        guard let c = lock.withLock({ control }) else { reconnect(); return }
+        do { _ = try c.request("PING", timeout: 2) } catch { controlLost("\(error)") }
+    }
+
+    /// The supplicant or its socket went away: links go down; we try to get it back every 5 s.
+    private func controlLost(_ why: String) {
+        guard lock.withLock({ control != nil }) else { return }
+        stopGroupServices(reason: "wpa_supplicant is gone")
+        teardownSupplicant()
+        lock.withLock { groupInterface = nil; reformAt = nil; groupRequestedAt = 0 }
+        set(.failed, "lost wpa_supplicant: \(why)")
+        reporter.log("lost wpa_supplicant: \(why)", true)
+    }
+
+    private var nextReconnectMs: Int64 = 0
+    private func reconnect() {
+        guard nowMs >= nextReconnectMs else { return }
+        nextReconnectMs = nowMs + 5_000
+        do {
+            try connectSupplicant()
+            try advertiseService()
+            try requestGroup()
+        } catch {
+            teardownSupplicant()
+            set(.failed, "wpa_supplicant unavailable: \(error)")
+        }
+    }
+
+    func handle(_ event: WPAEvent) {
+        switch event.name {
+        case "P2P-GROUP-STARTED":
+            guard let iface = event.arguments.first else { return }
+            guard event.arguments.dropFirst().first == "GO" else {
+                reporter.log("group \(iface) started as a client, not as owner; removing it", true)
+                _ = try? lock.withLock({ control })?.request("P2P_GROUP_REMOVE \(iface)")
+                return
+            }
+            groupStarted(iface, ssid: event.fields["ssid"], goAddress: event.fields["go_dev_addr"])
+        case "P2P-GROUP-REMOVED":
+            guard let iface = event.arguments.first, iface == lock.withLock({ groupInterface }) else { return }
+            let why = event.fields["reason"] ?? "unknown"
+            stopGroupServices(reason: "P2P group removed (\(why))")
+            lock.withLock {
+                groupInterface = nil
+                groupRemovals += 1
+                stations.removeAll()
+                reformAt = nowMs + 1_000
+            }
+            set(.starting, "P2P group \(iface) removed (\(why)); re-forming")
+            reporter.log("P2P group \(iface) removed (reason \(why)); re-forming in 1 s", false)
+        case "P2P-DEVICE-FOUND":
+            let addr = event.fields["p2p_dev_addr"] ?? event.arguments.first ?? ""
+            _ = lock.withLock { devicesFound.insert(addr) }
+        case "AP-STA-CONNECTED":
+            if let addr = event.arguments.first {
+                let n = lock.withLock { stations.insert(addr); return stations.count }
+                reporter.gauge("wifidirect_stations", Double(n))
+                reporter.log("station \(addr) joined the group", false)
+            }
+        case "AP-STA-DISCONNECTED":
+            if let addr = event.arguments.first {
+                let n = lock.withLock { stations.remove(addr); return stations.count }
+                reporter.gauge("wifidirect_stations", Double(n))
+            }
+        case "P2P-PROV-DISC-PBC-REQ", "P2P-PROV-DISC-ENTER-PIN", "P2P-PROV-DISC-SHOW-PIN", "P2P-GO-NEG-REQUEST":
+            authorize(peer: event.arguments.first ?? "")
+        default:
+            break
+        }
+    }
+
+    /// A phone asks to join: open WPS on the group interface (push-button or the configured
+    /// PIN). Without a group yet, answer its GO negotiation with P2P_CONNECT as owner.
+    private func authorize(peer: String) {
+        let (iface, c) = lock.withLock { (groupInterface, control) }
+        guard let c else { return }
+        do {
+            if let iface {
+                let g = try WPAControlSocket(path: (controlPath as NSString).deletingLastPathComponent + "/" + iface, localDirectory: settings.runtimeDirectory)
+                defer { g.close() }
+                switch settings.wpsMethod {
+                case .pbc: try g.expectOK("WPS_PBC")
+                case .pin: _ = try g.checked("WPS_PIN any \(settings.wpsPin ?? "")")
+                }
+            } else if !peer.isEmpty {
+                let method = settings.wpsMethod == .pbc ? "pbc" : (settings.wpsPin ?? "")
+                _ = try c.checked("P2P_CONNECT \(peer) \(method) go_intent=15 persistent freq=\(settings.frequency)")
+            }
+            reporter.log("authorised \(peer) to join (\(settings.wpsMethod.rawValue))", false)
+        } catch {
+            reporter.log("cannot authorise \(peer): \(error)", true)
+        }
+    }
+
+    // MARK: The group's services: address, DHCP, TCP
+
+    private func groupStarted(_ iface: String, ssid: String?, goAddress: String?) {
+        lock.withLock {
+            groupInterface = iface
+            groupSSID = ssid
+            goDeviceAddress = goAddress
+            groupsFormed += 1
+            groupRequestedAt = 0
+        }
+        reporter.counter("wifidirect_groups_formed_total")
+        do {
+            try assignAddress(iface)
+            if settings.dhcp {
+                let d = try DHCPServer.launch(settings: settings, interface: iface)
+                lock.withLock { dhcp = d }
+            }
+            if settings.wpsMethod == .pin, let pin = settings.wpsPin {
+                // Keep the PIN armed so a phone with the PIN can join at any time.
+                let g = try WPAControlSocket(path: (controlPath as NSString).deletingLastPathComponent + "/" + iface, localDirectory: settings.runtimeDirectory)
+                _ = try? g.checked("WPS_PIN any \(pin) 0")
+                g.close()
+            }
+            let firstID = lock.withLock { nextLinkID }
+            let server = LinkServer(identity: identity, settings: .init(
+                host: settings.groupAddress, port: settings.port, cost: settings.cost, maxSessions: settings.maxSessions,
+                readTimeoutMs: settings.readTimeoutMs, queueFrames: settings.queueFrames, queueBytes: settings.queueBytes),
+                firstLinkID: firstID)
+            let r = reporter
+            var ev = LinkServer.Events()
+            ev.linkUp = { [weak self] info in
+                self?.lock.withLock { self?.nextLinkID = max(self?.nextLinkID ?? 1, info.id + 1) }
+                r.linkUp(info)
+                r.counter("wifidirect_links_up_total")
+                r.statusChanged()
+            }
+            ev.linkDown = { id, why in r.linkDown(id, why); r.statusChanged() }
+            ev.frame = { f, id in r.frame(f, id) }
+            ev.log = { r.log($0, false) }
+            server.events = ev
+            try server.start()
+            lock.withLock { self.server = server; nextLinkID = firstID + 1_000_000 }
+            set(.running, "group owner of \(ssid ?? iface) on \(iface), \(settings.groupAddress):\(settings.port)")
+            reporter.log("P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)", false)
+        } catch {
+            set(.degraded, "P2P group \(iface) is up but its services are not: \(error)")
+            reporter.log("P2P group \(iface) services failed: \(error)", true)
+        }
+    }
+
+    /// `ip addr add` in a subprocess rather than rtnetlink: one call per group, and iproute2's
+    /// messages (address exists, no such device) are better than a bare errno. CNetlink links
+    /// libnl-genl only, not libnl-route.
+    private func assignAddress(_ iface: String) throws {
+        do {
+            try ChildProcess.run(settings.ipPath, ["addr", "add", "\(settings.groupAddress)/\(settings.prefixLength)", "dev", iface])
+        } catch ChildProcessError.exited(_, _, let output) where output.contains("File exists") {
+            // Already there (a re-formed persistent group on the same interface name).
+        }
+        try ChildProcess.run(settings.ipPath, ["link", "set", "dev", iface, "up"])
+    }
+
+    private func stopGroupServices(reason: String) {
+        let (s, d) = lock.withLock { () -> (LinkServer?, ChildProcess?) in
+            defer { server = nil; dhcp = nil }
+            return (server, dhcp)
+        }
+        if let s {
+            let c = s.snapshot.counters
+            lock.withLock {
+                retired.framesIn += c.framesIn; retired.framesOut += c.framesOut
+                retired.bytesIn += c.bytesIn; retired.bytesOut += c.bytesOut
+                retired.linksUpTotal += c.linksUpTotal; retired.handshakeFailures += c.handshakeFailures
+                retired.refusedRole += c.refusedRole
+            }
+            s.stop(reason: reason)
+        }
+        d?.stop(grace: 0.5)
+    }
+
+    // MARK: Status
+
+    public var status: TransportStatus {
+        lock.withLock {
+            let snap = server?.snapshot
+            let c = snap?.counters ?? .init()
+            var details: [String: String] = [
+                "radios": radios.map(\.summary).joined(separator: "; "),
+                "p2p_radios": radios.filter(\.supportsP2PGO).map { $0.name }.joined(separator: ","),
+                "frequency": "\(settings.frequency)",
+                "wps_method": settings.wpsMethod.rawValue,
+                "supplicant": settings.manageSupplicant ? (supplicant.map { "managed pid \($0.pid)" } ?? "managed, not running") : "external",
+                "ctrl_interface": controlPath.isEmpty ? settings.ctrlInterface : controlPath,
+                "group_interface": groupInterface ?? "",
+                "group_ssid": groupSSID ?? "",
+                "group_address": "\(settings.groupAddress)/\(settings.prefixLength)",
+                "listen": server.map { "\(settings.groupAddress):\($0.port)" } ?? "",
+                "dhcp": settings.dhcp ? (dhcp.map { "dnsmasq pid \($0.pid)" } ?? "not running") : "off",
+                "stations": "\(stations.count)",
+                "devices_found": "\(devicesFound.count)",
+                "groups_formed": "\(groupsFormed)",
+                "group_removals": "\(groupRemovals)",
+                "links_up_total": "\(retired.linksUpTotal + c.linksUpTotal)",
+                "handshake_failures": "\(retired.handshakeFailures + c.handshakeFailures)",
+                "refused_role": "\(retired.refusedRole + c.refusedRole)",
+            ]
+            if let g = goDeviceAddress { details["go_device_address"] = g }
+            return TransportStatus(state: state, reason: reason, links: snap?.links ?? 0, peers: snap?.peers ?? 0,
+                                   framesIn: retired.framesIn + c.framesIn, framesOut: retired.framesOut + c.framesOut,
+                                   bytesIn: retired.bytesIn + c.bytesIn, bytesOut: retired.bytesOut + c.bytesOut,
+                                   lastError: lastError, details: details)
+        }
+    }
+}

@@ -1,2 +1,0 @@
-import XCTest
-final class WiFiDirectPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

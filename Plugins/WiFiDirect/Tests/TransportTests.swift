@@ -1,0 +1,94 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokTransportWiFiDirect
+
+/// Config keys, and the transport's start paths that can be real on this machine.
+final class TransportTests: XCTestCase {
+    func testDefaultsAndBadKeys() throws {
+        let s = try TestConfig.settings([:])
+        XCTAssertEqual(s.interface, "wlan0")
+        XCTAssertTrue(s.manageSupplicant)
+        XCTAssertEqual(s.ctrlInterface, "/run/wpa_supplicant/p2p-dev-wlan0")
+        XCTAssertEqual(s.groupAddress, "192.168.49.1")
+        XCTAssertEqual(s.prefixLength, 24)
+        XCTAssertEqual(s.port, 7814)
+        XCTAssertEqual(s.cost, 5)
+        XCTAssertEqual(s.frequency, 2437)
+        XCTAssertEqual(s.wpsMethod, .pbc)
+        XCTAssertEqual(s.readTimeoutMs, 60_000)
+        XCTAssertEqual(s.dhcpRange.0, "192.168.49.10")
+        XCTAssertEqual(s.dhcpRange.1, "192.168.49.250")
+        XCTAssertEqual(s.netmask, "255.255.255.0")
+
+        func error(_ values: [String: ConfigValue]) -> String {
+            do { _ = try TestConfig.settings(values); return "no error" } catch { return "\(error)" }
+        }
+        XCTAssertTrue(error(["prot": .int(1)]).hasPrefix("transports.wifi-direct.prot (line 20): unknown key"))
+        XCTAssertEqual(error(["frequency": .int(2442)]), "transports.wifi-direct.frequency (line 20): 2442 MHz is not a 2.4 GHz social channel (2412, 2437 or 2462)")
+        XCTAssertTrue(error(["wps_method": .string("pin")]).contains("8-digit wps_pin"))
+        XCTAssertEqual(error(["wps_method": .string("pin"), "wps_pin": .string("12345670")]), "no error")
+        XCTAssertTrue(error(["group_address": .string("192.168.49.1")]).contains("expected IPv4 address/prefix"))
+        XCTAssertTrue(error(["interface": .string("wl an0")]).contains("not a network interface name"))
+    }
+
+    func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, Recorder) {
+        let r = Recorder()
+        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestIdentity(1), reporter: r.reporter)
+        if let probe { t.probe = probe }
+        addTeardownBlock { t.stop() }
+        return (t, r)
+    }
+
+    /// A stand-in radio (this machine has none) so the supplicant paths after the probe run for real.
+    static let fakeRadio: () throws -> RadioProbeResult = {
+        RadioProbeResult(wiphys: [Wiphy(index: 0, name: "phy0", interfaceTypes: [.station, .p2pGO, .p2pClient], frequencies: [2412, 2437, 2462])])
+    }
+
+    func testStartOnThisMachineReportsTheRealRadioSituation() throws {
+        let (t, _) = try transport(["runtime_dir": .string(TestConfig.tempDir("probe"))])
+        guard (try? NL80211Probe.probe()) == nil else { throw XCTSkip("this machine has a P2P radio") }
+        XCTAssertThrowsError(try t.start()) { error in
+            guard case .unavailable(let why)? = error as? TransportError else { return XCTFail("\(error)") }
+            XCTAssertEqual(t.status.reason, why)
+        }
+        XCTAssertEqual(t.status.state, .unavailable)
+        if !FileManager.default.fileExists(atPath: "/sys/module/cfg80211") {
+            XCTAssertEqual(t.status.reason, "no Wi-Fi: the kernel has no nl80211 family (no wireless driver loaded)")
+        }
+    }
+
+    func testMissingSupplicantBinaryFailsWithThePath() throws {
+        let (t, _) = try transport(["supplicant_path": .string("/nonexistent/wpa_supplicant"), "runtime_dir": .string(TestConfig.tempDir("nobin"))],
+                                   probe: Self.fakeRadio)
+        XCTAssertThrowsError(try t.start())
+        XCTAssertEqual(t.status.state, .failed)
+        XCTAssertTrue(t.status.reason.contains("/nonexistent/wpa_supplicant does not exist"), t.status.reason)
+    }
+
+    func testAbsentControlSocketIsNamed() throws {
+        let dir = TestConfig.tempDir("nosock")
+        let (t, _) = try transport(["manage_supplicant": .bool(false), "ctrl_interface": .string("\(dir)/p2p-dev-wlan9"), "runtime_dir": .string(dir)],
+                                   probe: Self.fakeRadio)
+        XCTAssertThrowsError(try t.start())
+        XCTAssertEqual(t.status.state, .failed)
+        XCTAssertEqual(t.status.reason, "wpa_supplicant control socket \(dir)/p2p-dev-wlan9 does not exist (is wpa_supplicant running with that ctrl_interface?)")
+    }
+
+    /// A real supplicant without P2P on that socket (its global interface): the group request is
+    /// refused and the transport says which command.
+    func testASupplicantThatRefusesTheGroupFailsStart() throws {
+        let dir = TestConfig.tempDir("refuse")
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: WPAControlTests.binary))
+        let p = try ChildProcess(executable: WPAControlTests.binary, arguments: ["-g", "\(dir)/global"], logPath: "\(dir)/wpa.log", hint: "")
+        defer { p.stop() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: "\(dir)/global") && Date() < deadline { usleep(20_000) }
+        let (t, r) = try transport(["manage_supplicant": .bool(false), "ctrl_interface": .string("\(dir)/global"), "runtime_dir": .string(dir)],
+                                   probe: Self.fakeRadio)
+        XCTAssertThrowsError(try t.start())
+        XCTAssertEqual(t.status.state, .failed)
+        XCTAssertEqual(t.status.reason, "wpa_supplicant does not know the command P2P_GROUP_ADD (built without P2P?)")
+        XCTAssertTrue(r.logs.contains { $0.contains("cannot advertise _yaok._tcp") })
+    }
+}

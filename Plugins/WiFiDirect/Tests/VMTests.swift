@@ -1,0 +1,104 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokTransportWiFiDirect
+
+/// The two halves of Tests/vmlab/wifi-test.sh, run inside the VM with mac80211_hwsim radios.
+/// Skipped unless YAOK_WIFI_VM is `hub` or `phone`; files in YAOK_WIFI_VM_DIR coordinate them.
+final class VMTests: XCTestCase {
+    var role: String? { ProcessInfo.processInfo.environment["YAOK_WIFI_VM"] }
+    var dir: String { ProcessInfo.processInfo.environment["YAOK_WIFI_VM_DIR"] ?? "/tmp" }
+
+    func note(_ name: String, _ text: String) {
+        FileManager.default.createFile(atPath: "\(dir)/\(name)", contents: Data((text + "\n").utf8))
+        print("VM \(name): \(text)")
+    }
+
+    func waitForFile(_ name: String, timeout: Double) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if FileManager.default.fileExists(atPath: "\(dir)/\(name)") { return true }
+            usleep(100_000)
+        }
+        return false
+    }
+
+    func waitFor(_ what: String, timeout: Double, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return true }
+            usleep(100_000)
+        }
+        XCTFail("timed out after \(timeout) s waiting for \(what)")
+        return false
+    }
+
+    /// The hub: the real plugin code on a hwsim radio; echoes every record back to its sender.
+    func testHubSide() throws {
+        try XCTSkipUnless(role == "hub", "runs only in the VM (YAOK_WIFI_VM=hub)")
+        let r = Recorder()
+        var reporter = r.reporter
+        let settings = try TestConfig.settings([
+            "interface": .string(ProcessInfo.processInfo.environment["YAOK_WIFI_IF"] ?? "wlan0"),
+            "runtime_dir": .string("\(dir)/hub-run"),
+        ])
+        let box = TransportBox()
+        reporter.frame = { frame, link in
+            r.addFrame(frame, link)
+            try? box.transport?.send(frame, to: link) // echo
+        }
+        let t = WiFiDirectTransport(settings: settings, identity: TestIdentity(1), reporter: reporter)
+        box.transport = t
+        defer { t.stop() }
+        try t.start()
+        note("hub-probe", t.status.details["radios"] ?? "")
+        guard waitFor("the group to come up", timeout: 60, { t.status.state == .running }) else { return }
+        note("hub-group", "\(t.status.details["group_interface"] ?? "") \(t.status.details["go_device_address"] ?? "") \(t.status.reason)")
+        guard waitForFile("phone-done", timeout: 180) else { return XCTFail("the phone never finished") }
+        XCTAssertGreaterThanOrEqual(r.ups.count, 1, "a phone linked up")
+        XCTAssertEqual(r.ups.first?.peerRole, .endpoint)
+        XCTAssertGreaterThan(t.status.framesIn, 0)
+        note("hub-links", "links_up=\(r.ups.count) frames_in=\(t.status.framesIn) stations=\(t.status.details["stations"] ?? "")")
+        // Tear the group down from outside; the plugin must re-form it.
+        let iface = t.status.details["group_interface"] ?? ""
+        let ctrl = t.status.details["ctrl_interface"] ?? ""
+        let c = try WPAControlSocket(path: ctrl, localDirectory: "\(dir)/hub-run")
+        try c.expectOK("P2P_GROUP_REMOVE \(iface)")
+        c.close()
+        XCTAssertTrue(waitFor("the group to be re-formed", timeout: 60) {
+            t.status.state == .running && t.status.details["groups_formed"] == "2"
+        })
+        XCTAssertEqual(t.status.details["group_removals"], "1")
+        XCTAssertFalse(r.downs.isEmpty, "the phone's link went down")
+        note("hub-reformed", "\(t.status.details["group_interface"] ?? "") groups_formed=\(t.status.details["groups_formed"] ?? "") \(t.status.reason)")
+    }
+
+    /// The phone: in its own network namespace, joined to the group by the script; links to
+    /// the hub over TCP, exchanges records, and times a 1 MB stream (reported, not asserted).
+    func testPhoneSide() throws {
+        try XCTSkipUnless(role == "phone", "runs only in the VM (YAOK_WIFI_VM=phone)")
+        let host = ProcessInfo.processInfo.environment["YAOK_WIFI_HUB"] ?? "192.168.49.1"
+        let client = try WiFiDirectClient(host: host, port: 7814, identity: TestIdentity(2))
+        XCTAssertEqual(client.hub.signingKey, TestIdentity(1).signingKey)
+        let hello = TLVRecord(.bundle, value: Array("hello over wi-fi direct".utf8)).encoded
+        try client.send(hello)
+        XCTAssertEqual(try client.receive(timeout: 10), hello, "the hub echoed the record")
+        let frame = TLVRecord(.bundle, value: [UInt8](repeating: 0x5a, count: 1021)).encoded
+        let t0 = Date()
+        for _ in 0..<1024 { try client.send(frame) }
+        var echoed = 0
+        while echoed < 1024, let f = try client.receive(timeout: 30) {
+            XCTAssertEqual(f, frame)
+            echoed += 1
+        }
+        let seconds = Date().timeIntervalSince(t0)
+        XCTAssertEqual(echoed, 1024)
+        note("phone-bench", String(format: "1 MB of 1 KB TLV records to the hub and echoed back over the P2P group: %.2f s (%.2f Mbit/s each way)", seconds, 8.0 / seconds))
+        client.close()
+        note("phone-done", "ok")
+    }
+}
+
+final class TransportBox: @unchecked Sendable {
+    var transport: WiFiDirectTransport?
+}

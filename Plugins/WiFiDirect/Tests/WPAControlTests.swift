@@ -1,0 +1,82 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokTransportWiFiDirect
+
+/// The control-interface client against a real wpa_supplicant (Debian's wpasupplicant). This
+/// machine has no Wi-Fi, so the supplicant runs with only its global control socket (`-g`),
+/// which needs no interface: real PING, real refusals, a real vanishing socket.
+final class WPAControlTests: XCTestCase {
+    static let binary = "/usr/sbin/wpa_supplicant"
+
+    func startGlobalSupplicant(_ dir: String) throws -> ChildProcess {
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: Self.binary), "wpa_supplicant is not installed")
+        let p = try ChildProcess(executable: Self.binary, arguments: ["-g", "\(dir)/global"], logPath: "\(dir)/wpa.log", hint: "")
+        addTeardownBlock { p.stop() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: "\(dir)/global") {
+            guard Date() < deadline, p.isRunning else { XCTFail("no global socket: \(p.logTail())"); break }
+            usleep(20_000)
+        }
+        return p
+    }
+
+    func testRequestsRefusalsAndAVanishingSocket() throws {
+        let dir = TestConfig.tempDir("ctrl")
+        let p = try startGlobalSupplicant(dir)
+        let c = try WPAControlSocket(path: "\(dir)/global", localDirectory: dir)
+        XCTAssertEqual(try c.request("PING"), "PONG\n")
+        // A command the global interface does not know: a typed error naming it.
+        XCTAssertThrowsError(try c.checked("P2P_GROUP_ADD persistent freq=2437")) {
+            XCTAssertEqual($0 as? WPAControlError, .unknownCommand("P2P_GROUP_ADD"))
+        }
+        // A command it knows but refuses.
+        XCTAssertThrowsError(try c.expectOK("INTERFACE_REMOVE yaok-no-such-if")) { error in
+            guard case .refused(let command, let reply)? = error as? WPAControlError else { return XCTFail("\(error)") }
+            XCTAssertEqual(command, "INTERFACE_REMOVE")
+            XCTAssertTrue(reply.hasPrefix("FAIL"), reply)
+        }
+        // Events: ATTACH works on a second socket.
+        let events = try WPAControlSocket(path: "\(dir)/global", localDirectory: dir)
+        try events.attach()
+        XCTAssertNil(try events.receive(timeout: 0.2), "nothing happens on an idle supplicant")
+
+        // The supplicant exits: requests on the open socket fail (not hang), a new socket names the missing path.
+        p.stop()
+        XCTAssertThrowsError(try c.request("PING", timeout: 1)) { error in
+            switch error as? WPAControlError {
+            case .unreachable?, .timeout?: break
+            default: XCTFail("unexpected \(error)")
+            }
+        }
+        XCTAssertThrowsError(try WPAControlSocket(path: "\(dir)/global", localDirectory: dir)) {
+            XCTAssertEqual($0 as? WPAControlError, .socketMissing(path: "\(dir)/global"))
+            XCTAssertTrue("\($0)".contains("does not exist"))
+        }
+        c.close()
+        events.close()
+        let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir).filter { $0.hasPrefix("yaok-wpa-") }
+        XCTAssertEqual(leftovers, [], "client sockets are removed on close")
+    }
+
+    func testEventParsing() throws {
+        let e = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-GROUP-STARTED p2p-wlan0-0 GO ssid=\"DIRECT-ab hub\" freq=2437 passphrase=\"secret12\" go_dev_addr=02:00:00:00:01:00 [PERSISTENT]"))
+        XCTAssertEqual(e.level, 3)
+        XCTAssertEqual(e.name, "P2P-GROUP-STARTED")
+        XCTAssertEqual(e.arguments, ["p2p-wlan0-0", "GO", "[PERSISTENT]"])
+        XCTAssertEqual(e.fields["ssid"], "DIRECT-ab hub")
+        XCTAssertEqual(e.fields["freq"], "2437")
+        XCTAssertFalse(e.redacted.contains("secret12"), "passphrases never reach a log")
+        let found = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-DEVICE-FOUND 02:00:00:00:02:00 p2p_dev_addr=02:00:00:00:02:00 name='phone'"))
+        XCTAssertEqual(found.fields["p2p_dev_addr"], "02:00:00:00:02:00")
+        XCTAssertNil(WPAEvent(parsing: "OK\n"))
+        XCTAssertNil(WPAEvent(parsing: "<x>FOO"))
+        XCTAssertNil(WPAEvent(parsing: "<3>"))
+    }
+
+    func testServiceAdvertisementUsesDNSWireFormat() {
+        XCTAssertEqual(P2PService.ptrCommand(instance: "hub"), "P2P_SERVICE_ADD bonjour 055f79616f6bc00c000c01 03687562c027")
+        XCTAssertEqual(P2PService.txtCommand(instance: "hub", port: 7814),
+                       "P2P_SERVICE_ADD bonjour 03687562055f79616f6bc00c001001 09706f72743d37383134")
+    }
+}
