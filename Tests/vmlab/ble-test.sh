@@ -10,12 +10,25 @@
 #         swift build --scratch-path .build-ble --product yaok-hub
 #         swift build --scratch-path .build-ble --product yaok-plugin-ble)
 # Prints BLE_TEST=PASS and exits 0 when every check passed.
-. "$(dirname "$0")/lib.sh"; vmlab_enter "$@"
-exec 2>&1
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$REPO/.build-ble}
 HUB=$BUILD/debug/yaok-hub
 PLUGIN=$BUILD/debug/libyaok-plugin-ble.so
+PHONE=$REPO/Tests/vmlab/out/ble-phone
+# On the host: build the test phone (swiftc is slow under TCG), then boot the VM.
+if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
+  D=$BUILD/debug
+  mkdir -p "$(dirname "$PHONE")"
+  swiftc -g -o "$PHONE" "$REPO/Tests/vmlab/ble-phone.swift" -I "$D/Modules" \
+    -Xcc -fmodule-map-file="$REPO/Sources/CSodium/module.modulemap" \
+    -Xcc -fmodule-map-file="$REPO/Sources/CBluetooth/module.modulemap" \
+    -Xcc -fmodule-map-file="$D/CYaokPlugin.build/module.modulemap" \
+    -Xcc -I"$REPO/Sources/PluginAPI/Sources/CYaokPlugin/include" \
+    -L "$D" -lyaok-plugin-ble -lsodium -Xlinker -rpath -Xlinker "$D" 2>&1 | grep -v warning
+  [ -x "$PHONE" ] || { echo "BLE_TEST=FAIL: cannot build $PHONE"; exit 1; }
+fi
+. "$(dirname "$0")/lib.sh"; vmlab_enter "$@"
+exec 2>&1
 FAILS=0
 check() {   # check DESCRIPTION COMMAND... — records a failure instead of stopping
   local what=$1; shift
@@ -123,6 +136,19 @@ check "Identity starts with role 02 (hub)" sh -c "echo '$IDENT' | grep -q '^02'"
 check "Identity carries the hub's signing key" sh -c "[ -n '$HUBKEY' ] && echo '$HUBKEY' | grep -q \"^\$(echo '$IDENT' | cut -c3-)\""
 CTRL=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 985e0005-a6d1-4b8d-91e4-1f4ec90c658a | sed -n 's/.*value: //p' | tr -d ' ')
 check "Control reads version 1, handshaking (0100)" [ "$CTRL" = 0100 ]
+
+step "phone: BLEHubClient connects, discovers, subscribes, runs the link handshake"
+"$PHONE" hci1 "$A0" 6 > /tmp/phone.log 2>&1 &
+PHONE_PID=$!
+wait_for 60 "the phone's handshake" grep -q -E 'HANDSHAKE_OK|PHONE_ERROR' /tmp/phone.log
+cat /tmp/phone.log
+check "handshake proved the hub's key" grep -q "HANDSHAKE_OK hub=$HUBKEY role=hub" /tmp/phone.log
+links_are() { ble_status | tr -d ' \n' | grep -q "\"links\":$1[,}]"; }
+check "hub reports the link up (links: 1)" wait_for 20 "links 1" links_are 1
+PHONEKEY=$(sed -n 's/^phone signing key: //p' /tmp/phone.log)
+check "hub log names the phone's link" wait_for 10 "link-up log" grep -q -i "link.*up\|up.*link" $W/hub.log
+wait "$PHONE_PID"
+check "link reported down after the phone left (links: 0)" wait_for 30 "links 0" links_are 0
 
 step "the hub keeps advertising after centrals come and go"
 check "hub still running" ble_state_is running
