@@ -28,6 +28,11 @@ public final class RelayClient: @unchecked Sendable {
         /// Resend an unanswered SEND / REGISTER after this long, at most ``maxAttempts`` times.
         public var requestRetryMs: Int64 = 2_000
         public var maxAttempts = 5
+        /// Events kept for the blocking helpers (``waitFor(_:timeout:after:_:)``); 0 when only
+        /// ``onEvent`` is used (the plugin), so received bundles are not held twice.
+        public var eventHistory = 1_024
+        /// SENDs awaiting QUEUED at most; more are refused at once.
+        public var maxPendingSends = 1_024
         /// Wall clock in milliseconds (registration timestamps).
         public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
 
@@ -185,6 +190,9 @@ public final class RelayClient: @unchecked Sendable {
         let now = configuration.clock()
         try lock.withLock {
             guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
+            guard pendingSends.count < configuration.maxPendingSends || pendingSends[id] != nil else {
+                throw RelayProtocolError.invalid("\(pendingSends.count) sends already wait for the relay's answer")
+            }
             pendingSends[id] = PendingSend(message: bundle, attempts: 1, nextRetryMs: now + configuration.requestRetryMs)
             try transmit(.send, bundle, session)
             counters.sent += 1
@@ -318,8 +326,11 @@ public final class RelayClient: @unchecked Sendable {
     private func emit(_ event: Event) {
         condition.withLock {
             eventSeq += 1
-            eventLog.append((eventSeq, event))
-            if eventLog.count > 4096 { eventLog.removeFirst(eventLog.count - 4096) }
+            let keep = configuration.eventHistory
+            if keep > 0 {
+                eventLog.append((eventSeq, event))
+                if eventLog.count > keep { eventLog.removeFirst(eventLog.count - keep) }
+            }
             condition.broadcast()
         }
         onEvent(event)

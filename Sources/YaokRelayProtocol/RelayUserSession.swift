@@ -8,6 +8,30 @@ import YaokWire
 public final class RelayUserSession: @unchecked Sendable {
     public let identity: Identity
     public let client: RelayClient
+    private let inbox = Inbox()
+
+    /// Bundles received (pushed or polled) and not yet handed out by ``receive(timeout:)``.
+    final class Inbox: @unchecked Sendable {
+        private let lock = NSLock()
+        private var order: [[UInt8]] = []
+        private var bundles: [[UInt8]: [UInt8]] = [:]
+        static let limit = 1_000
+
+        func add(_ bundle: [UInt8], id: [UInt8]) {
+            lock.withLock {
+                guard bundles[id] == nil, bundles.count < Self.limit else { return }
+                bundles[id] = bundle
+                order.append(id)
+            }
+        }
+
+        func drain() -> [[UInt8]] {
+            lock.withLock {
+                defer { order.removeAll(); bundles.removeAll() }
+                return order.compactMap { bundles[$0] }
+            }
+        }
+    }
 
     /// - Parameters:
     ///   - relay: the relay's address.
@@ -16,6 +40,11 @@ public final class RelayUserSession: @unchecked Sendable {
         self.identity = identity
         client = RelayClient(configuration: RelayClient.Configuration(relay: relay, relaySigningKey: relayKey))
         let clock = client.configuration.clock
+        // Pushed MSGs (e.g. right after registering) arrive outside any poll round: keep them.
+        let inbox = self.inbox
+        client.onEvent = { event in
+            if case .message(let bundle, let id) = event { inbox.add(bundle, id: id) }
+        }
         client.registrationProvider = {
             (try? Registration.signed(by: identity, relaySigningKey: relayKey, timestampMs: clock())).map { [$0] } ?? []
         }
@@ -42,10 +71,12 @@ public final class RelayUserSession: @unchecked Sendable {
         try client.sendAndWait(bundle: YaokWire.Bundle(envelope: envelope).encoded, timeout: timeout)
     }
 
-    /// One poll round: the bundles waiting for this user (plus any pushed meanwhile).
-    /// Store them, then call ``acknowledge(_:)``.
+    /// One poll round: the bundles waiting for this user, plus any pushed since the last
+    /// call (the relay pushes queued mail as soon as the user registers). Store them, then
+    /// call ``acknowledge(_:)``; unacknowledged ones come again after the relay's lease.
     public func receive(timeout: TimeInterval = 10) throws -> [YaokWire.Bundle] {
-        try client.pollAndWait(timeout: timeout).compactMap { try? YaokWire.Bundle(parsing: $0.bundle) }
+        _ = try client.pollAndWait(timeout: timeout)
+        return inbox.drain().compactMap { try? YaokWire.Bundle(parsing: $0) }
     }
 
     /// Tells the relay these messages are stored; it deletes them.

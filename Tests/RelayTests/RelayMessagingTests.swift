@@ -150,10 +150,11 @@ final class RelayUserSessionTests: XCTestCase {
                                                 recipientKXKey: bob.kxKey, createdMs: nowMs())
         XCTAssertEqual(try a.send(envelope).status, .queued)
         try b.open()
-        // Registration pushed it; the poll round after that re-offers nothing until the lease ends,
-        // so take it from the pushed MSG.
-        let pushed = try b.client.nextMessage(after: 0, timeout: 5)
-        let bundle = try YaokWire.Bundle(parsing: pushed.bundle)
+        // Registration pushed it (leased, so the poll round itself returns nothing new);
+        // receive() hands out what was pushed as well.
+        let got = try b.receive()
+        XCTAssertEqual(got.count, 1)
+        let bundle = try XCTUnwrap(got.first)
         XCTAssertEqual(try bundle.envelope.open(with: bob), Array("over the internet".utf8))
         try b.acknowledge([bundle.envelope.messageID])
         XCTAssertTrue(eventually { relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })

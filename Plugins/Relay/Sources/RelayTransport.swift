@@ -63,6 +63,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         self.hubUserID = Hash.sha256(context.identity.signingKey)
         var cfg = RelayClient.Configuration(relay: address, relaySigningKey: key)
         cfg.pingIntervalMs = Int64(ping) * 1000
+        cfg.eventHistory = 0   // events go to the host as they come; nothing waits on history
         let clock = context.clock
         cfg.clock = { clock.nowMilliseconds() }
         self.client = RelayClient(configuration: cfg)
