@@ -1,0 +1,154 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokRelayProtocol
+import YaokWire
+
+/// Real processes end to end: a `yaok` endpoint hands a message to a `yaok-hub` over UDP;
+/// the hub's relay transport (the built plugin) carries it to a `yaok-relay`, which pushes it
+/// to the recipient connected to the relay from the internet side (`RelayUserSession`).
+final class RelayHubEndToEndTests: XCTestCase {
+    private var cleanup: [() -> Void] = []
+    override func tearDown() { for c in cleanup.reversed() { c() } }
+
+    private func tempDir() throws -> String {
+        let d = NSTemporaryDirectory() + "yaok-relay-e2e-" + Hex.encode(Random.bytes(6))
+        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        cleanup.append { try? FileManager.default.removeItem(atPath: d) }
+        return d
+    }
+
+    private func product(_ name: String) throws -> String {
+        let path = RelayProcess.productsDirectory + "/" + name
+        guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("\(name) is not built") }
+        return path
+    }
+
+    /// Runs a command to completion (bounded), returning status and combined output.
+    private func run(_ exe: String, _ args: [String], timeout: TimeInterval = 60) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: exe)
+        p.arguments = args
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        let done = DispatchSemaphore(value: 0)
+        p.terminationHandler = { _ in done.signal() }
+        try p.run()
+        nonisolated(unsafe) var data = Data()
+        let readDone = DispatchSemaphore(value: 0)
+        DispatchQueue.global().async {
+            data = pipe.fileHandleForReading.readDataToEndOfFile()
+            readDone.signal()
+        }
+        if done.wait(timeout: .now() + timeout) == .timedOut {
+            p.terminate()
+            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
+        }
+        _ = readDone.wait(timeout: .now() + 10)
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    private static func freeUDPPort() -> UInt16 {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
+    func testEndpointToHubToRelayToInternetUser() throws {
+        let yaok = try product("yaok"), hubExe = try product("yaok-hub")
+        let relayDir = try tempDir()
+        let relay = try RelayProcess(dataDir: relayDir + "/relay")
+        cleanup.append { relay.stop() }
+
+        // The hub, with the udp and relay plugins.
+        let hubDir = try tempDir()
+        let plugins = hubDir + "/plugins"
+        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+        for lib in ["libyaok-plugin-udp.so", "libyaok-plugin-relay.so"] {
+            try FileManager.default.copyItem(atPath: try product(lib), toPath: plugins + "/" + lib)
+        }
+        let udpPort = Self.freeUDPPort()
+        let config = """
+        hub:
+          name: relay-e2e
+          data_dir: \(hubDir)/data
+          control_socket: \(hubDir)/control.sock
+          plugin_dirs: ["\(plugins)"]
+          log_level: debug
+        router:
+          custody_timeout_s: 5
+        transports:
+          udp:
+            enabled: true
+            listen: 127.0.0.1:\(udpPort)
+          relay:
+            enabled: true
+            address: 127.0.0.1:\(relay.port)
+            relay_key: \(Hex.encode(relay.key))
+            poll_interval_s: 1
+
+        """
+        try config.write(toFile: hubDir + "/hub.yaml", atomically: true, encoding: .utf8)
+        let hub = Process()
+        hub.executableURL = URL(fileURLWithPath: hubExe)
+        hub.arguments = ["run", "--config", hubDir + "/hub.yaml"]
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "NOTIFY_SOCKET")
+        hub.environment = env
+        FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
+        let log = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
+        hub.standardOutput = log
+        hub.standardError = log
+        try hub.run()
+        cleanup.append { if hub.isRunning { hub.terminate(); hub.waitUntilExit() } }
+        let hubLog = { (try? String(contentsOfFile: hubDir + "/hub.log", encoding: .utf8)) ?? "" }
+
+        // The hub registers itself with the relay once its relay link is up.
+        XCTAssertTrue(waitUntil(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
+
+        // Alice (a phone-like endpoint at the hub) and Bob (on the internet, at the relay).
+        let alice = hubDir + "/alice", bob = hubDir + "/bob"
+        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
+        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
+        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
+        let bobIdentity = try XCTUnwrap(IdentityFile.load(path: bob + "/identity.key"))
+        let bobAtRelay = RelayUserSession(identity: bobIdentity, relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relayKey: relay.key)
+        cleanup.append { bobAtRelay.close() }
+        try bobAtRelay.open()
+
+        let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over the uplink", "--hub", "udp://127.0.0.1:\(udpPort)", "--json", "--timeout", "20"])
+        XCTAssertEqual(sent.0, 0, sent.1)
+
+        // The hub forwards it to the relay, which pushes it to Bob at once.
+        var received: [YaokWire.Bundle] = []
+        let deadline = Date().addingTimeInterval(30)
+        while received.isEmpty && Date() < deadline { received = try bobAtRelay.receive(timeout: 5) }
+        let bundle = try XCTUnwrap(received.first, "nothing reached Bob; hub log:\n\(hubLog())")
+        XCTAssertGreaterThanOrEqual(bundle.hop.hopCount, 1, "the hub forwarded it")
+        let plaintext = try bundle.envelope.open(with: bobIdentity)
+        XCTAssertTrue(String(decoding: plaintext, as: UTF8.self).contains("hello over the uplink"))
+        try bobAtRelay.acknowledge([bundle.envelope.messageID])
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertEqual(relay.metric("yaok_relay_sends_pushed_total"), 1)
+        // The hub's relay link is up in its status.
+        let status = try run(hubExe, ["status", "--socket", hubDir + "/control.sock", "--json"])
+        XCTAssertTrue(status.1.contains("\"relay\""), status.1)
+    }
+
+    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if condition() { return true }
+            Thread.sleep(forTimeInterval: 0.05)
+        }
+        return condition()
+    }
+}
