@@ -38,6 +38,9 @@ extension YaokRelay {
         @Option(name: .customLong("messages-per-hour"), help: "Messages one sender may send per hour.")
         var messagesPerHour = 100
 
+        @Option(name: .customLong("packets-per-second-per-ip"), help: "Datagrams per second accepted from one IP address (burst: twice this). Raise it for carrier-grade NAT.")
+        var packetsPerSecondPerIP = 500
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error.")
         var logLevel = "info"
 
@@ -53,6 +56,7 @@ extension YaokRelay {
             }
             var limits = RelayLimits()
             limits.messagesPerHour = max(1, messagesPerHour)
+            limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
             let (identity, store) = try RelayServer.openDataDirectory(dataDir)
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })
