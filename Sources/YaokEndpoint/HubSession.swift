@@ -1,5 +1,6 @@
 import Foundation
 import YaokPluginKit
+import YaokRelayProtocol
 import YaokTransportUDP
 import YaokWire
 
@@ -27,6 +28,9 @@ public final class HubSession: @unchecked Sendable {
     /// Outbox items sent on this link and not yet acknowledged, with when they were sent.
     private var inFlight: [[UInt8]: Int64] = [:]
     private var timer: DispatchSourceTimer?
+    /// When set, the endpoint asks its hub to make it reachable through this relay
+    /// (the relay's pinned Ed25519 key): a fresh signed registration goes with every connect.
+    public var relayKey: [UInt8]?
     /// Items sent before waiting for acknowledgements.
     public static let window = 64
     /// Resend an unacknowledged item after this long.
@@ -109,6 +113,9 @@ public final class HubSession: @unchecked Sendable {
         link = info.id
         inFlight.removeAll()
         onEvent(.connected(hub: info.remote ?? hub.description))
+        if let relayKey, let registration = try? Registration.signed(by: endpoint.identity, relaySigningKey: relayKey, timestampMs: endpoint.now()) {
+            send(TLVRecord(.registration, value: registration.encoded))
+        }
         pushOutbox()
     }
 

@@ -92,6 +92,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Where endpoints were last announced as attached: user ID → (hub ID, timestamp).
     private var attachments: [[UInt8]: (hub: [UInt8], atMs: Int64)] = [:]
     private var senderWindow: (startMs: Int64, counts: [[UInt8]: Int]) = (0, [:])
+    /// The latest relay registration each attached endpoint gave us (the relay checks it).
+    private var registrations: [[UInt8]: [UInt8]] = [:]
     private var timer: DispatchSourceTimer?
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
@@ -188,9 +190,24 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             offerAll(to: link)
             sendAttachmentAnnouncement(to: link)
         case .relay:
+            for endpoint in links.values where endpoint.info.peerRole == .endpoint {
+                if let r = registrations[endpoint.peerID] { _ = send(TLVRecord(.registration, value: r), on: link) }
+            }
             pushForwardable(to: link)
         }
         onChange?()
+    }
+
+    /// A phone asks to be reachable from the internet through this hub: carry its
+    /// registration (signed by the phone, bound to the relay's key and a timestamp) to
+    /// every relay link, now and whenever a relay link comes up while the phone is here.
+    private func handleRegistration(_ value: [UInt8], from link: Link) {
+        guard link.info.peerRole == .endpoint, value.count <= 1024 else { counters.refusedMalformed += 1; return }
+        registrations[link.peerID] = value
+        if registrations.count > 10_000 { registrations.removeAll() }
+        for relay in links.values where relay.info.peerRole == .relay {
+            _ = send(TLVRecord(.registration, value: value), on: relay)
+        }
     }
 
     private func handleLinkDown(_ key: LinkKey, reason: String?) {
@@ -246,6 +263,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .summary: handleOffer(record.value, from: link)
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
+        case .registration: handleRegistration(record.value, from: link)
         case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
         case .pong, .linkChallenge, .linkProof, .linkClose: break
         case nil:

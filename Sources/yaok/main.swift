@@ -109,8 +109,49 @@ struct Contacts: ParsableCommand {
     }
 }
 
+/// Where to attach: a hub, or the relay directly.
+struct AttachOptions: ParsableArguments {
+    @Option(help: "Hub to attach to, udp://HOST:PORT.") var hub: String?
+    @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT.") var relay: String?
+    @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub so internet users can reach you there.")
+    var relayKey: String?
+
+    func key() throws -> [UInt8]? {
+        guard let relayKey else { return nil }
+        guard let k = YaokPluginKit.Hex.decode(relayKey), k.count == 32 else { throw ValidationError("--relay-key must be 64 hex digits") }
+        return k
+    }
+
+    var isSet: Bool { hub != nil || relay != nil }
+}
+
+/// Runs a session with a hub or the relay until `done` says stop or `timeout` passes.
+func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double, json: Bool,
+                 done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
+    final class Flag: @unchecked Sendable { var set = false; let lock = NSLock() }
+    let flag = Flag()
+    let handler: @Sendable (HubSession.Event) -> Void = { event in
+        report(event, json: json)
+        if done(event) { flag.lock.withLock { flag.set = true } }
+    }
+    if let relay = attach.relay {
+        guard let key = try attach.key() else { throw ValidationError("--relay needs --relay-key (pin the relay's key)") }
+        let session = RelaySession(endpoint: endpoint, relay: try RelaySession.parseRelay(relay), relayKey: key, onEvent: handler)
+        defer { session.close() }
+        try session.open()
+        session.pushOutbox()
+        let deadline = Date().addingTimeInterval(timeout)
+        while !flag.lock.withLock({ flag.set }) && Date() < deadline {
+            try session.poll(timeout: min(3, max(0.5, deadline.timeIntervalSinceNow)))
+        }
+        return flag.lock.withLock { flag.set }
+    }
+    guard let hub = attach.hub else { throw ValidationError("give --hub or --relay") }
+    return try withHubSession(endpoint, hub: hub, relayKey: attach.key(), timeout: timeout, json: json, done: done)
+}
+
 /// Runs a hub session until `done` says stop or `timeout` passes.
-func withHubSession(_ endpoint: Endpoint, hub: String, timeout: Double, json: Bool,
+func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil, timeout: Double, json: Bool,
                     done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
     let address = try HubSession.parseHub(hub)
     let finished = DispatchSemaphore(value: 0)
@@ -118,6 +159,7 @@ func withHubSession(_ endpoint: Endpoint, hub: String, timeout: Double, json: Bo
         report(event, json: json)
         if done(event) { finished.signal() }
     }
+    session.relayKey = relayKey
     try session.start()
     defer { session.stop() }
     let ok = finished.wait(timeout: .now() + timeout) == .success
@@ -159,7 +201,7 @@ struct Send: ParsableCommand {
     @OptionGroup var home: HomeOption
     @Argument(help: "Contact name or ID prefix.") var contact: String
     @Argument(help: "The message text (up to 10 KB).") var text: String
-    @Option(help: "Hub to attach to, udp://HOST:PORT. Without it the message waits in the outbox.") var hub: String?
+    @OptionGroup var attach: AttachOptions
     @Option(help: "Seconds to wait for the hub to take custody.") var timeout: Double = 30
     @Flag(help: "Also wait for the recipient's delivery receipt.") var waitDelivered = false
     @Flag var json = false
@@ -170,9 +212,10 @@ struct Send: ParsableCommand {
         let item = try e.compose(to: c, text: text)
         let id = item.messageID
         json ? printJSON(["event": "queued", "id": hex(id)]) : print("queued \(hex(id).prefix(8)) for \(c.name)")
-        guard let hub else { return }
+        // Without --hub or --relay the message waits in the outbox for the next session.
+        guard attach.isSet else { return }
         let waitDelivered = self.waitDelivered
-        let ok = try withHubSession(e, hub: hub, timeout: timeout, json: json) { event in
+        let ok = try withSession(e, attach, timeout: timeout, json: json) { event in
             switch event {
             case .handedOver(let acked): return acked == id && !waitDelivered
             case .incoming(.receipt(_, let ref)): return ref == id
@@ -184,9 +227,9 @@ struct Send: ParsableCommand {
 }
 
 struct Listen: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Attach to a hub: send the outbox, receive messages and receipts.")
+    static let configuration = CommandConfiguration(abstract: "Attach to a hub or the relay: send the outbox, receive messages and receipts.")
     @OptionGroup var home: HomeOption
-    @Option(help: "Hub to attach to, udp://HOST:PORT.") var hub: String
+    @OptionGroup var attach: AttachOptions
     @Option(help: "Stop after this many new messages.") var count: Int?
     @Option(help: "Stop after this many seconds.") var timeout: Double = 3600
     @Flag var json = false
@@ -196,7 +239,7 @@ struct Listen: ParsableCommand {
         final class Counter: @unchecked Sendable { var n = 0; let lock = NSLock() }
         let counter = Counter()
         let limit = count
-        _ = try withHubSession(e, hub: hub, timeout: timeout, json: json) { event in
+        _ = try withSession(e, attach, timeout: timeout, json: json) { event in
             guard case .incoming(.message) = event, let limit else { return false }
             return counter.lock.withLock { counter.n += 1; return counter.n >= limit }
         }

@@ -60,6 +60,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case custodyRefused = 0x05
     /// Request: the message IDs (same layout as ``summary``) the sender wants from an offer.
     case request = 0x06
+    /// A phone's signed relay registration, carried by its hub to the relay.
+    case registration = 0x07
     /// Link handshake: a fresh 32-byte challenge.
     case linkChallenge = 0x10
     /// Link handshake: signed proof of identity answering the peer's challenge.
