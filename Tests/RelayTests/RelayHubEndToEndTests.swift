@@ -61,8 +61,16 @@ final class RelayHubEndToEndTests: XCTestCase {
         return UInt16(bigEndian: addr.sin_port)
     }
 
-    func testEndpointToHubToRelayToInternetUser() throws {
-        let yaok = try product("yaok"), hubExe = try product("yaok-hub")
+    struct Setup {
+        let relay: RelayProcess
+        let hubDir: String
+        let udpPort: UInt16
+        let log: () -> String
+    }
+
+    /// A relay process and a hub process with the udp and relay plugins, its relay link up.
+    private func startRelayAndHub() throws -> Setup {
+        let hubExe = try product("yaok-hub")
         let relayDir = try tempDir()
         let relay = try RelayProcess(dataDir: relayDir + "/relay")
         cleanup.append { relay.stop() }
@@ -112,6 +120,13 @@ final class RelayHubEndToEndTests: XCTestCase {
 
         // The hub registers itself with the relay once its relay link is up.
         XCTAssertTrue(waitUntil(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
+        return Setup(relay: relay, hubDir: hubDir, udpPort: udpPort, log: hubLog)
+    }
+
+    func testEndpointToHubToRelayToInternetUser() throws {
+        let yaok = try product("yaok"), hubExe = try product("yaok-hub")
+        let setup = try startRelayAndHub()
+        let (relay, hubDir, udpPort, hubLog) = (setup.relay, setup.hubDir, setup.udpPort, setup.log)
 
         // Alice (a phone-like endpoint at the hub) and Bob (on the internet, at the relay).
         let alice = hubDir + "/alice", bob = hubDir + "/bob"
@@ -141,6 +156,36 @@ final class RelayHubEndToEndTests: XCTestCase {
         // The hub's relay link is up in its status.
         let status = try run(hubExe, ["status", "--socket", hubDir + "/control.sock", "--json"])
         XCTAssertTrue(status.1.contains("\"relay\""), status.1)
+    }
+
+    /// Internet → phone: Bob sends through the relay directly (`yaok --relay`); Alice is at the
+    /// hub and asked it to register her with the relay (`--relay-key`, host frame 0x07); the
+    /// relay pushes Bob's message to the hub, which delivers it to Alice.
+    func testInternetUserToRelayToHubToEndpoint() throws {
+        let yaok = try product("yaok")
+        let setup = try startRelayAndHub()
+        let relayArgs = ["--relay-key", Hex.encode(setup.relay.key)]
+        let alice = setup.hubDir + "/alice", bob = setup.hubDir + "/bob"
+        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
+        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
+        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
+
+        // Bob, on the internet, hands the message to the relay; Alice is not reachable yet.
+        let sent = try run(yaok, ["send", "--home", bob, "Alice", "hello from the internet",
+                                  "--relay", "127.0.0.1:\(setup.relay.port)", "--json", "--timeout", "20"] + relayArgs)
+        XCTAssertEqual(sent.0, 0, sent.1)
+        XCTAssertEqual(setup.relay.metric("yaok_relay_sends_queued_total"), 1, sent.1)
+
+        // Alice attaches to the hub and registers through it: the queued message comes down.
+        let got = try run(yaok, ["listen", "--home", alice, "--hub", "udp://127.0.0.1:\(setup.udpPort)", "--count", "1",
+                                 "--json", "--timeout", "30"] + relayArgs, timeout: 60)
+        XCTAssertEqual(got.0, 0, got.1 + "\nhub log:\n" + setup.log())
+        XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
+        // The relay deleted it only after the hub's store took custody.
+        XCTAssertTrue(waitUntil { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
     }
 
     private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {

@@ -14,11 +14,11 @@ import YaokWire
 ///   the relay), its ERROR as `custodyRefused` (rate limited / store full / ...).
 /// - relay MSG → host `bundle`; the host's `custodyAck` for it → ACK to the relay, so the
 ///   relay deletes only after the hub's store committed.
-/// - host → `registration` (0x07, proposed): a phone's signed ``Registration`` to carry.
+/// - host → `registration` (0x07): a phone's signed ``Registration`` to carry.
 public final class RelayTransport: Transport, @unchecked Sendable {
-    /// Proposed host frame type carrying a phone's relay registration (120 bytes, see
-    /// Docs/relay-protocol.md). Not yet in ``FrameType``.
-    public static let registrationFrameType: UInt8 = 0x07
+    /// Host frame type carrying a phone's relay registration (120 bytes, see
+    /// Docs/relay-protocol.md): ``FrameType/registration``.
+    public static let registrationFrameType: UInt8 = FrameType.registration.rawValue
     /// Largest frame on the link: a TLV header plus the largest bundle.
     public static let linkMTU = TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength
     /// Messages handed to the host and awaiting its custody ack, at most.
@@ -184,6 +184,10 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         case .registered(let user, let status):
             if user == hubUserID {
                 hubRegistered(status)
+            } else if status == .replayed {
+                // The router re-sends a phone's registration whenever a relay link comes up; the
+                // relay already remembers the phone behind this hub from the first one (24 h).
+                context.logger.debug("relay already used this phone registration (\(Hex.encode(user.prefix(4))))")
             } else if status != .accepted {
                 context.logger.warning("relay refused a phone registration (\(Hex.encode(user.prefix(4)))): \(status)")
             }

@@ -19,9 +19,9 @@ final class RelayTransportUnitTests: XCTestCase {
         XCTAssertEqual(RelayTransport.refusalReason(.tooLarge), .malformed)
     }
 
-    func testLinkCarriesTheLargestBundleAndRegistrationFrameIsFree() {
+    func testLinkCarriesTheLargestBundleAndRegistrationFrameMatchesTheKit() {
         XCTAssertGreaterThanOrEqual(RelayTransport.linkMTU, TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength)
         XCTAssertLessThanOrEqual(YaokWire.Bundle.maxEncodedLength, Fragment.maxMessageLength, "a bundle fits one reassembled relay message")
-        XCTAssertNil(FrameType(rawValue: RelayTransport.registrationFrameType), "0x07 is not yet taken by another host frame")
+        XCTAssertEqual(FrameType(rawValue: RelayTransport.registrationFrameType), .registration)
     }
 }
