@@ -1,0 +1,91 @@
+import Foundation
+import XCTest
+@testable import YaokHubCore
+
+/// A phone attached to a hub reaches an internet user through the relay, and back, with
+/// delivery receipts: real yaok-hub, yaok-relay and yaok processes on loopback.
+final class RelayPathTests: XCTestCase {
+    func testPhoneAtHubAndInternetUserExchangeThroughTheRelay() throws {
+        let relayExe = try TestSupport.product("yaok-relay")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let relayData = dir + "/relay"
+        let key = try TestSupport.run(relayExe, ["key", "--data-dir", relayData]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(key.count, 64, key)
+        let relayPort = HubProcessTests.freePort()
+        let relay = Process()
+        relay.executableURL = URL(fileURLWithPath: relayExe)
+        relay.arguments = ["run", "--listen", "127.0.0.1:\(relayPort)", "--data-dir", relayData]
+        let relayLog = dir + "/relay.log"
+        FileManager.default.createFile(atPath: relayLog, contents: nil)
+        relay.standardError = FileHandle(forWritingAtPath: relayLog)
+        relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
+        try relay.run()
+        defer { relay.terminate(); relay.waitUntilExit() }
+
+        let plugins = try TestSupport.temporaryDirectory(self)
+        for p in ["udp", "relay"] {
+            try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-\(p).so"), toPath: plugins + "/libyaok-plugin-\(p).so")
+        }
+        let hubDir = dir + "/hub"
+        try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let hubPort = HubProcessTests.freePort()
+        let extra = """
+          relay:
+            enabled: true
+            address: 127.0.0.1:\(relayPort)
+            relay_key: \(key)
+            poll_interval_s: 2
+
+        """
+        let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: hubPort, extra: extra),
+                                 executable: try TestSupport.product("yaok-hub"))
+        defer { hub.stop() }
+        try hub.waitReady()
+        try TestSupport.waitUntil(timeout: 30, "relay link up at the hub (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
+
+        let (alice, bob) = try MessagePathTests.initPair(dir)
+        let hubURL = "udp://127.0.0.1:\(hubPort)"
+        let relayAddress = "127.0.0.1:\(relayPort)"
+
+        // Alice (phone) attaches to the hub once, registering through it with the relay.
+        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+
+        // Bob is on the internet, online at the relay; Alice sends from the field.
+        let bobQueue = DispatchQueue(label: "bob")
+        let bobDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var bobGot: [[String: Any]] = []
+        bobQueue.async {
+            bobGot = (try? MessagePathTests.yaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
+            bobDone.signal()
+        }
+        let sent = try MessagePathTests.yaok(alice, ["send", "Bob", "from the field", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "20"])
+        let id = try XCTUnwrap(sent.first { $0["event"] as? String == "queued" }?["id"] as? String)
+        XCTAssertEqual(bobDone.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
+
+        // Bob's delivery receipt travels relay → hub → Alice.
+        try TestSupport.waitUntil(timeout: 30, "Alice's receipt") {
+            let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+            return events.contains { $0["event"] as? String == "delivered" && $0["id"] as? String == id }
+        }
+
+        // And back: Bob (internet) writes to Alice (field), who is attached to the hub.
+        let aliceQueue = DispatchQueue(label: "alice")
+        let aliceDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var aliceGot: [[String: Any]] = []
+        aliceQueue.async {
+            aliceGot = (try? MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
+            aliceDone.signal()
+        }
+        let reply = try MessagePathTests.yaok(bob, ["send", "Alice", "from the internet", "--relay", relayAddress, "--relay-key", key, "--json", "--timeout", "20"])
+        XCTAssertTrue(reply.contains { $0["event"] as? String == "handed_over" }, "\(reply)")
+        XCTAssertEqual(aliceDone.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(aliceGot.contains { $0["text"] as? String == "from the internet" }, "\(aliceGot)\n\(hub.log)")
+
+        // Wrong pinned key: refused with a clear error.
+        let wrong = String(repeating: "ab", count: 32)
+        let impostor = try TestSupport.run(try TestSupport.product("yaok"), ["listen", "--home", bob, "--relay", relayAddress, "--relay-key", wrong, "--timeout", "5"])
+        XCTAssertNotEqual(impostor.status, 0)
+        XCTAssertTrue(impostor.output.contains("mismatch"), impostor.output)
+    }
+}
