@@ -80,6 +80,7 @@ public enum RelayBenchmark {
         limits.messagesPerHour = 1_000_000
         limits.packetsPerSecondPerIP = 1_000_000
         limits.hellosPerSecondPerIP = 100_000
+        limits.registrationsPerMinutePerIP = 1_000_000
         limits.leaseMs = 500
         let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                      now: { Int64(Date().timeIntervalSince1970 * 1000) })

@@ -59,6 +59,7 @@ public final class RelayEngine: @unchecked Sendable {
     private var ipBuckets: BucketMap<String>
     private var helloBuckets: BucketMap<String>
     private var senderBuckets: BucketMap<[UInt8]>
+    private var registrationBuckets: BucketMap<String>
     private var lastSweepMs: Int64 = 0
     /// Bytes buffered in all sessions' reassemblers (kept up to date on every change).
     private var reassemblyBytes = 0
@@ -75,6 +76,8 @@ public final class RelayEngine: @unchecked Sendable {
         let t = now()
         ipBuckets = BucketMap(capacity: Double(limits.packetsPerSecondPerIP * 2), perMs: Double(limits.packetsPerSecondPerIP) / 1000, maxKeys: 65_536)
         helloBuckets = BucketMap(capacity: Double(limits.hellosPerSecondPerIP * 2), perMs: Double(limits.hellosPerSecondPerIP) / 1000, maxKeys: 65_536)
+        registrationBuckets = BucketMap(capacity: Double(limits.registrationsPerMinutePerIP * 5),
+                                        perMs: Double(limits.registrationsPerMinutePerIP) / 60_000, maxKeys: 65_536)
         senderBuckets = BucketMap(capacity: Double(limits.messagesPerHour), perMs: Double(limits.messagesPerHour) / 3_600_000, maxKeys: 200_000)
         queuedPerUser = try store.countsByRecipient()
         queuedTotal = queuedPerUser.values.reduce(0, +)
@@ -254,6 +257,8 @@ public final class RelayEngine: @unchecked Sendable {
         if let expiry = nonces[nonceKey], expiry > t { return .replayed }
         let already = session.users.contains(user)
         if !already {
+            let ip = session.address.ipAddress ?? session.address.description
+            guard registrationBuckets.take(ip, nowMs: t) == nil else { return .tooManyRegistrations }
             guard session.users.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
             guard registeredCount < limits.maxRegistrations || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
         }
@@ -482,6 +487,7 @@ public final class RelayEngine: @unchecked Sendable {
         }
         nonces = nonces.filter { $0.value > t }
         senderBuckets.prune(nowMs: t)
+        registrationBuckets.prune(nowMs: t)
         ipBuckets.prune(nowMs: t)
         helloBuckets.prune(nowMs: t)
     }

@@ -18,6 +18,9 @@ public struct RelayLimits: Sendable {
     public var maxSessions = 20_000
     /// Registered users at once (direct plus attached).
     public var maxRegistrations = 100_000
+    /// Registrations accepted per minute from one IP address (token bucket, burst 5× this):
+    /// keyless identities are free to make, so this keeps one address from filling the table.
+    public var registrationsPerMinutePerIP = 120
     /// Registrations on one session (a hub and its phones).
     public var maxRegistrationsPerSession = 512
     /// A session not heard from this long is dropped (clients PING every 60 s).

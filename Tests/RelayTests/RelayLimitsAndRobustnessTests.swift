@@ -46,6 +46,18 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         }
     }
 
+    func testRegistrationsPerIPAreRateLimited() throws {
+        var limits = RelayLimits()
+        limits.registrationsPerMinutePerIP = 2   // burst 10
+        relay = try RelayHarness(limits: limits)
+        let c = relay.client()
+        try c.connect()
+        let regs = try (0..<10).map { _ in try relay.registration(Identity.generate()) }
+        XCTAssertEqual(try c.registerAndWait(regs).map(\.status), Array(repeating: .accepted, count: 10))
+        let more = try c.registerAndWait([relay.registration(Identity.generate())])
+        XCTAssertEqual(more.map(\.status), [.tooManyRegistrations])
+    }
+
     func testMalformedAndOversizedDatagramsAreCountedAndDropped() throws {
         relay = try RelayHarness()
         let alice = Identity.generate(), bob = Identity.generate()
