@@ -51,17 +51,21 @@ public enum SupplicantLauncher {
     /// Waits until the supplicant's P2P control socket exists: `p2p-dev-<if>` when the driver
     /// has a P2P Device interface, else `<if>`. Throws with the supplicant's last log lines when
     /// it exits or the socket does not appear in time.
-    public static func waitForControlSocket(_ process: ChildProcess, directory: String, interface: String, timeout: Double = 10) throws -> String {
+    public static func waitForControlSocket(_ process: ChildProcess, directory: String, interface: String,
+                                            expectP2PDevice: Bool = true, timeout: Double = 10) throws -> String {
+        var mainSeenAt: Date?
         let candidates = ["\(directory)/p2p-dev-\(interface)", "\(directory)/\(interface)"]
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
             if let status = process.exitStatus {
                 throw ChildProcessError.exited(program: "wpa_supplicant", status: status, output: process.logTail())
             }
-            if let found = candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) {
-                // Prefer the P2P Device socket: it may appear a moment after the main one.
-                if found == candidates[1] { usleep(300_000) }
-                return candidates.first(where: { FileManager.default.fileExists(atPath: $0) }) ?? found
+            if FileManager.default.fileExists(atPath: candidates[0]) { return candidates[0] }
+            if FileManager.default.fileExists(atPath: candidates[1]) {
+                // The P2P Device socket appears a moment after the main one; P2P events such as
+                // P2P-PROV-DISC-PBC-REQ reach only its monitors, so wait for it a while.
+                mainSeenAt = mainSeenAt ?? Date()
+                if !expectP2PDevice || Date().timeIntervalSince(mainSeenAt!) > 5 { return candidates[1] }
             }
             usleep(50_000)
         }

@@ -132,7 +132,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         if settings.manageSupplicant {
             let (process, directory) = try SupplicantLauncher.launch(settings: settings)
             lock.withLock { supplicant = process }
-            path = try SupplicantLauncher.waitForControlSocket(process, directory: directory, interface: settings.interface)
+            let p2pDevice = radios.contains { $0.interfaceTypes.contains(.p2pDevice) }
+            path = try SupplicantLauncher.waitForControlSocket(process, directory: directory, interface: settings.interface,
+                                                                expectP2PDevice: p2pDevice)
         }
         let local = settings.runtimeDirectory
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

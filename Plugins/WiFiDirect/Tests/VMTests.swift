@@ -38,6 +38,11 @@ final class VMTests: XCTestCase {
         try XCTSkipUnless(role == "hub", "runs only in the VM (YAOK_WIFI_VM=hub)")
         let r = Recorder()
         var reporter = r.reporter
+        reporter.log = { message, warning in
+            r.addLog(message)
+            print("HUB \(warning ? "warning" : "info"): \(message)")
+            fflush(stdout)
+        }
         let settings = try TestConfig.settings([
             "interface": .string(ProcessInfo.processInfo.environment["YAOK_WIFI_IF"] ?? "wlan0"),
             "runtime_dir": .string("\(dir)/hub-run"),

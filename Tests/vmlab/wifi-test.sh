@@ -1,0 +1,116 @@
+#!/bin/bash
+# wifi-test.sh — the Wi-Fi Direct transport's VM test (see Plugins/WiFiDirect/README.md).
+#
+# In the VM: three mac80211_hwsim radios; wlan0 stays with the hub, wlan1 goes into network
+# namespace "phone" (wlan2 into "phone2", spare), so frames really cross the simulated air.
+# The hub is the plugin's own code (WiFiDirectTransport: nl80211 probe, managed
+# wpa_supplicant, P2P_GROUP_ADD, ip address, dnsmasq, TCP link server), run by the
+# VMTests/testHubSide test case; the phone is a plain wpa_supplicant that finds the hub and
+# joins with push-button (p2p_connect ... pbc join), takes a DHCP lease from the plugin's
+# dnsmasq, and runs VMTests/testPhoneSide (WiFiDirectClient: handshake as endpoint, records
+# echoed, 1 MB timed). Then the group is removed from outside and the plugin must re-form it.
+#
+#   Tests/vmlab/wifi-test.sh          # from the host (boots the VM), or inside the guest
+#   BIN=.build-wifi/debug (default)   # where YaokHubPackageTests.xctest is
+# Prints WIFI_TEST=PASS / FAIL; logs and notes are copied to Tests/vmlab/out/wifi/.
+. "$(dirname "$0")/lib.sh"
+export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-300}
+vmlab_enter "$@"
+set -u
+exec 2>&1
+REPO=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${BIN:-$REPO/.build-wifi/debug}
+case $BIN in /*) ;; *) BIN=$REPO/$BIN ;; esac
+XCTEST=$BIN/YaokHubPackageTests.xctest
+OUT=$REPO/Tests/vmlab/out/wifi
+W=/tmp/wifi
+mkdir -p "$W" "$OUT"
+rm -f "$OUT"/*
+HUB_PID=
+result() {
+  cp -f "$W"/*.log "$W"/*.out "$W"/hub-* "$W"/phone-* "$W"/hub-run/*.log "$OUT"/ 2>/dev/null
+  [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null
+  echo "WIFI_TEST=$1"; [ "$1" = PASS ] && exit 0 || exit 1
+}
+fail() { echo "FAIL: $*"; tail -30 "$W/hub.out" 2>/dev/null; tail -15 "$W/hub-run/wpa_supplicant.log" 2>/dev/null; result FAIL; }
+[ -x "$XCTEST" ] || fail "no test binary at $XCTEST (swift build --build-tests --scratch-path .build-wifi)"
+
+step "three hwsim radios, two moved into namespaces"
+modprobe mac80211_hwsim radios=3 || fail "modprobe mac80211_hwsim"
+wait_for 10 "wlan2" test -e /sys/class/net/wlan2 || fail "radios did not appear"
+for pair in "wlan1 phone" "wlan2 phone2"; do
+  set -- $pair
+  ip netns add "$2"
+  iw phy "$(basename "$(readlink /sys/class/net/$1/phy80211)")" set netns name "$2" || fail "move $1"
+  ip netns exec "$2" ip link set lo up
+done
+iw dev | grep -E 'Interface|phy'
+
+step "hub: the plugin forms the group"
+YAOK_WIFI_VM=hub YAOK_WIFI_VM_DIR=$W YAOK_WIFI_IF=wlan0 \
+  "$XCTEST" WiFiDirectTransportTests.VMTests/testHubSide > "$W/hub.out" 2>&1 &
+HUB_PID=$!
+wait_for 90 "the hub's group" test -e "$W/hub-group" || fail "no group from the plugin"
+cat "$W/hub-probe" "$W/hub-group"
+HUB_DEV=$(awk '{print $2}' "$W/hub-group")
+GROUP_IF=$(awk '{print $1}' "$W/hub-group")
+ip addr show dev "$GROUP_IF" | grep inet
+step "hub group $GROUP_IF, device address $HUB_DEV"
+
+step "phone: wpa_supplicant in its namespace, finds the hub"
+cat > "$W/phone.conf" <<CONF
+ctrl_interface=/run/wpa-phone
+update_config=0
+device_name=vmlab-phone
+device_type=10-0050F204-5
+config_methods=virtual_push_button keypad
+p2p_listen_reg_class=81
+p2p_listen_channel=6
+CONF
+ip netns exec phone wpa_supplicant -B -D nl80211 -i wlan1 -c "$W/phone.conf" -dd -t -f "$W/phone-wpa.log" || fail "phone supplicant"
+C1="ip netns exec phone wpa_cli -p /run/wpa-phone -i p2p-dev-wlan1"
+wait_for 10 "the phone's control socket" $C1 ping || fail "phone control socket"
+$C1 p2p_find >/dev/null
+found() { $C1 p2p_peers | grep -qi "$HUB_DEV"; }
+wait_for 60 "the hub in the phone's peer list" found || fail "phone never saw the hub"
+$C1 p2p_peer "$HUB_DEV" | grep -E '^(device_name|config_methods|dev_capab|group_capab)='
+# Service discovery for _yaok._tcp (reported, not required).
+$C1 p2p_serv_disc_req "$HUB_DEV" bonjour 055f79616f6bc00c000c01 >/dev/null
+sleep 2
+grep -m1 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log" | sed 's/^/service discovery: /' || echo "service discovery: no response seen"
+$C1 p2p_stop_find >/dev/null
+
+step "phone joins with push-button"
+$C1 p2p_connect "$HUB_DEV" pbc join || fail "p2p_connect join refused"
+joined() {
+  G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
+  [ -n "$G1" ] && ip netns exec phone wpa_cli -p /run/wpa-phone -i "$G1" status | grep -q wpa_state=COMPLETED
+}
+wait_for 60 "the phone in the group" joined || fail "phone did not join"
+G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
+step "phone joined on $G1; DHCP from the plugin's dnsmasq"
+cat > "$W/udhcpc.sh" <<'SCRIPT'
+#!/bin/sh
+[ "$1" = bound ] || [ "$1" = renew ] || exit 0
+ip addr add "$ip/${mask:-24}" dev "$interface"
+echo "$ip" > /tmp/wifi/phone-lease
+SCRIPT
+chmod +x "$W/udhcpc.sh"
+ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease"
+echo "phone address: $(cat "$W/phone-lease")"
+ip netns exec phone ping -c 2 -W 2 192.168.49.1 | tail -2
+
+step "phone links to the hub over TCP and exchanges records"
+ip netns exec phone env YAOK_WIFI_VM=phone YAOK_WIFI_VM_DIR=$W YAOK_WIFI_HUB=192.168.49.1 \
+  "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneSide > "$W/phone.out" 2>&1
+grep -E "error|passed|failed" "$W/phone.out" | head -5
+[ -e "$W/phone-done" ] || fail "phone side failed"
+cat "$W/phone-bench"
+
+step "group torn down; the plugin re-forms it"
+wait "$HUB_PID"; RC=$?; HUB_PID=
+grep -E "error|passed|failed" "$W/hub.out" | head -8
+cat "$W/hub-links" "$W/hub-reformed" 2>/dev/null
+[ $RC = 0 ] && [ -e "$W/hub-reformed" ] || fail "hub side failed (exit $RC)"
+step "done"
+result PASS
