@@ -31,6 +31,9 @@ public final class HubSession: @unchecked Sendable {
     /// When set, the endpoint asks its hub to make it reachable through this relay
     /// (the relay's pinned Ed25519 key): a fresh signed registration goes with every connect.
     public var relayKey: [UInt8]?
+    private var lastRegistrationMs: Int64 = 0
+    /// The relay accepts a registration within ±5 minutes of its timestamp: renew before that.
+    static let registrationRefreshMs: Int64 = 240_000
     /// Items sent before waiting for acknowledgements.
     public static let window = 64
     /// Resend an unacknowledged item after this long.
@@ -82,8 +85,18 @@ public final class HubSession: @unchecked Sendable {
         queue.sync {}
     }
 
+    /// Sends a fresh relay registration through the hub (when a relay key is set).
+    private func register() {
+        let t = endpoint.now()
+        guard let relayKey, link != nil,
+              let registration = try? Registration.signed(by: endpoint.identity, relaySigningKey: relayKey, timestampMs: t) else { return }
+        lastRegistrationMs = t
+        send(TLVRecord(.registration, value: registration.encoded))
+    }
+
     private func retransmit() {
         let t = endpoint.now()
+        if relayKey != nil && t - lastRegistrationMs >= Self.registrationRefreshMs { register() }
         let stale = inFlight.filter { t - $0.value >= Self.retransmitMs }.map(\.key)
         for id in stale { inFlight[id] = nil }
         if !stale.isEmpty || inFlight.count < Self.window { pushOutbox() }
@@ -113,9 +126,7 @@ public final class HubSession: @unchecked Sendable {
         link = info.id
         inFlight.removeAll()
         onEvent(.connected(hub: info.remote ?? hub.description))
-        if let relayKey, let registration = try? Registration.signed(by: endpoint.identity, relaySigningKey: relayKey, timestampMs: endpoint.now()) {
-            send(TLVRecord(.registration, value: registration.encoded))
-        }
+        register()
         pushOutbox()
     }
 

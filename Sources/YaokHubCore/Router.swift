@@ -64,6 +64,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var lastRefillNs: UInt64
         /// Bundles sent on this link awaiting custody, with their deadline.
         var inFlight: [[UInt8]: Int64] = [:]
+        /// Resends after a custody timeout on this (still up) link, per bundle.
+        var resends: [[UInt8]: Int] = [:]
         /// IDs we asked this neighbour for, with a deadline; not asked elsewhere meanwhile.
         var requested: [[UInt8]: Int64] = [:]
         var framesIn = 0
@@ -385,6 +387,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard let ack = try? CustodyAck(parsing: value) else { counters.refusedMalformed += 1; return }
         let id = ack.messageID
         guard link.inFlight.removeValue(forKey: id) != nil else { return }
+        link.resends[id] = nil
         let t = now()
         do {
             try store.recordPeerHas(id, peer: link.peerID)
@@ -615,15 +618,34 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Timers
 
+    /// Resends on a live link before a timeout counts as a failed attempt (with backoff):
+    /// a lost frame on a working link is not an absent next hop.
+    static let resendsBeforeBackoff = 3
+
     private func tick() {
         let t = now()
         for link in links.values {
             for (id, deadline) in link.inFlight where deadline <= t {
                 link.inFlight[id] = nil
                 counters.custodyTimeouts += 1
-                failAttemptIfStillInFlight(id, nowMs: t)
+                let resends = link.resends[id, default: 0]
+                if resends < Self.resendsBeforeBackoff, let b = try? store.bundle(id), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
+                    link.resends[id] = resends + 1
+                    transmit(b, on: link)
+                } else {
+                    link.resends[id] = nil
+                    failAttemptIfStillInFlight(id, nowMs: t)
+                }
             }
             link.requested = link.requested.filter { $0.value > t }
+            // Keep windows full even when acknowledgements stopped coming.
+            if link.inFlight.count <= settings.linkWindow / 2 {
+                switch link.info.peerRole {
+                case .endpoint: pushPending(to: link)
+                case .relay: if link.inFlight.isEmpty { pushForwardable(to: link) }
+                case .hub: break
+                }
+            }
         }
         if let due = try? store.due(nowMs: t, limit: 500, withBytes: false) {
             for b in due { route(b) }

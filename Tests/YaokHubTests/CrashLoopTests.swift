@@ -14,7 +14,7 @@ final class CrashLoopTests: XCTestCase {
         let dir = try TestSupport.temporaryDirectory(self)
         let port = HubProcessTests.freePort()
         let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
-            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 3\n  link_frames_per_second: 100000\n  sender_envelopes_per_minute: 1000000")
+            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 10\n  link_frames_per_second: 100000\n  sender_envelopes_per_minute: 1000000")
 
         let alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
         let bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
