@@ -38,6 +38,7 @@ struct SodiumIdentity: LinkIdentity {
 
 func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined() }
 
+setlinebuf(stdout)   // the test script waits for lines while this process is still running
 let args = CommandLine.arguments
 guard args.count == 4, let hub = BluetoothAddress(string: args[2]), let hold = UInt32(args[3]) else {
     print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS"); exit(2)

@@ -39,11 +39,11 @@ die() { echo "BLE_TEST=FAIL: $*"; exit 1; }
 
 W=/tmp/hubtest; mkdir -p $W/plugins $W/data; chmod 700 $W/data
 install -m 0755 "$PLUGIN" $W/plugins/
-hub_config() {   # hub_config ADAPTER NAME
+hub_config() {   # hub_config ADAPTER NAME [DATA_DIR]
   cat > $W/hub.yaml <<YAML
 hub:
   name: vm-hub
-  data_dir: $W/data
+  data_dir: ${3:-$W/data}
   plugin_dirs: [$W/plugins]
   control_socket: $W/control.sock
   log_level: debug
@@ -56,8 +56,8 @@ transports:
 YAML
 }
 HUB_PID=
-start_hub() {
-  "$HUB" run --config $W/hub.yaml > $W/hub.log 2>&1 &
+start_hub() {   # start_hub [COMMAND PREFIX...] — e.g. a setpriv invocation
+  "$@" "$HUB" run --config $W/hub.yaml > $W/hub.log 2>&1 &
   HUB_PID=$!
   wait_for 60 "the hub's control socket" test -S $W/control.sock || { cat $W/hub.log; die "hub did not start"; }
 }
@@ -94,6 +94,35 @@ check "reason says bluetoothd owns CID 4 on hci0" sh -c "\"$HUB\" status --confi
 stop_hub
 kill $L2; wait $L2 2>/dev/null
 hciconfig hci0 down
+
+step "unavailable: rfkill soft block"
+RF=$(ls -d /sys/class/bluetooth/hci0/rfkill* 2>/dev/null | head -1)
+if [ -n "$RF" ]; then
+  echo 1 > "$RF/soft"
+  hub_config hci0 vm-test-hub; start_hub
+  wait_for 30 "ble status unavailable" ble_state_is unavailable
+  ble_status | tr ',' '\n' | grep -E '"reason"'
+  check "reason says soft-blocked by rfkill" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'hci0 is soft-blocked by rfkill (rfkill unblock bluetooth)'"
+  stop_hub
+  echo 0 > "$RF/soft"
+else
+  check "hci0 has an rfkill switch in sysfs" false
+fi
+
+step "unavailable: no capabilities (hub as nobody, hci0 down)"
+mkdir -p $W/nobody; chown 65534:65534 $W/nobody; chmod 700 $W/nobody
+hub_config hci0 vm-test-hub $W/nobody
+sed -i "s|control_socket: .*|control_socket: $W/nobody/control.sock|" $W/hub.yaml
+chmod 644 $W/hub.yaml
+setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
+  "$HUB" run --config $W/hub.yaml > $W/hub.log 2>&1 &
+HUB_PID=$!
+wait_for 60 "the hub's control socket" test -S $W/nobody/control.sock || cat $W/hub.log
+wait_for 30 "ble status unavailable" ble_state_is unavailable
+ble_status | tr ',' '\n' | grep -E '"reason"'
+check "reason names CAP_NET_ADMIN" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'permission denied to bring hci0 up: the hub needs CAP_NET_ADMIN'"
+kill $HUB_PID; wait $HUB_PID 2>/dev/null; HUB_PID=
+check "hci0 stayed down" sh -c "hciconfig hci0 | grep -q DOWN"
 
 step "running: hub on hci0 (plugin brings it up and advertises)"
 hub_config hci0 vm-test-hub; start_hub
@@ -138,7 +167,7 @@ CTRL=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 985e0005-a6d1-4b8d-91
 check "Control reads version 1, handshaking (0100)" [ "$CTRL" = 0100 ]
 
 step "phone: BLEHubClient connects, discovers, subscribes, runs the link handshake"
-"$PHONE" hci1 "$A0" 6 > /tmp/phone.log 2>&1 &
+"$PHONE" hci1 "$A0" 60 > /tmp/phone.log 2>&1 &   # holds the link until killed (at most 60 s)
 PHONE_PID=$!
 wait_for 60 "the phone's handshake" grep -q -E 'HANDSHAKE_OK|PHONE_ERROR' /tmp/phone.log
 cat /tmp/phone.log
@@ -147,7 +176,7 @@ links_are() { ble_status | tr -d ' \n' | grep -q "\"links\":$1[,}]"; }
 check "hub reports the link up (links: 1)" wait_for 20 "links 1" links_are 1
 PHONEKEY=$(sed -n 's/^phone signing key: //p' /tmp/phone.log)
 check "hub log names the phone's link" wait_for 10 "link-up log" grep -q -i "link.*up\|up.*link" $W/hub.log
-wait "$PHONE_PID"
+kill "$PHONE_PID"; wait "$PHONE_PID" 2>/dev/null
 check "link reported down after the phone left (links: 0)" wait_for 30 "links 0" links_are 0
 
 step "the hub keeps advertising after centrals come and go"
