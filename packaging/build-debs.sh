@@ -36,7 +36,7 @@ if [ -z "${VERSION:-}" ]; then
   VERSION="0.1.0+git$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date +%Y%m%d).$commit"
 fi
 maintainer="Ya OK Hub maintainers <hub@yaok.invalid>"
-for tool in dpkg-deb patchelf ldd objdump; do
+for tool in dpkg-deb patchelf ldd objdump strip; do
   command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install patchelf binutils dpkg-dev)" >&2; exit 1; }
 done
 
@@ -54,21 +54,33 @@ toolchain_lib=$(dirname "$(dirname "$swift")")/lib/swift/linux
 stage=$(mktemp -d "${TMPDIR:-/tmp}/yaok-debs.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$out"
+rm -f "$out"/yaok-swift-runtime_*.deb "$out"/yaok-hub_*.deb "$out"/yaok-relay_*.deb "$out"/yaok_*.deb
 
 # Files we bundle are whatever ldd resolves inside the toolchain (transitively).
 swift_libs_of() { ldd "$1" | awk '$3 ~ /^\// {print $3}' | grep -F "$toolchain_lib/" || true; }
-# Other libraries: their Debian packages become Depends.
-system_libs_of() { ldd "$1" | awk '$3 ~ /^\// {print $3}' | grep -vF "$toolchain_lib/" || true; }
+# Other libraries the file itself names (DT_NEEDED, not their dependencies' dependencies),
+# resolved by ldd; their Debian packages become Depends. Bundled ones are skipped.
+system_libs_of() {
+  local needed
+  needed=$(objdump -p "$1" | awk '$1 == "NEEDED" {print $2}')
+  ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
+    case "$path" in "$toolchain_lib"/*|*/yaok-hub/swift/*) continue ;; esac
+    echo "$needed" | grep -qxF "$soname" && echo "$path"
+  done
+  return 0
+}
 
 # Maps system libraries to Debian packages ("libsodium23"); libc6 gets the newest GLIBC
 # symbol version the files need.
 depends_for() {
   local pkgs=() lib real pkg
-  for lib in $(for f in "$@"; do system_libs_of "$f"; done | sort -u); do
+  local libs
+  libs=$(for f in "$@"; do system_libs_of "$f"; done | sort -u)
+  for lib in $libs; do
     real=$(readlink -f "$lib")
     pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$real" 2>/dev/null || dpkg -S "*/$(basename "$lib")" 2>/dev/null || true)
     pkg=$(echo "$pkg" | head -1 | cut -d: -f1)
-    [ -n "$pkg" ] || { echo "error: no Debian package provides $lib" >&2; exit 1; }
+    [ -n "$pkg" ] || { echo "error: no Debian package provides $lib" >&2; return 1; }
     pkgs+=("$pkg")
   done
   local glibc
@@ -77,6 +89,10 @@ depends_for() {
     if [ "$pkg" = libc6 ] && [ -n "$glibc" ]; then printf 'libc6 (>= %s)\n' "$glibc"; else echo "$pkg"; fi
   done | paste -sd, | sed 's/,/, /g'
 }
+
+# Our binaries and plugins lose their debug and local symbols (the dynamic symbol table,
+# which dlopen/dlsym use, stays); the toolchain's libraries come stripped already.
+strip_elf() { strip --strip-unneeded "$1"; }
 
 # Rewrites RUNPATH: no toolchain path, only the bundled runtime relative to the file.
 set_runpath() {
@@ -124,23 +140,26 @@ for lib in $runtime_libs; do
 done
 install_doc "$rt" yaok-swift-runtime
 rt_files=("$rt"/usr/lib/yaok-hub/swift/*)
+rt_depends=$(depends_for "${rt_files[@]}")
 finish_package "$rt" yaok-swift-runtime \
   "Swift runtime libraries for Ya OK
  The Swift standard library, Foundation, Dispatch and the ICU data they need, as
  built with the toolchain that built Ya OK. Private to the Ya OK packages: they
  live in /usr/lib/yaok-hub/swift and nothing else links against them." \
-  "$(depends_for "${rt_files[@]}")"
+  "$rt_depends"
 runtime_dep="yaok-swift-runtime (= $VERSION)"
 
 # 3. yaok-hub.
 hub="$stage/yaok-hub"
 mkdir -p "$hub/DEBIAN"
 install -D -m 0755 "$bin/yaok-hub" "$hub/usr/bin/yaok-hub"
+strip_elf "$hub/usr/bin/yaok-hub"
 set_runpath "$hub/usr/bin/yaok-hub" '$ORIGIN/../lib/yaok-hub/swift'
 # The hub refuses plugin files and directories that group or others can write.
 install -d -m 0755 "$hub/usr/lib/yaok-hub/plugins"
 for p in "${plugins[@]}"; do
   install -m 0644 "$p" "$hub/usr/lib/yaok-hub/plugins/"
+  strip_elf "$hub/usr/lib/yaok-hub/plugins/$(basename "$p")"
   set_runpath "$hub/usr/lib/yaok-hub/plugins/$(basename "$p")" '$ORIGIN/../swift'
 done
 install -D -m 0644 config/hub.yaml "$hub/etc/yaok-hub/hub.yaml"
@@ -155,39 +174,44 @@ install_doc "$hub" yaok-hub
 echo /etc/yaok-hub/hub.yaml > "$hub/DEBIAN/conffiles"
 for s in postinst prerm postrm; do install -m 0755 "packaging/debian/yaok-hub.$s" "$hub/DEBIAN/$s"; done
 hub_files=("$hub/usr/bin/yaok-hub" "$hub"/usr/lib/yaok-hub/plugins/*.so)
+hub_depends=$(depends_for "${hub_files[@]}")
 finish_package "$hub" yaok-hub \
   "Ya OK Hub: field node of the Ya OK delay-tolerant messenger
  Phones attach over Bluetooth LE or Wi-Fi Direct; hubs carry end-to-end
  encrypted messages hop by hop (store and forward) and bridge to an internet
  relay when one is reachable. Every transport is a plugin." \
-  "$runtime_dep, $(depends_for "${hub_files[@]}"), adduser | systemd" \
+  "$runtime_dep, $hub_depends, adduser | systemd" \
   "Recommends: bluez"
 
 # 4. yaok-relay.
 relay="$stage/yaok-relay"
 mkdir -p "$relay/DEBIAN"
 install -D -m 0755 "$bin/yaok-relay" "$relay/usr/bin/yaok-relay"
+strip_elf "$relay/usr/bin/yaok-relay"
 set_runpath "$relay/usr/bin/yaok-relay" '$ORIGIN/../lib/yaok-hub/swift'
 install -D -m 0644 packaging/systemd/yaok-relay.service "$relay/lib/systemd/system/yaok-relay.service"
 install -D -m 0644 packaging/systemd/yaok-relay.sysusers "$relay/usr/lib/sysusers.d/yaok-relay.conf"
 install -D -m 0644 packaging/systemd/yaok-relay.default "$relay/etc/default/yaok-relay"
 install_doc "$relay" yaok-relay
+relay_depends=$(depends_for "$relay/usr/bin/yaok-relay")
 echo /etc/default/yaok-relay > "$relay/DEBIAN/conffiles"
 for s in postinst prerm postrm; do install -m 0755 "packaging/debian/yaok-relay.$s" "$relay/DEBIAN/$s"; done
 finish_package "$relay" yaok-relay \
   "Ya OK relay: internet store-and-forward for the Ya OK messenger
  Queues end-to-end encrypted bundles for users who are offline and hands them
  to hubs and phones that come online. Speaks UDP." \
-  "$runtime_dep, $(depends_for "$relay/usr/bin/yaok-relay"), adduser | systemd"
+  "$runtime_dep, $relay_depends, adduser | systemd"
 
 # 5. yaok (the endpoint CLI).
 cli="$stage/yaok"
 mkdir -p "$cli/DEBIAN"
 install -D -m 0755 "$bin/yaok" "$cli/usr/bin/yaok"
+strip_elf "$cli/usr/bin/yaok"
 set_runpath "$cli/usr/bin/yaok" '$ORIGIN/../lib/yaok-hub/swift'
 install_doc "$cli" yaok
+cli_depends=$(depends_for "$cli/usr/bin/yaok")
 finish_package "$cli" yaok \
   "Ya OK command-line endpoint
  A Ya OK user on Linux: keys, contacts, sending and receiving end-to-end
  encrypted messages through a hub or the relay." \
-  "$runtime_dep, $(depends_for "$cli/usr/bin/yaok")"
+  "$runtime_dep, $cli_depends"

@@ -1,0 +1,127 @@
+import Foundation
+import Logging
+import XCTest
+@testable import YaokHubCore
+
+/// The /metrics endpoint over a real TCP socket, spoken to with raw bytes.
+final class MetricsHTTPServerTests: XCTestCase {
+    private var server: MetricsHTTPServer?
+
+    override func tearDown() {
+        server?.stop()
+        server = nil
+    }
+
+    private func startServer(_ render: @escaping @Sendable () -> String) throws -> Int {
+        let s = try MetricsHTTPServer(listen: "127.0.0.1:0", logger: Logger(label: "test"), idleTimeoutSeconds: 2, render: render)
+        server = s
+        let port = try s.start()
+        XCTAssertGreaterThan(port, 0)
+        XCTAssertEqual(s.boundPort, port)
+        return port
+    }
+
+    /// Sends `request`, reads until the server closes (5 s receive timeout), returns the text.
+    private func exchange(port: Int, _ request: String) throws -> String {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        XCTAssertGreaterThanOrEqual(fd, 0)
+        defer { close(fd) }
+        var timeout = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+        guard rc == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
+        let bytes = Array(request.utf8)
+        let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        XCTAssertEqual(sent, bytes.count)
+        var response: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n > 0 { response.append(contentsOf: chunk[0..<n]) } else { break }
+            if n < 0 { XCTFail("recv failed or timed out: errno \(errno)"); break }
+        }
+        return String(decoding: response, as: UTF8.self)
+    }
+
+    func testGetMetricsReturnsRenderedText() throws {
+        let text = "# TYPE yaok_transport_frames_in counter\nyaok_transport_frames_in{transport=\"udp\"} 3\n"
+        let port = try startServer { text }
+        let response = try exchange(port: port, "GET /metrics HTTP/1.1\r\nHost: localhost\r\nAccept: */*\r\n\r\n")
+        XCTAssertTrue(response.hasPrefix("HTTP/1.1 200 OK\r\n"), response)
+        XCTAssertTrue(response.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8\r\n"), response)
+        XCTAssertTrue(response.contains("Content-Length: \(text.utf8.count)\r\n"), response)
+        XCTAssertTrue(response.contains("Connection: close\r\n"), response)
+        XCTAssertTrue(response.hasSuffix("\r\n\r\n" + text), response)
+    }
+
+    func testRenderIsCalledPerRequest() throws {
+        let counter = RequestCounter()
+        let port = try startServer { "hits \(counter.next())\n" }
+        XCTAssertTrue(try exchange(port: port, "GET /metrics HTTP/1.1\r\n\r\n").hasSuffix("hits 1\n"))
+        XCTAssertTrue(try exchange(port: port, "GET /metrics?x=1 HTTP/1.0\r\n\r\n").hasSuffix("hits 2\n"))
+    }
+
+    func testHeadHasNoBody() throws {
+        let port = try startServer { "body\n" }
+        let response = try exchange(port: port, "HEAD /metrics HTTP/1.1\r\n\r\n")
+        XCTAssertTrue(response.hasPrefix("HTTP/1.1 200 OK\r\n"), response)
+        XCTAssertTrue(response.contains("Content-Length: 5\r\n"), response)
+        XCTAssertTrue(response.hasSuffix("\r\n\r\n"), response)
+    }
+
+    func testOtherPathsMethodsAndGarbageAreRefused() throws {
+        let port = try startServer { "secret-free text\n" }
+        XCTAssertTrue(try exchange(port: port, "GET / HTTP/1.1\r\n\r\n").hasPrefix("HTTP/1.1 404 "))
+        let post = try exchange(port: port, "POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n")
+        XCTAssertTrue(post.hasPrefix("HTTP/1.1 405 "), post)
+        XCTAssertTrue(post.contains("Allow: GET, HEAD\r\n"), post)
+        XCTAssertTrue(try exchange(port: port, "\u{1}\u{2}garbage\r\n\r\n").hasPrefix("HTTP/1.1 400 "))
+        let huge = "GET /metrics HTTP/1.1\r\nX: " + String(repeating: "a", count: 20_000) + "\r\n\r\n"
+        XCTAssertTrue(try exchange(port: port, huge).hasPrefix("HTTP/1.1 431 "))
+    }
+
+    func testIdleConnectionIsClosed() throws {
+        let port = try startServer { "x\n" }
+        // An incomplete request head: the server must close it after its 2 s idle timeout,
+        // before our 5 s receive timeout, with no response.
+        let response = try exchange(port: port, "GET /metrics HTTP/1.1\r\n")
+        XCTAssertEqual(response, "")
+    }
+
+    func testListenAddressParsing() throws {
+        XCTAssertTrue(try MetricsHTTPServer.parse(listen: "127.0.0.1:9478") == ("127.0.0.1", 9478))
+        XCTAssertTrue(try MetricsHTTPServer.parse(listen: "[::1]:80") == ("::1", 80))
+        for bad in ["", "127.0.0.1", ":9478", "127.0.0.1:", "127.0.0.1:70000", "::1:80", "[::1]80", "host:-1", "h:１２"] {
+            XCTAssertThrowsError(try MetricsHTTPServer.parse(listen: bad), bad) { error in
+                XCTAssertEqual(error as? MetricsHTTPError, .badListenAddress(bad))
+            }
+        }
+    }
+
+    func testSecondServerOnSamePortFailsWithBindError() throws {
+        let port = try startServer { "" }
+        let other = try MetricsHTTPServer(listen: "127.0.0.1:\(port)", logger: Logger(label: "test")) { "" }
+        XCTAssertThrowsError(try other.start()) { error in
+            guard case .bindFailed = error as? MetricsHTTPError else { return XCTFail("\(error)") }
+        }
+        other.stop()
+    }
+
+    func testStopClosesTheListener() throws {
+        let port = try startServer { "x\n" }
+        server?.stop()
+        XCTAssertThrowsError(try exchange(port: port, "GET /metrics HTTP/1.1\r\n\r\n"))
+    }
+}
+
+private final class RequestCounter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var n = 0
+    func next() -> Int { lock.withLock { n += 1; return n } }
+}

@@ -1,0 +1,199 @@
+#!/usr/bin/env bash
+# Installs the Ya OK .deb packages into a clean Debian 12 root (debootstrap minbase) and
+# checks them: service user, directories and modes, libraries (nothing from the Swift
+# toolchain), `yaok-hub check-config`, the hub running as its service user with the
+# database key passed as a systemd-style credential, `yaok-hub status`, then `dpkg -r`
+# (conffile and data stay) and `dpkg --purge` (both go).
+#
+# Exit 0: pass. 77: skipped (reason printed). 1: fail.
+# Environment: SKIP_BUILD=1 reuses the release build in .build-pkg;
+#              KEEP_ROOT=1 keeps the unpacked root for inspection.
+# The debootstrap root is cached as .build-pkg/rootfs.tgz (delete it to refresh).
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+repo=$(pwd)
+export PATH="/opt/swift/usr/bin:$PATH:/usr/sbin:/sbin"
+
+skip() { echo "SKIP: $*"; exit 77; }
+t0=$(date +%s)
+step_start=$t0
+step() { local now; now=$(date +%s); echo "== [$((now - t0))s total, $((now - step_start))s previous step] $*"; step_start=$now; }
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+check() { local what=$1; shift; if "$@"; then echo "ok: $what"; else fail "$what"; fi; }
+
+[ "$(id -u)" -eq 0 ] || skip "needs root (debootstrap, chroot, mount)"
+for tool in debootstrap dpkg-deb patchelf chroot mount tar; do
+  command -v "$tool" >/dev/null || skip "$tool is not installed (apt-get install debootstrap patchelf)"
+done
+command -v swift >/dev/null || skip "no Swift toolchain"
+
+work="$repo/.build-pkg"
+mkdir -p "$work"
+root=$(mktemp -d "$work/root.XXXXXX")
+hub_pid=""
+cleanup() {
+  if [ -n "$hub_pid" ] && kill -0 "$hub_pid" 2>/dev/null; then kill -KILL "$hub_pid" 2>/dev/null; fi
+  for m in "$root/proc"; do
+    mountpoint -q "$m" 2>/dev/null && { umount "$m" 2>/dev/null || umount -l "$m"; }
+  done
+  if [ "${KEEP_ROOT:-0}" = 1 ]; then echo "kept $root"; else rm -rf --one-file-system "$root"; fi
+}
+trap cleanup EXIT
+trap 'exit 1' INT TERM
+in_root() { chroot "$root" "$@"; }
+
+# 1. Packages.
+step "build packages"
+debs="$work/debs-test"
+rm -rf "$debs"
+build_args=(--out "$debs")
+[ "${SKIP_BUILD:-0}" = 1 ] && build_args+=(--skip-build)
+if ! SCRATCH=.build-pkg bash packaging/build-debs.sh "${build_args[@]}"; then
+  echo "FAIL: packaging/build-debs.sh"; exit 1
+fi
+ls -l "$debs"
+
+# 2. A clean Debian root, with the runtime libraries the packages depend on (so dpkg -i
+#    can check Depends without network). Cached.
+step "debian root"
+tarball="$work/rootfs.tgz"
+if [ ! -s "$tarball" ]; then
+  mirror=$(grep -rhoE 'https?://[^ ]*debian[^ ]*' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
+    | grep -v security | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  fresh="$work/rootfs-new"
+  rm -rf "$fresh"
+  echo "debootstrap from $mirror"
+  debootstrap --variant=minbase \
+    --include=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser \
+    bookworm "$fresh" "$mirror" > "$work/debootstrap.log" 2>&1 \
+    || { tail -n 20 "$work/debootstrap.log"; skip "debootstrap failed (no Debian mirror reachable?)"; }
+  tar -C "$fresh" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+  rm -rf "$fresh"
+fi
+tar -C "$root" -xzf "$tarball" || { fail "unpacking $tarball"; exit 1; }
+
+# 3. Install.
+step "dpkg -i"
+mkdir -p "$root/tmp/debs"
+cp "$debs"/*.deb "$root/tmp/debs/"
+if ! in_root sh -c 'dpkg -i /tmp/debs/yaok-swift-runtime_*.deb /tmp/debs/yaok-hub_*.deb /tmp/debs/yaok-relay_*.deb /tmp/debs/yaok_*.deb'; then
+  fail "dpkg -i"; exit 1
+fi
+for p in yaok-swift-runtime yaok-hub yaok-relay yaok; do
+  check "$p is installed" sh -c "chroot '$root' dpkg-query -W -f='\${Status}' $p | grep -q 'install ok installed'"
+done
+
+step "files, users, modes"
+# Owners by name as the root sees them (the host has no yaok-hub user).
+mode_owner() {
+  local m u g
+  m=$(stat -c '%a' "$root$1" 2>/dev/null) || return 0
+  u=$(in_root getent passwd "$(stat -c %u "$root$1")" | cut -d: -f1)
+  g=$(in_root getent group "$(stat -c %g "$root$1")" | cut -d: -f1)
+  echo "$m $u:$g"
+}
+check "user yaok-hub exists" in_root getent passwd yaok-hub
+check "user yaok-relay exists" in_root getent passwd yaok-relay
+check "/var/lib/yaok-hub is 700 yaok-hub" test "$(mode_owner /var/lib/yaok-hub)" = "700 yaok-hub:yaok-hub"
+check "/var/lib/yaok-relay is 700 yaok-relay" test "$(mode_owner /var/lib/yaok-relay)" = "700 yaok-relay:yaok-relay"
+check "/etc/yaok-hub/db.key is 600 root, 32 bytes" \
+  test "$(mode_owner /etc/yaok-hub/db.key) $(stat -c %s "$root/etc/yaok-hub/db.key")" = "600 root:root 32"
+check "/etc/yaok-hub/hub.yaml is the repo's config" cmp -s config/hub.yaml "$root/etc/yaok-hub/hub.yaml"
+check "hub.yaml is a conffile" sh -c "chroot '$root' dpkg-query -W -f='\${Conffiles}' yaok-hub | grep -q /etc/yaok-hub/hub.yaml"
+check "plugin dir is 755 root" test "$(mode_owner /usr/lib/yaok-hub/plugins)" = "755 root:root"
+plugin_count=$(ls "$root"/usr/lib/yaok-hub/plugins/libyaok-plugin-*.so 2>/dev/null | wc -l)
+check "plugins installed ($plugin_count)" test "$plugin_count" -ge 3
+check "unit file installed" test -f "$root/lib/systemd/system/yaok-hub.service"
+
+step "libraries"
+elf_files=(/usr/bin/yaok-hub /usr/bin/yaok-relay /usr/bin/yaok)
+for p in "$root"/usr/lib/yaok-hub/plugins/*.so; do elf_files+=("${p#"$root"}"); done
+for f in "${elf_files[@]}"; do
+  out=$(in_root ldd "$f" 2>&1)
+  if echo "$out" | grep -q "not found"; then fail "ldd $f: $(echo "$out" | grep 'not found' | tr -s ' ' | paste -sd';')"
+  elif echo "$out" | grep -q "/opt/"; then fail "ldd $f resolves into /opt"
+  else echo "ok: ldd $f"; fi
+  rp=$(patchelf --print-rpath "$root$f")
+  case "$rp" in
+    *"/opt/"*) fail "$f RUNPATH $rp names the toolchain" ;;
+    '$ORIGIN/../lib/yaok-hub/swift'|'$ORIGIN/../swift') ;;
+    *) fail "$f has unexpected RUNPATH '$rp'" ;;
+  esac
+done
+check "no file in the root names /opt/swift in its RUNPATH" sh -c "
+  for f in '$root'/usr/lib/yaok-hub/swift/*.so*; do patchelf --print-rpath \"\$f\" 2>/dev/null | grep -q /opt/ && exit 1; done; exit 0"
+
+step "commands"
+# $ORIGIN in RUNPATH is resolved through /proc/self/exe: without /proc nothing would load.
+mount -t proc proc "$root/proc"
+check "yaok-hub check-config /etc/yaok-hub/hub.yaml" in_root /usr/bin/yaok-hub check-config /etc/yaok-hub/hub.yaml
+check "yaok --help" sh -c "chroot '$root' /usr/bin/yaok --help >/dev/null"
+check "yaok-relay key" sh -c "chroot '$root' /usr/bin/yaok-relay key --data-dir /tmp/relay | grep -qE '^[0-9a-f]{64}\$'"
+
+# 4. The hub as its service user, the way the unit runs it: StateDirectory, RuntimeDirectory,
+#    and the database key as a credential copy only the service user can read.
+step "run the hub as yaok-hub"
+install -d -m 0750 -o "$(in_root id -u yaok-hub)" -g "$(in_root id -g yaok-hub)" "$root/run/yaok-hub"
+creds=/run/credentials/yaok-hub.service
+install -d -m 0500 -o "$(in_root id -u yaok-hub)" "$root$creds"
+install -m 0400 -o "$(in_root id -u yaok-hub)" "$root/etc/yaok-hub/db.key" "$root$creds/yaok-db-key"
+env_vars=(env -i PATH=/usr/bin:/bin STATE_DIRECTORY=/var/lib/yaok-hub RUNTIME_DIRECTORY=/run/yaok-hub
+          CREDENTIALS_DIRECTORY=$creds HOME=/var/lib/yaok-hub)
+# Its own network namespace when possible, so ports used on this machine do not matter.
+netns=()
+if unshare --net true 2>/dev/null && command -v ip >/dev/null; then netns=(unshare --net); fi
+log="$work/install-test-hub.log"
+if [ ${#netns[@]} -gt 0 ]; then
+  "${netns[@]}" sh -c 'ip link set lo up; exec "$@"' sh \
+    chroot --userspec=yaok-hub:yaok-hub "$root" "${env_vars[@]}" /usr/bin/yaok-hub run --config /etc/yaok-hub/hub.yaml > "$log" 2>&1 &
+else
+  chroot --userspec=yaok-hub:yaok-hub "$root" "${env_vars[@]}" /usr/bin/yaok-hub run --config /etc/yaok-hub/hub.yaml > "$log" 2>&1 &
+fi
+hub_pid=$!
+status_ok=0
+for _ in $(seq 1 100); do
+  kill -0 "$hub_pid" 2>/dev/null || break
+  if in_root /usr/bin/yaok-hub status > "$work/install-test-status.txt" 2>&1; then status_ok=1; break; fi
+  sleep 0.3
+done
+if [ $status_ok = 1 ]; then
+  echo "ok: yaok-hub status answers (as root, default socket /run/yaok-hub/control.sock)"
+  sed 's/^/    /' "$work/install-test-status.txt"
+else
+  fail "yaok-hub status did not answer within 30 s"; cat "$work/install-test-status.txt" 2>/dev/null
+fi
+check "hub process runs as yaok-hub" test "$(stat -c %u /proc/"$hub_pid" 2>/dev/null)" = "$(in_root id -u yaok-hub)"
+check "identity.key is 600 yaok-hub" test "$(mode_owner /var/lib/yaok-hub/identity.key)" = "600 yaok-hub:yaok-hub"
+check "store.db exists" test -f "$root/var/lib/yaok-hub/store.db"
+check "no store.key: the key came from the credential" test ! -e "$root/var/lib/yaok-hub/store.key"
+kill -TERM "$hub_pid" 2>/dev/null
+rc=""
+for _ in $(seq 1 100); do kill -0 "$hub_pid" 2>/dev/null || break; sleep 0.1; done
+if kill -0 "$hub_pid" 2>/dev/null; then fail "hub still running 10 s after SIGTERM"; else wait "$hub_pid"; rc=$?; fi
+hub_pid=""
+check "hub exited 0 on SIGTERM (rc=$rc)" test "$rc" = 0
+echo "hub log (last lines):"; tail -n 15 "$log" | sed 's/^/    /'
+umount "$root/proc"
+
+# 5. Remove, then purge.
+step "dpkg -r / --purge"
+check "dpkg -r yaok-hub" in_root dpkg -r yaok-hub
+check "binary removed" test ! -e "$root/usr/bin/yaok-hub"
+check "plugins removed" test ! -e "$root/usr/lib/yaok-hub/plugins"
+check "conffile kept after remove" test -f "$root/etc/yaok-hub/hub.yaml"
+check "db.key kept after remove" test -f "$root/etc/yaok-hub/db.key"
+check "identity kept after remove" test -f "$root/var/lib/yaok-hub/identity.key"
+check "state is rc" sh -c "chroot '$root' dpkg-query -W -f='\${db:Status-Abbrev}' yaok-hub | grep -q '^rc'"
+check "dpkg --purge yaok-hub" in_root dpkg --purge yaok-hub
+check "/etc/yaok-hub gone after purge" test ! -e "$root/etc/yaok-hub"
+check "/var/lib/yaok-hub gone after purge" test ! -e "$root/var/lib/yaok-hub"
+check "dpkg --purge yaok-relay yaok yaok-swift-runtime" in_root dpkg --purge yaok-relay yaok yaok-swift-runtime
+check "/var/lib/yaok-relay gone after purge" test ! -e "$root/var/lib/yaok-relay"
+check "/usr/lib/yaok-hub gone" test ! -e "$root/usr/lib/yaok-hub"
+
+step "done"
+if [ "$failures" -gt 0 ]; then echo "install-test: $failures check(s) failed"; exit 1; fi
+echo "install-test: all checks passed"
+exit 0
