@@ -27,6 +27,7 @@ public final class Hub: @unchecked Sendable {
     /// Sections that are enabled but could not be created (no plugin, bad config), with the reason.
     private var failedSections: [String: (kind: String, reason: String)] = [:]
     private var control: ControlServer?
+    private var metricsServer: MetricsHTTPServer?
     private let notifier = SystemdNotifier()
     private let lock = NSLock()
     private let reloadQueue = DispatchQueue(label: "yaok.hub.reload")
@@ -81,6 +82,17 @@ public final class Hub: @unchecked Sendable {
         try control.start()
         self.control = control
         lock.withLock { applyTransports(config) }
+        if config.metrics.enabled {
+            // Metrics are optional: a bad address or a port in use is logged, the hub runs on.
+            do {
+                let server = try MetricsHTTPServer(listen: config.metrics.listen, logger: logger) { [weak self] in self?.prometheusText() ?? "" }
+                let port = try server.start()
+                metricsServer = server
+                logger.notice("metrics on http://\(config.metrics.listen.split(separator: ":").dropLast().joined(separator: ":")):\(port)/metrics")
+            } catch {
+                logger.error("metrics endpoint not started: \(error)")
+            }
+        }
         logger.notice("hub \(identity.fingerprint.prefix(9)) ready: \(transports.count) transports running, control socket \(controlSocketPath)")
         notifier.notify("READY=1\nSTATUS=running")
         if let interval = notifier.watchdogInterval {
@@ -124,6 +136,7 @@ public final class Hub: @unchecked Sendable {
         notifier.notify("STOPPING=1")
         watchdog?.cancel()
         control?.stop()
+        metricsServer?.stop()
         let hosts = lock.withLock { Array(transports.values) }
         let group = DispatchGroup()
         for host in hosts {
@@ -274,7 +287,7 @@ public final class Hub: @unchecked Sendable {
                 return .success(try encoder.encode(IdentityView(id: YaokPluginKit.Hex.encode(identity.userID), fingerprint: identity.fingerprint,
                                                                 signingKey: YaokPluginKit.Hex.encode(identity.signingKey), kxKey: YaokPluginKit.Hex.encode(identity.kxKey))))
             case "metrics":
-                return .success(try encoder.encode(["text": metrics.prometheusText()]))
+                return .success(try encoder.encode(["text": prometheusText()]))
             default:
                 return .failure(.unknownCommand(command))
             }

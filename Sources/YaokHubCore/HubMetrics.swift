@@ -1,0 +1,59 @@
+import Foundation
+
+/// The hub's Prometheus exposition: per-transport state, links, frames, bytes and errors,
+/// queue depths per state, router counters, and whatever plugins recorded.
+extension Hub {
+    public func prometheusText() -> String {
+        let report = statusReport()
+        var lines: [String] = []
+        func metric(_ name: String, _ type: String, _ help: String, _ samples: [(labels: String, value: Double)]) {
+            lines.append("# HELP \(name) \(help)")
+            lines.append("# TYPE \(name) \(type)")
+            for s in samples {
+                let v = s.value.rounded() == s.value ? String(Int64(s.value)) : String(s.value)
+                lines.append(s.labels.isEmpty ? "\(name) \(v)" : "\(name){\(s.labels)} \(v)")
+            }
+        }
+        func label(_ t: TransportRuntimeStatus) -> String { "transport=\"\(t.name)\",kind=\"\(t.kind)\"" }
+        let ts = report.transports
+        metric("yaok_transport_up", "gauge", "1 when the transport is running or degraded",
+               ts.map { (label($0), ($0.status.state == .running || $0.status.state == .degraded) ? 1 : 0) })
+        metric("yaok_transport_state", "gauge", "the transport's current state (1 for the state it is in)",
+               ts.map { ("\(label($0)),state=\"\($0.status.state.rawValue)\"", 1) })
+        metric("yaok_transport_links", "gauge", "links currently up", ts.map { (label($0), Double($0.status.links)) })
+        metric("yaok_transport_peers", "gauge", "distinct peers seen", ts.map { (label($0), Double($0.status.peers)) })
+        metric("yaok_transport_frames_total", "counter", "frames moved", ts.flatMap {
+            [("\(label($0)),direction=\"in\"", Double($0.status.framesIn)), ("\(label($0)),direction=\"out\"", Double($0.status.framesOut))]
+        })
+        metric("yaok_transport_bytes_total", "counter", "bytes moved", ts.flatMap {
+            [("\(label($0)),direction=\"in\"", Double($0.status.bytesIn)), ("\(label($0)),direction=\"out\"", Double($0.status.bytesOut))]
+        })
+        metric("yaok_transport_start_failures", "gauge", "consecutive failed starts (retried with backoff)",
+               ts.map { (label($0), Double($0.startFailures)) })
+        metric("yaok_transport_errors", "gauge", "1 when the transport reports a last error",
+               ts.map { (label($0), $0.status.lastError == nil ? 0 : 1) })
+        let q = report.router.queue
+        metric("yaok_queue_bundles", "gauge", "bundles in the store by state", [
+            ("state=\"queued\"", Double(q.queued)), ("state=\"in_flight\"", Double(q.inFlight)),
+            ("state=\"handed_over\"", Double(q.handedOver)), ("state=\"delivered\"", Double(q.delivered)),
+            ("state=\"expired\"", Double(q.expired)),
+        ])
+        metric("yaok_queue_bytes", "gauge", "bytes of bundles held", [("", Double(q.bytes))])
+        let c = report.router.counters
+        metric("yaok_router_bundles_total", "counter", "bundles by outcome", [
+            ("outcome=\"accepted\"", Double(c.accepted)), ("outcome=\"duplicate\"", Double(c.duplicates)),
+            ("outcome=\"forwarded\"", Double(c.forwarded)), ("outcome=\"delivered\"", Double(c.deliveredDirect)),
+            ("outcome=\"expired\"", Double(c.expired)),
+        ])
+        metric("yaok_router_refused_total", "counter", "bundles refused, by reason", [
+            ("reason=\"malformed\"", Double(c.refusedMalformed)), ("reason=\"bad_signature\"", Double(c.refusedSignature)),
+            ("reason=\"expired\"", Double(c.refusedExpired)), ("reason=\"hop_limit\"", Double(c.refusedHopLimit)),
+            ("reason=\"rate_limited\"", Double(c.refusedRateLimited)), ("reason=\"store_full\"", Double(c.refusedStoreFull)),
+        ])
+        metric("yaok_router_custody_timeouts_total", "counter", "custody acknowledgements that did not come in time", [("", Double(c.custodyTimeouts))])
+        metric("yaok_store_evicted_total", "counter", "bundles evicted because the store was full (soonest-expiring first)",
+               [("", Double(report.router.store.evicted))])
+        metric("yaok_store_duplicates_dropped_total", "counter", "duplicate bundles dropped", [("", Double(report.router.store.duplicatesDropped))])
+        return lines.joined(separator: "\n") + "\n" + metrics.prometheusText()
+    }
+}
