@@ -1,8 +1,9 @@
 // ble-phone.swift — a test "phone" for ble-test.sh: connects to a hub as an LE central with
 // YaokTransportBLE's BLEHubClient, runs the link handshake with a fresh libsodium identity,
-// prints what it proved, holds the link for a while, then disconnects.
+// prints what it proved, sends a ping of PING_BYTES random bytes and checks the hub's pong
+// (both cross the link chunked at the ATT MTU), holds the link for a while, then disconnects.
 // Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
-//   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS
+//   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]
 import CSodium
 import Glibc
 import YaokPluginKit
@@ -40,12 +41,13 @@ func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined()
 
 setlinebuf(stdout)   // the test script waits for lines while this process is still running
 let args = CommandLine.arguments
-guard args.count == 4, let hub = BluetoothAddress(string: args[2]), let hold = UInt32(args[3]) else {
-    print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS"); exit(2)
+guard (4...6).contains(args.count), let hub = BluetoothAddress(string: args[2]), let hold = UInt32(args[3]),
+      let mtu = Int(args.count > 4 ? args[4] : "517"), let pingBytes = Int(args.count > 5 ? args[5] : "0") else {
+    print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]"); exit(2)
 }
 guard sodium_init() >= 0 else { print("sodium_init failed"); exit(1) }
 do {
-    let client = try BLEHubClient(adapter: args[1], hub: hub)
+    let client = try BLEHubClient(adapter: args[1], hub: hub, mtu: mtu)
     print("connected: ATT MTU \(client.mtu), handles \(client.handles)")
     print("identity characteristic: \(hex(client.advertisedIdentity))")
     let me = SodiumIdentity()
@@ -55,6 +57,22 @@ do {
         return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
     print("HANDSHAKE_OK hub=\(hex(peer.signingKey)) role=\(peer.role)")
+    if pingBytes > 0 {
+        let payload = me.randomBytes(pingBytes)
+        try client.send(TLVRecord(.ping, value: payload).encoded)
+        // The hub may send other frames first (e.g. attachment announcements); skip them.
+        var answered = false
+        for _ in 0..<20 {
+            let record = try TLVRecord(parsing: try client.receive())
+            print("received frame type 0x\(String(record.type, radix: 16)), \(record.value.count) bytes")
+            if record.type == FrameType.pong.rawValue {
+                answered = true
+                print(record.value == payload ? "PING_OK \(pingBytes) bytes at ATT MTU \(client.mtu)" : "PING_MISMATCH")
+                break
+            }
+        }
+        if !answered { print("PING_NO_PONG") }
+    }
     sleep(hold)
     print("disconnecting")
 } catch {

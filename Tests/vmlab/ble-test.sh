@@ -167,17 +167,26 @@ CTRL=$(timeout 20 gatttool -i hci1 -b "$A0" --char-read -u 985e0005-a6d1-4b8d-91
 check "Control reads version 1, handshaking (0100)" [ "$CTRL" = 0100 ]
 
 step "phone: BLEHubClient connects, discovers, subscribes, runs the link handshake"
-"$PHONE" hci1 "$A0" 60 > /tmp/phone.log 2>&1 &   # holds the link until killed (at most 60 s)
+"$PHONE" hci1 "$A0" 60 517 1200 > /tmp/phone.log 2>&1 &   # holds the link until killed (at most 60 s)
 PHONE_PID=$!
 wait_for 60 "the phone's handshake" grep -q -E 'HANDSHAKE_OK|PHONE_ERROR' /tmp/phone.log
 cat /tmp/phone.log
 check "handshake proved the hub's key" grep -q "HANDSHAKE_OK hub=$HUBKEY role=hub" /tmp/phone.log
 links_are() { ble_status | tr -d ' \n' | grep -q "\"links\":$1[,}]"; }
 check "hub reports the link up (links: 1)" wait_for 20 "links 1" links_are 1
+check "1200-byte ping answered by a pong with the same bytes (MTU 517: 3 chunks of ≤512 each way)" \
+  wait_for 30 "the pong" grep -q 'PING_OK 1200 bytes at ATT MTU 517' /tmp/phone.log
+cat /tmp/phone.log | grep -E 'received|PING'
+check "hub counted the ping (frames_in >= 1)" sh -c "\"$HUB\" status --config $W/hub.yaml --json | tr -d ' \n' | grep -q '\"frames_in\":[1-9]'"
 PHONEKEY=$(sed -n 's/^phone signing key: //p' /tmp/phone.log)
 check "hub log names the phone's link" wait_for 10 "link-up log" grep -q -i "link.*up\|up.*link" $W/hub.log
 kill "$PHONE_PID"; wait "$PHONE_PID" 2>/dev/null
 check "link reported down after the phone left (links: 0)" wait_for 30 "links 0" links_are 0
+
+step "phone at the minimum ATT MTU (23): 1200-byte ping = 75 chunks each way"
+"$PHONE" hci1 "$A0" 0 23 1200 > /tmp/phone23.log 2>&1
+cat /tmp/phone23.log | grep -E 'HANDSHAKE|PING|ERROR|connected'
+check "ping/pong at MTU 23" grep -q 'PING_OK 1200 bytes at ATT MTU 23' /tmp/phone23.log
 
 step "the hub keeps advertising after centrals come and go"
 check "hub still running" ble_state_is running

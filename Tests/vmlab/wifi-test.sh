@@ -14,7 +14,7 @@
 #   BIN=.build-wifi/debug (default)   # where YaokHubPackageTests.xctest is
 # Prints WIFI_TEST=PASS / FAIL; logs and notes are copied to Tests/vmlab/out/wifi/.
 . "$(dirname "$0")/lib.sh"
-export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-300}
+export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-420}
 vmlab_enter "$@"
 set -u
 exec 2>&1
@@ -27,9 +27,12 @@ W=/tmp/wifi
 mkdir -p "$W" "$OUT"
 rm -f "$OUT"/*
 HUB_PID=
+DAEMON_PID=
 result() {
-  cp -f "$W"/*.log "$W"/*.out "$W"/hub-* "$W"/phone-* "$W"/hub-run/*.log "$OUT"/ 2>/dev/null
+  cp -f "$W"/*.log "$W"/*.out "$W"/*.json "$W"/hub-* "$W"/phone-* "$W"/hub-run/*.log "$OUT"/ 2>/dev/null
+  for f in "$W"/daemon/run/*.log; do [ -e "$f" ] && cp -f "$f" "$OUT/daemon-$(basename "$f")"; done
   [ -n "$HUB_PID" ] && kill "$HUB_PID" 2>/dev/null
+  [ -n "$DAEMON_PID" ] && kill "$DAEMON_PID" 2>/dev/null
   echo "WIFI_TEST=$1"; [ "$1" = PASS ] && exit 0 || exit 1
 }
 fail() { echo "FAIL: $*"; tail -30 "$W/hub.out" 2>/dev/null; tail -15 "$W/hub-run/wpa_supplicant.log" 2>/dev/null; result FAIL; }
@@ -70,14 +73,19 @@ CONF
 ip netns exec phone wpa_supplicant -B -D nl80211 -i wlan1 -c "$W/phone.conf" -dd -t -f "$W/phone-wpa.log" || fail "phone supplicant"
 C1="ip netns exec phone wpa_cli -p /run/wpa-phone -i p2p-dev-wlan1"
 wait_for 10 "the phone's control socket" $C1 ping || fail "phone control socket"
+# Service discovery for _yaok._tcp (reported, not required): a broadcast query, sent to every
+# peer the find meets.
+$C1 p2p_serv_disc_req 00:00:00:00:00:00 bonjour 055f79616f6bc00c000c01 >/dev/null
 $C1 p2p_find >/dev/null
 found() { $C1 p2p_peers | grep -qi "$HUB_DEV"; }
 wait_for 60 "the hub in the phone's peer list" found || fail "phone never saw the hub"
 $C1 p2p_peer "$HUB_DEV" | grep -E '^(device_name|config_methods|dev_capab|group_capab)='
-# Service discovery for _yaok._tcp (reported, not required).
-$C1 p2p_serv_disc_req "$HUB_DEV" bonjour 055f79616f6bc00c000c01 >/dev/null
-sleep 2
-grep -m1 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log" | sed 's/^/service discovery: /' || echo "service discovery: no response seen"
+sd_seen() { grep -q 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log"; }
+if wait_for 10 "a service discovery response" sd_seen; then
+  echo "service discovery: $(grep -m1 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log" | sed 's/^[0-9.]*: //')"
+else
+  echo "service discovery: no response within 10 s (not required)"
+fi
 $C1 p2p_stop_find >/dev/null
 
 step "phone joins with push-button"
@@ -98,7 +106,7 @@ SCRIPT
 chmod +x "$W/udhcpc.sh"
 ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease"
 echo "phone address: $(cat "$W/phone-lease")"
-ip netns exec phone ping -c 2 -W 2 192.168.49.1 | tail -2
+ip netns exec phone busybox ping -c 2 -W 2 192.168.49.1 | tail -2
 
 step "phone links to the hub over TCP and exchanges records"
 ip netns exec phone env YAOK_WIFI_VM=phone YAOK_WIFI_VM_DIR=$W YAOK_WIFI_HUB=192.168.49.1 \
@@ -112,5 +120,64 @@ wait "$HUB_PID"; RC=$?; HUB_PID=
 grep -E "error|passed|failed" "$W/hub.out" | head -8
 cat "$W/hub-links" "$W/hub-reformed" 2>/dev/null
 [ $RC = 0 ] && [ -e "$W/hub-reformed" ] || fail "hub side failed (exit $RC)"
+
+# --- Phase 2: the real daemon. yaok-hub dlopens the wifidirect and udp plugins (config
+# through the C ABI, real Ed25519 identity); the phone rejoins and a `yaok` endpoint on it
+# sends to a `yaok` endpoint on the hub's machine. The phone's `yaok` speaks UDP across the
+# group (its CLI has no TCP client yet), so this phase proves the daemon, the plugin's
+# group, address and DHCP service, and real messages over the Wi-Fi Direct link.
+step "real yaok-hub loads the wifidirect plugin and forms the group"
+H=$W/daemon
+mkdir -p "$H/plugins"
+cp "$BIN/libyaok-plugin-wifidirect.so" "$BIN/libyaok-plugin-udp.so" "$H/plugins/"
+cat > "$H/hub.yaml" <<CFG
+hub:
+  name: vmhub
+  data_dir: $H/data
+  control_socket: $H/control.sock
+  plugin_dirs: ["$H/plugins"]
+  log_level: debug
+transports:
+  udp:
+    enabled: true
+    listen: 0.0.0.0:7811
+  wifi-direct:
+    enabled: true
+    plugin: wifidirect
+    interface: wlan0
+    runtime_dir: $H/run
+CFG
+"$BIN/yaok-hub" run --config "$H/hub.yaml" > "$W/daemon-hub.log" 2>&1 &
+DAEMON_PID=$!
+wifi_status() { "$BIN/yaok-hub" status --json --socket "$H/control.sock" | jq -c '.transports[] | select(.name == "wifi-direct") | .status'; }
+daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
+wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
+wifi_status | jq -c '{state, reason, group: .details.group_interface, ssid: .details.group_ssid}'
+
+step "phone leaves the old group and joins the daemon's"
+for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
+$C1 p2p_find >/dev/null
+wait_for 60 "the daemon's hub in the phone's peer list" found || fail "phone never saw the daemon"
+$C1 p2p_stop_find >/dev/null
+$C1 p2p_connect "$HUB_DEV" pbc join >/dev/null || fail "p2p_connect join refused (daemon)"
+wait_for 60 "the phone in the daemon's group" joined || fail "phone did not join the daemon's group"
+G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
+rm -f "$W/phone-lease"
+ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease from the daemon"
+echo "phone address: $(cat "$W/phone-lease") on $G1"
+wifi_status | jq -c '{stations: .details.stations, dhcp: .details.dhcp}'
+
+step "yaok on the phone (UDP over the group) -> yaok on the hub's machine"
+Y=$BIN/yaok
+"$Y" init --home "$H/alice" --name Alice >/dev/null && "$Y" init --home "$H/bob" --name Bob >/dev/null || fail "yaok init"
+"$Y" contacts add --home "$H/alice" "$("$Y" qr --home "$H/bob")" >/dev/null
+"$Y" contacts add --home "$H/bob" "$("$Y" qr --home "$H/alice")" >/dev/null
+ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub udp://192.168.49.1:7811 --json --timeout 30 > "$W/daemon-send.json" \
+  || { cat "$W/daemon-send.json"; fail "yaok send from the phone"; }
+"$Y" listen --home "$H/bob" --hub udp://127.0.0.1:7811 --count 1 --json --timeout 60 > "$W/daemon-listen.json" || true
+text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-listen.json")
+[ "$text" = "hello over wi-fi direct" ] || { cat "$W/daemon-send.json" "$W/daemon-listen.json"; fail "bob did not get alice's message"; }
+echo "bob got: $text"
+kill "$DAEMON_PID"; wait "$DAEMON_PID"
 step "done"
 result PASS

@@ -127,7 +127,7 @@ public final class BLEHubClient {
 
     /// Sends one frame as chunked RX Write Requests (each acknowledged: flow control).
     public func send(_ frame: [UInt8]) throws {
-        for chunk in try Chunker.split(frame, chunkSize: mtu - 3) {
+        for chunk in try BLELinkSession.chunks(of: frame, attMTU: mtu) {
             try request([ATTOpcode.writeRequest] + le16(handles.rx) + chunk, expect: ATTOpcode.writeResponse)
         }
     }

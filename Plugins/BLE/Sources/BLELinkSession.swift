@@ -88,8 +88,14 @@ final class BLELinkSession {
 
     func close() { state = .closed }
 
+    /// The chunk size at an ATT MTU: what one write or notification carries (MTU − 3), but
+    /// never more than an attribute value may hold (512 bytes, Core Spec Vol 3 Part F 3.2.9).
+    static func chunkSize(attMTU: Int) -> Int {
+        max(min(attMTU - 3, 512), Chunker.headerLength + 1)
+    }
+
     /// Splits a frame into chunks for notifications at the current ATT MTU.
     static func chunks(of frame: [UInt8], attMTU: Int) throws -> [[UInt8]] {
-        try Chunker.split(frame, chunkSize: max(attMTU - 3, Chunker.headerLength + 1))
+        try Chunker.split(frame, chunkSize: chunkSize(attMTU: attMTU))
     }
 }

@@ -63,6 +63,11 @@ final class GATTAndAdvertisingTests: XCTestCase {
         let chunks = try BLELinkSession.chunks(of: frame, attMTU: 23)
         XCTAssertTrue(chunks.allSatisfy { $0.count <= 20 })
         XCTAssertEqual(chunks.count, 7)   // 16 payload bytes each
+        // At MTU 517 a write could carry 514 bytes, but an attribute value holds at most 512.
+        XCTAssertEqual(BLELinkSession.chunkSize(attMTU: 517), 512)
+        XCTAssertEqual(BLELinkSession.chunkSize(attMTU: 515), 512)
+        XCTAssertEqual(BLELinkSession.chunkSize(attMTU: 100), 97)
+        XCTAssertTrue(try BLELinkSession.chunks(of: [UInt8](repeating: 1, count: 2000), attMTU: 517).allSatisfy { $0.count <= 512 })
         var reassembler = ChunkReassembler()
         var out: [UInt8]?
         for c in chunks { out = try reassembler.add(c, now: 0) }
