@@ -152,7 +152,7 @@ DAEMON_PID=$!
 wifi_status() { "$BIN/yaok-hub" status --json --socket "$H/control.sock" | jq -c '.transports[] | select(.name == "wifi-direct") | .status'; }
 daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
 wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
-wifi_status | jq -c '{state, reason, group: .details.group_interface, ssid: .details.group_ssid}'
+wifi_status | jq -M -c '{state, reason, group: .details.group_interface, ssid: .details.group_ssid}'
 
 step "phone leaves the old group and joins the daemon's"
 for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
@@ -165,7 +165,7 @@ G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
 rm -f "$W/phone-lease"
 ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease from the daemon"
 echo "phone address: $(cat "$W/phone-lease") on $G1"
-wifi_status | jq -c '{stations: .details.stations, dhcp: .details.dhcp}'
+wifi_status | jq -M -c '{stations: .details.stations, dhcp: .details.dhcp}'
 
 step "yaok on the phone (UDP over the group) -> yaok on the hub's machine"
 Y=$BIN/yaok

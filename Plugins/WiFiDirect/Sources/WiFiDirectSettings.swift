@@ -29,8 +29,9 @@ public struct WiFiDirectSettings: Sendable, Equatable {
     public var queueBytes: Int
     public var groupStartTimeoutMs: Int64
 
+    /// `plugin` is the host's (it names the plugin kind serving the section) and reaches us too.
     static let keys: Set<String> = [
-        "interface", "manage_supplicant", "supplicant_path", "ctrl_interface", "runtime_dir", "device_name",
+        "plugin", "interface", "manage_supplicant", "supplicant_path", "ctrl_interface", "runtime_dir", "device_name",
         "frequency", "wps_method", "wps_pin", "group_address", "dhcp", "dnsmasq_path", "ip_path", "port",
         "service_name", "max_sessions", "cost", "read_timeout_s", "queue_frames", "queue_mb", "group_start_timeout_s",
     ]

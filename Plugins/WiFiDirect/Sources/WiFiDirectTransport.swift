@@ -163,12 +163,28 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     func requestGroup() throws {
         guard let c = lock.withLock({ control }) else { return }
-        try c.expectOK("P2P_GROUP_ADD persistent freq=\(settings.frequency)", timeout: 5)
+        // Re-invoke the saved persistent group when there is one, so the SSID and passphrase
+        // stay the same and phones that joined before rejoin without asking.
+        let saved = (try? c.request("LIST_NETWORKS", timeout: 2)).flatMap(Self.persistentGroupID)
+        let persistent = saved.map { "persistent=\($0)" } ?? "persistent"
+        try c.expectOK("P2P_GROUP_ADD \(persistent) freq=\(settings.frequency)", timeout: 5)
         lock.withLock {
             groupRequestedAt = nowMs
             reformAt = nil
         }
         set(.starting, "forming a P2P group on \(settings.frequency) MHz")
+    }
+
+    /// The network id of the first saved persistent group we own, from a LIST_NETWORKS reply
+    /// (`id<TAB>ssid<TAB>bssid<TAB>flags`, flags containing `[P2P-PERSISTENT]`).
+    static func persistentGroupID(_ listNetworks: String) -> Int? {
+        for line in listNetworks.split(separator: "\n").dropFirst() {
+            let columns = line.split(separator: "\t", omittingEmptySubsequences: false)
+            guard columns.count >= 4, columns[3].contains("[P2P-PERSISTENT]"), columns[1].hasPrefix("DIRECT-"),
+                  let id = Int(columns[0]) else { continue }
+            return id
+        }
+        return nil
     }
 
     private func teardownSupplicant() {

@@ -24,6 +24,7 @@ final class TransportTests: XCTestCase {
         func error(_ values: [String: ConfigValue]) -> String {
             do { _ = try TestConfig.settings(values); return "no error" } catch { return "\(error)" }
         }
+        XCTAssertEqual(error(["plugin": .string("wifidirect")]), "no error", "the host's plugin key is accepted")
         XCTAssertTrue(error(["prot": .int(1)]).hasPrefix("transports.wifi-direct.prot (line 20): unknown key"))
         XCTAssertEqual(error(["frequency": .int(2442)]), "transports.wifi-direct.frequency (line 20): 2442 MHz is not a 2.4 GHz social channel (2412, 2437 or 2462)")
         XCTAssertTrue(error(["wps_method": .string("pin")]).contains("8-digit wps_pin"))

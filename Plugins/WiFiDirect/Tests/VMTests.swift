@@ -64,6 +64,7 @@ final class VMTests: XCTestCase {
         XCTAssertEqual(r.ups.first?.peerRole, .endpoint)
         XCTAssertGreaterThan(t.status.framesIn, 0)
         note("hub-links", "links_up=\(r.ups.count) frames_in=\(t.status.framesIn) stations=\(t.status.details["stations"] ?? "")")
+        let firstSSID = t.status.details["group_ssid"] ?? ""
         // Tear the group down from outside; the plugin must re-form it.
         let iface = t.status.details["group_interface"] ?? ""
         let ctrl = t.status.details["ctrl_interface"] ?? ""
@@ -74,8 +75,9 @@ final class VMTests: XCTestCase {
             t.status.state == .running && t.status.details["groups_formed"] == "2"
         })
         XCTAssertEqual(t.status.details["group_removals"], "1")
+        XCTAssertEqual(t.status.details["group_ssid"], firstSSID, "the saved persistent group is re-invoked, same SSID")
         XCTAssertFalse(r.downs.isEmpty, "the phone's link went down")
-        note("hub-reformed", "\(t.status.details["group_interface"] ?? "") groups_formed=\(t.status.details["groups_formed"] ?? "") \(t.status.reason)")
+        note("hub-reformed", "\(t.status.details["group_interface"] ?? "") ssid \(firstSSID) -> \(t.status.details["group_ssid"] ?? "") groups_formed=\(t.status.details["groups_formed"] ?? "") \(t.status.reason)")
     }
 
     /// The phone: in its own network namespace, joined to the group by the script; links to

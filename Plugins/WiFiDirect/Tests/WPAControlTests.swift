@@ -74,6 +74,14 @@ final class WPAControlTests: XCTestCase {
         XCTAssertNil(WPAEvent(parsing: "<3>"))
     }
 
+    func testSavedPersistentGroupIsFoundInListNetworks() {
+        let reply = "network id / ssid / bssid / flags\n0\thome\tany\t[CURRENT]\n1\tDIRECT-NJ\t42:00:00:00:00:00\t[DISABLED][P2P-PERSISTENT]\n"
+        XCTAssertEqual(WiFiDirectTransport.persistentGroupID(reply), 1)
+        XCTAssertNil(WiFiDirectTransport.persistentGroupID("network id / ssid / bssid / flags\n0\thome\tany\t\n"))
+        XCTAssertNil(WiFiDirectTransport.persistentGroupID("FAIL\n"))
+        XCTAssertNil(WiFiDirectTransport.persistentGroupID("x\nnot\ta\n"))
+    }
+
     func testServiceAdvertisementUsesDNSWireFormat() {
         XCTAssertEqual(P2PService.ptrCommand(instance: "hub"), "P2P_SERVICE_ADD bonjour 055f79616f6bc00c000c01 03687562c027")
         XCTAssertEqual(P2PService.txtCommand(instance: "hub", port: 7814),
