@@ -178,6 +178,18 @@ ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --
 text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-listen.json")
 [ "$text" = "hello over wi-fi direct" ] || { cat "$W/daemon-send.json" "$W/daemon-listen.json"; fail "bob did not get alice's message"; }
 echo "bob got: $text"
+
+step "daemon killed with SIGKILL and restarted: stale helpers ended, the same persistent group back"
+SSID1=$(wifi_status | jq -r .details.group_ssid)
+kill -KILL "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null
+"$BIN/yaok-hub" run --config "$H/hub.yaml" >> "$W/daemon-hub.log" 2>&1 &
+DAEMON_PID=$!
+wait_for 90 "the restarted daemon's group" daemon_running || { wifi_status; fail "restarted daemon: no group"; }
+SSID2=$(wifi_status | jq -r .details.group_ssid)
+HELPERS=$(pgrep -f -- "$H/run/wpa_supplicant.conf" | wc -l)
+echo "group $SSID1 before, $SSID2 after; wpa_supplicant processes for this hub: $HELPERS"
+[ "$SSID1" = "$SSID2" ] || fail "the restarted daemon formed a different group ($SSID1 -> $SSID2)"
+[ "$HELPERS" = 1 ] || fail "$HELPERS supplicants for one hub after the restart"
 kill "$DAEMON_PID"; wait "$DAEMON_PID"
 step "done"
 result PASS

@@ -50,6 +50,34 @@ public final class ChildProcess: @unchecked Sendable {
         try? log.close()
     }
 
+    /// Records our child's pid in `path`, so a later start can end it if this process died
+    /// without stopping it (a crashed hub must not leave a supplicant holding the radio).
+    public func writePIDFile(_ path: String) {
+        FileManager.default.createFile(atPath: path, contents: Data("\(pid)\n".utf8), attributes: [.posixPermissions: 0o600])
+    }
+
+    /// Ends the process named in `pidFile` if it is still running and its command name is
+    /// `command` (so a recycled pid of an unrelated process is never touched). Returns the pid it ended.
+    @discardableResult
+    public static func endStale(pidFile: String, command: String, grace: Double = 1.0) -> Int32? {
+        guard let text = try? String(contentsOfFile: pidFile, encoding: .utf8),
+              let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)), pid > 1 else { return nil }
+        defer { unlink(pidFile) }
+        guard let comm = try? String(contentsOfFile: "/proc/\(pid)/comm", encoding: .utf8),
+              comm.trimmingCharacters(in: .whitespacesAndNewlines) == command else { return nil }
+        kill(pid, SIGTERM)
+        let deadline = Date().addingTimeInterval(grace)
+        while kill(pid, 0) == 0 && Date() < deadline {
+            // A zombie (our own child, not yet reaped) counts as gone.
+            if let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), stat.contains(") Z ") { break }
+            usleep(20_000)
+        }
+        if kill(pid, 0) == 0, let stat = try? String(contentsOfFile: "/proc/\(pid)/stat", encoding: .utf8), !stat.contains(") Z ") {
+            kill(pid, SIGKILL)
+        }
+        return pid
+    }
+
     public var isRunning: Bool { process.isRunning }
     public var pid: Int32 { process.processIdentifier }
     public var exitStatus: Int32? { process.isRunning ? nil : process.terminationStatus }

@@ -41,10 +41,16 @@ public enum SupplicantLauncher {
         let text = configText(settings: settings, controlDirectory: controlDirectory, previous: previous)
         fm.createFile(atPath: configPath, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
         chmod(configPath, 0o600)
+        let pidFile = settings.runtimeDirectory + "/wpa_supplicant.pid"
+        // One left by a hub that did not stop cleanly would hold the radio and the socket.
+        ChildProcess.endStale(pidFile: pidFile, command: "wpa_supplicant")
+        // Its old control sockets would make the new supplicant refuse to start.
+        for name in (try? fm.contentsOfDirectory(atPath: controlDirectory)) ?? [] { unlink(controlDirectory + "/" + name) }
         let process = try ChildProcess(executable: settings.supplicantPath,
                                        arguments: ["-D", "nl80211", "-i", settings.interface, "-c", configPath, "-t"],
                                        logPath: settings.runtimeDirectory + "/wpa_supplicant.log",
                                        hint: "install Debian's wpasupplicant or set supplicant_path")
+        process.writePIDFile(pidFile)
         return (process, controlDirectory)
     }
 
@@ -95,10 +101,14 @@ public enum DHCPServer {
     public static func launch(settings: WiFiDirectSettings, interface: String) throws -> ChildProcess {
         try FileManager.default.createDirectory(atPath: settings.runtimeDirectory, withIntermediateDirectories: true)
         let path = settings.runtimeDirectory + "/dnsmasq.conf"
+        let pidFile = settings.runtimeDirectory + "/dnsmasq.pid"
+        ChildProcess.endStale(pidFile: pidFile, command: "dnsmasq")
         FileManager.default.createFile(atPath: path, contents: Data(configText(settings: settings, interface: interface).utf8))
-        return try ChildProcess(executable: settings.dnsmasqPath,
+        let child = try ChildProcess(executable: settings.dnsmasqPath,
                                 arguments: ["--keep-in-foreground", "--log-facility=-", "--conf-file=\(path)", "--pid-file="],
                                 logPath: settings.runtimeDirectory + "/dnsmasq.log",
                                 hint: "install Debian's dnsmasq-base or set dnsmasq_path, or dhcp: false")
+        child.writePIDFile(pidFile)
+        return child
     }
 }

@@ -83,7 +83,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         guard !lock.withLock({ running }) else { return }
         set(.starting, "probing radios")
         do {
-            radios = try probe().wiphys
+            let found = try probe().wiphys
+            lock.withLock { radios = found }
         } catch let error as RadioProbeError {
             set(.unavailable, error.description)
             throw TransportError.unavailable(error.description)
@@ -132,7 +133,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         if settings.manageSupplicant {
             let (process, directory) = try SupplicantLauncher.launch(settings: settings)
             lock.withLock { supplicant = process }
-            let p2pDevice = radios.contains { $0.interfaceTypes.contains(.p2pDevice) }
+            let p2pDevice = lock.withLock { radios.contains { $0.interfaceTypes.contains(.p2pDevice) } }
             path = try SupplicantLauncher.waitForControlSocket(process, directory: directory, interface: settings.interface,
                                                                 expectP2PDevice: p2pDevice)
         }

@@ -92,4 +92,22 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(t.status.reason, "wpa_supplicant does not know the command P2P_GROUP_ADD (built without P2P?)")
         XCTAssertTrue(r.logs.contains { $0.contains("cannot advertise _yaok._tcp") })
     }
+
+    /// A helper left running by a hub that died is ended at the next start, but only when the
+    /// pid file still names a process with the expected command.
+    func testStaleHelperIsEndedOnlyWhenItIsTheRightProgram() throws {
+        let dir = TestConfig.tempDir("stale")
+        let sleeper = try ChildProcess(executable: "/usr/bin/sleep", arguments: ["30"], logPath: "\(dir)/sleep.log", hint: "")
+        defer { sleeper.stop() }
+        sleeper.writePIDFile("\(dir)/a.pid")
+        XCTAssertNil(ChildProcess.endStale(pidFile: "\(dir)/a.pid", command: "wpa_supplicant"), "not the named program: left alone")
+        XCTAssertTrue(sleeper.isRunning)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/a.pid"), "the stale pid file is removed either way")
+        sleeper.writePIDFile("\(dir)/b.pid")
+        XCTAssertEqual(ChildProcess.endStale(pidFile: "\(dir)/b.pid", command: "sleep"), sleeper.pid)
+        let deadline = Date().addingTimeInterval(5)
+        while sleeper.isRunning && Date() < deadline { usleep(10_000) }
+        XCTAssertFalse(sleeper.isRunning)
+        XCTAssertNil(ChildProcess.endStale(pidFile: "\(dir)/missing.pid", command: "sleep"))
+    }
 }
