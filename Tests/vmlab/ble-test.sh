@@ -187,6 +187,17 @@ step "phone at the minimum ATT MTU (23): 1200-byte ping = 75 chunks each way"
 "$PHONE" hci1 "$A0" 0 23 1200 > /tmp/phone23.log 2>&1
 cat /tmp/phone23.log | grep -E 'HANDSHAKE|PING|ERROR|connected'
 check "ping/pong at MTU 23" grep -q 'PING_OK 1200 bytes at ATT MTU 23' /tmp/phone23.log
+# ATT is a fixed channel: closing the socket sends nothing; the hub learns of it when the
+# LE link drops (a few seconds later). A new central connecting before that would reuse
+# the old link and its authenticated ATT channel.
+check "link down after the MTU-23 phone left" wait_for 30 "links 0" links_are 0
+
+step "a central that never authenticates is dropped after the 30 s handshake timeout"
+l2test -n -V le_public -J 4 -i hci1 "$A0" > /tmp/silent.log 2>&1 &
+SILENT=$!
+check "hub drops the silent central" wait_for 60 "the handshake timeout" grep -q 'no completed link handshake within 30 s' $W/hub.log
+kill $SILENT 2>/dev/null; wait $SILENT 2>/dev/null
+cat /tmp/silent.log; grep -E 'BLE' $W/hub.log | tail -4
 
 step "the hub keeps advertising after centrals come and go"
 check "hub still running" ble_state_is running

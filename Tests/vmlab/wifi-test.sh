@@ -146,6 +146,8 @@ transports:
     plugin: wifidirect
     interface: wlan0
     runtime_dir: $H/run
+    wps_method: pin
+    wps_pin: "12345670"
 CFG
 "$BIN/yaok-hub" run --config "$H/hub.yaml" > "$W/daemon-hub.log" 2>&1 &
 DAEMON_PID=$!
@@ -154,12 +156,12 @@ daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
 wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
 wifi_status | jq -M -c '{state, reason, group: .details.group_interface, ssid: .details.group_ssid}'
 
-step "phone leaves the old group and joins the daemon's"
+step "phone leaves the old group and joins the daemon's with the PIN"
 for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
 $C1 p2p_find >/dev/null
 wait_for 60 "the daemon's hub in the phone's peer list" found || fail "phone never saw the daemon"
 $C1 p2p_stop_find >/dev/null
-$C1 p2p_connect "$HUB_DEV" pbc join >/dev/null || fail "p2p_connect join refused (daemon)"
+$C1 p2p_connect "$HUB_DEV" 12345670 join >/dev/null || fail "p2p_connect join refused (daemon)"
 wait_for 60 "the phone in the daemon's group" joined || fail "phone did not join the daemon's group"
 G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
 rm -f "$W/phone-lease"

@@ -20,6 +20,8 @@ final class BLELinkSession {
 
     let id: LinkID
     var remote: String
+    /// Monotonic nanoseconds when the central connected.
+    let connectedAt: UInt64
     private(set) var state: State = .connected
     private(set) var peer: AuthenticatedPeer?
     private var reassembler: ChunkReassembler
@@ -27,9 +29,11 @@ final class BLELinkSession {
     private let acceptedRoles: Set<PeerRole>
 
     init(id: LinkID, remote: String, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64,
-         reassemblyTimeoutNanoseconds: UInt64, acceptedRoles: Set<PeerRole> = [.endpoint, .hub]) {
+         reassemblyTimeoutNanoseconds: UInt64, connectedAt: UInt64 = 0,
+         acceptedRoles: Set<PeerRole> = [.endpoint, .hub]) {
         self.id = id
         self.remote = remote
+        self.connectedAt = connectedAt
         self.reassembler = ChunkReassembler(timeoutNanoseconds: reassemblyTimeoutNanoseconds)
         self.handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
         self.acceptedRoles = acceptedRoles
@@ -87,6 +91,14 @@ final class BLELinkSession {
     func expire(now: UInt64) -> Bool { reassembler.expire(now: now) }
 
     func close() { state = .closed }
+
+    /// Why the link should be dropped at monotonic time `now`, if it should: a central that
+    /// has not completed the handshake within `handshakeTimeout` holds a connection slot for nothing.
+    func overdue(now: UInt64, handshakeTimeoutNanoseconds: UInt64) -> String? {
+        guard state == .connected || state == .handshaking, now >= connectedAt,
+              now - connectedAt > handshakeTimeoutNanoseconds else { return nil }
+        return "no completed link handshake within \(handshakeTimeoutNanoseconds / 1_000_000_000) s"
+    }
 
     /// The chunk size at an ATT MTU: what one write or notification carries (MTU − 3), but
     /// never more than an attribute value may hold (512 bytes, Core Spec Vol 3 Part F 3.2.9).

@@ -15,6 +15,10 @@ import YaokPluginKit
 public final class BLETransport: Transport, @unchecked Sendable {
     /// The link cost reported to the router (BLE is slow and short-range).
     public static let linkCost = 20
+    /// A central must complete the link handshake within this many seconds of connecting.
+    public static let handshakeTimeoutSeconds: UInt64 = 30
+    /// How often stale partial frames and handshake timeouts are checked.
+    static let sweepIntervalSeconds = 5
 
     public let config: BLEConfig
     private let context: TransportContext
@@ -32,6 +36,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
     private var att: ATTSeqpacketServer?
     private var listener: L2CAPATTListener?
     private var advertiser: HCIAdvertiser?
+    private var sweepTimer: DispatchSourceTimer?
 
     // Touched only on the ATT poll thread.
     private var sessions: [LinkID: BLELinkSession] = [:]
@@ -96,23 +101,30 @@ public final class BLETransport: Transport, @unchecked Sendable {
             setState(.failed, "\(error)")
             throw TransportError.failed("\(error)")
         }
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "ble-sweep"))
+        timer.schedule(deadline: .now() + .seconds(Self.sweepIntervalSeconds), repeating: .seconds(Self.sweepIntervalSeconds))
+        timer.setEventHandler { [weak self] in self?.sweep() }
         lock.lock()
         self.adapter = adapter
         self.att = server
         self.listener = listener
         self.advertiser = advertiser
+        self.sweepTimer = timer
         lock.unlock()
+        timer.resume()
         setState(.running, "advertising on \(adapter.name) (\(adapter.address))")
         context.logger.info("BLE: advertising \(config.name) on \(adapter.name) \(adapter.address), ATT MTU \(config.mtu), up to \(config.maxConnections) centrals")
     }
 
     public func stop() {
         lock.lock()
-        let (server, listener, advertiser) = (att, self.listener, self.advertiser)
+        let (server, listener, advertiser, timer) = (att, self.listener, self.advertiser, sweepTimer)
         att = nil
         self.listener = nil
         self.advertiser = nil
+        sweepTimer = nil
         lock.unlock()
+        timer?.cancel()
         try? advertiser?.stop()
         listener?.stop()
         server?.stop()   // closes every connection; onDisconnect reports link_down
@@ -198,7 +210,8 @@ public final class BLETransport: Transport, @unchecked Sendable {
         let session = BLELinkSession(
             id: id.rawValue, remote: "central", identity: context.identity,
             clock: { clock.nowMilliseconds() },
-            reassemblyTimeoutNanoseconds: UInt64(config.reassemblyTimeoutSeconds) * 1_000_000_000)
+            reassemblyTimeoutNanoseconds: UInt64(config.reassemblyTimeoutSeconds) * 1_000_000_000,
+            connectedAt: clock.monotonicNanoseconds())
         sessions[id.rawValue] = session
         lock.lock()
         connectionCount += 1
@@ -273,6 +286,27 @@ public final class BLETransport: Transport, @unchecked Sendable {
             }
         }
         return result ?? "connection \(id) is gone"
+    }
+
+    /// Every few seconds: drop stale partial frames and centrals that never authenticate.
+    private func sweep() {
+        guard let server = currentServer() else { return }
+        let clock = context.clock
+        _ = server.onPollThread { [self] in
+            let now = clock.monotonicNanoseconds()
+            for session in sessions.values {
+                if session.expire(now: now) {
+                    context.logger.info("BLE: \(session.remote): dropped a partly received frame after \(config.reassemblyTimeoutSeconds) s")
+                }
+                if let why = session.overdue(now: now, handshakeTimeoutNanoseconds: Self.handshakeTimeoutSeconds * 1_000_000_000) {
+                    var output = BLELinkSession.Output()
+                    output.drop = why
+                    if let engine = server.withServer(ATTConnectionID(rawValue: session.id), { $0 }) {
+                        apply(output, session, engine)
+                    }
+                }
+            }
+        }
     }
 
     private func currentServer() -> ATTSeqpacketServer? {

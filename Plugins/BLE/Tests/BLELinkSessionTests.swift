@@ -61,6 +61,18 @@ final class BLELinkSessionTests: XCTestCase {
         XCTAssertTrue(out.drop?.contains("shorter than its 4-byte header") ?? false, out.drop ?? "")
     }
 
+    func testCentralThatNeverAuthenticatesIsOverdue() {
+        let s = BLELinkSession(id: 1, remote: "x", identity: UnsigningIdentity(), clock: { 0 },
+                               reassemblyTimeoutNanoseconds: 1_000_000_000, connectedAt: 10_000_000_000)
+        XCTAssertNil(s.overdue(now: 39_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000))
+        XCTAssertEqual(s.overdue(now: 41_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000),
+                       "no completed link handshake within 30 s")
+        _ = s.notificationsEnabled()
+        XCTAssertNotNil(s.overdue(now: 41_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000))
+        s.close()
+        XCTAssertNil(s.overdue(now: 41_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000), "closed sessions are not dropped twice")
+    }
+
     func testPartialFrameExpires() throws {
         let s = session()
         let chunks = try Chunker.split([UInt8](repeating: 3, count: 50), chunkSize: 20)
