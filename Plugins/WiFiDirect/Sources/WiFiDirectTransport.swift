@@ -364,13 +364,18 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 firstLinkID: firstID)
             let r = reporter
             var ev = LinkServer.Events()
-            ev.linkUp = { [weak self] info in
+            ev.linkUp = { [weak self, weak server] info in
                 self?.lock.withLock { self?.nextLinkID = max(self?.nextLinkID ?? 1, info.id + 1) }
                 r.linkUp(info)
                 r.counter("wifidirect_links_up_total")
+                r.gauge("wifidirect_links", Double(server?.snapshot.links ?? 0))
                 r.statusChanged()
             }
-            ev.linkDown = { id, why in r.linkDown(id, why); r.statusChanged() }
+            ev.linkDown = { [weak server] id, why in
+                r.linkDown(id, why)
+                r.gauge("wifidirect_links", Double(server?.snapshot.links ?? 0))
+                r.statusChanged()
+            }
             ev.frame = { f, id in r.frame(f, id) }
             ev.log = { r.log($0, false) }
             server.events = ev
