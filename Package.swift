@@ -72,7 +72,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokRelayProtocol",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokTransportWiFiDirect", "YaokRelayProtocol",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore"]),

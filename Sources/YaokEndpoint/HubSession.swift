@@ -2,7 +2,97 @@ import Foundation
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokTransportUDP
+import YaokTransportWiFiDirect
 import YaokWire
+
+/// Where a hub listens for endpoints.
+public enum HubAddress: Sendable, Equatable, CustomStringConvertible {
+    /// The UDP example transport (`udp://HOST:PORT`).
+    case udp(SocketAddress)
+    /// A TCP link, e.g. the Wi-Fi Direct group owner (`tcp://HOST:PORT`).
+    case tcp(host: String, port: UInt16)
+
+    public var description: String {
+        switch self {
+        case .udp(let a): return "udp://\(a)"
+        case .tcp(let h, let p): return "tcp://\(h):\(p)"
+        }
+    }
+}
+
+/// A TCP link to a hub: connects, runs the endpoint handshake, reads records on its own
+/// thread, pings when idle, and reconnects with backoff until stopped.
+final class TCPHubCarrier: @unchecked Sendable {
+    let host: String
+    let port: UInt16
+    let identity: LinkIdentity
+    private let lock = NSLock()
+    private var client: WiFiDirectClient?
+    private var running = false
+    var onUp: (@Sendable (LinkInfo) -> Void)?
+    var onDown: (@Sendable (String) -> Void)?
+    var onFrame: (@Sendable ([UInt8]) -> Void)?
+
+    init(host: String, port: UInt16, identity: LinkIdentity) {
+        self.host = host
+        self.port = port
+        self.identity = identity
+    }
+
+    func start() {
+        lock.withLock { running = true }
+        Thread.detachNewThread { [self] in run() }
+    }
+
+    func stop() {
+        let c: WiFiDirectClient? = lock.withLock {
+            running = false
+            defer { client = nil }
+            return client
+        }
+        c?.close()
+    }
+
+    func send(_ frame: [UInt8]) throws {
+        guard let c = lock.withLock({ client }) else { throw TransportError.notRunning }
+        try c.send(frame)
+    }
+
+    private func run() {
+        var backoff = 1.0
+        while lock.withLock({ running }) {
+            do {
+                let c = try WiFiDirectClient(host: host, port: port, identity: identity, role: .endpoint)
+                guard lock.withLock({ running ? { client = c; return true }() : false }) else { c.close(); return }
+                backoff = 1
+                onUp?(LinkInfo(id: 1, peerSigningKey: c.hub.signingKey, peerKXKey: c.hub.kxKey, peerRole: c.hub.role,
+                               mtu: 65_538, cost: 5, kind: "tcp", remote: "\(host):\(port)"))
+                var idle = 0.0
+                while lock.withLock({ running }) {
+                    if let frame = try c.receive(timeout: 1) {
+                        idle = 0
+                        onFrame?(frame)
+                    } else {
+                        idle += 1
+                        // The hub closes links silent for 60 s.
+                        if idle >= 15 { try c.ping(); idle = 0 }
+                    }
+                }
+            } catch {
+                let wasRunning: Bool = lock.withLock {
+                    let had = client != nil
+                    client = nil
+                    return running && had
+                }
+                if wasRunning { onDown?("\(error)") }
+            }
+            if lock.withLock({ running }) {
+                Thread.sleep(forTimeInterval: backoff)
+                backoff = min(30, backoff * 2)
+            }
+        }
+    }
+}
 
 /// An endpoint attached to a hub: pushes the outbox, receives bundles, acknowledges
 /// custody after the store commits, and reports what happens.
@@ -20,8 +110,9 @@ public final class HubSession: @unchecked Sendable {
     }
 
     public let endpoint: Endpoint
-    public let hub: SocketAddress
-    private let engine: UDPLinkEngine
+    public let hub: HubAddress
+    private let engine: UDPLinkEngine?
+    private let tcp: TCPHubCarrier?
     private let queue = DispatchQueue(label: "yaok.session")
     private var link: LinkID?
     private let onEvent: @Sendable (Event) -> Void
@@ -39,21 +130,59 @@ public final class HubSession: @unchecked Sendable {
     /// Resend an unacknowledged item after this long.
     public static let retransmitMs: Int64 = 5_000
 
-    /// Parses `udp://HOST:PORT`.
+    /// Parses `udp://HOST:PORT` (the default scheme).
     public static func parseHub(_ text: String) throws -> SocketAddress {
-        let stripped = text.hasPrefix("udp://") ? String(text.dropFirst(6)) : text
-        guard let a = SocketAddress(parsing: stripped) else { throw EndpointError.badHubAddress(text) }
+        guard case .udp(let a) = try parseHubAddress(text) else { throw EndpointError.badHubAddress(text) }
         return a
     }
 
-    public init(endpoint: Endpoint, hub: SocketAddress, onEvent: @escaping @Sendable (Event) -> Void) {
+    /// Parses `udp://HOST:PORT` or `tcp://HOST:PORT`.
+    public static func parseHubAddress(_ text: String) throws -> HubAddress {
+        if text.hasPrefix("tcp://") {
+            let rest = String(text.dropFirst(6))
+            guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]), colon > rest.startIndex else {
+                throw EndpointError.badHubAddress(text)
+            }
+            return .tcp(host: String(rest[..<colon]), port: port)
+        }
+        let stripped = text.hasPrefix("udp://") ? String(text.dropFirst(6)) : text
+        guard let a = SocketAddress(parsing: stripped) else { throw EndpointError.badHubAddress(text) }
+        return .udp(a)
+    }
+
+    public convenience init(endpoint: Endpoint, hub: SocketAddress, onEvent: @escaping @Sendable (Event) -> Void) {
+        self.init(endpoint: endpoint, address: .udp(hub), onEvent: onEvent)
+    }
+
+    public init(endpoint: Endpoint, address: HubAddress, onEvent: @escaping @Sendable (Event) -> Void) {
         self.endpoint = endpoint
-        self.hub = hub
+        self.hub = address
         self.onEvent = onEvent
         let now = endpoint.now
-        engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
-                               listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [hub], clock: now,
-                               idleTimeoutMs: 30_000, keepaliveMs: 5_000)
+        guard case .udp(let udpHub) = address else {
+            guard case .tcp(let host, let port) = address else { preconditionFailure("unreachable") }
+            engine = nil
+            let carrier = TCPHubCarrier(host: host, port: port, identity: endpoint.identity)
+            tcp = carrier
+            carrier.onUp = { [weak self] info in
+                guard let self else { return }
+                self.queue.async { self.linkUp(info) }
+            }
+            carrier.onDown = { [weak self] reason in
+                guard let self else { return }
+                self.queue.async { self.linkDown(reason) }
+            }
+            carrier.onFrame = { [weak self] frame in
+                guard let self else { return }
+                self.queue.async { self.frame(frame) }
+            }
+            return
+        }
+        tcp = nil
+        let engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
+                                   listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
+                                   idleTimeoutMs: 30_000, keepaliveMs: 5_000)
+        self.engine = engine
         engine.events = .init(
             linkUp: { [weak self] info in
                 guard let self else { return }
@@ -71,7 +200,8 @@ public final class HubSession: @unchecked Sendable {
     }
 
     public func start() throws {
-        try engine.start()
+        try engine?.start()
+        tcp?.start()
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + 1, repeating: 1)
         timer.setEventHandler { [weak self] in self?.retransmit() }
@@ -81,7 +211,8 @@ public final class HubSession: @unchecked Sendable {
 
     public func stop() {
         timer?.cancel()
-        engine.stop()
+        engine?.stop()
+        tcp?.stop()
         queue.sync {}
     }
 
@@ -145,7 +276,7 @@ public final class HubSession: @unchecked Sendable {
             guard sent < room else { break }
             inFlight[item.messageID] = t
             sent += 1
-            try? engine.send(TLVRecord(.bundle, value: item.bundle).encoded, to: link)
+            transmit(TLVRecord(.bundle, value: item.bundle).encoded, link: link)
         }
     }
 
@@ -183,6 +314,10 @@ public final class HubSession: @unchecked Sendable {
 
     private func send(_ record: TLVRecord) {
         guard let link else { return }
-        try? engine.send(record.encoded, to: link)
+        transmit(record.encoded, link: link)
+    }
+
+    private func transmit(_ bytes: [UInt8], link: LinkID) {
+        if let tcp { try? tcp.send(bytes) } else { try? engine?.send(bytes, to: link) }
     }
 }

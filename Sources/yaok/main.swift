@@ -111,7 +111,7 @@ struct Contacts: ParsableCommand {
 
 /// Where to attach: a hub, or the relay directly.
 struct AttachOptions: ParsableArguments {
-    @Option(help: "Hub to attach to, udp://HOST:PORT.") var hub: String?
+    @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport) or tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814).") var hub: String?
     @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT.") var relay: String?
     @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub so internet users can reach you there.")
     var relayKey: String?
@@ -153,9 +153,9 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
 /// Runs a hub session until `done` says stop or `timeout` passes.
 func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil, timeout: Double, json: Bool,
                     done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
-    let address = try HubSession.parseHub(hub)
+    let address = try HubSession.parseHubAddress(hub)
     let finished = DispatchSemaphore(value: 0)
-    let session = HubSession(endpoint: endpoint, hub: address) { event in
+    let session = HubSession(endpoint: endpoint, address: address) { event in
         report(event, json: json)
         if done(event) { finished.signal() }
     }

@@ -169,12 +169,12 @@ ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh"
 echo "phone address: $(cat "$W/phone-lease") on $G1"
 wifi_status | jq -M -c '{stations: .details.stations, dhcp: .details.dhcp}'
 
-step "yaok on the phone (UDP over the group) -> yaok on the hub's machine"
+step "yaok on the phone (TCP link over the group, endpoint handshake) -> yaok on the hub's machine"
 Y=$BIN/yaok
 "$Y" init --home "$H/alice" --name Alice >/dev/null && "$Y" init --home "$H/bob" --name Bob >/dev/null || fail "yaok init"
 "$Y" contacts add --home "$H/alice" "$("$Y" qr --home "$H/bob")" >/dev/null
 "$Y" contacts add --home "$H/bob" "$("$Y" qr --home "$H/alice")" >/dev/null
-ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub udp://192.168.49.1:7811 --json --timeout 30 > "$W/daemon-send.json" \
+ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub tcp://192.168.49.1:7814 --json --timeout 30 > "$W/daemon-send.json" \
   || { cat "$W/daemon-send.json"; fail "yaok send from the phone"; }
 "$Y" listen --home "$H/bob" --hub udp://127.0.0.1:7811 --count 1 --json --timeout 60 > "$W/daemon-listen.json" || true
 text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-listen.json")
