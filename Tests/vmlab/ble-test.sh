@@ -69,8 +69,9 @@ ble_status() { "$HUB" status --config $W/hub.yaml --json 2>/dev/null; }
 ble_state_is() { ble_status | grep -q "\"state\" *: *\"$1\""; }
 
 step "btvirt: two LE controllers"
-start_btvirt 2 || die "no virtual controllers"
+start_btvirt 3 || die "no virtual controllers"
 hciconfig hci1 up || die "cannot bring hci1 up"
+hciconfig hci2 up || die "cannot bring hci2 up"
 hciconfig hci0 down
 A0=$(bdaddr hci0); echo "hub adapter hci0 = $A0 (down)"
 
@@ -78,7 +79,7 @@ step "unavailable: a missing adapter is named, with the present ones"
 hub_config hci7 vm-test-hub; start_hub
 wait_for 30 "ble status unavailable" ble_state_is unavailable
 ble_status | tr ',' '\n' | grep -E '"(state|reason)"'
-check "reason names hci7 and lists hci0, hci1" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'no Bluetooth adapter hci7 (present: hci0, hci1)'"
+check "reason names hci7 and lists hci0, hci1, hci2" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'no Bluetooth adapter hci7 (present: hci0, hci1, hci2)'"
 stop_hub
 
 step "unavailable: ATT channel already bound (as bluetoothd would)"
@@ -201,6 +202,21 @@ cat /tmp/silent.log; grep -E 'BLE' $W/hub.log | tail -4
 
 step "the hub keeps advertising after centrals come and go"
 check "hub still running" ble_state_is running
+stop_hub
+
+step "max_connections: 1 — a second central is turned away until the first leaves"
+hub_config hci0 vm-test-hub; echo "    max_connections: 1" >> $W/hub.yaml; start_hub
+wait_for 30 "ble status running" ble_state_is running
+"$PHONE" hci1 "$A0" 60 > /tmp/phoneA.log 2>&1 &
+PHONE_PID=$!
+wait_for 60 "phone A's handshake" grep -q -E 'HANDSHAKE_OK|PHONE_ERROR' /tmp/phoneA.log
+check "phone A is linked" grep -q HANDSHAKE_OK /tmp/phoneA.log
+timeout 20 gatttool -i hci2 -b "$A0" --primary > /tmp/second.log 2>&1; echo "second central: rc=$?"; head -3 /tmp/second.log
+check "second central gets no service list" sh -c "! grep -q 'uuid: 985e0001' /tmp/second.log"
+kill "$PHONE_PID"; wait "$PHONE_PID" 2>/dev/null
+wait_for 30 "links 0" links_are 0
+timeout 20 gatttool -i hci2 -b "$A0" --primary > /tmp/second.log 2>&1; echo "second central again: rc=$?"
+check "after phone A left, the second central discovers the Ya OK service" grep -q 'uuid: 985e0001' /tmp/second.log
 stop_hub
 grep -E 'BLE|ble' $W/hub.log | tail -15
 kill $BTVIRT_PID 2>/dev/null

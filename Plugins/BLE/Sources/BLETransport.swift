@@ -37,6 +37,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
     private var listener: L2CAPATTListener?
     private var advertiser: HCIAdvertiser?
     private var sweepTimer: DispatchSourceTimer?
+    private let advertisingQueue = DispatchQueue(label: "ble-advertising")
 
     // Touched only on the ATT poll thread.
     private var sessions: [LinkID: BLELinkSession] = [:]
@@ -77,7 +78,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
         let worstChunks = (ChunkReassembler.defaultMaxFrameSize + 15) / 16
         let server = ATTSeqpacketServer(table: database.table, socketPath: nil, options: .init(
             serverReceiveMTU: UInt16(config.mtu), maxConnections: config.maxConnections,
-            maxQueuedPDUs: 2 * worstChunks))
+            maxQueuedPDUs: 2 * worstChunks, callTimeout: 1))   // stop() must return within 2 s
         self.database = database
         server.onConnect = { [weak self] id, engine in self?.connected(id, engine) }
         server.onDisconnect = { [weak self] id in self?.disconnected(id) }
@@ -125,7 +126,8 @@ public final class BLETransport: Transport, @unchecked Sendable {
         sweepTimer = nil
         lock.unlock()
         timer?.cancel()
-        try? advertiser?.stop()
+        // On the advertising queue, so a resume queued before cannot re-enable it afterwards.
+        advertisingQueue.sync { try? advertiser?.stop() }
         listener?.stop()
         server?.stop()   // closes every connection; onDisconnect reports link_down
         setState(.stopped, "stopped")
@@ -195,12 +197,18 @@ public final class BLETransport: Transport, @unchecked Sendable {
         resumeAdvertising(advertiser)
     }
 
+    /// Re-enables advertising while there is room for another central. HCI commands can take
+    /// up to a second, so this runs on its own queue, never on the ATT or accept thread.
     private func resumeAdvertising(_ advertiser: HCIAdvertiser?) {
-        lock.lock()
-        let room = connectionCount < config.maxConnections
-        lock.unlock()
-        guard room, let advertiser else { return }
-        do { try advertiser.resume() } catch { context.logger.debug("BLE: advertising not resumed: \(error)") }
+        guard let advertiser else { return }
+        advertisingQueue.async { [weak self] in
+            guard let self else { return }
+            self.lock.lock()
+            let room = self.connectionCount < self.config.maxConnections && self.att != nil
+            self.lock.unlock()
+            guard room else { return }
+            do { try advertiser.resume() } catch { self.context.logger.debug("BLE: advertising not resumed: \(error)") }
+        }
     }
 
     /// On the poll thread, before the connection's first PDU.

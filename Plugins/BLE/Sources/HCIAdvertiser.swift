@@ -111,7 +111,7 @@ public final class HCIAdvertiser: @unchecked Sendable {
         return fd
     }
 
-    /// Sends one LE command and waits (up to 2 s) for Command Complete; checks its status.
+    /// Sends one LE command and waits (up to 1 s) for Command Complete; checks its status.
     private func command(_ fd: Int32, ocf: UInt16, name: String, _ parameters: [UInt8]) throws {
         var cparam = parameters
         var status: UInt8 = 0xFF
@@ -124,7 +124,7 @@ public final class HCIAdvertiser: @unchecked Sendable {
                 request.clen = Int32(cbuf.count)
                 request.rparam = UnsafeMutableRawPointer(sp)
                 request.rlen = 1
-                return hci_send_req(fd, &request, 2000)
+                return hci_send_req(fd, &request, 1000)
             }
         }
         guard rc == 0 else { throw HCICommandError.send(command: name, error: Errno(errno)) }
