@@ -13,6 +13,7 @@ PACKAGES=(
   bluez-test-tools     # btvirt (virtual controllers), l2test; gatttool comes with bluez
   wpasupplicant iw iproute2 dnsmasq-base
   xxd
+  jq                   # the Wi-Fi Direct test reads the hub's JSON status
 )
 
 if [ "$(id -u)" != 0 ]; then
