@@ -180,7 +180,7 @@ finish_package "$hub" yaok-hub \
  Phones attach over Bluetooth LE or Wi-Fi Direct; hubs carry end-to-end
  encrypted messages hop by hop (store and forward) and bridge to an internet
  relay when one is reachable. Every transport is a plugin." \
-  "$runtime_dep, $hub_depends, adduser | systemd" \
+  "$runtime_dep, $hub_depends, procps, adduser | systemd" \
   "Recommends: bluez"
 
 # 4. yaok-relay.

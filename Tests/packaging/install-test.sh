@@ -8,7 +8,7 @@
 # Exit 0: pass. 77: skipped (reason printed). 1: fail.
 # Environment: SKIP_BUILD=1 reuses the release build in .build-pkg;
 #              KEEP_ROOT=1 keeps the unpacked root for inspection.
-# The debootstrap root is cached as .build-pkg/rootfs.tgz (delete it to refresh).
+# The debootstrap root is cached as .build-pkg/rootfs-<hash>.tgz (delete it to refresh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -57,16 +57,20 @@ ls -l "$debs"
 # 2. A clean Debian root, with the runtime libraries the packages depend on (so dpkg -i
 #    can check Depends without network). Cached.
 step "debian root"
-tarball="$work/rootfs.tgz"
+# The runtime libraries and the other packages the .deb files depend on; the cache is
+# keyed by this list, so adding a dependency here makes a fresh root.
+include=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser,procps
+tarball="$work/rootfs-$(echo "$include" | md5sum | cut -c1-8).tgz"
 if [ ! -s "$tarball" ]; then
-  mirror=$(grep -rhoE 'https?://[^ ]*debian[^ ]*' /etc/apt/sources.list /etc/apt/sources.list.d/ 2>/dev/null \
-    | grep -v security | head -1)
+  # The first active (not commented) Debian archive URI apt uses, not the security one.
+  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
   mirror=${mirror:-http://deb.debian.org/debian}
   fresh="$work/rootfs-new"
   rm -rf "$fresh"
   echo "debootstrap from $mirror"
   debootstrap --variant=minbase \
-    --include=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser \
+    --include="$include" \
     bookworm "$fresh" "$mirror" > "$work/debootstrap.log" 2>&1 \
     || { tail -n 20 "$work/debootstrap.log"; skip "debootstrap failed (no Debian mirror reachable?)"; }
   tar -C "$fresh" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
