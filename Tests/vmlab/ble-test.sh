@@ -125,6 +125,18 @@ check "reason names CAP_NET_ADMIN" sh -c "\"$HUB\" status --config $W/hub.yaml -
 kill $HUB_PID; wait $HUB_PID 2>/dev/null; HUB_PID=
 check "hci0 stayed down" sh -c "hciconfig hci0 | grep -q DOWN"
 
+step "unavailable: CAP_NET_ADMIN only (can bring hci0 up, cannot send raw HCI commands)"
+rm -f $W/nobody/control.sock
+setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all,+net_admin --ambient-caps=-all,+net_admin \
+  --bounding-set=-all,+net_admin "$HUB" run --config $W/hub.yaml > $W/hub.log 2>&1 &
+HUB_PID=$!
+wait_for 60 "the hub's control socket" test -S $W/nobody/control.sock || cat $W/hub.log
+wait_for 30 "ble status unavailable" ble_state_is unavailable
+ble_status | tr ',' '\n' | grep -E '"reason"'
+check "reason names CAP_NET_RAW for the advertising commands" sh -c "\"$HUB\" status --config $W/hub.yaml --json | grep -q 'permission denied to send LE Set Advertising Parameters to hci0: the hub needs CAP_NET_RAW'"
+kill $HUB_PID; wait $HUB_PID 2>/dev/null; HUB_PID=
+hciconfig hci0 down
+
 step "running: hub on hci0 (plugin brings it up and advertises)"
 hub_config hci0 vm-test-hub; start_hub
 wait_for 30 "ble status running" ble_state_is running || { cat $W/hub.log; ble_status; }

@@ -95,7 +95,11 @@ public final class BLETransport: Transport, @unchecked Sendable {
         } catch {
             listener.stop()
             server.stop()
-            if let why = error as? BLEUnavailableReason {
+            var reason = error as? BLEUnavailableReason
+            if case .send(let command, let errno)? = error as? HCICommandError, errno.code == EPERM || errno.code == EACCES {
+                reason = .missingCapability(operation: "send \(command) to \(adapter.name)", capability: "CAP_NET_RAW")
+            }
+            if let why = reason {
                 setState(.unavailable, why.description)
                 throw TransportError.unavailable(why.description)
             }
