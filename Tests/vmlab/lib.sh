@@ -6,7 +6,11 @@ vmlab_enter() {
   if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
     local self
     self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
-    exec "$(dirname "$self")/vmrun.sh" "bash $self $*"
+    # The guest starts with a clean environment: carry over where the binaries are.
+    local env=""
+    [ -n "${BIN:-}" ] && env+="BIN=$(cd "$BIN" 2>/dev/null && pwd || echo "$BIN") "
+    [ -n "${BUILD:-}" ] && env+="BUILD=$(cd "$BUILD" 2>/dev/null && pwd || echo "$BUILD") "
+    exec "$(dirname "$self")/vmrun.sh" "${env}bash $self $*"
   fi
 }
 
