@@ -1,0 +1,189 @@
+#!/usr/bin/env bash
+# Benchmark (not a test: it prints figures and asserts only that every message arrived).
+# A line of four hubs A–B–C–D in network namespaces (veth, mesh transport), release
+# binaries; a `yaok` endpoint attached to hub A over UDP sends 200-byte messages to a
+# `yaok` endpoint attached to hub D (three hub-to-hub hops).
+#
+#   sudo Plugins/Mesh/Tests/netns/bench-line.sh
+#   env: N=10000   messages in the throughput phase (lowered, with a note, when queueing
+#                  them through the CLI would take more than QUEUE_BUDGET_S=300 seconds)
+#        M=100     messages in the latency phase (sent one at a time)
+#        BIN=<products dir>  (default .build-release/release; build yaok-hub, yaok,
+#                  yaok-plugin-mesh and yaok-plugin-udp with -c release first)
+#
+# Phases:
+#   latency     M messages, one `yaok send --hub` at A after another while dave listens
+#               at D: created (composed at A) → stored at D, no backlog.
+#   throughput  N messages queued in alice's outbox first (`yaok send` without --hub only
+#               composes), dave listens at D, then `yaok listen` at A attaches and pushes
+#               them all: messages per second from attach to the last one stored at D.
+# Each hub's CPU time (utime+stime from /proc/<pid>/stat) is counted over the
+# throughput phase; peak RSS is VmHWM at the end. Exit 0 = all arrived, 77 = skipped.
+REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
+export BIN=${BIN:-$REPO/.build-release/release}
+source "$(dirname "$0")/lib.sh"
+N=${N:-10000}
+M=${M:-100}
+QUEUE_BUDGET_S=${QUEUE_BUDGET_S:-300}
+HUB=udp://127.0.0.1:7811
+BENCH_PIDS=()
+
+# Our background `yaok` processes go first, then lib.sh's cleanup (hubs, namespaces, $WORK).
+bench_cleanup() {
+    local rc=$?
+    for pid in "${BENCH_PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${BENCH_PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    (exit $rc)
+    cleanup
+}
+trap bench_cleanup EXIT
+
+# Hub config for benchmarking: quiet logs, the router's per-link and per-sender rate
+# limits lifted (as yaok-bench does) so they do not set the pace.
+bench_config() {
+    cat > "$WORK/$1/hub.yaml" <<CFG
+hub:
+  name: $1
+  data_dir: $WORK/$1/data
+  control_socket: $WORK/$1/control.sock
+  plugin_dirs: ["$WORK/plugins"]
+  log_level: warning
+router:
+  link_frames_per_second: 1000000
+  sender_envelopes_per_minute: 1000000
+transports:
+  udp:
+    enabled: true
+    listen: 127.0.0.1:7811
+  mesh:
+    enabled: true
+    beacon_interval_s: 1
+CFG
+}
+
+now_ms() { date +%s%3N; }
+# cpu_ticks PID: utime + stime of a process, in clock ticks.
+cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+# peak_rss_kib PID: VmHWM in KiB.
+peak_rss_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
+# percentile FILE P: the P-th percentile (0–100, nearest rank) of the numbers in FILE, one a line.
+percentile() { sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print v[i] }'; }
+# text SEQ: a 200-byte message text.
+text() { printf 'bench %06d %0187d' "$1" 0; }
+
+preflight
+for n in A B C D; do make_ns "$n"; done
+connect A 10.99.1.1 B 10.99.1.2
+connect B 10.99.2.1 C 10.99.2.2
+connect C 10.99.3.1 D 10.99.3.2
+for n in A B C D; do bench_config "$n"; start_hub "$n"; done
+for n in A B C D; do
+    [[ $(cat "/proc/${HUBPID[$n]}/comm") == yaok-hub ]] || fail "pid ${HUBPID[$n]} is not hub $n"
+done
+all_line_links() { links_are A 1 && links_are B 2 && links_are C 2 && links_are D 1; }
+wait_for 30 "mesh links A:1 B:2 C:2 D:1" all_line_links
+make_pair alice Alice dave Dave
+echo "line A-B-C-D up (release binaries from $BIN); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+
+# listen_at_d COUNT OUT: dave listens at D in the background until COUNT messages; waits until attached.
+listen_at_d() {
+    DAVE_OUT=$2
+    ip netns exec "$TAG-D" "$BIN/yaok" listen --home "$WORK/dave" --hub "$HUB" --count "$1" --json --timeout 900 > "$DAVE_OUT" 2> "$DAVE_OUT.err" &
+    DAVE_PID=$!
+    BENCH_PIDS+=("$DAVE_PID")
+    attached() { grep -q '"event":"connected"' "$DAVE_OUT"; }
+    wait_for 20 "dave to attach to hub D" attached
+}
+# wait_dave SECONDS: waits for dave's listener to exit (it does after its count).
+wait_dave() {
+    local deadline=$((SECONDS + $1))
+    while kill -0 "$DAVE_PID" 2>/dev/null; do
+        (( SECONDS < deadline )) || fail "dave's listener did not get all messages within $1 s"
+        sleep 0.2
+    done
+    wait "$DAVE_PID" || fail "dave's listener failed: $(tail -n 3 "$DAVE_OUT.err" 2>/dev/null)"
+}
+# inbox_since MS: dave's inbox lines "created_ms received_ms" for messages received after MS.
+inbox_since() {
+    "$BIN/yaok" inbox --home "$WORK/dave" --json | jq -r --argjson t "$1" 'select(.received_ms >= $t) | "\(.created_ms) \(.received_ms)"'
+}
+
+# --- latency: one message at a time, no backlog.
+listen_at_d "$M" "$WORK/latency-listen.json"
+t_lat=$(now_ms)
+for i in $(seq 1 "$M"); do
+    yaok_in A alice send Dave "$(text "$i")" --hub "$HUB" --timeout 30 > /dev/null || fail "send $i of the latency phase failed"
+done
+wait_dave 120
+inbox_since "$t_lat" > "$WORK/latency.txt"
+[[ $(wc -l < "$WORK/latency.txt") == "$M" ]] || fail "latency phase: dave has $(wc -l < "$WORK/latency.txt") of $M messages"
+awk '{ print $2 - $1 }' "$WORK/latency.txt" > "$WORK/latency-ms.txt"
+lat50=$(percentile "$WORK/latency-ms.txt" 50)
+lat99=$(percentile "$WORK/latency-ms.txt" 99)
+
+# --- throughput: queue N, then push them all at once.
+q0=$(now_ms)
+for i in $(seq 1 20); do "$BIN/yaok" send --home "$WORK/alice" Dave "$(text "$i")" > /dev/null; done
+per_send_ms=$(( ($(now_ms) - q0) / 20 ))
+if (( per_send_ms * N > QUEUE_BUDGET_S * 1000 )); then
+    wanted=$N
+    N=$(( QUEUE_BUDGET_S * 1000 / per_send_ms / 100 * 100 ))
+    echo "note: queueing through the CLI costs ${per_send_ms} ms per message (one process each);" \
+         "$wanted would take $(( per_send_ms * wanted / 1000 )) s, so N is lowered to $N"
+fi
+for i in $(seq 21 "$N"); do "$BIN/yaok" send --home "$WORK/alice" Dave "$(text "$i")" > /dev/null; done
+echo "queued $N messages in alice's outbox in $(( ($(now_ms) - q0) / 1000 )) s"
+listen_at_d "$N" "$WORK/throughput-listen.json"
+declare -A CPU0=()
+for n in A B C D; do CPU0[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
+t0=$(now_ms)
+# Not through yaok_in: a backgrounded shell function would give the subshell's pid, not yaok's.
+ip netns exec "$TAG-A" "$BIN/yaok" listen --home "$WORK/alice" --hub "$HUB" --json --timeout 900 > "$WORK/alice-listen.json" &
+alice_pid=$!
+BENCH_PIDS+=("$alice_pid")
+wait_dave 900
+t_done=$(now_ms)
+declare -A CPU1=()
+for n in A B C D; do CPU1[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
+inbox_since "$t0" > "$WORK/throughput.txt"
+got=$(wc -l < "$WORK/throughput.txt")
+[[ $got == "$N" ]] || fail "throughput phase: dave has $got of $N messages"
+t_last=$(awk 'BEGIN { m = 0 } { if ($2 > m) m = $2 } END { print m }' "$WORK/throughput.txt")
+t_first=$(awk 'NR == 1 || $2 < m { m = $2 } END { print m }' "$WORK/throughput.txt")
+elapsed_ms=$(( t_last - t0 ))
+(( elapsed_ms > 0 )) || elapsed_ms=1
+awk -v t0="$t0" '{ print $2 - t0 }' "$WORK/throughput.txt" > "$WORK/backlog-ms.txt"
+
+tick=$(getconf CLK_TCK)
+echo
+echo "== line A-B-C-D, 200-byte messages, endpoint at A (UDP) -> 3 mesh hops -> endpoint at D (UDP)"
+printf 'latency phase (%d messages, one at a time): created at A -> stored at D  p50 %s ms  p99 %s ms\n' "$M" "$lat50" "$lat99"
+printf '  per hub-to-hub hop (end to end / 3):            p50 %.1f ms  p99 %.1f ms\n' \
+    "$(echo "$lat50 / 3" | bc -l)" "$(echo "$lat99 / 3" | bc -l)"
+printf 'throughput phase: %d of %d delivered in %.2f s from attach = %.1f msg/s end to end\n' \
+    "$got" "$N" "$(echo "$elapsed_ms / 1000" | bc -l)" "$(echo "$got * 1000 / $elapsed_ms" | bc -l)"
+printf '  first message stored at D %d ms after attach; first to last %.1f msg/s\n' \
+    "$(( t_first - t0 ))" "$(echo "($got - 1) * 1000 / ($t_last - $t_first + 1)" | bc -l)"
+b50=$(percentile "$WORK/backlog-ms.txt" 50); b90=$(percentile "$WORK/backlog-ms.txt" 90)
+printf '  attach -> stored at D (queueing behind the backlog): p50 %s ms  p90 %s ms  p99 %s ms\n' \
+    "$b50" "$b90" "$(percentile "$WORK/backlog-ms.txt" 99)"
+printf '  rate until half arrived %.1f msg/s, until 90%% arrived %.1f msg/s (the tail shows stalls)\n' \
+    "$(echo "$got * 0.5 * 1000 / ($b50 + 1)" | bc -l)" "$(echo "$got * 0.9 * 1000 / ($b90 + 1)" | bc -l)"
+for n in A B C D; do
+    cpu_s=$(echo "(${CPU1[$n]} - ${CPU0[$n]}) / $tick" | bc -l)
+    printf '  hub %s: CPU %.2f s in the phase (%.3f ms per message), peak RSS %d KiB (%.1f MB)\n' \
+        "$n" "$cpu_s" "$(echo "$cpu_s * 1000 / $got" | bc -l)" \
+        "$(peak_rss_kib "${HUBPID[$n]}")" "$(echo "$(peak_rss_kib "${HUBPID[$n]}") / 1024" | bc -l)"
+done
+echo "(dave's delivery receipts travel back D -> A during the phase; the hubs carry them too)"
+# Counters that explain stalls: custody timeouts (a bundle or its acknowledgement was lost
+# and the 30 s custody timer resent it), UDP datagrams dropped, mesh queue full / throttled.
+for n in A B C D; do
+    hub_status "$n" > "$WORK/status-$n.json" || true
+    jq -r --arg n "$n" '"  hub \($n) counters: " + ([.router | paths(scalars) as $p | select(($p | last | tostring) | test("custody|Timeout|timeout|resend|refused|RateLimited"; "")) | "\($p | map(tostring) | join("."))=\(getpath($p))"] | join(" "))
+        + " | " + ([.transports[] | "\(.name): " + ([.status.details // {} | to_entries[] | select(.key | test("dropped|queue_full|throttled|failures")) | "\(.key)=\(.value)"] | join(" "))] | join("; "))' \
+        "$WORK/status-$n.json" 2>/dev/null || echo "  hub $n: status unreadable"
+done
+kill -TERM "$alice_pid" 2>/dev/null || true
+wait "$alice_pid" 2>/dev/null || true
+exit 0
