@@ -5,7 +5,8 @@
 # and checks what only systemd can show: Type=notify readiness (active, STATUS=running),
 # the credential (no store.key written), ambient capabilities, the watchdog (still the same
 # process with no restart after more than WatchdogSec), `systemctl reload` (SIGHUP via
-# /bin/kill), `yaok-hub status`, a clean stop, and remove/purge through systemd.
+# /bin/kill), `yaok-hub status`, a clean stop, and remove/purge through systemd; then the
+# relay's unit (active, listening, key from its credential) and its purge.
 #
 # Exit 0 pass, 77 skipped (reason printed), 1 fail. Needs root, systemd-nspawn
 # (apt-get install systemd-container), and the packages in .build-pkg/debs-test (made by
@@ -58,7 +59,7 @@ if [ ! -s "$tarball" ]; then
 fi
 tar -C "$root" -xzf "$tarball"
 mkdir -p "$root/root/debs"
-cp "$debs"/yaok-swift-runtime_*.deb "$debs"/yaok-hub_*.deb "$root/root/debs/"
+cp "$debs"/yaok-swift-runtime_*.deb "$debs"/yaok-hub_*.deb "$debs"/yaok-relay_*.deb "$root/root/debs/"
 
 step "boot"
 systemd-nspawn -q -D "$root" --boot --private-network --register=no --keep-unit --console=passive \
@@ -123,6 +124,23 @@ check "journal has the ready line" sh -c "nsenter -t $init_pid -a journalctl -u 
 if in_ct journalctl -u yaok-hub --no-pager | grep -E "SIGSYS|Operation not permitted|errno=1\b" ; then
   fail "sandbox denied something (see the lines above)"
 fi
+
+step "relay"
+check "dpkg -i yaok-relay" in_ct sh -c 'dpkg -i /root/debs/yaok-relay_*.deb'
+relay_up=0
+for _ in $(seq 1 100); do
+  if in_ct journalctl -u yaok-relay --no-pager | grep -q "^.*listening "; then relay_up=1; break; fi
+  [ "$(in_ct systemctl show -P ActiveState yaok-relay)" = failed ] && break
+  sleep 0.2
+done
+check "yaok-relay.service is active and listening" test "$relay_up $(in_ct systemctl show -P ActiveState yaok-relay)" = "1 active"
+check "relay key from the credential (no relay.db.key)" test ! -e "$root/var/lib/yaok-relay/relay.db.key"
+check "relay.identity created" test -f "$root/var/lib/yaok-relay/relay.identity"
+if in_ct journalctl -u yaok-relay --no-pager | grep -E "SIGSYS|Operation not permitted|errno=1\b" ; then
+  fail "relay sandbox denied something (see the lines above)"
+fi
+check "dpkg --purge yaok-relay" in_ct dpkg --purge yaok-relay
+check "relay data gone after purge" test ! -e "$root/var/lib/yaok-relay"
 
 step "stop, remove, purge"
 check "systemctl stop" in_ct systemctl stop yaok-hub
