@@ -4,6 +4,7 @@
 // (both cross the link chunked at the ATT MTU), holds the link for a while, then disconnects.
 // Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
 //   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]
+//          ble-phone ADAPTER scan SECONDS        (lists Ya OK hubs heard, with BLEScanner)
 import CSodium
 import Glibc
 import YaokPluginKit
@@ -41,6 +42,16 @@ func hex(_ b: [UInt8]) -> String { b.map { String(format: "%02x", $0) }.joined()
 
 setlinebuf(stdout)   // the test script waits for lines while this process is still running
 let args = CommandLine.arguments
+if args.count == 4, args[2] == "scan", let seconds = Int(args[3]) {
+    do {
+        for hub in try BLEScanner.scan(adapter: args[1], seconds: seconds) {
+            print("HUB \(hub.address) name=\(hub.name ?? "-") rssi=\(hub.rssi.map { String($0) } ?? "-") random=\(hub.randomAddress)")
+        }
+        exit(0)
+    } catch {
+        print("PHONE_ERROR: \(error)"); exit(1)
+    }
+}
 guard (4...6).contains(args.count), let hub = BluetoothAddress(string: args[2]), let hold = UInt32(args[3]),
       let mtu = Int(args.count > 4 ? args[4] : "517"), let pingBytes = Int(args.count > 5 ? args[5] : "0") else {
     print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]"); exit(2)

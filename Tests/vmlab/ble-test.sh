@@ -151,6 +151,8 @@ for _ in 1 2 3 4; do
 done
 sort /tmp/scan.log | uniq -c
 check "advertising with the hub name in the scan response" [ $seen = yes ]
+"$PHONE" hci1 scan 6 > /tmp/scanphone.log 2>&1; cat /tmp/scanphone.log
+check "BLEScanner finds the hub by its service UUID, with its name" grep -qi "^HUB $A0 name=vm-test-hub" /tmp/scanphone.log
 
 step "gatttool: primary services"
 timeout 20 gatttool -i hci1 -b "$A0" --primary > /tmp/primary.log 2>&1; echo "rc=$?"; cat /tmp/primary.log

@@ -74,3 +74,43 @@ final class GATTAndAdvertisingTests: XCTestCase {
         XCTAssertEqual(out, frame)
     }
 }
+
+final class AdvertisingReportTests: XCTestCase {
+    /// An LE Advertising Report event holding one report.
+    private func event(address: [UInt8], type: UInt8, data: [UInt8], rssi: Int8) -> [UInt8] {
+        let report: [UInt8] = [type, 0x00] + address.reversed() + [UInt8(data.count)] + data + [UInt8(bitPattern: rssi)]
+        return [0x04, 0x3E, UInt8(2 + report.count), 0x02, 1] + report
+    }
+
+    func testHubIsFoundAndItsScanResponseNameMerged() throws {
+        let hub: [UInt8] = [0x00, 0xAA, 0x01, 0x00, 0x00, 0x00]
+        var c = AdvertisingReportCollector()
+        c.add(hciEvent: event(address: hub, type: 0x00, data: AdvertisingPayload.advertisingData(serviceUUID: YaokGATT.uuidBytes(1)), rssi: -60))
+        c.add(hciEvent: event(address: hub, type: 0x04, data: AdvertisingPayload.scanResponse(name: "camp-hub"), rssi: -50))
+        // Another device without the service is ignored.
+        c.add(hciEvent: event(address: [1, 2, 3, 4, 5, 6], type: 0x00, data: [0x02, 0x01, 0x06], rssi: -40))
+        XCTAssertEqual(c.hubs.count, 1)
+        XCTAssertEqual(c.hubs.first?.address.description, "00:AA:01:00:00:00")
+        XCTAssertEqual(c.hubs.first?.name, "camp-hub")
+        XCTAssertEqual(c.hubs.first?.rssi, -50)
+        XCTAssertEqual(c.hubs.first?.randomAddress, false)
+    }
+
+    func testRSSI127MeansNotMeasured() {
+        var c = AdvertisingReportCollector()
+        c.add(hciEvent: event(address: [9, 9, 9, 9, 9, 9], type: 0x00, data: AdvertisingPayload.advertisingData(serviceUUID: YaokGATT.uuidBytes(1)), rssi: 127))
+        XCTAssertEqual(c.hubs.count, 1)
+        XCTAssertNil(c.hubs.first?.rssi)
+    }
+
+    func testTruncatedAndLyingEventsAreIgnored() {
+        var c = AdvertisingReportCollector()
+        c.add(hciEvent: [])
+        c.add(hciEvent: [0x04, 0x3E, 0x05, 0x02, 3, 0x00])   // announces 3 reports, holds none
+        c.add(hciEvent: [0x04, 0x3E, 0x0C, 0x02, 1, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 200, 1])   // data length beyond the packet
+        // AD structure whose length runs past the data.
+        let bad: [UInt8] = [0x04, 0x3E, 0, 0x02, 1, 0x00, 0x00, 1, 2, 3, 4, 5, 6, 3, 0x10, 0x07, 0x01, 0xC0]
+        c.add(hciEvent: bad)
+        XCTAssertTrue(c.hubs.isEmpty)
+    }
+}
