@@ -167,7 +167,7 @@ printf '  first message stored at D %d ms after attach; first to last %.1f msg/s
 b50=$(percentile "$WORK/backlog-ms.txt" 50); b90=$(percentile "$WORK/backlog-ms.txt" 90)
 printf '  attach -> stored at D (queueing behind the backlog): p50 %s ms  p90 %s ms  p99 %s ms\n' \
     "$b50" "$b90" "$(percentile "$WORK/backlog-ms.txt" 99)"
-printf '  rate until half arrived %.1f msg/s, until 90%% arrived %.1f msg/s (the tail shows stalls)\n' \
+printf '  rate until half arrived %.1f msg/s, until 90%% arrived %.1f msg/s (an end-to-end rate well below these means the tail stalled)\n' \
     "$(echo "$got * 0.5 * 1000 / ($b50 + 1)" | bc -l)" "$(echo "$got * 0.9 * 1000 / ($b90 + 1)" | bc -l)"
 for n in A B C D; do
     cpu_s=$(echo "(${CPU1[$n]} - ${CPU0[$n]}) / $tick" | bc -l)
