@@ -125,6 +125,14 @@ if in_ct journalctl -u yaok-hub --no-pager | grep -E "SIGSYS|Operation not permi
   fail "sandbox denied something (see the lines above)"
 fi
 
+step "upgrade (reinstall: postinst try-restarts a running hub, keeps its identity)"
+fingerprint=$(in_ct yaok-hub identity | grep fingerprint)
+check "dpkg -i yaok-hub again" in_ct sh -c 'dpkg -i /root/debs/yaok-hub_*.deb >/dev/null'
+new_pid=$(in_ct systemctl show -P MainPID yaok-hub)
+check "restarted (new PID) and active" test "$(in_ct systemctl show -P ActiveState yaok-hub) $([ "$new_pid" != "$main_pid" ] && echo new)" = "active new"
+main_pid=$new_pid
+check "same identity after upgrade" test "$(in_ct yaok-hub identity | grep fingerprint)" = "$fingerprint"
+
 step "relay"
 check "dpkg -i yaok-relay" in_ct sh -c 'dpkg -i /root/debs/yaok-relay_*.deb'
 relay_up=0
