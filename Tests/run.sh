@@ -7,6 +7,15 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 bash packaging/dev-setup.sh || exit 1
+# Tools the script suites use (packaging tests: debootstrap, patchelf, nspawn, sqlcipher).
+test_tools=(debootstrap patchelf systemd-container sqlcipher)
+missing=()
+for p in "${test_tools[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" \
+    || echo "could not install ${missing[*]}: the suites that need them will say so and skip"
+fi
 
 passed=0; failed=0
 log=$(mktemp)
@@ -51,6 +60,8 @@ else
 fi
 
 run_suite "packaging: .deb install into a clean Debian root" bash Tests/packaging/install-test.sh
+run_suite "packaging: the systemd units under systemd 252 (nspawn)" bash Tests/packaging/systemd-test.sh
+run_suite "operations: database key rotation as documented" bash Tests/packaging/rotate-key-test.sh
 
 rm -f "$log"
 echo "$passed passed, $failed failed"
