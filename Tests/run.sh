@@ -26,12 +26,21 @@ tail -n 3 "$log"
 
 echo "== swift test"
 swift test --skip-build 2>&1 | tee "$log" | grep -E "^(Test Suite|Test Case .*(failed|skipped))|error:|Executed" | grep -v "^Test Suite '.*' started" | tail -n 80
-# XCTest's total line: "Executed N tests, with M failures (K unexpected)".
-total=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with [0-9]+ failures?" "$log" | tail -1)
-n=$(echo "$total" | sed -E 's/.*Executed ([0-9]+) tests?.*/\1/')
-f=$(echo "$total" | sed -E 's/.*with ([0-9]+) failures?.*/\1/')
-if [ -z "$total" ]; then echo "swift test produced no summary"; tail -n 40 "$log"; failed=$((failed + 1)); else
-  passed=$((passed + n - f)); failed=$((failed + f)); fi
+swift_rc=${PIPESTATUS[0]}
+# XCTest's grand total is the last "Executed N tests, with ..." line, e.g.
+# "Executed 296 tests, with 3 tests skipped and 2 failures (1 unexpected) in 745.2 (745.2) seconds".
+total=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with " "$log" | tail -1)
+if [ -z "$total" ]; then
+  echo "swift test produced no summary (exit $swift_rc)"; tail -n 40 "$log"; failed=$((failed + 1))
+else
+  n=$(echo "$total" | sed -E 's/.*Executed ([0-9]+) tests?.*/\1/')
+  f=$(echo "$total" | grep -oE "[0-9]+ failures?" | grep -oE "[0-9]+" | head -1); f=${f:-0}
+  k=$(echo "$total" | grep -oE "[0-9]+ tests? skipped" | grep -oE "^[0-9]+" | head -1); k=${k:-0}
+  echo "swift test: $n executed, $f failed, $k skipped (exit $swift_rc)"
+  passed=$((passed + n - f - k)); failed=$((failed + f))
+  # A crash or a non-zero exit without counted failures is still a failure.
+  if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
+fi
 
 # Script suites: each prints its own result and exits non-zero on failure; exit 77 = skipped
 # (with the reason printed by the suite).

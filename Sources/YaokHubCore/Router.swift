@@ -68,6 +68,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var resends: [[UInt8]: Int] = [:]
         /// IDs we asked this neighbour for, with a deadline; not asked elsewhere meanwhile.
         var requested: [[UInt8]: Int64] = [:]
+        /// IDs this neighbour asked us for that did not fit the window yet, oldest first.
+        var wanted: [[UInt8]] = []
         var framesIn = 0
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64, rate: Int) {
@@ -410,7 +412,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             switch link.info.peerRole {
             case .endpoint: pushPending(to: link)
             case .relay: pushForwardable(to: link)
-            case .hub: break
+            case .hub: sendWanted(on: link)
             }
         }
         onChange?()
@@ -459,12 +461,26 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
+    /// Bundles a neighbour may ask for but that wait for window room, per link.
+    static let maxWantedPerLink = 20_000
+
     private func handleRequest(_ value: [UInt8], from link: Link) {
         guard let request = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
-        for id in request.messageIDs {
+        let room = max(0, Self.maxWantedPerLink - link.wanted.count)
+        link.wanted.append(contentsOf: request.messageIDs.prefix(room))
+        sendWanted(on: link)
+    }
+
+    /// Sends requested bundles while the link's window has room; the rest wait for acks.
+    private func sendWanted(on link: Link) {
+        var sent = 0
+        while sent < link.wanted.count, link.inFlight.count < settings.linkWindow {
+            let id = link.wanted[sent]
+            sent += 1
             guard let b = try? store.bundle(id), b.state != .delivered, b.state != .expired else { continue }
             transmit(b, on: link)
         }
+        link.wanted.removeFirst(sent)
     }
 
     private func offer(_ ids: [[UInt8]], to link: Link) {
@@ -643,7 +659,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 switch link.info.peerRole {
                 case .endpoint: pushPending(to: link)
                 case .relay: if link.inFlight.isEmpty { pushForwardable(to: link) }
-                case .hub: break
+                case .hub: sendWanted(on: link)
                 }
             }
         }

@@ -15,6 +15,7 @@ final class CrashLoopTests: XCTestCase {
         let port = HubProcessTests.freePort()
         let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
             .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 10\n  link_frames_per_second: 100000\n  sender_envelopes_per_minute: 1000000")
+            .replacingOccurrences(of: "log_level: debug", with: "log_level: info")
 
         let alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
         let bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
@@ -53,7 +54,13 @@ final class CrashLoopTests: XCTestCase {
             hub = try HubProcess(dir: dir, config: config, executable: hubExe)
             try hub.waitReady()
         }
-        try TestSupport.waitUntil(timeout: 600, "all \(count) messages at Bob (have \(received()))") { received() >= count }
+        do {
+            try TestSupport.waitUntil(timeout: 600, "all \(count) messages at Bob") { received() >= count }
+        } catch {
+            let status = (try? String(decoding: hub.client.request("status"), as: UTF8.self)) ?? "no status"
+            XCTFail("stalled at \(received()) of \(count); alice pending \((try? alice.store.outbox(states: [.pending]).count) ?? -1); hub status: \(status)\nhub log tail: \(hub.log.suffix(3000))")
+            throw error
+        }
         let elapsed = Date().timeIntervalSince(start)
 
         let inbox = try bob.store.inbox()
