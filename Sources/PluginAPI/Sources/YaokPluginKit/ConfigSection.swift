@@ -143,9 +143,9 @@ public struct ConfigSection: Sendable, Equatable {
     }
 
     /// Rejects keys the plugin does not know, so a typo is an error rather than silently ignored.
-    /// `enabled` is always allowed (the host reads it).
+    /// `enabled` and `plugin` are always allowed (the host reads them).
     public func rejectUnknownKeys(allowed: Set<String>) throws {
-        for key in keys where !allowed.contains(key) && key != "enabled" {
+        for key in keys where !allowed.contains(key) && key != "enabled" && key != "plugin" {
             let known = allowed.sorted().joined(separator: ", ")
             throw error(key, "unknown key; known keys are: \(known)")
         }
