@@ -117,7 +117,7 @@ let package = Package(
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),

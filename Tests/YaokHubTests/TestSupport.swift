@@ -62,21 +62,22 @@ enum TestSupport {
         let done = DispatchSemaphore(value: 0)
         p.terminationHandler = { _ in done.signal() }
         try p.run()
-        var data = Data()
+        final class Output: @unchecked Sendable { var data = Data() }
+        let output = Output()
         let reader = DispatchQueue(label: "reader")
         let readDone = DispatchSemaphore(value: 0)
         reader.async {
-            data = pipe.fileHandleForReading.readDataToEndOfFile()
+            output.data = pipe.fileHandleForReading.readDataToEndOfFile()
             readDone.signal()
         }
         if done.wait(timeout: .now() + timeout) == .timedOut {
             p.terminate()
             _ = done.wait(timeout: .now() + 5)
             _ = readDone.wait(timeout: .now() + 5)
-            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: data, as: UTF8.self))"])
+            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: output.data, as: UTF8.self))"])
         }
         _ = readDone.wait(timeout: .now() + 10)
-        return RunResult(status: p.terminationStatus, output: String(decoding: data, as: UTF8.self))
+        return RunResult(status: p.terminationStatus, output: String(decoding: output.data, as: UTF8.self))
     }
 
     /// Polls `condition` every 50 ms until it holds or `timeout` passes.

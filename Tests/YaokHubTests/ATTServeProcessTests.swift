@@ -1,0 +1,67 @@
+import Foundation
+import XCTest
+
+/// `yaok-hub att-serve` as a real process, driven PDU by PDU over SOCK_SEQPACKET.
+final class ATTServeProcessTests: XCTestCase {
+    func connectSeqpacket(_ path: String) throws -> Int32 {
+        let fd = socket(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue), 0)
+        var addr = sockaddr_un()
+        addr.sun_family = sa_family_t(AF_UNIX)
+        withUnsafeMutableBytes(of: &addr.sun_path) { dst in for (i, b) in Array(path.utf8).enumerated() { dst[i] = b } }
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_un>.size)) } }
+        guard rc == 0 else { close(fd); throw NSError(domain: "connect", code: Int(errno)) }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        return fd
+    }
+
+    func exchange(_ fd: Int32, _ pdu: [UInt8]) -> [UInt8] {
+        _ = pdu.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
+        var buf = [UInt8](repeating: 0, count: 600)
+        let n = recv(fd, &buf, buf.count, 0)
+        return n > 0 ? Array(buf[0..<n]) : []
+    }
+
+    func testATTServeServesAFreshTableToEachConnection() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let table = dir + "/table.json"
+        try """
+        {"attributes": [
+          {"handle": 1, "type": "2800", "permissions": {"read": true}, "value": "0018"},
+          {"handle": 2, "type": "2803", "permissions": {"read": true}, "value": "0a03002a00"},
+          {"handle": 3, "type": "2a00", "permissions": {"read": true, "write": true}, "value": "4869", "maxLength": 32},
+          {"handle": 4, "type": "2a01", "permissions": {"read": true, "encryption": true}, "value": "0000"}
+        ]}
+        """.write(toFile: table, atomically: true, encoding: .utf8)
+        let socketPath = dir + "/att.sock"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: hubExe)
+        p.arguments = ["att-serve", "--table", table, "--socket", socketPath, "--mtu", "185"]
+        p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+        try p.run()
+        defer { p.terminate(); p.waitUntilExit() }
+        try TestSupport.waitUntil(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
+
+        let a = try connectSeqpacket(socketPath)
+        defer { close(a) }
+        // Exchange MTU: client 517, server 185 -> response carries 185 (0xB9 0x00).
+        XCTAssertEqual(exchange(a, [0x02, 0x05, 0x02]), [0x03, 0xB9, 0x00])
+        // Read handle 3 -> "Hi".
+        XCTAssertEqual(exchange(a, [0x0A, 0x03, 0x00]), [0x0B, 0x48, 0x69])
+        // Write handle 3 = "Yo" on this connection.
+        XCTAssertEqual(exchange(a, [0x12, 0x03, 0x00, 0x59, 0x6F]), [0x13])
+        XCTAssertEqual(exchange(a, [0x0A, 0x03, 0x00]), [0x0B, 0x59, 0x6F])
+        // Invalid handle -> Error Response (request 0x0A, handle 0x0009, error 0x01).
+        XCTAssertEqual(exchange(a, [0x0A, 0x09, 0x00]), [0x01, 0x0A, 0x09, 0x00, 0x01])
+        // Encrypted attribute on an unencrypted link -> insufficient encryption (0x0F).
+        XCTAssertEqual(exchange(a, [0x0A, 0x04, 0x00]), [0x01, 0x0A, 0x04, 0x00, 0x0F])
+        // Read By Group Type (primary services) -> one 16-bit service, handles 1-4.
+        XCTAssertEqual(exchange(a, [0x10, 0x01, 0x00, 0xFF, 0xFF, 0x00, 0x28]), [0x11, 0x06, 0x01, 0x00, 0x04, 0x00, 0x00, 0x18])
+
+        // A second connection gets a fresh copy: the write above is not visible.
+        let b = try connectSeqpacket(socketPath)
+        defer { close(b) }
+        XCTAssertEqual(exchange(b, [0x0A, 0x03, 0x00]), [0x0B, 0x48, 0x69])
+    }
+}
