@@ -46,9 +46,7 @@ final class HubProcessTests: XCTestCase {
     }
 
     func makePluginDir(_ c: [(file: String, defines: [String])]) throws -> String {
-        let dir = try TestSupport.temporaryDirectory(self)
-        let udp = try TestSupport.product("libyaok-plugin-udp.so")
-        try FileManager.default.copyItem(atPath: udp, toPath: dir + "/libyaok-plugin-udp.so")
+        let dir = try TestSupport.pluginDirectory(self)
         for p in c { _ = try TestSupport.buildCPlugin(into: dir, name: p.file, defines: p.defines) }
         return dir
     }

@@ -33,8 +33,7 @@ final class MessagePathTests: XCTestCase {
     }
 
     func startHub() throws -> (HubProcess, UInt16) {
-        let plugins = try TestSupport.temporaryDirectory(self)
-        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let plugins = try TestSupport.pluginDirectory(self)
         let dir = try TestSupport.temporaryDirectory(self)
         let port = HubProcessTests.freePort()
         let hub = try HubProcess(dir: dir, config: HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port),

@@ -41,8 +41,7 @@ final class MetricsEndpointTests: XCTestCase {
 
     func testMetricsEndpointServesTransportAndQueueFigures() throws {
         let hubExe = try TestSupport.product("yaok-hub")
-        let plugins = try TestSupport.temporaryDirectory(self)
-        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let plugins = try TestSupport.pluginDirectory(self)
         let dir = try TestSupport.temporaryDirectory(self)
         let port = Self.freeTCPPort()
         let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: HubProcessTests.freePort())

@@ -22,10 +22,7 @@ final class RelayPathTests: XCTestCase {
         try relay.run()
         defer { relay.terminate(); relay.waitUntilExit() }
 
-        let plugins = try TestSupport.temporaryDirectory(self)
-        for p in ["udp", "relay"] {
-            try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-\(p).so"), toPath: plugins + "/libyaok-plugin-\(p).so")
-        }
+        let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
         let hubDir = dir + "/hub"
         try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let hubPort = HubProcessTests.freePort()

@@ -53,8 +53,7 @@ final class RouterRefusalTests: XCTestCase {
 
     func testRefusalsAreSpecificAndCounted() throws {
         let hubExe = try TestSupport.product("yaok-hub")
-        let plugins = try TestSupport.temporaryDirectory(self)
-        try FileManager.default.copyItem(atPath: TestSupport.product("libyaok-plugin-udp.so"), toPath: plugins + "/libyaok-plugin-udp.so")
+        let plugins = try TestSupport.pluginDirectory(self)
         let dir = try TestSupport.temporaryDirectory(self)
         let port = HubProcessTests.freePort()
         let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)

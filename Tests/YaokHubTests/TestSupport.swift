@@ -37,6 +37,15 @@ enum TestSupport {
         return path
     }
 
+    /// A fresh plugin directory (safe permissions) holding copies of the named built plugins.
+    static func pluginDirectory(_ test: XCTestCase, plugins: [String] = ["udp"]) throws -> String {
+        let dir = try temporaryDirectory(test)
+        for p in plugins {
+            try FileManager.default.copyItem(atPath: product("libyaok-plugin-\(p).so"), toPath: dir + "/libyaok-plugin-\(p).so")
+        }
+        return dir
+    }
+
     /// Compiles the C fixture plugin with the given defines into `dir/name`.
     static func buildCPlugin(into dir: String, name: String, defines: [String]) throws -> String {
         let output = dir + "/" + name
