@@ -48,8 +48,9 @@ let package = Package(
         ]),
         .target(name: "YaokStore", dependencies: ["CSQLCipher"]),
         .target(name: "YaokATT"),
+        .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
@@ -68,7 +69,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "yaok-relay", dependencies: [
-            "YaokRelayServer",
+            "YaokRelayServer", "YaokProcess",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [

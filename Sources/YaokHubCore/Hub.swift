@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import YaokCrypto
 import YaokPluginKit
+import YaokProcess
 import YaokStore
 
 /// The running hub: identity, store, router, transports, control socket, signals.
@@ -31,7 +32,7 @@ public final class Hub: @unchecked Sendable {
     private let notifier = SystemdNotifier()
     private let lock = NSLock()
     private let reloadQueue = DispatchQueue(label: "yaok.hub.reload")
-    private var signalSources: [DispatchSourceSignal] = []
+    private var signalsInstalled = false
     private var watchdog: DispatchSourceTimer?
     private let stopped = DispatchSemaphore(value: 0)
 
@@ -104,26 +105,26 @@ public final class Hub: @unchecked Sendable {
         }
     }
 
+    /// Starts SIGTERM/SIGINT (stop) and SIGHUP (reload) handling. The process must have
+    /// called `SignalWaiter.installEarly()` first thing in `main`; signals sent before this
+    /// call stay pending and are handled here.
+    public func installSignalHandlers() {
+        guard !signalsInstalled else { return }
+        signalsInstalled = true
+        SignalWaiter.start { [weak self] sig in
+            guard let self else { return }
+            if sig == SIGHUP {
+                self.reload()
+            } else {
+                self.logger.notice("received \(sig == SIGTERM ? "SIGTERM" : "SIGINT"); shutting down")
+                self.stopped.signal()
+            }
+        }
+    }
+
     /// Runs until SIGTERM or SIGINT; SIGHUP reloads the config file.
     public func runUntilSignalled() {
-        signal(SIGHUP, SIG_IGN)
-        signal(SIGTERM, SIG_IGN)
-        signal(SIGINT, SIG_IGN)
-        signal(SIGPIPE, SIG_IGN)
-        let queue = DispatchQueue(label: "yaok.signals")
-        for sig in [SIGTERM, SIGINT] {
-            let source = DispatchSource.makeSignalSource(signal: sig, queue: queue)
-            source.setEventHandler { [weak self] in
-                self?.logger.notice("received \(sig == SIGTERM ? "SIGTERM" : "SIGINT"); shutting down")
-                self?.stopped.signal()
-            }
-            source.resume()
-            signalSources.append(source)
-        }
-        let hup = DispatchSource.makeSignalSource(signal: SIGHUP, queue: queue)
-        hup.setEventHandler { [weak self] in self?.reload() }
-        hup.resume()
-        signalSources.append(hup)
+        installSignalHandlers()
         stopped.wait()
         shutdown()
     }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import YaokHubCore
 import YaokPluginKit
+import YaokProcess
 
 /// sysexits.h EX_CONFIG: what systemd and operators expect for a bad config.
 let exitConfigError: Int32 = 78
@@ -50,6 +51,7 @@ struct Run: ParsableCommand {
         let hub: Hub
         do {
             hub = try Hub(config: config, logger: logger)
+            hub.installSignalHandlers()
             try hub.start()
         } catch {
             logger.critical("cannot start: \(error)")
@@ -152,4 +154,6 @@ struct DefaultConfigCommand: ParsableCommand {
     func run() throws { print(DefaultConfig.yaml) }
 }
 
+// Before any thread exists: signals are then only received by the hub's signal thread.
+SignalWaiter.installEarly()
 YaokHubCommand.main()

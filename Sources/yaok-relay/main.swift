@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import YaokCrypto
 import YaokRelayProtocol
+import YaokProcess
 import YaokRelayServer
 
 /// `yaok-relay`: the Ya OK internet relay (UDP).
@@ -60,6 +61,10 @@ extension YaokRelay {
             let (identity, store) = try RelayServer.openDataDirectory(dataDir)
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })
+            // Signal handling first: a supervisor (or test) may send SIGTERM as soon as it
+            // reads the lines below, and a signal that arrives before the source is live is lost.
+            let done = DispatchSemaphore(value: 0)
+            SignalWaiter.start { sig in if sig != SIGHUP { done.signal() } }
             let server = RelayServer(engine: engine, configuration: cfg, logger: logger)
             try server.start()
             // Machine-readable lines for supervisors and tests.
@@ -68,20 +73,10 @@ extension YaokRelay {
             print("key \(Hex.encode(identity.signingKey))")
             fflush(stdout)
 
-            signal(SIGINT, SIG_IGN)
-            signal(SIGTERM, SIG_IGN)
-            let done = DispatchSemaphore(value: 0)
-            let sources = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                s.setEventHandler { done.signal() }
-                s.resume()
-                return s
-            }
             done.wait()
             logger.notice("stopping")
             server.stop()
             store.database.close()
-            _ = sources
         }
     }
 
@@ -119,4 +114,6 @@ extension YaokRelay {
     }
 }
 
+// Before any thread exists: signals are then only received by the signal thread.
+SignalWaiter.installEarly()
 YaokRelay.main()

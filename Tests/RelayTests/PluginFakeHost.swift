@@ -209,11 +209,18 @@ final class RelayProcess {
         }
     }
 
-    /// SIGTERM and wait.
+    /// SIGTERM and wait (bounded: SIGKILL after 10 s, so a stuck relay fails the test
+    /// instead of hanging the suite).
     func stop() {
         guard process.isRunning else { return }
         process.terminate()
-        process.waitUntilExit()
+        let deadline = Date().addingTimeInterval(10)
+        while process.isRunning && Date() < deadline { usleep(20_000) }
+        if process.isRunning {
+            XCTFail("yaok-relay did not stop within 10 s of SIGTERM")
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
     }
 
     /// `GET /metrics` over a plain TCP socket.
