@@ -6,17 +6,7 @@ import YaokPluginKit
 /// Real `yaok-hub` processes with real sockets and real plugins.
 final class HubProcessTests: XCTestCase {
     /// A UDP port that was free a moment ago on loopback.
-    static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
-    }
+    static func freePort() -> UInt16 { TestSupport.freePort(type: Int32(SOCK_DGRAM.rawValue)) }
 
     /// A hub config in `dir`; `extra` is appended under `transports:`.
     static func config(dir: String, pluginDirs: [String], udpPort: UInt16?, peers: [UInt16] = [], extra: String = "") -> String {
