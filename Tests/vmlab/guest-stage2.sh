@@ -5,7 +5,8 @@
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 mount -t tmpfs tmpfs /run
-mount -t tmpfs tmpfs /tmp
+# No tmpfs on /tmp: the overlay root is already writable, and a repository checked out
+# under the host's /tmp (CI clones there) must stay visible in the guest.
 mkdir -p /dev/pts /dev/shm
 mount -t devpts devpts /dev/pts
 mount -t tmpfs tmpfs /dev/shm
