@@ -63,7 +63,12 @@ final class TCPHubCarrier: @unchecked Sendable {
         while lock.withLock({ running }) {
             do {
                 let c = try WiFiDirectClient(host: host, port: port, identity: identity, role: .endpoint)
-                guard lock.withLock({ running ? { client = c; return true }() : false }) else { c.close(); return }
+                let kept: Bool = lock.withLock {
+                    guard running else { return false }
+                    client = c
+                    return true
+                }
+                guard kept else { c.close(); return }
                 backoff = 1
                 onUp?(LinkInfo(id: 1, peerSigningKey: c.hub.signingKey, peerKXKey: c.hub.kxKey, peerRole: c.hub.role,
                                mtu: 65_538, cost: 5, kind: "tcp", remote: "\(host):\(port)"))
