@@ -35,6 +35,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/jpsim/Yams.git", from: "5.0.1"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
     ],
     targets: [
         .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
@@ -62,8 +63,17 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokRelayProtocol", dependencies: ["YaokCrypto", "YaokWire", "CSodium"]),
+        // The relay's messages over WebSocket + TLS 1.3 (server listener and pinned client).
+        .target(name: "YaokRelayWebSocket", dependencies: [
+            "YaokRelayProtocol", "YaokCrypto",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOWebSocket", package: "swift-nio"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
+        ]),
         .target(name: "YaokRelayServer", dependencies: [
-            "YaokRelayProtocol", "YaokStore",
+            "YaokRelayProtocol", "YaokRelayWebSocket", "YaokStore",
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
@@ -73,7 +83,8 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokTransportWiFiDirect", "YaokRelayProtocol",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokTransportWiFiDirect", "YaokTransportBLE",
+            "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore"]),
@@ -94,7 +105,7 @@ let package = Package(
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Mesh/Sources", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokTransportRelay", dependencies: [
-            "YaokRelayProtocol",
+            "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
@@ -122,7 +133,7 @@ let package = Package(
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
-        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokCrypto", "YaokWire"]),
+        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire"]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
     ],
