@@ -21,9 +21,18 @@ public final class LinkServer: @unchecked Sendable {
         public var readTimeoutMs: Int64
         public var queueBytes: Int
         public var queueFrames: Int
+        /// Records per second one phone may send after its handshake (0: no limit). Faster
+        /// records wait (the socket is not read meanwhile, so TCP pushes back on the phone);
+        /// the bucket holds one second's worth, so short bursts pass at once.
+        public var maxFramesPerSecond: Int
+        /// A phone held back by the limit for this long without a 1 s pause is disconnected.
+        public var rateLimitDisconnectMs: Int64
 
         public init(host: String, port: UInt16, cost: Int = 5, maxSessions: Int = 32, readTimeoutMs: Int64 = 60_000,
-                    queueFrames: Int = 1000, queueBytes: Int = 16 << 20) {
+                    queueFrames: Int = 1000, queueBytes: Int = 16 << 20, maxFramesPerSecond: Int = 0,
+                    rateLimitDisconnectMs: Int64 = 5_000) {
+            self.maxFramesPerSecond = maxFramesPerSecond
+            self.rateLimitDisconnectMs = rateLimitDisconnectMs
             self.host = host
             self.port = port
             self.cost = cost
@@ -40,6 +49,8 @@ public final class LinkServer: @unchecked Sendable {
         public var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
         public var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
         public var log: @Sendable (String) -> Void = { _ in }
+        /// Misbehaving phones (rate limit): worth an operator's attention.
+        public var warning: @Sendable (String) -> Void = { _ in }
         public init() {}
     }
 
@@ -47,6 +58,9 @@ public final class LinkServer: @unchecked Sendable {
         public var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
         public var linksUpTotal: UInt64 = 0, handshakeFailures: UInt64 = 0, refusedRole: UInt64 = 0
         public var refusedFull: UInt64 = 0, readTimeouts: UInt64 = 0, queueFull: UInt64 = 0
+        /// Times a phone's records were held back by `maxFramesPerSecond` (episodes, not records),
+        /// and phones disconnected for staying over it.
+        public var rateLimited: UInt64 = 0, rateLimitDisconnects: UInt64 = 0
     }
 
     /// Largest frame: a whole TLV record.
@@ -67,6 +81,15 @@ public final class LinkServer: @unchecked Sendable {
         var outBytes = 0
         var writeBuffer: [UInt8] = []
         var writeOffset = 0
+        /// Rate limit: tokens (records) available, records decoded but held back, and when
+        /// the current episode of holding back began / was last seen.
+        var tokens: Double = 0
+        var refilledMs: Int64 = 0
+        var backlog: [[UInt8]] = []
+        var backlogHead = 0
+        var throttledSinceMs: Int64?
+        var lastThrottledMs: Int64 = 0
+        var hasBacklog: Bool { backlogHead < backlog.count }
         init(id: LinkID, fd: Int32, remote: String, handshake: LinkHandshake, nowMs: Int64) {
             self.id = id; self.fd = fd; self.remote = remote; self.handshake = handshake
             sinceMs = nowMs; lastHeardMs = nowMs
@@ -75,7 +98,7 @@ public final class LinkServer: @unchecked Sendable {
     }
 
     enum Event {
-        case up(LinkInfo), down(LinkID, String), frame([UInt8], LinkID), log(String)
+        case up(LinkInfo), down(LinkID, String), frame([UInt8], LinkID), log(String), warning(String)
     }
 
     public let settings: Settings
@@ -178,6 +201,7 @@ public final class LinkServer: @unchecked Sendable {
 
     private func run() {
         var buffer = [UInt8](repeating: 0, count: 65_536)
+        var timeoutMs: Int32 = 200
         while true {
             var pfds: [pollfd] = []
             var ids: [LinkID] = []
@@ -186,13 +210,21 @@ public final class LinkServer: @unchecked Sendable {
                 pfds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
                 pfds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
                 for s in sessions.values {
-                    pfds.append(pollfd(fd: s.fd, events: Int16(POLLIN) | (s.hasPendingWrite ? Int16(POLLOUT) : 0), revents: 0))
+                    // A phone over its rate limit is not read until its held-back records are delivered.
+                    let events = (s.hasBacklog ? 0 : Int16(POLLIN)) | (s.hasPendingWrite ? Int16(POLLOUT) : 0)
+                    if events == 0 { continue }
+                    pfds.append(pollfd(fd: s.fd, events: events, revents: 0))
                     ids.append(s.id)
+                }
+                if sessions.values.contains(where: \.hasBacklog) {
+                    timeoutMs = Int32(max(1, min(200, 1000 / max(1, settings.maxFramesPerSecond))))
+                } else {
+                    timeoutMs = 200
                 }
                 return true
             }
             if !keep { break }
-            _ = poll(&pfds, nfds_t(pfds.count), 200)
+            _ = poll(&pfds, nfds_t(pfds.count), timeoutMs)
             lock.withLock {
                 if pfds[0].revents != 0 {
                     var sink = [UInt8](repeating: 0, count: 256)
@@ -201,8 +233,9 @@ public final class LinkServer: @unchecked Sendable {
                 if pfds[1].revents & Int16(POLLIN) != 0 { acceptAll() }
                 for (i, id) in ids.enumerated() where pfds[i + 2].revents != 0 {
                     guard let s = sessions[id] else { continue }
-                    if pfds[i + 2].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 { readFrom(s, &buffer) }
+                    if pfds[i + 2].revents & Int16(POLLIN | POLLHUP | POLLERR) != 0 && !s.hasBacklog { readFrom(s, &buffer) }
                 }
+                for s in Array(sessions.values) where s.hasBacklog { drain(s) }
                 for s in Array(sessions.values) where s.hasPendingWrite { flush(s) }
                 timers()
             }
@@ -225,6 +258,7 @@ public final class LinkServer: @unchecked Sendable {
             case .down(let id, let reason): events.linkDown(id, reason)
             case .frame(let f, let id): events.frame(f, id)
             case .log(let m): events.log(m)
+            case .warning(let m): events.warning(m)
             }
         }
     }
@@ -262,7 +296,42 @@ public final class LinkServer: @unchecked Sendable {
         }
         for f in frames {
             guard sessions[s.id] != nil else { return }
+            if s.up && settings.maxFramesPerSecond > 0 { s.backlog.append(f) } else { handle(f, from: s) }
+        }
+        if s.hasBacklog { drain(s) }
+    }
+
+    /// Delivers held-back records as the phone's token bucket allows; a phone that stays over
+    /// `maxFramesPerSecond` (no pause of 1 s) for `rateLimitDisconnectMs` is disconnected.
+    private func drain(_ s: Session) {
+        let now = nowMs
+        let rate = Double(settings.maxFramesPerSecond)
+        s.tokens = min(rate, s.tokens + Double(now - s.refilledMs) * rate / 1000)
+        s.refilledMs = now
+        while s.hasBacklog && s.tokens >= 1 && sessions[s.id] != nil {
+            let f = s.backlog[s.backlogHead]
+            s.backlog[s.backlogHead] = []
+            s.backlogHead += 1
+            s.tokens -= 1
             handle(f, from: s)
+        }
+        guard sessions[s.id] != nil else { return }
+        guard s.hasBacklog else {
+            s.backlog.removeAll(keepingCapacity: true)
+            s.backlogHead = 0
+            return
+        }
+        if s.throttledSinceMs == nil || now - s.lastThrottledMs > 1_000 {
+            s.throttledSinceMs = now
+            counters.rateLimited += 1
+            pending.append(.warning("link \(s.id) from \(s.remote) rate-limited: more than \(settings.maxFramesPerSecond) records/s (max_frames_per_s)"))
+        }
+        s.lastThrottledMs = now
+        if let since = s.throttledSinceMs, now - since >= settings.rateLimitDisconnectMs {
+            counters.rateLimitDisconnects += 1
+            let why = "\(s.remote) sent more than \(settings.maxFramesPerSecond) records/s for \(Double(settings.rateLimitDisconnectMs) / 1000) s (max_frames_per_s); disconnected"
+            pending.append(.warning("link \(s.id): \(why)"))
+            closeSession(s, reason: why, goodbye: true)
         }
     }
 
@@ -309,6 +378,8 @@ public final class LinkServer: @unchecked Sendable {
             return
         }
         s.up = true
+        s.tokens = Double(settings.maxFramesPerSecond)
+        s.refilledMs = nowMs
         s.peerKey = peer.signingKey
         peersSeen.insert(peer.signingKey)
         counters.linksUpTotal += 1

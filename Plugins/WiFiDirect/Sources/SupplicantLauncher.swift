@@ -56,13 +56,16 @@ public enum SupplicantLauncher {
 
     /// Waits until the supplicant's P2P control socket exists: `p2p-dev-<if>` when the driver
     /// has a P2P Device interface, else `<if>`. Throws with the supplicant's last log lines when
-    /// it exits or the socket does not appear in time.
+    /// it exits or the socket does not appear in time; with ``WPAControlError/cancelled`` within
+    /// 50 ms of `cancelled` turning true.
     public static func waitForControlSocket(_ process: ChildProcess, directory: String, interface: String,
-                                            expectP2PDevice: Bool = true, timeout: Double = 10) throws -> String {
+                                            expectP2PDevice: Bool = true, timeout: Double = 10,
+                                            cancelled: () -> Bool = { false }) throws -> String {
         var mainSeenAt: Date?
         let candidates = ["\(directory)/p2p-dev-\(interface)", "\(directory)/\(interface)"]
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
+            if cancelled() { throw WPAControlError.cancelled }
             if let status = process.exitStatus {
                 throw ChildProcessError.exited(program: "wpa_supplicant", status: status, output: process.logTail())
             }

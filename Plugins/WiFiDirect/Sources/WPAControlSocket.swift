@@ -19,6 +19,8 @@ public enum WPAControlError: Error, Sendable, Equatable, CustomStringConvertible
     case unknownCommand(String)
     /// A local socket call failed.
     case system(call: String, reason: String)
+    /// ``WPAControlSocket/cancel()`` was called (the transport is stopping).
+    case cancelled
 
     public var description: String {
         switch self {
@@ -29,6 +31,7 @@ public enum WPAControlError: Error, Sendable, Equatable, CustomStringConvertible
         case .refused(let command, let reply): return "wpa_supplicant refused \(command): \(reply)"
         case .unknownCommand(let command): return "wpa_supplicant does not know the command \(command) (built without P2P?)"
         case .system(let call, let reason): return "\(call) failed: \(reason)"
+        case .cancelled: return "the control socket was cancelled (stopping)"
         }
     }
 }
@@ -102,6 +105,7 @@ public final class WPAControlSocket: @unchecked Sendable {
     public func request(_ command: String, timeout: Double = 5) throws -> String {
         try lock.withLock {
             guard fd >= 0 else { throw WPAControlError.unreachable(path: path, reason: "socket closed") }
+            if isCancelled { throw WPAControlError.cancelled }
             let sent = command.utf8CString.withUnsafeBufferPointer { Glibc.send(fd, $0.baseAddress, $0.count - 1, Int32(MSG_NOSIGNAL)) }
             guard sent >= 0 else {
                 let e = errno
@@ -146,13 +150,22 @@ public final class WPAControlSocket: @unchecked Sendable {
         }
     }
 
+    /// Makes every wait on this socket (now or later) end within 0.1 s with
+    /// ``WPAControlError/cancelled``, without taking the request lock: a thread blocked in a
+    /// long request cannot hold up the transport's stop.
+    public func cancel() { cancelLock.withLock { cancelled = true } }
+    private let cancelLock = NSLock()
+    private var cancelled = false
+    private var isCancelled: Bool { cancelLock.withLock { cancelled } }
+
     private func receiveLocked(deadline: UInt64) throws -> String? {
         var buffer = [UInt8](repeating: 0, count: Self.maxReply)
         while true {
+            if isCancelled { throw WPAControlError.cancelled }
             let now = DispatchTime.now().uptimeNanoseconds
             guard now < deadline else { return nil }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let waitMs = Int32(min(UInt64(Int32.max), (deadline - now) / 1_000_000 + 1))
+            let waitMs = Int32(min(100, (deadline - now) / 1_000_000 + 1))
             let rc = poll(&pfd, 1, waitMs)
             if rc < 0 && errno == EINTR { continue }
             if rc <= 0 { continue }

@@ -49,6 +49,12 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     private var retired = LinkServer.Counters()
     private var running = false
     private var supervisorDone = DispatchSemaphore(value: 0)
+    /// Bumped by stop(): work begun under an older generation (a supplicant restart in the
+    /// supervisor) is abandoned and cleaned up instead of being installed.
+    private var generation = 0
+    /// Set by stop() until the next start(): late status changes from the supervisor are dropped.
+    private var stopRequested = false
+    private var serviceQueries = 0
 
     public convenience init(context: TransportContext) throws {
         let settings = try WiFiDirectSettings(config: context.config, instanceName: context.instanceName)
@@ -68,19 +74,22 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
 
-    private func set(_ s: TransportState, _ why: String) {
-        lock.withLock {
+    private func set(_ s: TransportState, _ why: String, force: Bool = false) {
+        let dropped: Bool = lock.withLock {
+            if stopRequested && !force { return true }
             state = s
             reason = why
             if s == .failed || s == .unavailable || s == .degraded { lastError = why }
+            return false
         }
-        reporter.statusChanged()
+        if !dropped { reporter.statusChanged() }
     }
 
     // MARK: Lifecycle
 
     public func start() throws {
         guard !lock.withLock({ running }) else { return }
+        lock.withLock { stopRequested = false }
         set(.starting, "probing radios")
         do {
             let found = try probe().wiphys
@@ -108,16 +117,26 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         t.start()
     }
 
+    /// Returns within about 2 s whatever the supervisor is doing, including restarting a lost
+    /// supplicant: its control sockets are cancelled (blocking requests end within 0.1 s), a
+    /// restart in progress is abandoned, and every helper process is ended.
     public func stop() {
-        let was: Bool = lock.withLock { defer { running = false }; return running }
-        if was { _ = lock.withLock({ supervisorDone }).wait(timeout: .now() + 1.2) }
-        stopGroupServices(reason: "transport stopped")
-        if let iface = lock.withLock({ groupInterface }) {
-            _ = try? lock.withLock({ control })?.request("P2P_GROUP_REMOVE \(iface)", timeout: 0.5)
+        let (was, c, m, done) = lock.withLock { () -> (Bool, WPAControlSocket?, WPAControlSocket?, DispatchSemaphore) in
+            defer { running = false; stopRequested = true; generation += 1 }
+            return (running, control, monitor, supervisorDone)
         }
-        teardownSupplicant()
+        c?.cancel()
+        m?.cancel()
+        if was { _ = done.wait(timeout: .now() + 0.8) }
+        stopGroupServices(reason: "transport stopped")
+        let (iface, path) = lock.withLock { (groupInterface, controlPath) }
+        if let iface, !path.isEmpty, let g = try? WPAControlSocket(path: path, localDirectory: settings.runtimeDirectory) {
+            _ = try? g.request("P2P_GROUP_REMOVE \(iface)", timeout: 0.3)
+            g.close()
+        }
+        teardownSupplicant(grace: 0.4)
         lock.withLock { groupInterface = nil }
-        set(.stopped, "stopped")
+        set(.stopped, "stopped", force: true)
     }
 
     public func send(_ frame: [UInt8], to link: LinkID) throws {
@@ -129,13 +148,21 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     /// Starts our own supplicant, or finds the configured one; opens the command and event sockets.
     func connectSupplicant() throws {
+        let myGeneration = lock.withLock { generation }
+        let abandoned = { [self] in lock.withLock { generation != myGeneration } }
         var path = settings.ctrlInterface
         if settings.manageSupplicant {
+            guard !abandoned() else { throw WPAControlError.cancelled }
             let (process, directory) = try SupplicantLauncher.launch(settings: settings)
-            lock.withLock { supplicant = process }
+            let installed: Bool = lock.withLock {
+                guard generation == myGeneration else { return false }
+                supplicant = process
+                return true
+            }
+            guard installed else { process.stop(grace: 0.3); throw WPAControlError.cancelled }
             let p2pDevice = lock.withLock { radios.contains { $0.interfaceTypes.contains(.p2pDevice) } }
             path = try SupplicantLauncher.waitForControlSocket(process, directory: directory, interface: settings.interface,
-                                                                expectP2PDevice: p2pDevice)
+                                                                expectP2PDevice: p2pDevice, cancelled: abandoned)
         }
         let local = settings.runtimeDirectory
         try FileManager.default.createDirectory(atPath: local, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
@@ -144,11 +171,14 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         guard reply.hasPrefix("PONG") else { throw WPAControlError.refused(command: "PING", reply: reply) }
         let m = try WPAControlSocket(path: path, localDirectory: local)
         try m.attach()
-        lock.withLock {
+        let installed: Bool = lock.withLock {
+            guard generation == myGeneration else { return false }
             control = c
             monitor = m
             controlPath = path
+            return true
         }
+        guard installed else { c.close(); m.close(); throw WPAControlError.cancelled }
         reporter.log("wpa_supplicant control socket \(path) answers", false)
     }
 
@@ -188,7 +218,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         return nil
     }
 
-    private func teardownSupplicant() {
+    private func teardownSupplicant(grace: Double = 0.5) {
         let (c, m, s) = lock.withLock { () -> (WPAControlSocket?, WPAControlSocket?, ChildProcess?) in
             defer { control = nil; monitor = nil; supplicant = nil }
             return (control, monitor, supplicant)
@@ -196,7 +226,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         _ = try? m?.request("DETACH", timeout: 0.3)
         c?.close()
         m?.close()
-        s?.stop(grace: 0.5)
+        s?.stop(grace: grace)
     }
 
     // MARK: Supervisor thread
@@ -212,9 +242,10 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             } catch {
                 controlLost("\(error)")
             }
+            guard lock.withLock({ running }) else { break }
             if let text, let event = WPAEvent(parsing: text) { handle(event) }
             let now = nowMs
-            if now - lastPingMs >= 5_000 {
+            if now - lastPingMs >= 5_000 || lock.withLock({ supplicant?.exitStatus != nil }) {
                 lastPingMs = now
                 checkSupplicant()
             }
@@ -246,7 +277,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     /// The supplicant or its socket went away: links go down; we try to get it back every 5 s.
     private func controlLost(_ why: String) {
-        guard lock.withLock({ control != nil }) else { return }
+        guard lock.withLock({ control != nil && running }) else { return }
         stopGroupServices(reason: "wpa_supplicant is gone")
         teardownSupplicant()
         lock.withLock { groupInterface = nil; reformAt = nil; groupRequestedAt = 0 }
@@ -263,6 +294,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             try advertiseService()
             try requestGroup()
         } catch {
+            guard lock.withLock({ running }) else { return } // stop() is cleaning up
             teardownSupplicant()
             set(.failed, "wpa_supplicant unavailable: \(error)")
         }
@@ -290,6 +322,10 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             }
             set(.starting, "P2P group \(iface) removed (\(why)); re-forming")
             reporter.log("P2P group \(iface) removed (reason \(why)); re-forming in 1 s", false)
+        case "P2P-SERV-DISC-REQ":
+            // wpa_supplicant answers from the services we added; we only count the questions.
+            let n = lock.withLock { serviceQueries += 1; return serviceQueries }
+            if n <= 3 || n % 100 == 0 { reporter.log("service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)", false) }
         case "P2P-DEVICE-FOUND":
             let addr = event.fields["p2p_dev_addr"] ?? event.arguments.first ?? ""
             _ = lock.withLock { devicesFound.insert(addr) }
@@ -360,7 +396,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             let firstID = lock.withLock { nextLinkID }
             let server = LinkServer(identity: identity, settings: .init(
                 host: settings.groupAddress, port: settings.port, cost: settings.cost, maxSessions: settings.maxSessions,
-                readTimeoutMs: settings.readTimeoutMs, queueFrames: settings.queueFrames, queueBytes: settings.queueBytes),
+                readTimeoutMs: settings.readTimeoutMs, queueFrames: settings.queueFrames, queueBytes: settings.queueBytes,
+                maxFramesPerSecond: settings.maxFramesPerSecond, rateLimitDisconnectMs: settings.rateLimitDisconnectMs),
                 firstLinkID: firstID)
             let r = reporter
             var ev = LinkServer.Events()
@@ -378,6 +415,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             }
             ev.frame = { f, id in r.frame(f, id) }
             ev.log = { r.log($0, false) }
+            ev.warning = { r.log($0, true) }
             server.events = ev
             try server.start()
             lock.withLock { self.server = server; nextLinkID = firstID + 1_000_000 }
@@ -413,6 +451,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 retired.bytesIn += c.bytesIn; retired.bytesOut += c.bytesOut
                 retired.linksUpTotal += c.linksUpTotal; retired.handshakeFailures += c.handshakeFailures
                 retired.refusedRole += c.refusedRole
+                retired.rateLimited += c.rateLimited; retired.rateLimitDisconnects += c.rateLimitDisconnects
             }
             s.stop(reason: reason)
         }
@@ -444,6 +483,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 "links_up_total": "\(retired.linksUpTotal + c.linksUpTotal)",
                 "handshake_failures": "\(retired.handshakeFailures + c.handshakeFailures)",
                 "refused_role": "\(retired.refusedRole + c.refusedRole)",
+                "rate_limited": "\(retired.rateLimited + c.rateLimited)",
+                "rate_limit_disconnects": "\(retired.rateLimitDisconnects + c.rateLimitDisconnects)",
+                "service_queries": "\(serviceQueries)",
             ]
             if let g = goDeviceAddress { details["go_device_address"] = g }
             return TransportStatus(state: state, reason: reason, links: snap?.links ?? 0, peers: snap?.peers ?? 0,

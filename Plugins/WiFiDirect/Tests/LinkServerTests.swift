@@ -94,6 +94,58 @@ final class LinkServerTests: XCTestCase {
         }
     }
 
+    /// A burst over `max_frames_per_s` is held back and delivered in order at the limit, not
+    /// dropped; the phone is not disconnected when it stops in time.
+    func testABurstOverTheFrameRateIsDeliveredLateButComplete() throws {
+        let (server, r) = try started { $0.maxFramesPerSecond = 100; $0.rateLimitDisconnectMs = 5_000 }
+        let client = try WiFiDirectClient(host: "127.0.0.1", port: server.port, identity: phone)
+        r.wait("link up") { $0.ups.count == 1 }
+        let frames = (0..<250).map { TLVRecord(.bundle, value: [UInt8(truncatingIfNeeded: $0), UInt8($0 >> 8)]).encoded }
+        let t0 = Date()
+        for f in frames { try client.send(f) }
+        r.wait("the first second's worth at once", timeout: 5) { $0.frames.count >= 100 }
+        XCTAssertLessThan(r.frames.count, 250, "not all at once: the rest is held back")
+        r.wait("all 250, paced", timeout: 10) { $0.frames.count == 250 }
+        // 100 in the bucket, 150 more at 100/s: at least about 1.5 s.
+        XCTAssertGreaterThan(Date().timeIntervalSince(t0), 1.3)
+        XCTAssertEqual(r.frames.map(\.0), frames, "in order, none lost")
+        XCTAssertTrue(r.downs.isEmpty)
+        XCTAssertEqual(server.snapshot.counters.rateLimited, 1)
+        XCTAssertTrue(r.logs.contains { $0.hasPrefix("warning: ") && $0.contains("rate-limited") }, "\(r.logs)")
+        // The phone behaves again: it is still linked and heard.
+        try client.send(frames[0])
+        r.wait("one more") { $0.frames.count == 251 }
+        XCTAssertEqual(server.snapshot.counters.rateLimitDisconnects, 0)
+    }
+
+    /// A phone flooding records is held at the limit, then disconnected with the reason logged.
+    func testAPhoneThatKeepsFloodingIsDisconnectedWithAReason() throws {
+        let (server, r) = try started { $0.maxFramesPerSecond = 100; $0.rateLimitDisconnectMs = 1_500 }
+        let client = try WiFiDirectClient(host: "127.0.0.1", port: server.port, identity: phone)
+        r.wait("link up") { $0.ups.count == 1 }
+        let frame = TLVRecord(.bundle, value: [1, 2, 3]).encoded
+        let t0 = Date()
+        let flooding = DispatchSemaphore(value: 0)
+        Thread {
+            while (try? client.send(frame)) != nil {} // blocks when the hub stops reading; fails once it closes
+            flooding.signal()
+        }.start()
+        r.wait("link down for the rate", timeout: 15) { $0.downs.count == 1 }
+        let elapsed = Date().timeIntervalSince(t0)
+        XCTAssertEqual(flooding.wait(timeout: .now() + 10), .success, "the phone's sends fail once the hub has closed")
+        let reason = r.downs[0].1
+        XCTAssertTrue(reason.contains("more than 100 records/s for 1.5 s (max_frames_per_s); disconnected"), reason)
+        XCTAssertGreaterThanOrEqual(elapsed, 1.5, "held back for rate_limit_disconnect_s before the disconnect")
+        // Delivered no faster than the limit: the bucket (100) plus 100/s, however fast it sent.
+        let delivered = r.frames.count
+        XCTAssertLessThanOrEqual(Double(delivered), 100 + 100 * elapsed + 5, "\(delivered) records in \(elapsed) s")
+        XCTAssertGreaterThanOrEqual(delivered, 100)
+        XCTAssertTrue(r.logs.contains { $0.hasPrefix("warning: ") && $0.contains("max_frames_per_s); disconnected") }, "\(r.logs)")
+        XCTAssertEqual(server.snapshot.counters.rateLimitDisconnects, 1)
+        XCTAssertEqual(server.snapshot.links, 0)
+        client.close()
+    }
+
     /// Benchmark (printed, not asserted): 1 MB of 1 KB TLV records from phone to hub over loopback.
     func testBenchmarkOneMegabyteStream() throws {
         let (server, r) = try started()

@@ -46,6 +46,7 @@ final class Recorder: @unchecked Sendable {
         e.linkDown = { self.addDown($0, $1) }
         e.frame = { self.addFrame($0, $1) }
         e.log = { self.addLog($0) }
+        e.warning = { self.addLog("warning: " + $0) }
         return e
     }
 

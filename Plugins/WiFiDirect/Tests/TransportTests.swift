@@ -20,6 +20,9 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(s.dhcpRange.0, "192.168.49.10")
         XCTAssertEqual(s.dhcpRange.1, "192.168.49.250")
         XCTAssertEqual(s.netmask, "255.255.255.0")
+        XCTAssertEqual(s.maxFramesPerSecond, 2000)
+        XCTAssertEqual(s.rateLimitDisconnectMs, 5_000)
+        XCTAssertEqual(try TestConfig.settings(["max_frames_per_s": .int(0)]).maxFramesPerSecond, 0, "0 turns the limit off")
 
         func error(_ values: [String: ConfigValue]) -> String {
             do { _ = try TestConfig.settings(values); return "no error" } catch { return "\(error)" }
@@ -92,6 +95,68 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(t.status.reason, "wpa_supplicant does not know the command P2P_GROUP_ADD (built without P2P?)")
         XCTAssertTrue(r.logs.contains { $0.contains("cannot advertise _yaok._tcp") })
     }
+
+    /// stop() lands while the supervisor is restarting a lost managed supplicant (the new one
+    /// has not opened its control socket yet): it returns within 2 s, ends the new supplicant,
+    /// and reports stopped. The real wpa_supplicant cannot run P2P without a radio, so the
+    /// managed binary here is a stand-in speaking the control protocol (PING, OK to the rest);
+    /// the VM test does the same with the real one on hwsim.
+    func testStopDuringASupplicantRestartIsBoundedAndLeavesNoHelper() throws {
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "needs python3 for the stand-in")
+        let dir = TestConfig.tempDir("restart")
+        let standIn = "\(dir)/stand-in-supplicant"
+        try Self.standInSupplicant.write(toFile: standIn, atomically: true, encoding: .utf8)
+        chmod(standIn, 0o755)
+        let (t, r) = try transport(["supplicant_path": .string(standIn), "runtime_dir": .string(dir), "dhcp": .bool(false)],
+                                   probe: Self.fakeRadio)
+        try t.start()
+        XCTAssertEqual(t.status.state, .starting, t.status.reason) // group requested; no radio, so none starts
+        func pid() -> Int32? { t.status.details["supplicant"].flatMap { Int32($0.replacingOccurrences(of: "managed pid ", with: "")) } }
+        let first = try XCTUnwrap(pid())
+        // The next start hangs before it creates its control socket.
+        FileManager.default.createFile(atPath: "\(dir)/slow-start", contents: nil)
+        kill(first, SIGKILL)
+        r.wait("the loss noticed", timeout: 5) { $0.logs.contains { $0.contains("lost wpa_supplicant") } }
+        var second: Int32?
+        let deadline = Date().addingTimeInterval(15)
+        while Date() < deadline {
+            if let p = pid(), p != first { second = p; break }
+            usleep(20_000)
+        }
+        let restarting = try XCTUnwrap(second, "the supervisor starts a new supplicant within 15 s")
+        XCTAssertEqual(kill(restarting, 0), 0, "the restart is in progress")
+        let t0 = Date()
+        t.stop()
+        let took = Date().timeIntervalSince(t0)
+        XCTAssertLessThan(took, 2.0, "stop() took \(took) s")
+        XCTAssertEqual(t.status.state, .stopped)
+        XCTAssertEqual(t.status.details["supplicant"], "managed, not running")
+        XCTAssertNotEqual(kill(restarting, 0), 0, "the supplicant being started was ended")
+        XCTAssertEqual(errno, ESRCH)
+    }
+
+    /// Answers wpa_supplicant's control protocol on `<ctrl_interface>/p2p-dev-<if>`: PONG to
+    /// PING, an empty network list, OK to anything else. Sleeps first when `slow-start` exists.
+    static let standInSupplicant = """
+    #!/usr/bin/python3
+    import os, socket, sys, time
+    conf = sys.argv[sys.argv.index("-c") + 1]
+    iface = sys.argv[sys.argv.index("-i") + 1]
+    ctrl = [l.split("=", 1)[1].strip() for l in open(conf) if l.startswith("ctrl_interface=")][0]
+    if os.path.exists(os.path.join(os.path.dirname(conf), "slow-start")):
+        time.sleep(60)
+    os.makedirs(ctrl, exist_ok=True)
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    s.bind(os.path.join(ctrl, "p2p-dev-" + iface))
+    while True:
+        data, peer = s.recvfrom(4096)
+        cmd = data.decode(errors="replace")
+        reply = "PONG\\n" if cmd == "PING" else ("network id / ssid / bssid / flags\\n" if cmd == "LIST_NETWORKS" else "OK\\n")
+        try:
+            s.sendto(reply.encode(), peer)
+        except OSError:
+            pass
+    """
 
     /// A helper left running by a hub that died is ended at the next start, but only when the
     /// pid file still names a process with the expected command.

@@ -86,5 +86,42 @@ final class WPAControlTests: XCTestCase {
         XCTAssertEqual(P2PService.ptrCommand(instance: "hub"), "P2P_SERVICE_ADD bonjour 055f79616f6bc00c000c01 03687562c027")
         XCTAssertEqual(P2PService.txtCommand(instance: "hub", port: 7814),
                        "P2P_SERVICE_ADD bonjour 03687562055f79616f6bc00c001001 09706f72743d37383134")
+        // The phone's query TLVs: length (LE), protocol 1 (Bonjour), transaction id, the key.
+        XCTAssertEqual(P2PService.ptrQueryHex, "0d000101055f79616f6bc00c000c01")
+        XCTAssertEqual(P2PService.txtQueryHex(instance: "hub"), "11000102" + "03687562055f79616f6bc00c001001")
+    }
+
+    /// A response as the hub's wpa_supplicant sent it on mac80211_hwsim (from the VM test's log):
+    /// PTR `_yaok._tcp` → `yaok-hub`; then a TXT answer and a "no such service" status.
+    func testServiceDiscoveryResponsesAreParsed() throws {
+        let ptr = "1900010100055f79616f6bc00c000c010879616f6b2d687562c027"
+        let event = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-SERV-DISC-RESP 42:00:00:00:00:00 1 \(ptr)"))
+        let r = try P2PServiceResponse(event: event)
+        XCTAssertEqual(r.peer, "42:00:00:00:00:00")
+        XCTAssertEqual(r.instances, ["yaok-hub"])
+        XCTAssertEqual(r.ports, [:])
+
+        let txt = "2100010200" + "0879616f6b2d687562055f79616f6bc00c001001" + "09706f72743d37383134"
+        let both = try P2PServiceResponse(peer: "x", tlvs: XCTUnwrap(Hex.decode(txt + "0300010302")))
+        XCTAssertEqual(both.ports, ["yaok-hub": 7814])
+        XCTAssertEqual(both.failures, [3: 2], "transaction 3: requested information not available")
+
+        // Other services (the hostap examples' AFP PTR) are not Ya OK hubs.
+        let afp = try P2PServiceResponse(peer: "x", tlvs: XCTUnwrap(Hex.decode("1e000101000b5f6166706f766572746370c00c000c01074578616d706c65c027")))
+        XCTAssertEqual(afp.instances, [])
+
+        XCTAssertThrowsError(try P2PServiceResponse(peer: "x", tlvs: [0x19, 0x00, 0x01, 0x01, 0x00, 0x05])) {
+            XCTAssertEqual($0 as? P2PServiceResponse.ParseError, .truncated(offset: 0))
+        }
+        XCTAssertThrowsError(try P2PServiceResponse(event: WPAEvent(level: 2, name: "P2P-DEVICE-FOUND")))
+        XCTAssertThrowsError(try P2PServiceResponse(event: WPAEvent(level: 2, name: "P2P-SERV-DISC-RESP", arguments: ["a", "1", "zz"]))) {
+            XCTAssertEqual($0 as? P2PServiceResponse.ParseError, .badHex)
+        }
+        // Random bytes: a typed error or a result, never a trap.
+        for _ in 0..<3_000 {
+            let bytes = (0..<Int.random(in: 0...48)).map { _ in UInt8.random(in: 0...255) }
+            _ = try? P2PServiceResponse(peer: "x", tlvs: [UInt8(bytes.count), 0, 1, 1, 0] + bytes)
+            _ = try? P2PServiceResponse(peer: "x", tlvs: bytes)
+        }
     }
 }
