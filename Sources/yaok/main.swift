@@ -204,21 +204,58 @@ struct Send: ParsableCommand {
     @OptionGroup var attach: AttachOptions
     @Option(help: "Seconds to wait for the hub to take custody.") var timeout: Double = 30
     @Flag(help: "Also wait for the recipient's delivery receipt.") var waitDelivered = false
+    @Option(help: ArgumentHelp("Queue this many messages (load tests); {n} in the text becomes each one's number, zero-padded to the width of the count.", valueName: "count"))
+    var `repeat`: Int = 1
     @Flag var json = false
+
+    /// Messages composed per store transaction with --repeat (bounds memory and transaction size).
+    static let batchSize = 1000
+
+    func validate() throws {
+        guard (1...1_000_000).contains(`repeat`) else { throw ValidationError("--repeat must be 1 to 1000000, got \(`repeat`)") }
+    }
+
+    /// The text of message `n` (1-based) of a --repeat batch.
+    static func numbered(_ text: String, _ n: Int, width: Int) -> String {
+        guard text.contains("{n}") else { return text }
+        let digits = String(n)
+        return text.replacingOccurrences(of: "{n}", with: String(repeating: "0", count: max(0, width - digits.count)) + digits)
+    }
 
     func run() throws {
         let e = try home.open()
         let c = try e.resolveContact(contact)
-        let item = try e.compose(to: c, text: text)
-        let id = item.messageID
-        json ? printJSON(["event": "queued", "id": hex(id)]) : print("queued \(hex(id).prefix(8)) for \(c.name)")
-        // Without --hub or --relay the message waits in the outbox for the next session.
+        var ids = Set<[UInt8]>()
+        if `repeat` == 1 {
+            let id = try e.compose(to: c, text: text).messageID
+            ids.insert(id)
+            json ? printJSON(["event": "queued", "id": hex(id)]) : print("queued \(hex(id).prefix(8)) for \(c.name)")
+        } else {
+            let width = String(`repeat`).count
+            for start in stride(from: 1, through: `repeat`, by: Self.batchSize) {
+                let texts = (start...min(`repeat`, start + Self.batchSize - 1)).map { Self.numbered(text, $0, width: width) }
+                for item in try e.compose(to: c, texts: texts) {
+                    ids.insert(item.messageID)
+                    if json { printJSON(["event": "queued", "id": hex(item.messageID)]) }
+                }
+            }
+            if !json { print("queued \(`repeat`) messages for \(c.name)") }
+        }
+        // Without --hub or --relay the messages wait in the outbox for the next session.
         guard attach.isSet else { return }
         let waitDelivered = self.waitDelivered
+        final class Waiting: @unchecked Sendable {
+            var ids: Set<[UInt8]>
+            let lock = NSLock()
+            init(_ ids: Set<[UInt8]>) { self.ids = ids }
+            /// Crosses `id` off; true when none is left.
+            func done(_ id: [UInt8]) -> Bool { lock.withLock { ids.remove(id); return ids.isEmpty } }
+        }
+        let waiting = Waiting(ids)
         let ok = try withSession(e, attach, timeout: timeout, json: json) { event in
             switch event {
-            case .handedOver(let acked): return acked == id && !waitDelivered
-            case .incoming(.receipt(_, let ref)): return ref == id
+            case .handedOver(let acked) where !waitDelivered: return waiting.done(acked)
+            case .incoming(.receipt(_, let ref)) where waitDelivered: return waiting.done(ref)
             default: return false
             }
         }
