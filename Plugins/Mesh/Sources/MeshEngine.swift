@@ -61,6 +61,10 @@ public final class MeshEngine: @unchecked Sendable {
         public var listen: String
         public var interfaces: [String]
         public var missingInterfaces: [String]
+        /// The IPv6 listener's address, when it is open.
+        public var listen6: String?
+        /// Why IPv6 (listener or beacons) is not available, when `ipv6` is on.
+        public var ipv6Problem: String?
         public var beaconProblem: String?
         public var sessions: Int
         public var neighbours: [String]
@@ -89,6 +93,8 @@ public final class MeshEngine: @unchecked Sendable {
         /// A configured address that turned out to be this hub: never dialled again.
         var isSelf = false
         var lastBeaconMs: Int64 = 0
+        /// When a beacon last came from ``address`` (a hub heard several ways moves only when it goes quiet).
+        var addressHeardMs: Int64 = 0
         var lastBeaconTimestamp: Int64 = .min
     }
 
@@ -119,10 +125,15 @@ public final class MeshEngine: @unchecked Sendable {
     private var exited = DispatchSemaphore(value: 0)
     private var listenFD: Int32 = -1
     private var beaconFD: Int32 = -1
+    /// The IPv6 listener and beacon socket (-1 when `ipv6` is off or they could not be opened).
+    private var listenFD6: Int32 = -1
+    private var beaconFD6: Int32 = -1
+    private var ipv6Problem: String?
     private var wakeRead: Int32 = -1
     private var wakeWrite: Int32 = -1
     private var wakePending = false
     private var boundListen: MeshAddress?
+    private var boundListen6: MeshAddress?
     private var sessions: [LinkID: MeshSession] = [:]
     private var upByKey: [[UInt8]: LinkID] = [:]
     private var targets: [TargetKey: DialTarget] = [:]
@@ -133,6 +144,8 @@ public final class MeshEngine: @unchecked Sendable {
     private var bundlesByPeer: [String: (UInt64, UInt64)] = [:]
     private var lastError: String?
     private var joined: [String: NetworkInterface] = [:]
+    /// Interfaces whose IPv6 group we joined (by name; the index and link-local address as joined).
+    private var joined6: [String: NetworkInterface] = [:]
     private var missingInterfaces: [String] = []
     private var beaconProblem: String?
     private var nextBeaconMs: Int64 = 0
@@ -175,11 +188,27 @@ public final class MeshEngine: @unchecked Sendable {
         if settings.discovery {
             do { beacon = try Sockets.beaconSocket(port: settings.beaconPort) } catch { problem = "\(error)" }
         }
+        // IPv6 is an addition: without it (no IPv6 in the kernel, port taken) IPv4 still works.
+        var listener6: Int32 = -1
+        var beacon6: Int32 = -1
+        var problems6: [String] = []
+        if settings.ipv6 {
+            let port = Sockets.localAddress(listener)?.port ?? settings.listen.port
+            do { listener6 = try Sockets.listen(on: MeshAddress(host: "::", port: port)) } catch { problems6.append("\(error)") }
+            if settings.discovery {
+                do { beacon6 = try Sockets.beaconSocket6(port: settings.beaconPort) } catch { problems6.append("\(error)") }
+            }
+        }
         let now = nowMs
         lock.withLock {
             listenFD = listener
             beaconFD = beacon
             beaconProblem = problem
+            listenFD6 = listener6
+            beaconFD6 = beacon6
+            boundListen6 = listener6 >= 0 ? Sockets.localAddress(listener6) : nil
+            ipv6Problem = problems6.isEmpty ? nil : problems6.joined(separator: "; ")
+            if let p = ipv6Problem { pending.append(.log(.warning, "IPv6 unavailable: \(p)")) }
             wakeRead = fds[0]
             wakeWrite = fds[1]
             wakePending = false
@@ -260,9 +289,14 @@ public final class MeshEngine: @unchecked Sendable {
                 guard let s = sessions[id] else { return nil }
                 return "\(Self.shortKey(key))@\(s.remote)"
             }.sorted()
+            let names = Set(joined.keys).union(joined6.keys).sorted()
+            let interfaces = names.map { name in
+                "\(name)(\([joined[name]?.ipv4, joined6[name]?.linkLocal6].compactMap { $0 }.joined(separator: ","))"
+            }
             return Snapshot(running: running, listen: (boundListen ?? settings.listen).description,
-                            interfaces: joined.values.sorted { $0.name < $1.name }.map { "\($0.name)(\($0.address))" },
-                            missingInterfaces: missingInterfaces, beaconProblem: beaconProblem,
+                            interfaces: interfaces,
+                            missingInterfaces: missingInterfaces, listen6: boundListen6?.description, ipv6Problem: ipv6Problem,
+                            beaconProblem: beaconProblem,
                             sessions: sessions.count, neighbours: neighbours, peersSeen: peersSeen.count,
                             counters: counters, lastError: lastError, bundlesByPeer: bundlesByPeer)
         }
@@ -286,6 +320,8 @@ public final class MeshEngine: @unchecked Sendable {
                 pfds.append(pollfd(fd: wakeRead, events: Int16(POLLIN), revents: 0))
                 pfds.append(pollfd(fd: listenFD, events: Int16(POLLIN), revents: 0))
                 pfds.append(pollfd(fd: beaconFD, events: Int16(POLLIN), revents: 0))
+                pfds.append(pollfd(fd: listenFD6, events: Int16(POLLIN), revents: 0))
+                pfds.append(pollfd(fd: beaconFD6, events: Int16(POLLIN), revents: 0))
                 for s in sessions.values {
                     var ev: Int32 = 0
                     if s.state == .connecting {
@@ -313,11 +349,13 @@ public final class MeshEngine: @unchecked Sendable {
                     while read(wakeRead, &sink, sink.count) > 0 {}
                     wakePending = false
                 }
-                if pfds[1].revents & Int16(POLLIN) != 0 { acceptConnections() }
-                if beaconFD >= 0 && pfds[2].revents & Int16(POLLIN) != 0 { receiveBeacons(&datagram) }
+                if pfds[1].revents & Int16(POLLIN) != 0 { acceptConnections(listenFD) }
+                if beaconFD >= 0 && pfds[2].revents & Int16(POLLIN) != 0 { receiveBeacons(beaconFD, &datagram) }
+                if listenFD6 >= 0 && pfds[3].revents & Int16(POLLIN) != 0 { acceptConnections(listenFD6) }
+                if beaconFD6 >= 0 && pfds[4].revents & Int16(POLLIN) != 0 { receiveBeacons(beaconFD6, &datagram) }
                 for s in Array(sessions.values) where s.hasBacklog { drainBacklog(s) }
                 for (i, id) in owners.enumerated() {
-                    let revents = pfds[i + 3].revents
+                    let revents = pfds[i + Self.fixedPollEntries].revents
                     guard revents != 0, let s = sessions[id] else { continue }
                     service(s, revents: revents, buffer: &readBuffer)
                 }
@@ -334,6 +372,9 @@ public final class MeshEngine: @unchecked Sendable {
         }
         done.signal()
     }
+
+    /// Poll entries before the sessions': wake pipe, listener, beacon socket, IPv6 listener, IPv6 beacon socket.
+    private static let fixedPollEntries = 5
 
     private func deliverPending() {
         let events = self.events
@@ -368,9 +409,12 @@ public final class MeshEngine: @unchecked Sendable {
             }
             sessions.removeAll()
             upByKey.removeAll()
-            for fd in [listenFD, beaconFD, wakeRead, wakeWrite] where fd >= 0 { Glibc.close(fd) }
+            for fd in [listenFD, beaconFD, listenFD6, beaconFD6, wakeRead, wakeWrite] where fd >= 0 { Glibc.close(fd) }
             listenFD = -1
             beaconFD = -1
+            listenFD6 = -1
+            beaconFD6 = -1
+            joined6.removeAll()
             wakeRead = -1
             wakeWrite = -1
             joined.removeAll()
@@ -402,9 +446,9 @@ public final class MeshEngine: @unchecked Sendable {
         flush(s)
     }
 
-    private func acceptConnections() {
+    private func acceptConnections(_ listener: Int32) {
         for _ in 0..<32 {
-            guard let (fd, remote) = Sockets.accept(listenFD) else { return }
+            guard let (fd, remote) = Sockets.accept(listener) else { return }
             guard sessions.count < settings.maxSessions else {
                 counters.refusedFull += 1
                 // Warn on the 1st, 2nd, 4th, 8th... refusal: a connection flood must not flood the log.
@@ -701,7 +745,7 @@ public final class MeshEngine: @unchecked Sendable {
                 }
             }
         }
-        if settings.discovery && beaconFD >= 0 {
+        if settings.discovery && (beaconFD >= 0 || beaconFD6 >= 0) {
             if now >= nextInterfaceScanMs {
                 nextInterfaceScanMs = now + 5_000
                 refreshInterfaces()
@@ -729,25 +773,44 @@ public final class MeshEngine: @unchecked Sendable {
     // MARK: Discovery (under the lock)
 
     private func refreshInterfaces() {
-        let (usable, missing) = NetworkInterface.select(named: settings.interfaces, from: NetworkInterface.current())
-        var problems = missing.map { "\($0) (missing or down)" }
-        let usableNames = Set(usable.map(\.name))
-        for (name, old) in joined where !usableNames.contains(name) {
-            _ = Sockets.membership(beaconFD, group: settings.multicastGroup, interfaceAddress: old.address, join: false)
-            joined[name] = nil
-            pending.append(.log(.notice, "stopped beaconing on \(name): interface is down or gone"))
-        }
-        for i in usable where joined[i.name]?.address != i.address {
-            if let old = joined[i.name] {
-                _ = Sockets.membership(beaconFD, group: settings.multicastGroup, interfaceAddress: old.address, join: false)
+        let useIPv6 = settings.ipv6 && beaconFD6 >= 0
+        let (usable, missing) = NetworkInterface.select(named: settings.interfaces, from: NetworkInterface.current(), ipv6: useIPv6)
+        var problems = missing
+        // IPv4: one membership per interface address.
+        let wanted4 = Dictionary(usable.compactMap { i in i.ipv4.map { _ in (i.name, i) } }, uniquingKeysWith: { a, _ in a })
+        if beaconFD >= 0 {
+            for (name, old) in joined where wanted4[name]?.ipv4 != old.ipv4 {
+                if let address = old.ipv4 {
+                    _ = Sockets.membership(beaconFD, group: settings.multicastGroup, interfaceAddress: address, join: false)
+                }
+                joined[name] = nil
+                if wanted4[name] == nil { pending.append(.log(.notice, "stopped IPv4 beacons on \(name): interface is down, gone or has no IPv4 address")) }
             }
-            if let e = Sockets.membership(beaconFD, group: settings.multicastGroup, interfaceAddress: i.address, join: true), e != EADDRINUSE {
-                problems.append("\(i.name) (cannot join \(settings.multicastGroup): \(Sockets.errorText(e)))")
-                joined[i.name] = nil
+            for (name, i) in wanted4.sorted(by: { $0.key < $1.key }) where joined[name] == nil {
+                guard let address = i.ipv4 else { continue }
+                if let e = Sockets.membership(beaconFD, group: settings.multicastGroup, interfaceAddress: address, join: true), e != EADDRINUSE {
+                    problems.append("\(name) (cannot join \(settings.multicastGroup): \(Sockets.errorText(e)))")
+                    continue
+                }
+                joined[name] = i
+                pending.append(.log(.info, "beaconing on \(name) (\(address)) to \(settings.multicastGroup):\(settings.beaconPort)"))
+            }
+        }
+        // IPv6: one membership per interface index, where the interface has a link-local address.
+        let wanted6 = useIPv6
+            ? Dictionary(usable.compactMap { i in i.linkLocal6.map { _ in (i.name, i) } }, uniquingKeysWith: { a, _ in a }) : [:]
+        for (name, old) in joined6 where wanted6[name]?.index != old.index || wanted6[name]?.linkLocal6 != old.linkLocal6 {
+            _ = Sockets.membership6(beaconFD6, group: settings.multicastGroup6, interfaceIndex: old.index, join: false)
+            joined6[name] = nil
+            if wanted6[name] == nil { pending.append(.log(.notice, "stopped IPv6 beacons on \(name): interface is down, gone or has no link-local address")) }
+        }
+        for (name, i) in wanted6.sorted(by: { $0.key < $1.key }) where joined6[name] == nil {
+            if let e = Sockets.membership6(beaconFD6, group: settings.multicastGroup6, interfaceIndex: i.index, join: true), e != EADDRINUSE {
+                problems.append("\(name) (cannot join \(settings.multicastGroup6): \(Sockets.errorText(e)))")
                 continue
             }
-            joined[i.name] = i
-            pending.append(.log(.info, "beaconing on \(i.name) (\(i.address)) to \(settings.multicastGroup):\(settings.beaconPort)"))
+            joined6[name] = i
+            pending.append(.log(.info, "beaconing on \(name) (\(i.linkLocal6 ?? "")) to [\(settings.multicastGroup6)%\(name)]:\(settings.beaconPort)"))
         }
         if problems != missingInterfaces {
             missingInterfaces = problems
@@ -757,7 +820,7 @@ public final class MeshEngine: @unchecked Sendable {
     }
 
     private func sendBeacons() {
-        guard !joined.isEmpty else { return }
+        guard !joined.isEmpty || !joined6.isEmpty else { return }
         let port = (boundListen ?? settings.listen).port
         let beacon = Beacon(signingKey: identity.signingKey, kxKey: identity.kxKey, tcpPort: port, timestampMs: wallClockMs())
         let bytes: [UInt8]
@@ -767,11 +830,21 @@ public final class MeshEngine: @unchecked Sendable {
             lastError = "cannot sign a beacon: \(error)"
             return
         }
+        var results: [(String, Int32?)] = []
         let group = MeshAddress(host: settings.multicastGroup, port: settings.beaconPort)
         for i in joined.values {
-            if let e = Sockets.sendMulticast(beaconFD, bytes, group: group, interfaceAddress: i.address) {
+            guard let address = i.ipv4 else { continue }
+            results.append((i.name, Sockets.sendMulticast(beaconFD, bytes, group: group, interfaceAddress: address)))
+        }
+        let group6 = MeshAddress(host: settings.multicastGroup6, port: settings.beaconPort)
+        for i in joined6.values {
+            results.append(("\(i.name) (IPv6)", Sockets.sendMulticast6(beaconFD6, bytes, group: group6, interfaceIndex: i.index)))
+        }
+        for (name, error) in results {
+            if let e = error {
+                // A link-local address still in duplicate address detection cannot send yet: retried next beacon.
                 counters.beaconSendErrors += 1
-                lastError = "beacon on \(i.name): \(Sockets.errorText(e))"
+                lastError = "beacon on \(name): \(Sockets.errorText(e))"
             } else {
                 counters.beaconsSent += 1
                 pending.append(.counter("mesh_beacons_sent_total", 1))
@@ -779,9 +852,9 @@ public final class MeshEngine: @unchecked Sendable {
         }
     }
 
-    private func receiveBeacons(_ buffer: inout [UInt8]) {
+    private func receiveBeacons(_ fd: Int32, _ buffer: inout [UInt8]) {
         for _ in 0..<64 {
-            guard let (bytes, from) = Sockets.receiveDatagram(beaconFD, into: &buffer) else { return }
+            guard let (bytes, from) = Sockets.receiveDatagram(fd, into: &buffer) else { return }
             // Our own beacons come back (multicast loopback is on): skip them before any work.
             if bytes.count >= 37 && Array(bytes[5..<37]) == identity.signingKey { continue }
             counters.beaconsReceived += 1
@@ -800,33 +873,39 @@ public final class MeshEngine: @unchecked Sendable {
             } catch BeaconError.badSignature {
                 counters.beaconsBad += 1
                 pending.append(.counter("mesh_beacons_bad_total", 1))
-                pending.append(.log(.debug, "beacon from \(from.host) has a bad signature"))
+                pending.append(.log(.debug, "beacon from \(from) has a bad signature"))
                 continue
             } catch BeaconError.stale(let skew) {
                 counters.beaconsStale += 1
-                pending.append(.log(.debug, "beacon from \(from.host) is \(skew / 1000) s off our clock"))
+                pending.append(.log(.debug, "beacon from \(from) is \(skew / 1000) s off our clock"))
                 continue
             } catch {
                 counters.beaconsMalformed += 1
                 pending.append(.log(.debug, "datagram from \(from) on the beacon port is not a beacon: \(error)"))
                 continue
             }
-            heard(beacon, from: from.host)
+            // A link-local sender is reachable only through the interface it came in on: keep its scope.
+            heard(beacon, from: MeshAddress(host: from.host, port: beacon.tcpPort, scopeID: from.isLinkLocal6 ? from.scopeID : 0))
         }
     }
 
-    private func heard(_ beacon: Beacon, from host: String) {
+    private func heard(_ beacon: Beacon, from address: MeshAddress) {
         let now = nowMs
         let key = TargetKey.discovered(beacon.signingKey)
-        let address = MeshAddress(host: host, port: beacon.tcpPort)
         if var t = targets[key] {
             // Only a newer beacon may move a hub (an old one replayed from elsewhere may not).
             guard beacon.timestampMs > t.lastBeaconTimestamp else { return }
             t.lastBeaconTimestamp = beacon.timestampMs
             t.lastBeaconMs = now
-            if t.address != address {
+            if t.address == address {
+                t.addressHeardMs = now
+            } else if now - t.addressHeardMs > 2 * settings.beaconIntervalMs {
+                // A hub beaconing on IPv4 and IPv6 (or on two links) sends each round's beacon
+                // several ways with one timestamp: it moves only when its current address went
+                // quiet, so the address does not flip with the arrival order.
                 pending.append(.log(.info, "hub \(Self.shortKey(beacon.signingKey)) now beacons from \(address)"))
                 t.address = address
+                t.addressHeardMs = now
             }
             targets[key] = t
             return
@@ -845,6 +924,7 @@ public final class MeshEngine: @unchecked Sendable {
         var t = DialTarget(address: address, expectedKey: beacon.signingKey,
                            nextAttemptMs: now + (weDialFirst ? 0 : 2 * settings.beaconIntervalMs + 1_000))
         t.lastBeaconMs = now
+        t.addressHeardMs = now
         t.lastBeaconTimestamp = beacon.timestampMs
         targets[key] = t
         pending.append(.log(.info, "heard hub \(Self.shortKey(beacon.signingKey)) at \(address)"))

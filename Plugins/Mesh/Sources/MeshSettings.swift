@@ -13,6 +13,11 @@ public struct MeshSettings: Sendable, Equatable {
     public var discovery: Bool
     /// IPv4 multicast group of the beacons.
     public var multicastGroup: String
+    /// Whether beacons also go out (and are heard) on IPv6 link-local multicast, and an
+    /// IPv6 listener takes sessions dialled to our link-local addresses.
+    public var ipv6: Bool
+    /// IPv6 multicast group (link-local scope) of the beacons, joined on each beacon interface.
+    public var multicastGroup6: String
     /// UDP port of the beacons.
     public var beaconPort: UInt16
     /// Milliseconds between beacons.
@@ -40,7 +45,7 @@ public struct MeshSettings: Sendable, Equatable {
 
     /// Every key the section accepts (besides `enabled`).
     public static let keys: Set<String> = [
-        "interfaces", "listen", "peers", "discovery", "multicast_group", "beacon_port", "beacon_interval_s",
+        "interfaces", "listen", "peers", "discovery", "multicast_group", "ipv6", "ipv6_multicast_group", "beacon_port", "beacon_interval_s",
         "max_sessions", "queue_frames", "queue_mb", "cost", "keepalive_s", "idle_timeout_s", "max_frames_per_second",
     ]
 
@@ -55,10 +60,16 @@ public struct MeshSettings: Sendable, Equatable {
         guard let listen = MeshAddress(parsing: listenText) else {
             throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\"")
         }
+        guard !listen.isIPv6 else {
+            throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\" (with ipv6: true the IPv6 listener takes the same port on [::])")
+        }
         self.listen = listen
         peers = try config.strings("peers", default: []).map { text in
             guard let a = MeshAddress(parsing: text), a.port != 0 else {
-                throw config.error("peers", "expected IPv4 host:port, got \"\(text)\"")
+                throw config.error("peers", "expected host:port (IPv4) or [ipv6%interface]:port, got \"\(text)\"")
+            }
+            guard !a.isLinkLocal6 || a.scopeID != 0 else {
+                throw config.error("peers", "the link-local address in \"\(text)\" needs its interface: [fe80::…%eth0]:port")
             }
             return a
         }
@@ -66,6 +77,11 @@ public struct MeshSettings: Sendable, Equatable {
         multicastGroup = try config.string("multicast_group", default: "239.255.89.79")
         guard MeshAddress.isMulticast(multicastGroup) else {
             throw config.error("multicast_group", "\"\(multicastGroup)\" is not an IPv4 multicast address (224.0.0.0/4)")
+        }
+        ipv6 = try config.bool("ipv6", default: true)
+        multicastGroup6 = try config.string("ipv6_multicast_group", default: "ff02::5961:6f6b")
+        guard MeshAddress.isLinkLocalMulticast6(multicastGroup6) else {
+            throw config.error("ipv6_multicast_group", "\"\(multicastGroup6)\" is not an IPv6 link-local multicast address (ff02::/16)")
         }
         beaconPort = UInt16(try config.int("beacon_port", default: 7812, range: 1...65_535))
         beaconIntervalMs = Int64(try config.double("beacon_interval_s", default: 5, range: 0.1...3600) * 1000)

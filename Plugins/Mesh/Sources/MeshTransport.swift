@@ -83,14 +83,17 @@ public final class MeshTransport: Transport, @unchecked Sendable {
                     reason = "beacon interface(s) unavailable: \(snap.missingInterfaces.joined(separator: ", ")); \(reason)"
                 } else if snap.interfaces.isEmpty {
                     state = .degraded
-                    reason = "no up, non-loopback IPv4 interface to beacon on; \(reason)"
+                    reason = "no up, non-loopback interface with an IPv4\(settings.ipv6 ? " or link-local IPv6" : "") address to beacon on; \(reason)"
                 }
             }
         }
         let c = snap.counters
         var details: [String: String] = [
             "listen": snap.listen,
-            "discovery": settings.discovery ? "\(settings.multicastGroup):\(settings.beaconPort) every \(Double(settings.beaconIntervalMs) / 1000) s" : "off",
+            "discovery": settings.discovery
+                ? "\(settings.multicastGroup)\(settings.ipv6 ? ", [\(settings.multicastGroup6)]" : ""):\(settings.beaconPort) every \(Double(settings.beaconIntervalMs) / 1000) s" : "off",
+            "ipv6": !settings.ipv6 ? "off" : snap.ipv6Problem.map { "unavailable: \($0)" } ?? "on",
+            "listen6": snap.listen6 ?? "",
             "interfaces": snap.interfaces.joined(separator: ","),
             "static_peers": settings.peers.map(\.description).joined(separator: ","),
             "neighbours": snap.neighbours.joined(separator: ","),

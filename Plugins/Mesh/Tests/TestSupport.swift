@@ -121,8 +121,7 @@ enum MeshTestSupport {
     static func freePort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
-        var sa = MeshAddress(host: "127.0.0.1", port: 0).sockaddr
-        _ = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        _ = Sockets.bind(fd, MeshAddress(host: "127.0.0.1", port: 0))
         return Sockets.localAddress(fd)?.port ?? 0
     }
 }
@@ -134,10 +133,10 @@ final class RawPeer {
     var decoder = TLVStreamDecoder()
     var pending: [[UInt8]] = []
 
-    init(port: UInt16) throws {
-        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var sa = MeshAddress(host: "127.0.0.1", port: port).sockaddr
-        let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    init(port: UInt16, host: String = "127.0.0.1") throws {
+        let address = MeshAddress(host: host, port: port)
+        fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
+        let rc = address.withSockaddr { connect(fd, $0, $1) }
         guard rc == 0 else { throw TransportError.system(call: "connect", errno: errno) }
         var tv = timeval(tv_sec: 5, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
