@@ -75,11 +75,29 @@ connect() {
     ip -n "$TAG-$3" link set "$b" up
 }
 
+# connect6 NS1 NS2: a veth pair with no IPv4 address at all: only the IPv6 link-local
+# addresses the kernel gives each end. Waits until both have left duplicate address
+# detection. Names as in connect (link_if_x / link_if_y).
+connect6() {
+    LINKNO=$((LINKNO + 1))
+    local a="${TAG}l${LINKNO}x" b="${TAG}l${LINKNO}y"
+    ip link add "$a" type veth peer name "$b"
+    ip link set "$a" netns "$TAG-$1"
+    ip link set "$b" netns "$TAG-$2"
+    ip -n "$TAG-$1" link set "$a" up
+    ip -n "$TAG-$2" link set "$b" up
+    wait_for 20 "a link-local address on $a" link_local_ready "$1" "$a"
+    wait_for 20 "a link-local address on $b" link_local_ready "$2" "$b"
+}
+# link_local NS IF: the interface's IPv6 link-local address (without prefix length).
+link_local() { ip -n "$TAG-$1" -6 addr show dev "$2" scope link | awk '/inet6/ { sub(/\/.*/, "", $2); print $2; exit }'; }
+link_local_ready() { [[ -n $(link_local "$1" "$2") ]] && ! ip -n "$TAG-$1" -6 addr show dev "$2" | grep -q tentative; }
+
 # The veth names of link N, in its first and second namespace.
 link_if_x() { echo "${TAG}l${1}x"; }
 link_if_y() { echo "${TAG}l${1}y"; }
 
-# write_config NAME [extra mesh lines...]
+# write_config NAME [extra mesh lines...]   (ROUTER_EXTRA: more lines for the router section, indented)
 write_config() {
     local name=$1; shift
     {
@@ -92,6 +110,7 @@ hub:
   log_level: debug
 router:
   custody_timeout_s: 5
+${ROUTER_EXTRA:-}
 transports:
   udp:
     enabled: true
