@@ -5,18 +5,21 @@
 # `yaok` endpoint attached to hub D (three hub-to-hub hops).
 #
 #   sudo Plugins/Mesh/Tests/netns/bench-line.sh
-#   env: N=10000   messages in the throughput phase (lowered, with a note, when queueing
-#                  them through the CLI would take more than QUEUE_BUDGET_S=300 seconds)
-#        M=100     messages in the latency phase (sent one at a time)
+#   env: N=10000   messages in the throughput phase
+#        M=100     messages per recipient in the latency phase (sent one at a time)
 #        BIN=<products dir>  (default .build-release/release; build yaok-hub, yaok,
 #                  yaok-plugin-mesh and yaok-plugin-udp with -c release first)
 #
 # Phases:
-#   latency     M messages, one `yaok send --hub` at A after another while dave listens
-#               at D: created (composed at A) → stored at D, no backlog.
-#   throughput  N messages queued in alice's outbox first (`yaok send` without --hub only
-#               composes), dave listens at D, then `yaok listen` at A attaches and pushes
-#               them all: messages per second from attach to the last one stored at D.
+#   latency     M messages, one `yaok send --hub` at A after another, to bob listening at
+#               B (1 hub-to-hub hop), then M to carol at C (2 hops), then M to dave at D
+#               (3 hops): created (composed at A) → stored at the recipient, no backlog.
+#               The per-hop figure is the growth per added hop (from 1 to 3 hops), which
+#               takes out the fixed costs (A's attach, the endpoint links, stores).
+#   throughput  N messages queued in alice's outbox first (one `yaok send --repeat N`
+#               without --hub only composes), dave listens at D, then `yaok listen` at A
+#               attaches and pushes them all: messages per second from attach to the last
+#               one stored at D.
 # Each hub's CPU time (utime+stime from /proc/<pid>/stat) is counted over the
 # throughput phase; peak RSS is VmHWM at the end. Exit 0 = all arrived, 77 = skipped.
 REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
@@ -24,7 +27,6 @@ export BIN=${BIN:-$REPO/.build-release/release}
 source "$(dirname "$0")/lib.sh"
 N=${N:-10000}
 M=${M:-100}
-QUEUE_BUDGET_S=${QUEUE_BUDGET_S:-300}
 HUB=udp://127.0.0.1:7811
 BENCH_PIDS=()
 
@@ -70,6 +72,8 @@ peak_rss_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 percentile() { sort -n "$1" | awk -v p="$2" '{ v[NR] = $1 } END { if (NR == 0) { print "n/a"; exit } i = int(NR * p / 100 + 0.999999); if (i < 1) i = 1; if (i > NR) i = NR; print v[i] }'; }
 # text SEQ: a 200-byte message text.
 text() { printf 'bench %06d %0187d' "$1" 0; }
+# A 200-byte template for `yaok send --repeat N`: {n} becomes the number, padded to the width of N.
+template() { printf 'bench {n} %0*d' $(( 200 - 7 - ${#1} )) 0; }
 
 preflight
 for n in A B C D; do make_ns "$n"; done
@@ -83,12 +87,20 @@ done
 all_line_links() { links_are A 1 && links_are B 2 && links_are C 2 && links_are D 1; }
 wait_for 30 "mesh links A:1 B:2 C:2 D:1" all_line_links
 make_pair alice Alice dave Dave
+# More recipients for the latency phase, one and two hops away.
+for who in bob:Bob carol:Carol; do
+    home=${who%:*}; name=${who#*:}
+    "$BIN/yaok" init --home "$WORK/$home" --name "$name" >/dev/null
+    "$BIN/yaok" contacts add --home "$WORK/alice" "$("$BIN/yaok" qr --home "$WORK/$home")" >/dev/null
+    "$BIN/yaok" contacts add --home "$WORK/$home" "$("$BIN/yaok" qr --home "$WORK/alice")" >/dev/null
+done
 echo "line A-B-C-D up (release binaries from $BIN); $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 
-# listen_at_d COUNT OUT: dave listens at D in the background until COUNT messages; waits until attached.
+# listen_at_d COUNT OUT [NS HOME]: dave (or HOME in NS) listens in the background until COUNT
+# messages; waits until attached.
 listen_at_d() {
     DAVE_OUT=$2
-    ip netns exec "$TAG-D" "$BIN/yaok" listen --home "$WORK/dave" --hub "$HUB" --count "$1" --json --timeout 900 > "$DAVE_OUT" 2> "$DAVE_OUT.err" &
+    ip netns exec "$TAG-${3:-D}" "$BIN/yaok" listen --home "$WORK/${4:-dave}" --hub "$HUB" --count "$1" --json --timeout 900 > "$DAVE_OUT" 2> "$DAVE_OUT.err" &
     DAVE_PID=$!
     BENCH_PIDS+=("$DAVE_PID")
     attached() { grep -q '"event":"connected"' "$DAVE_OUT"; }
@@ -103,36 +115,34 @@ wait_dave() {
     done
     wait "$DAVE_PID" || fail "dave's listener failed: $(tail -n 3 "$DAVE_OUT.err" 2>/dev/null)"
 }
-# inbox_since MS: dave's inbox lines "created_ms received_ms" for messages received after MS.
+# inbox_since MS [HOME]: dave's (or HOME's) inbox lines "created_ms received_ms" for messages received after MS.
 inbox_since() {
-    "$BIN/yaok" inbox --home "$WORK/dave" --json | jq -r --argjson t "$1" 'select(.received_ms >= $t) | "\(.created_ms) \(.received_ms)"'
+    "$BIN/yaok" inbox --home "$WORK/${2:-dave}" --json | jq -r --argjson t "$1" 'select(.received_ms >= $t) | "\(.created_ms) \(.received_ms)"'
 }
 
-# --- latency: one message at a time, no backlog.
-listen_at_d "$M" "$WORK/latency-listen.json"
-t_lat=$(now_ms)
-for i in $(seq 1 "$M"); do
-    yaok_in A alice send Dave "$(text "$i")" --hub "$HUB" --timeout 30 > /dev/null || fail "send $i of the latency phase failed"
+# --- latency: one message at a time, no backlog, to recipients 1, 2 and 3 hub-to-hub hops away.
+declare -A LAT50=() LAT99=()
+for target in 1:B:bob:Bob 2:C:carol:Carol 3:D:dave:Dave; do
+    IFS=: read -r hops ns home name <<< "$target"
+    listen_at_d "$M" "$WORK/latency-$home.json" "$ns" "$home"
+    t_lat=$(now_ms)
+    for i in $(seq 1 "$M"); do
+        yaok_in A alice send "$name" "$(text "$i")" --hub "$HUB" --timeout 30 > /dev/null || fail "send $i to $name in the latency phase failed"
+    done
+    wait_dave 120
+    inbox_since "$t_lat" "$home" > "$WORK/latency-$home.txt"
+    [[ $(wc -l < "$WORK/latency-$home.txt") == "$M" ]] || fail "latency phase: $name has $(wc -l < "$WORK/latency-$home.txt") of $M messages"
+    awk '{ print $2 - $1 }' "$WORK/latency-$home.txt" > "$WORK/latency-ms-$hops.txt"
+    LAT50[$hops]=$(percentile "$WORK/latency-ms-$hops.txt" 50)
+    LAT99[$hops]=$(percentile "$WORK/latency-ms-$hops.txt" 99)
 done
-wait_dave 120
-inbox_since "$t_lat" > "$WORK/latency.txt"
-[[ $(wc -l < "$WORK/latency.txt") == "$M" ]] || fail "latency phase: dave has $(wc -l < "$WORK/latency.txt") of $M messages"
-awk '{ print $2 - $1 }' "$WORK/latency.txt" > "$WORK/latency-ms.txt"
-lat50=$(percentile "$WORK/latency-ms.txt" 50)
-lat99=$(percentile "$WORK/latency-ms.txt" 99)
+lat50=${LAT50[3]}
+lat99=${LAT99[3]}
 
-# --- throughput: queue N, then push them all at once.
+# --- throughput: queue N in one batch, then push them all at once.
 q0=$(now_ms)
-for i in $(seq 1 20); do "$BIN/yaok" send --home "$WORK/alice" Dave "$(text "$i")" > /dev/null; done
-per_send_ms=$(( ($(now_ms) - q0) / 20 ))
-if (( per_send_ms * N > QUEUE_BUDGET_S * 1000 )); then
-    wanted=$N
-    N=$(( QUEUE_BUDGET_S * 1000 / per_send_ms / 100 * 100 ))
-    echo "note: queueing through the CLI costs ${per_send_ms} ms per message (one process each);" \
-         "$wanted would take $(( per_send_ms * wanted / 1000 )) s, so N is lowered to $N"
-fi
-for i in $(seq 21 "$N"); do "$BIN/yaok" send --home "$WORK/alice" Dave "$(text "$i")" > /dev/null; done
-echo "queued $N messages in alice's outbox in $(( ($(now_ms) - q0) / 1000 )) s"
+"$BIN/yaok" send --home "$WORK/alice" Dave "$(template "$N")" --repeat "$N" > /dev/null || fail "queueing $N messages failed"
+echo "queued $N messages in alice's outbox in $(( $(now_ms) - q0 )) ms (one yaok send --repeat)"
 listen_at_d "$N" "$WORK/throughput-listen.json"
 declare -A CPU0=()
 for n in A B C D; do CPU0[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
@@ -157,8 +167,13 @@ awk -v t0="$t0" '{ print $2 - t0 }' "$WORK/throughput.txt" > "$WORK/backlog-ms.t
 tick=$(getconf CLK_TCK)
 echo
 echo "== line A-B-C-D, 200-byte messages, endpoint at A (UDP) -> 3 mesh hops -> endpoint at D (UDP)"
-printf 'latency phase (%d messages, one at a time): created at A -> stored at D  p50 %s ms  p99 %s ms\n' "$M" "$lat50" "$lat99"
-printf '  per hub-to-hub hop (end to end / 3):            p50 %.1f ms  p99 %.1f ms\n' \
+printf 'latency phase (%d messages each, one at a time), created at A -> stored at the recipient:\n' "$M"
+for hops in 1 2 3; do
+    printf '  %d hub-to-hub hop(s) (recipient at %s): p50 %s ms  p99 %s ms\n' "$hops" "$(cut -d' ' -f"$hops" <<< "B C D")" "${LAT50[$hops]}" "${LAT99[$hops]}"
+done
+printf '  per hub-to-hub hop, growth from 1 to 3 hops / 2:  p50 %.1f ms  p99 %.1f ms\n' \
+    "$(echo "(${LAT50[3]} - ${LAT50[1]}) / 2" | bc -l)" "$(echo "(${LAT99[3]} - ${LAT99[1]}) / 2" | bc -l)"
+printf '  per hub-to-hub hop, end to end at D / 3:          p50 %.1f ms  p99 %.1f ms\n' \
     "$(echo "$lat50 / 3" | bc -l)" "$(echo "$lat99 / 3" | bc -l)"
 printf 'throughput phase: %d of %d delivered in %.2f s from attach = %.1f msg/s end to end\n' \
     "$got" "$N" "$(echo "$elapsed_ms / 1000" | bc -l)" "$(echo "$got * 1000 / $elapsed_ms" | bc -l)"
