@@ -1,6 +1,7 @@
 import Foundation
 import YaokPluginKit
 import YaokRelayProtocol
+import YaokRelayWebSocket
 import YaokWire
 
 /// An endpoint talking to the internet relay directly (an internet-side user): it sends
@@ -18,10 +19,22 @@ public final class RelaySession: @unchecked Sendable {
         return a
     }
 
-    public init(endpoint: Endpoint, relay: RelayAddress, relayKey: [UInt8], onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
+    /// - Parameter makeLink: the packet link; nil for UDP, or
+    ///   `RelayWebSocketLink.factory(url:spkiSHA256:)` for `wss://` (see ``webSocket(_:pin:)``).
+    public init(endpoint: Endpoint, relay: RelayAddress, relayKey: [UInt8],
+                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil,
+                onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
         self.endpoint = endpoint
         self.onEvent = onEvent
-        session = RelayUserSession(identity: endpoint.identity, relay: relay, relayKey: relayKey)
+        session = RelayUserSession(identity: endpoint.identity, relay: relay, relayKey: relayKey, makeLink: makeLink)
+    }
+
+    /// For a `wss://host:port[/path]` relay: its address and the link factory pinning the TLS
+    /// key `pinHex` (64 hex digits, from `yaok-relay tls-pin`).
+    public static func webSocket(_ url: String, pin pinHex: String) throws -> (address: RelayAddress, makeLink: @Sendable (RelayAddress) throws -> RelayLink) {
+        let parsed = try RelayWebSocketURL(parsing: url)
+        let pin = try SPKIPin.parse(pinHex)
+        return (parsed.address, RelayWebSocketLink.factory(url: parsed, spkiSHA256: pin))
     }
 
     /// Connects (checking the pinned key) and registers.

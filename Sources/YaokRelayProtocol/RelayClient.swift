@@ -35,6 +35,9 @@ public final class RelayClient: @unchecked Sendable {
         public var maxPendingSends = 1_024
         /// Wall clock in milliseconds (registration timestamps).
         public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
+        /// Opens the packet link to ``relay``; nil for UDP. The WebSocket-over-TLS link comes
+        /// from module YaokRelayWebSocket (`RelayWebSocketLink.factory(url:spkiSHA256:)`).
+        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
 
         public init(relay: RelayAddress, relaySigningKey: [UInt8]) {
             self.relay = relay
@@ -68,6 +71,8 @@ public final class RelayClient: @unchecked Sendable {
     public struct Counters: Sendable, Equatable {
         public var packetsIn: UInt64 = 0, packetsOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
         public var dropped: UInt64 = 0, handshakes: UInt64 = 0, sent: UInt64 = 0, received: UInt64 = 0, acked: UInt64 = 0
+        /// RESETs for the current session (each starts at most one handshake beside it).
+        public var resets: UInt64 = 0
     }
 
     enum State {
@@ -97,7 +102,9 @@ public final class RelayClient: @unchecked Sendable {
     private let lock = NSLock()
     private let condition = NSCondition()
     private var state: State = .stopped
-    private var socket: ConnectedDatagramSocket?
+    /// A handshake run beside a live session after a RESET (see ``handle(_:)``).
+    private var rehandshake: (ephemeral: EphemeralKX, nextAttemptMs: Int64, delayMs: Int64)?
+    private var socket: RelayLink?
     private var thread: Thread?
     private var running = false
     private var lastHeardMs: Int64 = 0
@@ -125,7 +132,7 @@ public final class RelayClient: @unchecked Sendable {
     /// Opens the socket and starts handshaking in the background. Returns at once.
     public func start() throws {
         guard !lock.withLock({ running }) else { return }
-        let s = try ConnectedDatagramSocket(to: configuration.relay)
+        let s: RelayLink = try configuration.makeLink?(configuration.relay) ?? ConnectedDatagramSocket(to: configuration.relay)
         lock.withLock {
             socket = s
             running = true
@@ -139,18 +146,19 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Stops the thread and closes the socket. Reports ``Event/disconnected(reason:)`` if connected.
     public func stop() {
-        let (s, wasConnected): (ConnectedDatagramSocket?, Bool) = lock.withLock {
+        let (s, wasConnected): (RelayLink?, Bool) = lock.withLock {
             guard running else { return (nil, false) }
             running = false
             var connected = false
             if case .connected = state { connected = true }
             state = .stopped
+            rehandshake = nil
             let s = socket
             socket = nil
             return (s, connected)
         }
         guard let s else { return }
-        s.shutdownAndClose()
+        s.close()
         if wasConnected { emit(.disconnected(reason: "client stopped")) }
         failAllPending("client stopped")
     }
@@ -349,12 +357,11 @@ public final class RelayClient: @unchecked Sendable {
     /// Caller holds `lock`.
     private func sendRaw(_ datagram: [UInt8]) {
         guard let socket else { return }
-        let e = socket.send(datagram)
-        if e == 0 {
+        if let e = socket.send(datagram) {
+            lastErrorText = e
+        } else {
             counters.packetsOut += 1
             counters.bytesOut += UInt64(datagram.count)
-        } else {
-            lastErrorText = "send to relay \(configuration.relay): \(String(cString: strerror(e)))"
         }
     }
 
@@ -368,18 +375,25 @@ public final class RelayClient: @unchecked Sendable {
         for id in ids { emit(.sendFailed(messageID: id, error: .timeout("QUEUED (\(reason))"))) }
     }
 
-    private func run(_ s: ConnectedDatagramSocket) {
-        var buffer = [UInt8](repeating: 0, count: 65_536)
-        // A stop() followed by start() gives a new socket; this thread then ends.
+    private func run(_ s: RelayLink) {
+        // A stop() followed by start() gives a new link; this thread then ends.
         while lock.withLock({ running && socket === s }) {
             tick()
-            switch s.receive(timeoutMs: 100, buffer: &buffer) {
-            case .datagram(let d): handle(d)
+            switch s.receive(timeoutMs: 100) {
+            case .packet(let d): handle(d)
             case .nothing: break
-            case .failed(let e):
-                // ECONNREFUSED: ICMP port unreachable, nobody listens there (yet).
-                disconnect("relay \(configuration.relay) unreachable: \(String(cString: strerror(e)))")
-                if e != ECONNREFUSED { Thread.sleep(forTimeInterval: 0.1) }
+            case .failed(let error):
+                // A relay that cannot be trusted (TLS pin mismatch) fails the handshake with
+                // that error, so `connect` reports it instead of a timeout.
+                let handshaking: Bool = lock.withLock {
+                    if case .handshaking = state { return true }
+                    return false
+                }
+                if error.isTrustFailure {
+                    lock.withLock { lastErrorText = error.description }
+                    if handshaking { emit(.handshakeFailed(error)) }
+                }
+                disconnect(error.description)
             }
         }
     }
@@ -391,6 +405,7 @@ public final class RelayClient: @unchecked Sendable {
             guard running else { return false }
             if case .connected = state {
                 state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+                rehandshake = nil
                 pingSentMs = nil
                 return true
             }
@@ -415,6 +430,10 @@ public final class RelayClient: @unchecked Sendable {
                 sendRaw((try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: eph.publicKey).encoded).encoded()) ?? [])
                 state = .handshaking(ephemeral: eph, nextAttemptMs: now + delay, delayMs: min(delay * 2, configuration.maxHandshakeRetryMs))
             case .connected(let session):
+                if let r = rehandshake, now >= r.nextAttemptMs {
+                    sendRaw((try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: r.ephemeral.publicKey).encoded).encoded()) ?? [])
+                    rehandshake = (r.ephemeral, now + r.delayMs, min(r.delayMs * 2, configuration.maxHandshakeRetryMs))
+                }
                 if let sent = pingSentMs, now - sent > configuration.pingTimeoutMs {
                     timedOut = "relay did not answer for \((now - lastHeardMs) / 1000) s"
                     return
@@ -458,7 +477,6 @@ public final class RelayClient: @unchecked Sendable {
             return
         }
         var events: [Event] = []
-        var resetReason: String?
         var provider: (@Sendable () -> [Registration])?
         lock.withLock {
             counters.packetsIn += 1
@@ -481,8 +499,46 @@ public final class RelayClient: @unchecked Sendable {
                 } catch {
                     events.append(.handshakeFailed(.invalid(String(describing: error))))
                 }
+            case (.helloReply, .connected) where rehandshake != nil:
+                // The answer to a handshake started by a RESET: only a reply signed by the
+                // pinned key replaces the session, so a forged RESET costs one handshake.
+                guard let r = rehandshake else { return }
+                do {
+                    let reply = try HelloReply(parsing: packet.payload)
+                    try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: r.ephemeral.publicKey)
+                    let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: r.ephemeral, theirs: reply.relayEphemeralKey)
+                    state = .connected(session)
+                    rehandshake = nil
+                    lastHeardMs = now
+                    pingSentMs = nil
+                    counters.handshakes += 1
+                    reassembler = Reassembler(maxPartial: 16)
+                    // Registrations carry used nonces: fresh ones come from the provider (sent
+                    // below). Sends are idempotent at the relay (by message ID): the next tick
+                    // repeats them on the new session, after those registrations.
+                    pendingRegisters.removeAll()
+                    for (id, var p) in pendingSends {
+                        p.nextRetryMs = now
+                        pendingSends[id] = p
+                    }
+                    events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
+                    provider = registrationProvider
+                } catch let e as RelayProtocolError {
+                    lastErrorText = e.description
+                    events.append(.handshakeFailed(e))
+                } catch {
+                    events.append(.handshakeFailed(.invalid(String(describing: error))))
+                }
             case (.reset, .connected(let session)) where packet.sessionID == session.sessionID:
-                resetReason = "the relay no longer knows this session (restarted?)"
+                // RESET travels in clear (the relay that sends it no longer has the session
+                // keys), so it is only a hint: keep the session and its pending requests, and
+                // handshake beside it. A relay that really lost the session answers with a
+                // HELLO_REPLY signed by the pinned key, which then replaces the session; a
+                // forged RESET gains an attacker one extra handshake and nothing else.
+                if rehandshake == nil {
+                    rehandshake = (EphemeralKX.generate(), 0, configuration.handshakeRetryMs)
+                    counters.resets += 1
+                }
             case (_, .connected(let session)) where packet.type.isSealed:
                 guard let plaintext = try? session.open(packet) else { counters.dropped += 1; return }
                 lastHeardMs = now
@@ -500,7 +556,6 @@ public final class RelayClient: @unchecked Sendable {
             }
         }
         for e in events { emit(e) }
-        if let resetReason { disconnect(resetReason) }
         if let provider {
             let regs = provider()
             if !regs.isEmpty { try? register(regs) }

@@ -29,6 +29,20 @@ public enum RelayProtocolError: Error, Sendable, Equatable, CustomStringConverti
     /// A socket call failed.
     case system(call: String, errno: Int32)
     case crypto(String)
+    /// The relay could not be reached (ICMP unreachable, TCP refused, connection lost).
+    case unreachable(String)
+    /// The TLS certificate's SubjectPublicKeyInfo SHA-256 is not the pinned one (WebSocket transport).
+    case tlsPinMismatch(expected: [UInt8], got: [UInt8])
+    /// TLS or WebSocket set-up failed for another reason (version, protocol, upgrade refused).
+    case tlsFailed(String)
+
+    /// Whether the relay's identity could not be trusted (retrying will not help until the config changes).
+    public var isTrustFailure: Bool {
+        switch self {
+        case .relayKeyMismatch, .badHandshakeSignature, .tlsPinMismatch, .tlsFailed: return true
+        default: return false
+        }
+    }
 
     public var description: String {
         switch self {
@@ -50,6 +64,10 @@ public enum RelayProtocolError: Error, Sendable, Equatable, CustomStringConverti
         case .notConnected: return "not connected to the relay"
         case .system(let call, let errno): return "\(call) failed (errno \(errno))"
         case .crypto(let what): return "libsodium \(what) failed"
+        case .unreachable(let what): return what
+        case .tlsPinMismatch(let expected, let got):
+            return "relay TLS certificate pin mismatch: expected SPKI SHA-256 \(Self.short(expected)), got \(Self.short(got))"
+        case .tlsFailed(let what): return "relay TLS/WebSocket connection failed: \(what)"
         }
     }
 

@@ -36,9 +36,13 @@ public final class RelayUserSession: @unchecked Sendable {
     /// - Parameters:
     ///   - relay: the relay's address.
     ///   - relayKey: the relay's pinned Ed25519 key (from `yaok-relay key`).
-    public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8]) {
+    ///   - makeLink: the packet link; nil for UDP (see ``RelayClient/Configuration/makeLink``).
+    public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8],
+                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil) {
         self.identity = identity
-        client = RelayClient(configuration: RelayClient.Configuration(relay: relay, relaySigningKey: relayKey))
+        var configuration = RelayClient.Configuration(relay: relay, relaySigningKey: relayKey)
+        configuration.makeLink = makeLink
+        client = RelayClient(configuration: configuration)
         let clock = client.configuration.clock
         // Pushed MSGs (e.g. right after registering) arrive outside any poll round: keep them.
         let inbox = self.inbox

@@ -5,12 +5,14 @@ import YaokRelayProtocol
 import YaokWire
 
 /// Measures the relay on loopback: a real server (SQLCipher in a temporary directory) and
-/// real UDP clients in this process. Used by `yaok-relay bench` (build with `-c release` for
+/// real UDP clients in this process. Registered users share a few sessions (as a hub's
+/// phones do: up to 512 per session), so 10,000 users need no 10,000 sockets and threads. Used by `yaok-relay bench` (build with `-c release` for
 /// meaningful figures) and by the `YAOK_BENCH=1` test.
 public enum RelayBenchmark {
     /// The figures.
     public struct Report: Sendable, CustomStringConvertible {
         public var clients = 0
+        public var sessions = 0
         public var connectSeconds = 0.0
         public var forwarded = 0
         public var forwardSeconds = 0.0
@@ -26,7 +28,7 @@ public enum RelayBenchmark {
             func rate(_ n: Int, _ s: Double) -> String { s > 0 ? String(format: "%.0f", Double(n) / s) : "-" }
             return """
             relay benchmark (loopback; relay and clients in one process)
-              clients connected+registered: \(clients) in \(String(format: "%.2f", connectSeconds)) s
+              clients registered: \(clients) users on \(sessions) sessions in \(String(format: "%.2f", connectSeconds)) s
               forwarding to online clients: \(forwarded) messages in \(String(format: "%.2f", forwardSeconds)) s = \(rate(forwarded, forwardSeconds)) msg/s (SEND → durable queue → MSG)
               queueing for offline users:   \(queued) messages in \(String(format: "%.2f", queueSeconds)) s = \(rate(queued, queueSeconds)) msg/s
               poll + ack drain:             \(drained) messages in \(String(format: "%.2f", drainSeconds)) s = \(rate(drained, drainSeconds)) msg/s (\(leaseWaits) lease waits after a lost datagram)
@@ -69,7 +71,14 @@ public enum RelayBenchmark {
     /// Runs the benchmark: `clients` registered clients each send `messagesPerClient`
     /// messages to random online clients; then `offlineMessages` go to 20 offline users who
     /// come online and drain them with poll + ack.
-    public static func run(clients: Int = 200, messagesPerClient: Int = 10, offlineMessages: Int = 2_000) throws -> Report {
+    ///
+    /// `sessions` connections carry the users (nil: one per user up to 50, then 50; at most
+    /// 512 users each).
+    public static func run(clients: Int = 200, sessions: Int? = nil, messagesPerClient: Int = 10, offlineMessages: Int = 2_000) throws -> Report {
+        let sessionCount = max(1, min(clients, sessions ?? min(clients, 50)))
+        guard (clients + sessionCount - 1) / sessionCount <= RelayLimits().maxRegistrationsPerSession else {
+            throw Failure.incomplete("\(clients) users on \(sessionCount) sessions exceeds \(RelayLimits().maxRegistrationsPerSession) per session")
+        }
         let dir = NSTemporaryDirectory() + "yaok-relay-bench-" + Hex.encode(Random.bytes(6))
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let (identity, store) = try RelayServer.openDataDirectory(dir)
@@ -81,6 +90,8 @@ public enum RelayBenchmark {
         limits.packetsPerSecondPerIP = 1_000_000
         limits.hellosPerSecondPerIP = 100_000
         limits.registrationsPerMinutePerIP = 1_000_000
+        limits.sendsPerHourPerIP = 1_000_000_000
+        limits.maxRegistrations = max(limits.maxRegistrations, clients + 100)
         limits.leaseMs = 500
         let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                      now: { Int64(Date().timeIntervalSince1970 * 1000) })
@@ -94,6 +105,8 @@ public enum RelayBenchmark {
             cfg.handshakeRetryMs = 200
             return RelayClient(configuration: cfg)
         }
+        /// SENDs in flight per session at most (the relay's inbox holds 10,000 datagrams).
+        let window = max(8, min(256, limits.maxPendingDatagrams / (2 * sessionCount)))
         func bundle(_ from: Identity, _ to: Identity) throws -> [UInt8] {
             let e = try Envelope.sealMessage(plaintext: [UInt8](repeating: 0x61, count: 200), from: from, toSigningKey: to.signingKey,
                                              recipientKXKey: to.kxKey, createdMs: now())
@@ -102,26 +115,36 @@ public enum RelayBenchmark {
 
         var report = Report()
         report.clients = clients
+        report.sessions = sessionCount
         let users = (0..<clients).map { _ in Identity.generate() }
         let queued = Counter(), received = Counter()
         var connections: [RelayClient] = []
+        var credits: [DispatchSemaphore] = []
         defer { for c in connections { c.stop() } }
         let t0 = Date()
-        for user in users {
+        for k in 0..<sessionCount {
             let c = makeClient()
+            let credit = DispatchSemaphore(value: window)
             c.onEvent = { event in
                 switch event {
-                case .queued: queued.add()
+                case .queued: queued.add(); credit.signal()
+                case .sendFailed: credit.signal()
                 case .message: received.add()
                 default: break
                 }
             }
             try c.connect(timeout: 20)
-            let r = try c.registerAndWait([Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: now())], timeout: 20)
-            guard r.first?.status == .accepted else { throw Failure.incomplete("registration refused") }
+            let mine = stride(from: k, to: clients, by: sessionCount).map { users[$0] }
+            let regs = try mine.map { try Registration.signed(by: $0, relaySigningKey: identity.signingKey, timestampMs: now()) }
+            let r = try c.registerAndWait(regs, timeout: 60)
+            guard r.count == mine.count, r.allSatisfy({ $0.status == .accepted }) else { throw Failure.incomplete("registration refused") }
             connections.append(c)
+            credits.append(credit)
         }
         report.connectSeconds = Date().timeIntervalSince(t0)
+        guard server.metricsSnapshot().registeredUsers == clients else {
+            throw Failure.incomplete("\(server.metricsSnapshot().registeredUsers) of \(clients) users registered")
+        }
 
         var outgoing: [[[UInt8]]] = []
         for i in 0..<clients {
@@ -133,8 +156,14 @@ public enum RelayBenchmark {
         }
         let total = clients * messagesPerClient
         let t1 = Date()
-        DispatchQueue.concurrentPerform(iterations: clients) { i in
-            for b in outgoing[i] { try? connections[i].send(bundle: b) }
+        // User i sends on the session that registered it; at most `window` unanswered per session.
+        DispatchQueue.concurrentPerform(iterations: sessionCount) { k in
+            for i in stride(from: k, to: clients, by: sessionCount) {
+                for b in outgoing[i] {
+                    credits[k].wait()
+                    do { try connections[k].send(bundle: b) } catch { credits[k].signal() }
+                }
+            }
         }
         guard queued.wait(for: total, timeout: 300), received.wait(for: total, timeout: 60) else {
             throw Failure.incomplete("queued \(queued.value), received \(received.value) of \(total)")
@@ -146,7 +175,11 @@ public enum RelayBenchmark {
         let bundles = try (0..<offlineMessages).map { k in try bundle(users[k % clients], offline[k % offline.count]) }
         let before = queued.value
         let t2 = Date()
-        for (k, b) in bundles.enumerated() { try connections[k % clients].send(bundle: b) }
+        for (k, b) in bundles.enumerated() {
+            let s = k % sessionCount
+            credits[s].wait()
+            do { try connections[s].send(bundle: b) } catch { credits[s].signal() }
+        }
         guard queued.wait(for: before + offlineMessages, timeout: 300) else { throw Failure.incomplete("queued \(queued.value - before) of \(offlineMessages)") }
         report.queueSeconds = Date().timeIntervalSince(t2)
         report.queued = offlineMessages
@@ -170,7 +203,8 @@ public enum RelayBenchmark {
                 }
                 let left = server.withEngine { $0.queuedCount(for: user.userID) } - pending.count
                 if pending.isEmpty && left <= 0 { break }
-                pending = try c.pollAndWait(timeout: 20).map(\.messageID)
+                // POLL is not retransmitted: a lost POLL or NO_MESSAGES is a round without answer.
+                pending = (try? c.pollAndWait(timeout: 5).map(\.messageID)) ?? []
                 if pending.isEmpty, server.withEngine({ $0.queuedCount(for: user.userID) }) > 0 {
                     report.leaseWaits += 1   // a datagram was lost; the relay re-offers after the lease
                     Thread.sleep(forTimeInterval: Double(limits.leaseMs) / 1000)

@@ -10,15 +10,17 @@ import YaokWire
 /// envelope contents: it parses bundles structurally, verifies the sender signature, and
 /// routes by the recipient user ID. Logs carry short IDs (8 hex digits) only.
 public final class RelayEngine: @unchecked Sendable {
-    /// A datagram to send.
+    /// A packet to send, and to whom.
     public struct Output: Sendable {
-        public var address: SocketAddress
+        public var peer: RelayPeer
         public var bytes: [UInt8]
+        /// The remote socket address (UDP sender, or the WebSocket connection's remote end).
+        public var address: SocketAddress { peer.remote }
     }
 
     final class Session {
         let id: UInt64
-        var address: SocketAddress
+        var address: RelayPeer
         let secure: SecureSession
         let createdMs: Int64
         var lastHeardMs: Int64
@@ -28,7 +30,7 @@ public final class RelayEngine: @unchecked Sendable {
         var reassembler = Reassembler(maxPartial: 4)
         /// Registration nonces accepted here (a retransmitted REGISTER is answered again, not refused).
         var nonceKeys: Set<[UInt8]> = []
-        init(id: UInt64, address: SocketAddress, secure: SecureSession, nowMs: Int64) {
+        init(id: UInt64, address: RelayPeer, secure: SecureSession, nowMs: Int64) {
             self.id = id
             self.address = address
             self.secure = secure
@@ -59,6 +61,9 @@ public final class RelayEngine: @unchecked Sendable {
     private var ipBuckets: BucketMap<String>
     private var helloBuckets: BucketMap<String>
     private var senderBuckets: BucketMap<[UInt8]>
+    /// New messages accepted per IP address (SEND), on top of the per-sender limit: keyless
+    /// identities are free to make, so one address cannot multiply its hourly budget.
+    private var sendIPBuckets: BucketMap<String>
     private var registrationBuckets: BucketMap<String>
     private var lastSweepMs: Int64 = 0
     /// Bytes buffered in all sessions' reassemblers (kept up to date on every change).
@@ -79,6 +84,7 @@ public final class RelayEngine: @unchecked Sendable {
         registrationBuckets = BucketMap(capacity: Double(limits.registrationsPerMinutePerIP * 5),
                                         perMs: Double(limits.registrationsPerMinutePerIP) / 60_000, maxKeys: 65_536)
         senderBuckets = BucketMap(capacity: Double(limits.messagesPerHour), perMs: Double(limits.messagesPerHour) / 3_600_000, maxKeys: 200_000)
+        sendIPBuckets = BucketMap(capacity: Double(limits.sendsPerHourPerIP), perMs: Double(limits.sendsPerHourPerIP) / 3_600_000, maxKeys: 65_536)
         queuedPerUser = try store.countsByRecipient()
         queuedTotal = queuedPerUser.values.reduce(0, +)
         attachments = try store.attachments(nowMs: t)
@@ -100,11 +106,11 @@ public final class RelayEngine: @unchecked Sendable {
     /// group commit) and returns what to send. Nothing is returned unless the transaction
     /// committed, so QUEUED still means durable; if the commit fails the batch's answers are
     /// dropped (clients retransmit) and the queue counters are reloaded from the database.
-    public func handleBatch(_ datagrams: [(bytes: [UInt8], address: SocketAddress)]) -> [Output] {
+    public func handleBatch(_ datagrams: [(bytes: [UInt8], peer: RelayPeer)]) -> [Output] {
         do {
             return try store.database.transaction {
                 var out: [Output] = []
-                for d in datagrams { out += handle(d.bytes, from: d.address) }
+                for d in datagrams { out += handle(d.bytes, from: d.peer) }
                 return out
             }
         } catch {
@@ -117,12 +123,17 @@ public final class RelayEngine: @unchecked Sendable {
         }
     }
 
-    /// Handles one datagram; returns what to send.
+    /// Handles one UDP datagram; returns what to send.
     public func handle(_ datagram: [UInt8], from address: SocketAddress) -> [Output] {
+        handle(datagram, from: .udp(address))
+    }
+
+    /// Handles one packet (a UDP datagram or a binary WebSocket message); returns what to send.
+    public func handle(_ datagram: [UInt8], from address: RelayPeer) -> [Output] {
         let t = now()
         metrics.datagramsIn += 1
         guard datagram.count <= RelayPacket.maxDatagramLength else { metrics.droppedOversized += 1; return [] }
-        let ip = address.ipAddress ?? address.description
+        let ip = address.ip
         if ipBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return [] }
         let packet: RelayPacket
         do { packet = try RelayPacket(parsing: datagram) } catch { metrics.droppedMalformed += 1; return [] }
@@ -138,7 +149,7 @@ public final class RelayEngine: @unchecked Sendable {
         return out
     }
 
-    private func handleHello(_ packet: RelayPacket, from address: SocketAddress, ip: String, nowMs t: Int64, out: inout [Output]) {
+    private func handleHello(_ packet: RelayPacket, from address: RelayPeer, ip: String, nowMs t: Int64, out: inout [Output]) {
         guard let hello = try? Hello(parsing: packet.payload) else { metrics.droppedMalformed += 1; return }
         if helloBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return }
         if sessions.count >= limits.maxSessions { sweepSessions(nowMs: t) }
@@ -154,17 +165,17 @@ public final class RelayEngine: @unchecked Sendable {
         let reply = HelloReply.make(sessionID: id, clientKey: hello.clientKey, relayEphemeralKey: eph.publicKey, relay: identity)
         guard let bytes = try? RelayPacket(type: .helloReply, sessionID: id, counter: 0, payload: reply.encoded).encoded() else { return }
         metrics.handshakes += 1
-        out.append(Output(address: address, bytes: bytes))
+        out.append(Output(peer: address, bytes: bytes))
     }
 
-    private func handleSealed(_ packet: RelayPacket, from address: SocketAddress, nowMs t: Int64, out: inout [Output]) {
+    private func handleSealed(_ packet: RelayPacket, from address: RelayPeer, nowMs t: Int64, out: inout [Output]) {
         guard let session = sessions[packet.sessionID] else {
             // Unknown session (e.g. we restarted): tell the client to handshake again.
             // RESET is 24 bytes, smaller than any sealed packet, so it cannot amplify.
             metrics.droppedUnauthenticated += 1
             if let reset = try? RelayPacket(type: .reset, sessionID: packet.sessionID, counter: 0, payload: []).encoded() {
                 metrics.resetsSent += 1
-                out.append(Output(address: address, bytes: reset))
+                out.append(Output(peer: address, bytes: reset))
             }
             return
         }
@@ -208,7 +219,7 @@ public final class RelayEngine: @unchecked Sendable {
     private func reply(_ type: RelayPacketType, _ message: [UInt8], to session: Session, out: inout [Output]) {
         do {
             for (t, plaintext) in try Fragment.split(type: type, message: message, fragmentID: UInt32.random(in: 0...UInt32.max)) {
-                out.append(Output(address: session.address, bytes: try session.secure.seal(t, plaintext)))
+                out.append(Output(peer: session.address, bytes: try session.secure.seal(t, plaintext)))
             }
         } catch {
             logger.error("cannot seal \(type) for session: \(error)")
@@ -257,7 +268,7 @@ public final class RelayEngine: @unchecked Sendable {
         if let expiry = nonces[nonceKey], expiry > t { return .replayed }
         let already = session.users.contains(user)
         if !already {
-            let ip = session.address.ipAddress ?? session.address.description
+            let ip = session.address.ip
             guard registrationBuckets.take(ip, nowMs: t) == nil else { return .tooManyRegistrations }
             guard session.users.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
             guard registeredCount < limits.maxRegistrations || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
@@ -331,6 +342,11 @@ public final class RelayEngine: @unchecked Sendable {
             return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
         }
         let sender = envelope.senderUserID
+        if let wait = sendIPBuckets.take(session.address.ip, nowMs: t) {
+            logger.notice("an address exceeded \(limits.sendsPerHourPerIP) messages per hour")
+            return refuse(.rateLimited, "rate_limited_ip",
+                          "rate limit: \(limits.sendsPerHourPerIP) messages per hour from one address; retry in \((wait + 999) / 1000) s", retry: wait)
+        }
         if let wait = senderBuckets.take(sender, nowMs: t) {
             logger.notice("sender \(Self.short(sender)) rate limited")
             return refuse(.rateLimited, "rate_limited",
@@ -487,16 +503,32 @@ public final class RelayEngine: @unchecked Sendable {
         }
         nonces = nonces.filter { $0.value > t }
         senderBuckets.prune(nowMs: t)
+        sendIPBuckets.prune(nowMs: t)
         registrationBuckets.prune(nowMs: t)
         ipBuckets.prune(nowMs: t)
         helloBuckets.prune(nowMs: t)
+    }
+
+    /// Forgets the sessions bound to a closed stream connection (WebSocket): nothing can
+    /// reach them any more, so a push must not pick them. UDP peers are never closed.
+    public func peerClosed(_ peer: RelayPeer) {
+        guard case .webSocket = peer else { return }
+        for (id, s) in sessions where s.address == peer {
+            sessions[id] = nil
+            reassemblyBytes -= s.reassembler.bufferedBytes
+            for u in s.users {
+                userSessions[u]?.remove(id)
+                if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
+            }
+        }
     }
 
     /// Metrics with current gauges.
     public func metricsSnapshot() -> RelayMetrics {
         var m = metrics
         m.sessions = sessions.count
-        m.registeredUsers = registeredCount
+        // Distinct users: a phone on its hub's session is both direct and attached.
+        m.registeredUsers = userSessions.count + attachments.keys.reduce(0) { $0 + (userSessions[$1] == nil ? 1 : 0) }
         m.queued = queuedTotal
         return m
     }

@@ -10,6 +10,10 @@ public struct RelayLimits: Sendable {
     public var pollBatch = 10
     /// Messages one sender (envelope signer) may send per hour.
     public var messagesPerHour = 100
+    /// New messages (SEND) accepted per hour from one IP address, whoever signed them
+    /// (token bucket, burst = this). A hub uploads for all its phones, so this is far above
+    /// ``messagesPerHour``; raise it for carrier-grade NAT.
+    public var sendsPerHourPerIP = 2_000
     /// Datagrams per second from one IP address (token bucket; burst is twice this).
     public var packetsPerSecondPerIP = 500
     /// HELLOs per second from one IP (each costs the relay a signature; burst is twice this).

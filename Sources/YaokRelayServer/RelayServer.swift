@@ -5,11 +5,15 @@ import NIOCore
 import NIOPosix
 import YaokCrypto
 import YaokRelayProtocol
+import YaokRelayWebSocket
 import YaokStore
 
-/// The relay server: a SwiftNIO UDP socket feeding a ``RelayEngine`` on one serial queue,
-/// a 1-second timer, and an optional Prometheus `/metrics` responder (HTTP/1.0, meant for
-/// localhost).
+/// The relay server: a SwiftNIO UDP socket and, optionally, a WebSocket-over-TLS 1.3
+/// listener feeding one ``RelayEngine`` on one serial queue, a 1-second timer, and an optional
+/// Prometheus `/metrics` responder (HTTP/1.0, meant for localhost).
+///
+/// Both listeners carry the same packets; answers go back the way the request came
+/// (``RelayPeer``), and a session may move between them (it is keyed by its secure channel).
 ///
 /// The event loop only moves datagrams; the engine (crypto, SQLCipher commits) runs on its
 /// own queue, so a slow fsync never stops reads. At most `maxPendingDatagrams` wait for the
@@ -22,12 +26,16 @@ public final class RelayServer: @unchecked Sendable {
         /// `host:port` for `/metrics`, or nil for none.
         public var metricsHost: String?
         public var metricsPort: Int = 0
+        /// The WebSocket-over-TLS listener, or nil for UDP only.
+        public var webSocket: RelayWebSocketListener.Configuration?
 
-        public init(host: String, port: Int, metricsHost: String? = nil, metricsPort: Int = 0) {
+        public init(host: String, port: Int, metricsHost: String? = nil, metricsPort: Int = 0,
+                    webSocket: RelayWebSocketListener.Configuration? = nil) {
             self.host = host
             self.port = port
             self.metricsHost = metricsHost
             self.metricsPort = metricsPort
+            self.webSocket = webSocket
         }
     }
 
@@ -39,9 +47,10 @@ public final class RelayServer: @unchecked Sendable {
     private let lock = NSLock()
     private var channel: Channel?
     private var metricsChannel: Channel?
+    private var webSocket: RelayWebSocketListener?
     private var timer: DispatchSourceTimer?
     private var pending = 0
-    private var inbox: [(bytes: [UInt8], address: SocketAddress)] = []
+    private var inbox: [(bytes: [UInt8], peer: RelayPeer)] = []
     private var drainScheduled = false
     /// Datagrams handled in one transaction at most.
     static let maxBatch = 256
@@ -55,6 +64,10 @@ public final class RelayServer: @unchecked Sendable {
 
     /// The bound UDP address (useful with port 0).
     public var localAddress: SocketAddress? { lock.withLock { channel?.localAddress } }
+    /// The bound WebSocket (TLS) address, if any.
+    public var webSocketAddress: SocketAddress? { lock.withLock { webSocket?.localAddress } }
+    /// The WebSocket listener's counters, if it runs.
+    public var webSocketCounters: RelayWebSocketListener.Counters? { lock.withLock { webSocket?.counterSnapshot } }
     /// The bound metrics address, if any.
     public var metricsAddress: SocketAddress? { lock.withLock { metricsChannel?.localAddress } }
 
@@ -64,8 +77,21 @@ public final class RelayServer: @unchecked Sendable {
         return ip.contains(":") ? "[\(ip)]:\(port)" : "\(ip):\(port)"
     }
 
-    /// Binds the sockets and starts the timer.
+    /// Binds the sockets and starts the timer. Throws a ``RelayTLSError`` for a bad
+    /// certificate or key file (e.g. a key not 0600) before binding anything.
     public func start() throws {
+        var listener: RelayWebSocketListener?
+        if let ws = configuration.webSocket {
+            listener = try RelayWebSocketListener(
+                configuration: ws, group: group,
+                onPacket: { [weak self] connection, remote, bytes in
+                    self?.received(bytes, from: .webSocket(connection: connection, remote: remote))
+                },
+                onClose: { [weak self] connection, remote in
+                    guard let self else { return }
+                    self.queue.async { self.engine.peerClosed(.webSocket(connection: connection, remote: remote)) }
+                })
+        }
         let bootstrap = DatagramBootstrap(group: group)
             .channelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             // Room for bursts (many clients at once) so the kernel does not drop datagrams.
@@ -80,6 +106,11 @@ public final class RelayServer: @unchecked Sendable {
             }
         let ch = try bootstrap.bind(host: configuration.host, port: configuration.port).wait()
         lock.withLock { channel = ch }
+        if let listener {
+            try listener.start()
+            lock.withLock { webSocket = listener }
+            logger.notice("relay WebSocket/TLS 1.3 listening on \(Self.hostPort(listener.localAddress))\(listener.configuration.path)")
+        }
         if let mh = configuration.metricsHost {
             let http = ServerBootstrap(group: group)
                 .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -100,10 +131,11 @@ public final class RelayServer: @unchecked Sendable {
 
     /// Closes the sockets, stops the timer and waits for the engine queue to drain.
     public func stop() {
-        let (ch, mc): (Channel?, Channel?) = lock.withLock {
-            defer { channel = nil; metricsChannel = nil }
-            return (channel, metricsChannel)
+        let (ch, mc, ws): (Channel?, Channel?, RelayWebSocketListener?) = lock.withLock {
+            defer { channel = nil; metricsChannel = nil; webSocket = nil }
+            return (channel, metricsChannel, webSocket)
         }
+        ws?.stop()
         try? ch?.close().wait()
         try? mc?.close().wait()
         timer?.cancel()
@@ -113,7 +145,21 @@ public final class RelayServer: @unchecked Sendable {
     }
 
     /// Prometheus text of the current metrics.
-    public func metricsText() -> String { queue.sync { engine.metricsSnapshot().prometheusText() } }
+    public func metricsText() -> String {
+        var text = queue.sync { engine.metricsSnapshot().prometheusText() }
+        if let c = webSocketCounters {
+            let open = lock.withLock { webSocket?.openConnections ?? 0 }
+            for (name, help, value) in [("websocket_accepted_total", "TCP connections accepted by the WebSocket/TLS listener.", c.accepted),
+                                        ("websocket_upgraded_total", "Connections upgraded to WebSocket.", c.upgraded),
+                                        ("websocket_refused_total", "Connections closed at accept (too many).", c.refusedFull),
+                                        ("websocket_failed_total", "TLS, HTTP or WebSocket failures, upgrade timeouts, bad frames.", c.failed),
+                                        ("websocket_not_websocket_total", "HTTP requests that were not a relay WebSocket upgrade.", c.notWebSocket)] {
+                text += "# HELP yaok_relay_\(name) \(help)\n# TYPE yaok_relay_\(name) counter\nyaok_relay_\(name) \(value)\n"
+            }
+            text += "# HELP yaok_relay_websocket_connections Open WebSocket/TLS connections.\n# TYPE yaok_relay_websocket_connections gauge\nyaok_relay_websocket_connections \(open)\n"
+        }
+        return text
+    }
 
     /// Metrics snapshot (tests).
     public func metricsSnapshot() -> RelayMetrics { queue.sync { engine.metricsSnapshot() } }
@@ -121,7 +167,7 @@ public final class RelayServer: @unchecked Sendable {
     /// Runs `body` on the engine queue (tests, maintenance).
     public func withEngine<T>(_ body: (RelayEngine) throws -> T) rethrows -> T { try queue.sync { try body(engine) } }
 
-    fileprivate func received(_ bytes: [UInt8], from address: SocketAddress, channel: Channel) {
+    fileprivate func received(_ bytes: [UInt8], from peer: RelayPeer) {
         if bytes.count > RelayPacket.maxDatagramLength {
             queue.async { self.engine.countDropped(oversized: true) }
             return
@@ -138,18 +184,18 @@ public final class RelayServer: @unchecked Sendable {
         // Datagrams wait in an inbox; one drain on the engine queue handles everything that
         // arrived meanwhile in one transaction (group commit: one fsync for many SENDs).
         let schedule: Bool = lock.withLock {
-            inbox.append((bytes, address))
+            inbox.append((bytes, peer))
             if drainScheduled { return false }
             drainScheduled = true
             return true
         }
-        if schedule { queue.async { self.drain(channel: channel) } }
+        if schedule { queue.async { self.drain() } }
     }
 
     /// Runs on the engine queue.
-    private func drain(channel: Channel) {
+    private func drain() {
         while true {
-            let batch: [(bytes: [UInt8], address: SocketAddress)] = lock.withLock {
+            let batch: [(bytes: [UInt8], peer: RelayPeer)] = lock.withLock {
                 let n = min(inbox.count, Self.maxBatch)
                 let b = Array(inbox.prefix(n))
                 inbox.removeFirst(n)
@@ -160,14 +206,30 @@ public final class RelayServer: @unchecked Sendable {
             guard !batch.isEmpty else { return }
             let outputs = engine.handleBatch(batch)
             guard !outputs.isEmpty else { continue }
-            channel.eventLoop.execute {
-                for o in outputs {
-                    var buffer = channel.allocator.buffer(capacity: o.bytes.count)
-                    buffer.writeBytes(o.bytes)
-                    channel.write(AddressedEnvelope(remoteAddress: o.address, data: buffer), promise: nil)
-                }
-                channel.flush()
+            send(outputs)
+        }
+    }
+
+    /// Sends each output the way its peer came: UDP datagrams, or WebSocket messages on the peer's connection.
+    private func send(_ outputs: [RelayEngine.Output]) {
+        let (udp, ws) = lock.withLock { (channel, webSocket) }
+        var datagrams: [(SocketAddress, [UInt8])] = []
+        var streams: [UInt64: [[UInt8]]] = [:]
+        for o in outputs {
+            switch o.peer {
+            case .udp(let a): datagrams.append((a, o.bytes))
+            case .webSocket(let c, _): streams[c, default: []].append(o.bytes)
             }
+        }
+        if let ws { for (c, packets) in streams { ws.send(packets, to: c) } }
+        guard let channel = udp, !datagrams.isEmpty else { return }
+        channel.eventLoop.execute {
+            for (address, bytes) in datagrams {
+                var buffer = channel.allocator.buffer(capacity: bytes.count)
+                buffer.writeBytes(bytes)
+                channel.write(AddressedEnvelope(remoteAddress: address, data: buffer), promise: nil)
+            }
+            channel.flush()
         }
     }
 
@@ -196,7 +258,7 @@ private final class DatagramHandler: ChannelInboundHandler, @unchecked Sendable 
         let envelope = unwrapInboundIn(data)
         var buffer = envelope.data
         let bytes = buffer.readBytes(length: buffer.readableBytes) ?? []
-        server.received(bytes, from: envelope.remoteAddress, channel: context.channel)
+        server.received(bytes, from: .udp(envelope.remoteAddress))
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {

@@ -6,13 +6,14 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokProcess
 import YaokRelayServer
+import YaokRelayWebSocket
 
-/// `yaok-relay`: the Ya OK internet relay (UDP).
+/// `yaok-relay`: the Ya OK internet relay (UDP, and WebSocket over TLS 1.3).
 struct YaokRelay: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "yaok-relay",
         abstract: "The Ya OK internet relay: queues end-to-end encrypted bundles for users who are offline.",
-        subcommands: [Run.self, Key.self, Bench.self])
+        subcommands: [Run.self, Key.self, TLSPin.self, Bench.self])
 }
 
 /// Splits `host:port` (IPv4, `[v6]:port`, or a name).
@@ -42,6 +43,24 @@ extension YaokRelay {
         @Option(name: .customLong("packets-per-second-per-ip"), help: "Datagrams per second accepted from one IP address (burst: twice this). Raise it for carrier-grade NAT.")
         var packetsPerSecondPerIP = 500
 
+        @Option(name: .customLong("sends-per-hour-per-ip"), help: "New messages accepted per hour from one IP address, whoever signed them (a hub sends for all its phones). Raise it for carrier-grade NAT.")
+        var sendsPerHourPerIP = 2_000
+
+        @Option(name: .customLong("wss-listen"), help: "Also listen for WebSocket over TLS 1.3 on this TCP address (host:port); needs --tls-cert and --tls-key.")
+        var wssListen: String?
+
+        @Option(name: .customLong("wss-path"), help: "The HTTP path upgraded to WebSocket.")
+        var wssPath = RelayWebSocketURL.defaultPath
+
+        @Option(name: .customLong("tls-cert"), help: "PEM certificate (chain) for the WebSocket listener.")
+        var tlsCert: String?
+
+        @Option(name: .customLong("tls-key"), help: "PEM private key for the WebSocket listener (mode 0600).")
+        var tlsKey: String?
+
+        @Option(name: .customLong("max-wss-connections"), help: "WebSocket/TLS connections at once.")
+        var maxWSSConnections = 10_000
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error.")
         var logLevel = "info"
 
@@ -55,9 +74,23 @@ extension YaokRelay {
                 cfg.metricsHost = mh
                 cfg.metricsPort = mp
             }
+            var pin: [UInt8]?
+            if let wssListen {
+                guard let tlsCert, let tlsKey else { throw ValidationError("--wss-listen needs --tls-cert and --tls-key") }
+                guard wssPath.hasPrefix("/") else { throw ValidationError("--wss-path must start with /") }
+                let (wh, wp) = try parseHostPort(wssListen, option: "--wss-listen")
+                var ws = RelayWebSocketListener.Configuration(host: wh, port: wp, certificatePath: tlsCert, privateKeyPath: tlsKey)
+                ws.path = wssPath
+                ws.maxConnections = max(1, maxWSSConnections)
+                cfg.webSocket = ws
+                pin = try SPKIPin.sha256(certificateFile: tlsCert)
+            } else if tlsCert != nil || tlsKey != nil {
+                throw ValidationError("--tls-cert and --tls-key need --wss-listen")
+            }
             var limits = RelayLimits()
             limits.messagesPerHour = max(1, messagesPerHour)
             limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
+            limits.sendsPerHourPerIP = max(1, sendsPerHourPerIP)
             let (identity, store) = try RelayServer.openDataDirectory(dataDir)
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })
@@ -69,6 +102,8 @@ extension YaokRelay {
             try server.start()
             // Machine-readable lines for supervisors and tests.
             print("listening \(RelayServer.hostPort(server.localAddress))")
+            if let w = server.webSocketAddress { print("wss \(RelayServer.hostPort(w))") }
+            if let pin { print("tls-pin \(Hex.encode(pin))") }
             if let m = server.metricsAddress { print("metrics \(RelayServer.hostPort(m))") }
             print("key \(Hex.encode(identity.signingKey))")
             fflush(stdout)
@@ -95,12 +130,41 @@ extension YaokRelay {
 }
 
 extension YaokRelay {
+    struct TLSPin: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "tls-pin",
+            abstract: "Print the SHA-256 of a certificate's SubjectPublicKeyInfo (64 hex digits) to pin in clients as tls_spki_sha256.",
+            discussion: """
+            A self-signed certificate for the WebSocket listener (the pin, not a CA, is what clients trust):
+              openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 3650 \\
+                -subj /CN=yaok-relay -keyout relay-tls.key -out relay-tls.crt && chmod 600 relay-tls.key
+            The pin stays the same when the certificate is renewed with the same key.
+            """)
+
+        @Option(help: "PEM certificate file (the first certificate is used).")
+        var cert: String
+
+        @Flag(help: "Also print the base64 form curl's --pinnedpubkey sha256//… takes.")
+        var base64 = false
+
+        func run() throws {
+            let pin = try SPKIPin.sha256(certificateFile: cert)
+            print(Hex.encode(pin))
+            if base64 { print("sha256//" + Data(pin).base64EncodedString()) }
+        }
+    }
+}
+
+extension YaokRelay {
     struct Bench: ParsableCommand {
         static let configuration = CommandConfiguration(
             abstract: "Measure forwarding, queueing and poll rates on loopback (temporary data directory).")
 
-        @Option(help: "Registered clients.")
+        @Option(help: "Registered clients (users).")
         var clients = 200
+
+        @Option(help: "Sessions (sockets) carrying them, at most 512 users each; default min(clients, 50).")
+        var sessions: Int?
 
         @Option(help: "Messages each client sends to random online clients.")
         var messages = 10
@@ -109,7 +173,7 @@ extension YaokRelay {
         var offlineMessages = 2_000
 
         func run() throws {
-            print(try RelayBenchmark.run(clients: max(2, clients), messagesPerClient: max(1, messages), offlineMessages: max(20, offlineMessages)))
+            print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages), offlineMessages: max(20, offlineMessages)))
         }
     }
 }

@@ -166,6 +166,9 @@ final class RelayProcess {
     private(set) var port = 0
     private(set) var metricsPort = 0
     private(set) var key: [UInt8] = []
+    /// The WebSocket/TLS port and the certificate's SPKI pin, when started with `--wss-listen`.
+    private(set) var wssPort = 0
+    private(set) var tlsPin: [UInt8] = []
 
     /// The build products directory (test bundle, yaok-relay, plugin libraries).
     static let productsDirectory: String = {
@@ -199,6 +202,8 @@ final class RelayProcess {
             switch parts[0] {
             case "listening": port = Int(parts[1].split(separator: ":").last ?? "") ?? 0
             case "metrics": metricsPort = Int(parts[1].split(separator: ":").last ?? "") ?? 0
+            case "wss": wssPort = Int(parts[1].split(separator: ":").last ?? "") ?? 0
+            case "tls-pin": tlsPin = Hex.decode(String(parts[1])) ?? []
             case "key": key = Hex.decode(String(parts[1])) ?? []
             default: break
             }

@@ -68,12 +68,23 @@ final class RelayHubEndToEndTests: XCTestCase {
         let log: () -> String
     }
 
-    /// A relay process and a hub process with the udp and relay plugins, its relay link up.
-    private func startRelayAndHub() throws -> Setup {
+    /// A relay process and a hub process with the udp and relay plugins, its relay link up;
+    /// with `webSocket`, the relay also listens for WebSocket/TLS 1.3 and the hub's relay
+    /// transport uses `wss://` with the certificate's SPKI pinned.
+    private func startRelayAndHub(webSocket: Bool = false) throws -> Setup {
         let hubExe = try product("yaok-hub")
         let relayDir = try tempDir()
-        let relay = try RelayProcess(dataDir: relayDir + "/relay")
+        var extra: [String] = []
+        if webSocket {
+            let tls = try TLSFixture.make()
+            cleanup.append { tls.remove() }
+            extra = ["--wss-listen", "127.0.0.1:0", "--tls-cert", tls.certificate, "--tls-key", tls.key]
+        }
+        let relay = try RelayProcess(dataDir: relayDir + "/relay", extra: extra)
         cleanup.append { relay.stop() }
+        let relayAddress = webSocket
+            ? "wss://127.0.0.1:\(relay.wssPort)\n    tls_spki_sha256: \(Hex.encode(relay.tlsPin))"
+            : "127.0.0.1:\(relay.port)"
 
         // The hub, with the udp and relay plugins.
         let hubDir = try tempDir()
@@ -98,7 +109,7 @@ final class RelayHubEndToEndTests: XCTestCase {
             listen: 127.0.0.1:\(udpPort)
           relay:
             enabled: true
-            address: 127.0.0.1:\(relay.port)
+            address: \(relayAddress)
             relay_key: \(Hex.encode(relay.key))
             poll_interval_s: 1
 
@@ -186,6 +197,59 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
         // The relay deleted it only after the hub's store took custody.
         XCTAssertTrue(waitUntil { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
+    }
+
+    /// Over WebSocket/TLS on both sides: Alice (at the hub) sends to Bob, who is on the
+    /// internet and talks to the relay over `wss://` (`yaok listen --relay wss://…`); Bob's
+    /// delivery receipt comes back through the relay and the hub to Alice.
+    func testOverWebSocketPhoneToInternetUserWithDeliveryReceipt() throws {
+        let yaok = try product("yaok"), hubExe = try product("yaok-hub")
+        let setup = try startRelayAndHub(webSocket: true)
+        XCTAssertEqual(setup.relay.tlsPin.count, 32)
+        let key = ["--relay-key", Hex.encode(setup.relay.key)]
+        let alice = setup.hubDir + "/alice", bob = setup.hubDir + "/bob"
+        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
+        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
+        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
+        let wss = ["--relay", "wss://127.0.0.1:\(setup.relay.wssPort)", "--relay-tls-pin", Hex.encode(setup.relay.tlsPin)] + key
+
+        // A wrong TLS pin is refused with a clear error before any relay packet is sent.
+        var wrongPin = setup.relay.tlsPin
+        wrongPin[31] ^= 1
+        let refused = try run(yaok, ["listen", "--home", bob, "--relay", "wss://127.0.0.1:\(setup.relay.wssPort)",
+                                     "--relay-tls-pin", Hex.encode(wrongPin), "--count", "1", "--timeout", "5"] + key)
+        XCTAssertNotEqual(refused.0, 0)
+        XCTAssertTrue(refused.1.contains("relay TLS certificate pin mismatch"), refused.1)
+
+        // Bob listens at the relay over wss (a background process) ...
+        let listener = Process()
+        listener.executableURL = URL(fileURLWithPath: yaok)
+        listener.arguments = ["listen", "--home", bob, "--count", "1", "--json", "--timeout", "60"] + wss
+        let out = Pipe()
+        listener.standardOutput = out
+        listener.standardError = out
+        let exited = DispatchSemaphore(value: 0)
+        listener.terminationHandler = { _ in exited.signal() }
+        try listener.run()
+        cleanup.append { if listener.isRunning { listener.terminate() } }
+        XCTAssertTrue(waitUntil(timeout: 20) { setup.relay.metric("yaok_relay_websocket_upgraded_total") ?? 0 >= 2 }, "Bob did not connect over wss")
+
+        // ... and Alice, at the hub (registered with the relay through it), waits for his receipt.
+        let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over wss", "--hub", "udp://127.0.0.1:\(setup.udpPort)",
+                                  "--wait-delivered", "--json", "--timeout", "45"] + key, timeout: 90)
+        XCTAssertEqual(exited.wait(timeout: .now() + 30), .success)
+        let bobOutput = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertEqual(listener.terminationStatus, 0, bobOutput)
+        XCTAssertTrue(bobOutput.contains("hello over wss"), bobOutput)
+        XCTAssertEqual(sent.0, 0, sent.1 + "\nhub log:\n" + setup.log())
+        XCTAssertTrue(sent.1.contains("deliver"), sent.1)
+        XCTAssertTrue(waitUntil { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 2 }, "message and receipt acknowledged")
+        XCTAssertGreaterThanOrEqual(setup.relay.metric("yaok_relay_websocket_failed_total") ?? 0, 1, "the wrong-pin attempt")
+        let status = try run(hubExe, ["status", "--socket", setup.hubDir + "/control.sock", "--json"])
+        XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)
     }
 
     private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {

@@ -5,6 +5,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
+import YaokRelayWebSocket
 import YaokWire
 
 /// A relay server running in this process on a real loopback UDP socket, with its data
@@ -16,11 +17,15 @@ final class RelayHarness {
     private(set) var store: RelayQueueStore!
     private(set) var identity: Identity!
     private(set) var port: Int = 0
+    /// The WebSocket/TLS listener's port (when started with one).
+    private(set) var wssPort: Int = 0
     private var clients: [RelayClient] = []
+    let webSocket: RelayWebSocketListener.Configuration?
 
-    init(limits: RelayLimits = RelayLimits(), dir: String? = nil) throws {
+    init(limits: RelayLimits = RelayLimits(), dir: String? = nil, webSocket: RelayWebSocketListener.Configuration? = nil) throws {
         self.dir = dir ?? NSTemporaryDirectory() + "yaok-relay-test-" + Hex.encode(Random.bytes(6))
         self.limits = limits
+        self.webSocket = webSocket
         try start(port: 0)
     }
 
@@ -30,12 +35,17 @@ final class RelayHarness {
         logger.logLevel = .warning
         let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                      now: { Int64(Date().timeIntervalSince1970 * 1000) })
-        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: port, metricsHost: "127.0.0.1"), logger: logger)
-        try server.start()
+        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: port, metricsHost: "127.0.0.1", webSocket: webSocket), logger: logger)
+        do { try server.start() } catch {
+            server.stop()
+            store.database.close()
+            throw error
+        }
         self.identity = identity
         self.store = store
         self.server = server
         self.port = server.localAddress?.port ?? 0
+        self.wssPort = server.webSocketAddress?.port ?? 0
     }
 
     /// Stops the server and closes the database (the data directory stays).

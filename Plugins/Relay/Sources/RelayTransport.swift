@@ -2,6 +2,7 @@ import Foundation
 import YaokCrypto
 import YaokPluginKit
 import YaokRelayProtocol
+import YaokRelayWebSocket
 import YaokWire
 
 /// The `relay` transport: the hub's uplink to the internet relay (Plugins/Relay/README.md).
@@ -28,6 +29,8 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private let client: RelayClient
     private let relayKey: [UInt8]
     private let address: RelayAddress
+    /// `udp` or the `wss://` URL.
+    private let transportName: String
     private let pollIntervalMs: Int
     private let hubUserID: [UInt8]
     private let lock = NSLock()
@@ -48,15 +51,32 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     public init(context: TransportContext) throws {
         self.context = context
         let config = context.config
-        try config.rejectUnknownKeys(allowed: ["address", "relay_key", "poll_interval_s", "ping_interval_s"])
+        try config.rejectUnknownKeys(allowed: ["address", "relay_key", "tls_spki_sha256", "poll_interval_s", "ping_interval_s"])
         let text = try config.requiredString("address")
-        guard let address = RelayAddress(parsing: text), address.port > 0 else {
-            throw config.error("address", "expected host:port, got \"\(text)\"")
+        let address: RelayAddress
+        var webSocket: (url: RelayWebSocketURL, pin: [UInt8])?
+        if text.lowercased().hasPrefix("wss://") {
+            let url: RelayWebSocketURL
+            do { url = try RelayWebSocketURL(parsing: text) } catch { throw config.error("address", "\(error)") }
+            guard let pin = try config.hexKey("tls_spki_sha256") else {
+                throw config.error("tls_spki_sha256", "is required with a wss:// address: the SHA-256 of the relay's TLS public key (64 hex digits, from `yaok-relay tls-pin`)")
+            }
+            address = url.address
+            webSocket = (url, pin)
+        } else {
+            guard let a = RelayAddress(parsing: text), a.port > 0 else {
+                throw config.error("address", "expected host:port or wss://host:port, got \"\(text)\"")
+            }
+            if try config.hexKey("tls_spki_sha256") != nil {
+                throw config.error("tls_spki_sha256", "only applies to a wss:// address")
+            }
+            address = a
         }
         guard let key = try config.hexKey("relay_key") else {
             throw config.error("relay_key", "is required: the relay's public key (64 hex digits, from `yaok-relay key`)")
         }
         self.address = address
+        self.transportName = webSocket.map { $0.url.description } ?? "udp"
         self.relayKey = key
         self.pollIntervalMs = try config.int("poll_interval_s", default: 30, range: 1...86_400) * 1000
         let ping = try config.int("ping_interval_s", default: 60, range: 5...3600)
@@ -64,6 +84,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         var cfg = RelayClient.Configuration(relay: address, relaySigningKey: key)
         cfg.pingIntervalMs = Int64(ping) * 1000
         cfg.eventHistory = 0   // events go to the host as they come; nothing waits on history
+        if let webSocket { cfg.makeLink = RelayWebSocketLink.factory(url: webSocket.url, spkiSHA256: webSocket.pin) }
         let clock = context.clock
         cfg.clock = { clock.nowMilliseconds() }
         self.client = RelayClient(configuration: cfg)
@@ -151,6 +172,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 framesIn: framesIn, framesOut: framesOut, bytesIn: c.bytesIn, bytesOut: c.bytesOut,
                 lastError: lastError ?? clientError,
                 details: ["address": address.description,
+                          "transport": transportName,
                           "relay_key": Hex.encode(relayKey.prefix(4)) + "…",
                           "connected": String(connected),
                           "registered": String(registered),

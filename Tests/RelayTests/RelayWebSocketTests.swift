@@ -1,0 +1,253 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokRelayProtocol
+import YaokRelayServer
+import YaokRelayWebSocket
+import YaokWire
+
+/// A self-signed certificate and its 0600 key, made by `openssl req` (the documented way).
+struct TLSFixture {
+    let dir: String
+    var certificate: String { dir + "/relay-tls.crt" }
+    var key: String { dir + "/relay-tls.key" }
+
+    static func make() throws -> TLSFixture {
+        let dir = NSTemporaryDirectory() + "yaok-relay-tls-" + Hex.encode(Random.bytes(6))
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let f = TLSFixture(dir: dir)
+        let (status, output) = try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+                                                                "-days", "30", "-subj", "/CN=yaok-relay-test", "-keyout", f.key, "-out", f.certificate])
+        guard status == 0 else { throw XCTSkip("openssl req failed: \(output)") }
+        guard chmod(f.key, 0o600) == 0 else { throw XCTSkip("chmod failed") }
+        return f
+    }
+
+    func listener(maxConnections: Int = 100) -> RelayWebSocketListener.Configuration {
+        var c = RelayWebSocketListener.Configuration(host: "127.0.0.1", port: 0, certificatePath: certificate, privateKeyPath: key)
+        c.maxConnections = maxConnections
+        c.upgradeTimeout = .seconds(3)
+        return c
+    }
+
+    func remove() { try? FileManager.default.removeItem(atPath: dir) }
+}
+
+/// Runs a tool to completion (bounded to 60 s), returning status and combined output.
+func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeInterval = 60) throws -> (Int32, String) {
+    guard FileManager.default.isExecutableFile(atPath: exe) else { throw XCTSkip("\(exe) is not installed") }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: exe)
+    p.arguments = args
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    let input = Pipe()
+    p.standardInput = input
+    let done = DispatchSemaphore(value: 0)
+    p.terminationHandler = { _ in done.signal() }
+    try p.run()
+    if let stdin { input.fileHandleForWriting.write(stdin) }
+    try? input.fileHandleForWriting.close()
+    nonisolated(unsafe) var data = Data()
+    let readDone = DispatchSemaphore(value: 0)
+    DispatchQueue.global().async {
+        data = pipe.fileHandleForReading.readDataToEndOfFile()
+        readDone.signal()
+    }
+    if done.wait(timeout: .now() + timeout) == .timedOut {
+        p.terminate()
+        throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
+    }
+    _ = readDone.wait(timeout: .now() + 10)
+    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+}
+
+/// The relay over WebSocket + TLS 1.3: same engine, same packets, SPKI-pinned client.
+final class RelayWebSocketTests: XCTestCase {
+    var relay: RelayHarness!
+    var tls: TLSFixture!
+
+    override func setUpWithError() throws {
+        tls = try TLSFixture.make()
+        relay = try RelayHarness(webSocket: tls.listener())
+    }
+
+    override func tearDown() {
+        relay?.tearDown()
+        tls?.remove()
+    }
+
+    var pin: [UInt8] { (try? SPKIPin.sha256(certificateFile: tls.certificate)) ?? [] }
+    var url: RelayWebSocketURL { RelayWebSocketURL(host: "127.0.0.1", port: UInt16(relay.wssPort)) }
+
+    func wssClient(pin: [UInt8]? = nil, relayKey: [UInt8]? = nil, path: String = RelayWebSocketURL.defaultPath) -> RelayClient {
+        var u = url
+        u.path = path
+        let p = pin ?? self.pin
+        return relay.client(pin: relayKey) { $0.makeLink = RelayWebSocketLink.factory(url: u, spkiSHA256: p) }
+    }
+
+    /// Connects; on failure the error names the client's last error and the listener's counters.
+    func connect(_ c: RelayClient, file: StaticString = #filePath, line: UInt = #line) throws {
+        do { try c.connect(timeout: 10) } catch {
+            XCTFail("connect: \(error); client: \(c.lastError ?? "-"); listener: \(String(describing: relay.server.webSocketCounters))", file: file, line: line)
+            throw error
+        }
+    }
+
+    func testPinMatchesOpenSSLsSPKIHash() throws {
+        // The pin is SHA-256 over the DER SubjectPublicKeyInfo, as openssl computes it.
+        let pubkey = try runTool("/usr/bin/openssl", ["x509", "-in", tls.certificate, "-pubkey", "-noout"])
+        XCTAssertEqual(pubkey.0, 0)
+        let der = try runTool("/usr/bin/openssl", ["pkey", "-pubin", "-outform", "der", "-out", tls.dir + "/spki.der"], stdin: Data(pubkey.1.utf8))
+        XCTAssertEqual(der.0, 0, der.1)
+        let spki = try [UInt8](Data(contentsOf: URL(fileURLWithPath: tls.dir + "/spki.der")))
+        XCTAssertEqual(pin, Hash.sha256(spki))
+        XCTAssertEqual(try SPKIPin.parse(Hex.encode(pin)), pin)
+        XCTAssertThrowsError(try SPKIPin.parse("abc"))
+    }
+
+    func testURLParsing() throws {
+        let u = try RelayWebSocketURL(parsing: "wss://relay.example.org:7443/x")
+        XCTAssertEqual([u.host, String(u.port), u.path], ["relay.example.org", "7443", "/x"])
+        let v6 = try RelayWebSocketURL(parsing: "wss://[::1]:9")
+        XCTAssertEqual([v6.host, String(v6.port), v6.path], ["::1", "9", "/yaok-relay"])
+        XCTAssertEqual(try RelayWebSocketURL(parsing: "wss://h").port, 443)
+        for bad in ["ws://h:1", "wss://:1", "wss://h:x", "wss://h:0", "wss://[::1", "https://h"] {
+            XCTAssertThrowsError(try RelayWebSocketURL(parsing: bad), bad)
+        }
+    }
+
+    /// Two users over wss and one over UDP on the same relay: pushed MSG, QUEUED, ACK.
+    func testWebSocketAndUDPClientsShareOneEngine() throws {
+        let alice = Identity.generate(), bob = Identity.generate(), carol = Identity.generate()
+        let a = wssClient()
+        try connect(a)
+        XCTAssertEqual(try a.registerAndWait([relay.registration(alice)]).map(\.status), [.accepted])
+        let b = wssClient()
+        try connect(b)
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        let c = try relay.registeredClient(carol)   // UDP
+
+        // wss → wss, pushed at once.
+        let markB = b.currentSeq()
+        let toBob = try messageBundle(from: alice, to: bob, size: 3_000)   // fragmented: several messages
+        XCTAssertEqual(try a.sendAndWait(bundle: toBob).status, .pushed)
+        let got = try b.nextMessage(after: markB, timeout: 10)
+        XCTAssertEqual(got.bundle, toBob)
+        try b.ack([got.messageID])
+        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+
+        // wss → UDP and UDP → wss.
+        let markC = c.currentSeq()
+        let toCarol = try messageBundle(from: alice, to: carol)
+        XCTAssertEqual(try a.sendAndWait(bundle: toCarol).status, .pushed)
+        XCTAssertEqual(try c.nextMessage(after: markC, timeout: 10).bundle, toCarol)
+        let markA = a.currentSeq()
+        let toAlice = try messageBundle(from: carol, to: alice)
+        XCTAssertEqual(try c.sendAndWait(bundle: toAlice).status, .pushed)
+        XCTAssertEqual(try a.nextMessage(after: markA, timeout: 10).bundle, toAlice)
+
+        let counters = try XCTUnwrap(relay.server.webSocketCounters)
+        XCTAssertEqual(counters.upgraded, 2)
+        XCTAssertEqual(counters.failed, 0)
+        XCTAssertTrue(relay.server.metricsText().contains("yaok_relay_websocket_connections 2"))
+    }
+
+    func testWrongTLSPinIsRefusedWithAClearError() throws {
+        var wrong = pin
+        wrong[0] ^= 0xFF
+        let c = wssClient(pin: wrong)
+        XCTAssertThrowsError(try c.connect(timeout: 10)) { error in
+            guard case RelayProtocolError.tlsPinMismatch(let expected, let got) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(expected, wrong)
+            XCTAssertEqual(got, self.pin)
+            XCTAssertTrue("\(error)".contains("relay TLS certificate pin mismatch: expected SPKI SHA-256 \(Hex.encode(wrong.prefix(4)))…, got \(Hex.encode(self.pin.prefix(4)))…"), "\(error)")
+        }
+        XCTAssertFalse(c.isConnected)
+        XCTAssertEqual(relay.server.metricsSnapshot().handshakes, 0, "no relay packet went to an unpinned server")
+    }
+
+    func testRightTLSPinButWrongRelayKeyIsStillRefused() throws {
+        let c = wssClient(relayKey: Identity.generate().signingKey)
+        XCTAssertThrowsError(try c.connect(timeout: 10)) { error in
+            guard case RelayProtocolError.relayKeyMismatch = error else { return XCTFail("\(error)") }
+        }
+    }
+
+    /// TLS 1.2, plain garbage, plain HTTP and a wrong path: each ends its connection, is
+    /// counted, and the listener keeps serving.
+    func testOldTLSGarbageAndNonWebSocketRequestsAreHandled() throws {
+        let port = String(relay.wssPort)
+        // TLS 1.2 only: the handshake fails.
+        let tls12 = try runTool("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:" + port, "-tls1_2", "-brief"], stdin: Data())
+        XCTAssertNotEqual(tls12.0, 0, tls12.1)
+        // TLS 1.3 works (and the certificate is the pinned one).
+        let tls13 = try runTool("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:" + port, "-tls1_3", "-brief"], stdin: Data())
+        XCTAssertTrue(tls13.1.contains("TLSv1.3"), tls13.1)
+
+        // Not TLS at all: the connection is closed.
+        XCTAssertTrue(tcpSendAndWaitForClose(port: relay.wssPort, bytes: Array("YAOK\u{1}\u{1}garbage garbage garbage\r\n\r\n".utf8)))
+
+        // TLS 1.3 but a plain GET of another path: 404, then closed.
+        let http = try runTool("/usr/bin/openssl", ["s_client", "-connect", "127.0.0.1:" + port, "-tls1_3", "-quiet", "-ign_eof"],
+                               stdin: Data("GET /other HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        XCTAssertTrue(http.1.contains("404"), http.1)
+
+        // A WebSocket client asking for the wrong path gets a clear error.
+        let wrongPath = wssClient(path: "/nope")
+        XCTAssertThrowsError(try wrongPath.connect(timeout: 10)) { error in
+            XCTAssertTrue("\(error)".contains("did not accept the WebSocket upgrade of /nope"), "\(error)")
+        }
+
+        // The listener still serves.
+        let ok = wssClient()
+        try connect(ok)
+        let counters = try XCTUnwrap(relay.server.webSocketCounters)
+        XCTAssertGreaterThanOrEqual(counters.failed, 2, "\(counters)")
+        XCTAssertGreaterThanOrEqual(counters.notWebSocket, 2, "\(counters)")
+        XCTAssertEqual(relay.server.metricsSnapshot().handshakes, 1)
+    }
+
+    func testClosingTheConnectionForgetsItsSession() throws {
+        let c = wssClient()
+        try connect(c)
+        XCTAssertEqual(try c.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.accepted])
+        XCTAssertEqual(relay.server.metricsSnapshot().sessions, 1)
+        c.stop()
+        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().sessions == 0 })
+        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().registeredUsers == 0 })
+    }
+
+    func testKeyFileReadableByOthersIsRefused() throws {
+        XCTAssertEqual(chmod(tls.key, 0o644), 0)
+        XCTAssertThrowsError(try RelayHarness(webSocket: tls.listener())) { error in
+            guard case RelayTLSError.keyFilePermissions(_, let mode) = error else { return XCTFail("\(error)") }
+            XCTAssertEqual(mode, 0o644)
+            XCTAssertTrue("\(error)".contains("chmod 600"), "\(error)")
+        }
+    }
+}
+
+/// Connects over TCP, sends `bytes`, and reports whether the server closed within 10 s.
+func tcpSendAndWaitForClose(port: Int, bytes: [UInt8]) -> Bool {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { return false }
+    defer { close(fd) }
+    var tv = timeval(tv_sec: 10, tv_usec: 0)
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    var sa = sockaddr_in()
+    sa.sin_family = sa_family_t(AF_INET)
+    sa.sin_port = UInt16(port).bigEndian
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
+    let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+    guard rc == 0 else { return false }
+    _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    var buf = [UInt8](repeating: 0, count: 4096)
+    while true {
+        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        if n == 0 { return true }                       // orderly close
+        if n < 0 { return errno == ECONNRESET }          // reset counts as closed; timeout does not
+    }
+}
