@@ -112,7 +112,9 @@ struct Contacts: ParsableCommand {
 /// Where to attach: a hub, or the relay directly.
 struct AttachOptions: ParsableArguments {
     @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport) or tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814).") var hub: String?
-    @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT.") var relay: String?
+    @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT (UDP) or wss://HOST:PORT[/PATH] (WebSocket over TLS 1.3, with --relay-tls-pin).") var relay: String?
+    @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`).")
+    var relayTLSPin: String?
     @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub so internet users can reach you there.")
     var relayKey: String?
 
@@ -136,7 +138,14 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
     }
     if let relay = attach.relay {
         guard let key = try attach.key() else { throw ValidationError("--relay needs --relay-key (pin the relay's key)") }
-        let session = RelaySession(endpoint: endpoint, relay: try RelaySession.parseRelay(relay), relayKey: key, onEvent: handler)
+        let session: RelaySession
+        if relay.lowercased().hasPrefix("wss://") {
+            guard let pin = attach.relayTLSPin else { throw ValidationError("a wss:// relay needs --relay-tls-pin (pin its TLS key)") }
+            let ws = try RelaySession.webSocket(relay, pin: pin)
+            session = RelaySession(endpoint: endpoint, relay: ws.address, relayKey: key, makeLink: ws.makeLink, onEvent: handler)
+        } else {
+            session = RelaySession(endpoint: endpoint, relay: try RelaySession.parseRelay(relay), relayKey: key, onEvent: handler)
+        }
         defer { session.close() }
         try session.open()
         session.pushOutbox()
