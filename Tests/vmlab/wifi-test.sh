@@ -8,13 +8,17 @@
 # VMTests/testHubSide test case; the phone is a plain wpa_supplicant that finds the hub and
 # joins with push-button (p2p_connect ... pbc join), takes a DHCP lease from the plugin's
 # dnsmasq, and runs VMTests/testPhoneSide (WiFiDirectClient: handshake as endpoint, records
-# echoed, 1 MB timed). Then the group is removed from outside and the plugin must re-form it.
+# echoed, 1 MB timed). Before joining, the phone finds the hub by P2P service discovery
+# (VMTests/testPhoneDiscovery). Then the group is removed from outside and the plugin must
+# re-form it; finally the hub's supplicant is killed and stop() must end the restart in < 2 s.
+# Phase 2 (the real daemon) also removes the group while the phone is away: a message queued
+# for the phone meanwhile reaches it over TCP after it rejoins.
 #
 #   Tests/vmlab/wifi-test.sh          # from the host (boots the VM), or inside the guest
 #   BIN=.build-wifi/debug (default)   # where YaokHubPackageTests.xctest is
 # Prints WIFI_TEST=PASS / FAIL; logs and notes are copied to Tests/vmlab/out/wifi/.
 . "$(dirname "$0")/lib.sh"
-export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-420}
+export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-460}
 vmlab_enter "$@"
 set -u
 exec 2>&1
@@ -73,20 +77,20 @@ CONF
 ip netns exec phone wpa_supplicant -B -D nl80211 -i wlan1 -c "$W/phone.conf" -dd -t -f "$W/phone-wpa.log" || fail "phone supplicant"
 C1="ip netns exec phone wpa_cli -p /run/wpa-phone -i p2p-dev-wlan1"
 wait_for 10 "the phone's control socket" $C1 ping || fail "phone control socket"
-# Service discovery for _yaok._tcp (reported, not required): a broadcast query, sent to every
-# peer the find meets.
-$C1 p2p_serv_disc_req 00:00:00:00:00:00 bonjour 055f79616f6bc00c000c01 >/dev/null
-$C1 p2p_find >/dev/null
 found() { $C1 p2p_peers | grep -qi "$HUB_DEV"; }
-wait_for 60 "the hub in the phone's peer list" found || fail "phone never saw the hub"
+# P2P service discovery before joining: VMTests/testPhoneDiscovery schedules a broadcast
+# _yaok._tcp PTR query on the phone's supplicant (sent to every peer the find meets), waits for
+# the group owner's P2P-SERV-DISC-RESP naming the instance, then asks that hub for its TXT
+# record (port). The P2P_SERV_DISC_REQ argument is the query TLV in hex, not "bonjour ...".
+step "phone finds the hub by its _yaok._tcp service (P2P service discovery)"
+ip netns exec phone env YAOK_WIFI_VM=phone-discovery YAOK_WIFI_VM_DIR=$W YAOK_WIFI_PHONE_CTRL=/run/wpa-phone/p2p-dev-wlan1 \
+  YAOK_WIFI_HUB_DEV="$HUB_DEV" "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneDiscovery > "$W/phone-sd.out" 2>&1
+SD_RC=$?
+grep -E "error|passed|failed" "$W/phone-sd.out" | head -5
+[ $SD_RC = 0 ] && [ -e "$W/phone-sd" ] || fail "the phone did not find the hub's _yaok._tcp service"
+echo "service discovery: $(cat "$W/phone-sd")"
+found || fail "the service's owner is not in the phone's peer list"
 $C1 p2p_peer "$HUB_DEV" | grep -E '^(device_name|config_methods|dev_capab|group_capab)='
-sd_seen() { grep -q 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log"; }
-if wait_for 10 "a service discovery response" sd_seen; then
-  echo "service discovery: $(grep -m1 'P2P-SERV-DISC-RESP' "$W/phone-wpa.log" | sed 's/^[0-9.]*: //')"
-else
-  echo "service discovery: no response within 10 s (not required)"
-fi
-$C1 p2p_stop_find >/dev/null
 
 step "phone joins with push-button"
 $C1 p2p_connect "$HUB_DEV" pbc join || fail "p2p_connect join refused"
@@ -119,7 +123,11 @@ step "group torn down; the plugin re-forms it"
 wait "$HUB_PID"; RC=$?; HUB_PID=
 grep -E "error|passed|failed" "$W/hub.out" | head -8
 cat "$W/hub-links" "$W/hub-reformed" 2>/dev/null
-[ $RC = 0 ] && [ -e "$W/hub-reformed" ] || fail "hub side failed (exit $RC)"
+cat "$W/hub-stop" 2>/dev/null
+[ $RC = 0 ] && [ -e "$W/hub-reformed" ] && [ -e "$W/hub-stop" ] || fail "hub side failed (exit $RC)"
+# The supplicant killed with SIGKILL above leaves its group interface behind: clear it so the
+# daemon's group below is the only one carrying 192.168.49.1.
+for i in $(ls /sys/class/net | grep '^p2p-wlan0-'); do iw dev "$i" del 2>/dev/null; done
 
 # --- Phase 2: the real daemon. yaok-hub dlopens the wifidirect and udp plugins (config
 # through the C ABI, real Ed25519 identity); the phone rejoins and a `yaok` endpoint on it
@@ -181,13 +189,43 @@ text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-listen.json")
 [ "$text" = "hello over wi-fi direct" ] || { cat "$W/daemon-send.json" "$W/daemon-listen.json"; fail "bob did not get alice's message"; }
 echo "bob got: $text"
 
+step "group removed while the phone is away; bob's message for alice waits at the hub"
+SSID_A=$(wifi_status | jq -r .details.group_ssid)
+GROUP_IF=$(wifi_status | jq -r .details.group_interface)
+wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 p2p_group_remove "$GROUP_IF" | grep -q OK || fail "P2P_GROUP_REMOVE on the daemon's supplicant"
+for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
+reformed() { [ "$(wifi_status | jq -r '.details.groups_formed + " " + .state')" = "2 running" ]; }
+wait_for 60 "the daemon to re-form its group" reformed || { wifi_status; fail "the daemon did not re-form the group"; }
+wifi_status | jq -M -c '{state, removals: .details.group_removals, formed: .details.groups_formed, ssid: .details.group_ssid}'
+[ "$(wifi_status | jq -r .details.group_ssid)" = "$SSID_A" ] || fail "the group came back with another SSID"
+"$Y" send Alice "queued while you were away" --home "$H/bob" --hub udp://127.0.0.1:7811 --json --timeout 30 > "$W/daemon-queued-send.json" \
+  || { cat "$W/daemon-queued-send.json"; fail "bob's send to the away phone"; }
+
+step "phone rejoins the re-formed group and gets the queued message over TCP"
+$C1 p2p_flush >/dev/null
+$C1 p2p_find >/dev/null
+wait_for 60 "the re-formed group's owner in the phone's peer list" found || fail "phone never saw the re-formed group"
+$C1 p2p_stop_find >/dev/null
+$C1 p2p_connect "$HUB_DEV" 12345670 join >/dev/null || fail "p2p_connect join refused (re-formed group)"
+wait_for 60 "the phone back in the group" joined || fail "phone did not rejoin the re-formed group"
+G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
+rm -f "$W/phone-lease"
+ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease after rejoining"
+ip netns exec phone "$Y" listen --home "$H/alice" --hub tcp://192.168.49.1:7814 --count 1 --json --timeout 60 > "$W/daemon-queued-listen.json" || true
+text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-queued-listen.json")
+[ "$text" = "queued while you were away" ] || { cat "$W/daemon-queued-send.json" "$W/daemon-queued-listen.json"; fail "alice did not get the message queued while she was away"; }
+echo "alice got after rejoining: $text"
+
 step "daemon killed with SIGKILL and restarted: stale helpers ended, the same persistent group back"
 SSID1=$(wifi_status | jq -r .details.group_ssid)
+saved() { echo "$1: $(grep -c 'network={' "$H/run/wpa_supplicant.conf") saved network(s); $(wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 list_networks | tail -n +2 | cut -f2,4 | tr '\t\n' ' ')"; }
+saved "before the kill"
 kill -KILL "$DAEMON_PID"; wait "$DAEMON_PID" 2>/dev/null
 "$BIN/yaok-hub" run --config "$H/hub.yaml" >> "$W/daemon-hub.log" 2>&1 &
 DAEMON_PID=$!
 wait_for 90 "the restarted daemon's group" daemon_running || { wifi_status; fail "restarted daemon: no group"; }
 SSID2=$(wifi_status | jq -r .details.group_ssid)
+saved "after the restart"
 HELPERS=$(pgrep -f -- "$H/run/wpa_supplicant.conf" | wc -l)
 echo "group $SSID1 before, $SSID2 after; wpa_supplicant processes for this hub: $HELPERS"
 [ "$SSID1" = "$SSID2" ] || fail "the restarted daemon formed a different group ($SSID1 -> $SSID2)"

@@ -196,7 +196,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         guard let c = lock.withLock({ control }) else { return }
         // Re-invoke the saved persistent group when there is one, so the SSID and passphrase
         // stay the same and phones that joined before rejoin without asking.
-        let saved = (try? c.request("LIST_NETWORKS", timeout: 2)).flatMap(Self.persistentGroupID)
+        let saved = (try? c.request("LIST_NETWORKS", timeout: 2)).flatMap { Self.persistentGroupID($0) }
+        if let saved { forgetClients(ofNetwork: saved, c) } // a list saved by an older version
         let persistent = saved.map { "persistent=\($0)" } ?? "persistent"
         try c.expectOK("P2P_GROUP_ADD \(persistent) freq=\(settings.frequency)", timeout: 5)
         lock.withLock {
@@ -208,11 +209,12 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     /// The network id of the first saved persistent group we own, from a LIST_NETWORKS reply
     /// (`id<TAB>ssid<TAB>bssid<TAB>flags`, flags containing `[P2P-PERSISTENT]`).
-    static func persistentGroupID(_ listNetworks: String) -> Int? {
+    /// With `ssid`, only that group's entry.
+    static func persistentGroupID(_ listNetworks: String, ssid: String? = nil) -> Int? {
         for line in listNetworks.split(separator: "\n").dropFirst() {
             let columns = line.split(separator: "\t", omittingEmptySubsequences: false)
             guard columns.count >= 4, columns[3].contains("[P2P-PERSISTENT]"), columns[1].hasPrefix("DIRECT-"),
-                  let id = Int(columns[0]) else { continue }
+                  ssid == nil || columns[1] == ssid!, let id = Int(columns[0]) else { continue }
             return id
         }
         return nil
@@ -334,6 +336,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 let n = lock.withLock { stations.insert(addr); return stations.count }
                 reporter.gauge("wifidirect_stations", Double(n))
                 reporter.log("station \(addr) joined the group", false)
+                forgetPersistentClients()
             }
         case "AP-STA-DISCONNECTED":
             if let addr = event.arguments.first {
@@ -368,6 +371,32 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         } catch {
             reporter.log("cannot authorise \(peer): \(error)", true)
         }
+    }
+
+    /// wpa_supplicant (2.10, p2p_pd.c) deletes a saved persistent group when a phone that is
+    /// its only listed client sends a new Provision Discovery Request, i.e. rejoins with PIN or
+    /// push-button ("Remove stale persistent group"): the hub would lose its SSID and
+    /// passphrase at the next restart or re-formation. The hub's group is always running, so
+    /// the list of past clients buys nothing (it serves re-invocation by invitation); it is
+    /// kept empty: cleared whenever a station joins, and saved.
+    private func forgetPersistentClients() {
+        let (c, ssid) = lock.withLock { (control, groupSSID) }
+        guard let c, let ssid, let list = try? c.request("LIST_NETWORKS", timeout: 2),
+              let id = Self.persistentGroupID(list, ssid: ssid) else { return }
+        forgetClients(ofNetwork: id, c)
+    }
+
+    private func forgetClients(ofNetwork id: Int, _ c: WPAControlSocket) {
+        do { try Self.clearClientList(network: id, control: c) } catch {
+            reporter.log("cannot clear the persistent group's client list: \(error)", true)
+        }
+    }
+
+    /// Empties network `id`'s `p2p_client_list` (an empty value) and saves the config; a
+    /// refused SAVE_CONFIG (a supplicant that is not ours, `update_config=0`) is not an error.
+    static func clearClientList(network id: Int, control c: WPAControlSocket) throws {
+        try c.expectOK("SET_NETWORK \(id) p2p_client_list ", timeout: 2)
+        _ = try? c.request("SAVE_CONFIG", timeout: 2)
     }
 
     // MARK: The group's services: address, DHCP, TCP

@@ -77,7 +77,50 @@ final class VMTests: XCTestCase {
         XCTAssertEqual(t.status.details["group_removals"], "1")
         XCTAssertEqual(t.status.details["group_ssid"], firstSSID, "the saved persistent group is re-invoked, same SSID")
         XCTAssertFalse(r.downs.isEmpty, "the phone's link went down")
-        note("hub-reformed", "\(t.status.details["group_interface"] ?? "") ssid \(firstSSID) -> \(t.status.details["group_ssid"] ?? "") groups_formed=\(t.status.details["groups_formed"] ?? "") \(t.status.reason)")
+        let queries = Int(t.status.details["service_queries"] ?? "") ?? 0
+        XCTAssertGreaterThanOrEqual(queries, 1, "the phone's _yaok._tcp query reached the hub")
+        note("hub-reformed", "\(t.status.details["group_interface"] ?? "") ssid \(firstSSID) -> \(t.status.details["group_ssid"] ?? "") groups_formed=\(t.status.details["groups_formed"] ?? "") service_queries=\(queries) \(t.status.reason)")
+
+        // The managed supplicant is killed; stop() lands while the supervisor is starting a new one.
+        func pid() -> Int32? { t.status.details["supplicant"].flatMap { Int32($0.replacingOccurrences(of: "managed pid ", with: "")) } }
+        guard let old = pid() else { return XCTFail("no managed supplicant: \(t.status.details["supplicant"] ?? "")") }
+        kill(old, SIGKILL)
+        var restarting: Int32?
+        _ = waitFor("a new supplicant", timeout: 30) {
+            if let p = pid(), p != old { restarting = p; return true }
+            return false
+        }
+        guard let restarting else { return }
+        let phase = t.status.reason
+        let t0 = Date()
+        t.stop()
+        let took = Date().timeIntervalSince(t0)
+        XCTAssertLessThan(took, 2.0, "stop() during a supplicant restart took \(took) s")
+        XCTAssertNotEqual(kill(restarting, 0), 0, "the supplicant being started was ended")
+        XCTAssertEqual(t.status.state, .stopped)
+        note("hub-stop", "stop() during a supplicant restart (pid \(old) killed, pid \(restarting) starting; \(phase)): \(String(format: "%.2f", took)) s, pid \(restarting) ended")
+    }
+
+    /// The phone finds the hub by service before joining, through its own wpa_supplicant: a
+    /// broadcast `_yaok._tcp` PTR query answered by the group owner, then a TXT query to that
+    /// hub for its port.
+    func testPhoneDiscovery() throws {
+        try XCTSkipUnless(role == "phone-discovery", "runs only in the VM (YAOK_WIFI_VM=phone-discovery)")
+        let env = ProcessInfo.processInfo.environment
+        let ctrl = env["YAOK_WIFI_PHONE_CTRL"] ?? "/run/wpa-phone/p2p-dev-wlan1"
+        let t0 = Date()
+        let ptr = try P2PServiceDiscovery.query(controlPath: ctrl, localDirectory: dir, timeout: 60)
+        let ptrSeconds = Date().timeIntervalSince(t0)
+        XCTAssertEqual(ptr.instances, ["yaok-hub"])
+        if let hubDevice = env["YAOK_WIFI_HUB_DEV"] { XCTAssertEqual(ptr.peer.lowercased(), hubDevice.lowercased(), "the hub answered") }
+        let instance = try XCTUnwrap(ptr.instances.first)
+        let txt = try P2PServiceDiscovery.query(controlPath: ctrl, localDirectory: dir, peer: ptr.peer,
+                                                queryHex: P2PService.txtQueryHex(instance: instance), timeout: 60) {
+            $0.peer == ptr.peer && $0.ports[instance] != nil
+        }
+        XCTAssertEqual(txt.ports[instance], 7814)
+        let total = Date().timeIntervalSince(t0)
+        note("phone-sd", "\(ptr.peer) answered _yaok._tcp: instance \(instance) after \(String(format: "%.1f", ptrSeconds)) s, port \(txt.ports[instance] ?? 0) after \(String(format: "%.1f", total)) s")
     }
 
     /// The phone: in its own network namespace, joined to the group by the script; links to

@@ -59,6 +59,46 @@ final class WPAControlTests: XCTestCase {
         XCTAssertEqual(leftovers, [], "client sockets are removed on close")
     }
 
+    /// A real supplicant with a saved persistent group (driver `none` on `lo`: no radio needed
+    /// for the network list): the client list is emptied in memory and in the saved file.
+    func testPersistentGroupClientListIsClearedAndSaved() throws {
+        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: Self.binary), "wpa_supplicant is not installed")
+        let dir = TestConfig.tempDir("clients")
+        let conf = "\(dir)/wpa.conf"
+        try """
+        ctrl_interface=\(dir)/ctrl
+        update_config=1
+        network={
+        \tssid="DIRECT-ab"
+        \tbssid=42:00:00:00:00:00
+        \tpsk="passphrase-1"
+        \tproto=RSN
+        \tkey_mgmt=WPA-PSK
+        \tpairwise=CCMP
+        \tmode=3
+        \tdisabled=2
+        \tp2p_client_list=42:00:00:00:01:00
+        }
+
+        """.write(toFile: conf, atomically: true, encoding: .utf8)
+        let p = try ChildProcess(executable: Self.binary, arguments: ["-D", "none", "-i", "lo", "-c", conf], logPath: "\(dir)/wpa.log", hint: "")
+        addTeardownBlock { p.stop() }
+        let deadline = Date().addingTimeInterval(10)
+        while !FileManager.default.fileExists(atPath: "\(dir)/ctrl/lo") {
+            guard Date() < deadline, p.isRunning else { throw XCTSkip("this wpa_supplicant cannot run with driver none: \(p.logTail())") }
+            usleep(20_000)
+        }
+        let c = try WPAControlSocket(path: "\(dir)/ctrl/lo", localDirectory: dir)
+        defer { c.close() }
+        let id = try XCTUnwrap(WiFiDirectTransport.persistentGroupID(try c.request("LIST_NETWORKS"), ssid: "DIRECT-ab"))
+        XCTAssertEqual(try c.request("GET_NETWORK \(id) p2p_client_list"), "42:00:00:00:01:00")
+        try WiFiDirectTransport.clearClientList(network: id, control: c)
+        XCTAssertEqual(try c.request("GET_NETWORK \(id) p2p_client_list"), "FAIL\n", "no clients left")
+        let saved = try String(contentsOfFile: conf, encoding: .utf8)
+        XCTAssertTrue(saved.contains("ssid=\"DIRECT-ab\""), "the group itself is kept")
+        XCTAssertFalse(saved.contains("p2p_client_list"), saved)
+    }
+
     func testEventParsing() throws {
         let e = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-GROUP-STARTED p2p-wlan0-0 GO ssid=\"DIRECT-ab hub\" freq=2437 passphrase=\"secret12\" go_dev_addr=02:00:00:00:01:00 [PERSISTENT]"))
         XCTAssertEqual(e.level, 3)
@@ -77,6 +117,9 @@ final class WPAControlTests: XCTestCase {
     func testSavedPersistentGroupIsFoundInListNetworks() {
         let reply = "network id / ssid / bssid / flags\n0\thome\tany\t[CURRENT]\n1\tDIRECT-NJ\t42:00:00:00:00:00\t[DISABLED][P2P-PERSISTENT]\n"
         XCTAssertEqual(WiFiDirectTransport.persistentGroupID(reply), 1)
+        let two = reply + "2\tDIRECT-xy\t42:00:00:00:00:00\t[DISABLED][P2P-PERSISTENT]\n"
+        XCTAssertEqual(WiFiDirectTransport.persistentGroupID(two, ssid: "DIRECT-xy"), 2)
+        XCTAssertNil(WiFiDirectTransport.persistentGroupID(two, ssid: "DIRECT-zz"))
         XCTAssertNil(WiFiDirectTransport.persistentGroupID("network id / ssid / bssid / flags\n0\thome\tany\t\n"))
         XCTAssertNil(WiFiDirectTransport.persistentGroupID("FAIL\n"))
         XCTAssertNil(WiFiDirectTransport.persistentGroupID("x\nnot\ta\n"))
