@@ -29,7 +29,7 @@ public enum RelayBenchmark {
             return """
             relay benchmark (loopback; relay and clients in one process)
               clients registered: \(clients) users on \(sessions) sessions in \(String(format: "%.2f", connectSeconds)) s
-              forwarding to online clients: \(forwarded) messages in \(String(format: "%.2f", forwardSeconds)) s = \(rate(forwarded, forwardSeconds)) msg/s (SEND → durable queue → MSG)
+              forwarding to online clients: \(forwarded) messages in \(String(format: "%.2f", forwardSeconds)) s = \(rate(forwarded, forwardSeconds)) msg/s (SEND → durable queue → MSG → ACK)
               queueing for offline users:   \(queued) messages in \(String(format: "%.2f", queueSeconds)) s = \(rate(queued, queueSeconds)) msg/s
               poll + ack drain:             \(drained) messages in \(String(format: "%.2f", drainSeconds)) s = \(rate(drained, drainSeconds)) msg/s (\(leaseWaits) lease waits after a lost datagram)
               datagrams in/out: \(metrics.datagramsIn)/\(metrics.datagramsOut); dropped malformed \(metrics.droppedMalformed), rate \(metrics.droppedRateLimited), overload \(metrics.droppedOverload)
@@ -103,6 +103,8 @@ public enum RelayBenchmark {
         func makeClient() -> RelayClient {
             var cfg = RelayClient.Configuration(relay: address, relaySigningKey: identity.signingKey)
             cfg.handshakeRetryMs = 200
+            // Enough for one session's REGISTERED results; the rate counters use onEvent.
+            cfg.eventHistory = 600
             return RelayClient(configuration: cfg)
         }
         /// SENDs in flight per session at most (the relay's inbox holds 10,000 datagrams).
@@ -125,11 +127,15 @@ public enum RelayBenchmark {
         for k in 0..<sessionCount {
             let c = makeClient()
             let credit = DispatchSemaphore(value: window)
-            c.onEvent = { event in
+            // Recipients acknowledge what they receive, as real clients do once it is stored:
+            // otherwise the pushed messages stay queued and the relay fills up (100,000).
+            c.onEvent = { [weak c] event in
                 switch event {
                 case .queued: queued.add(); credit.signal()
                 case .sendFailed: credit.signal()
-                case .message: received.add()
+                case .message(_, let id):
+                    received.add()
+                    try? c?.ack([id])
                 default: break
                 }
             }
@@ -180,7 +186,7 @@ public enum RelayBenchmark {
             credits[s].wait()
             do { try connections[s].send(bundle: b) } catch { credits[s].signal() }
         }
-        guard queued.wait(for: before + offlineMessages, timeout: 300) else { throw Failure.incomplete("queued \(queued.value - before) of \(offlineMessages)") }
+        guard queued.wait(for: before + offlineMessages, timeout: 300) else { throw Failure.incomplete("queued \(queued.value - before) of \(offlineMessages); refused: \(server.metricsSnapshot().sendsRefused)") }
         report.queueSeconds = Date().timeIntervalSince(t2)
         report.queued = offlineMessages
 

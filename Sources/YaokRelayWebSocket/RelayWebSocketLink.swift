@@ -58,7 +58,8 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
         }
     }
 
-    deinit { try? group.syncShutdownGracefully() }
+    /// Asynchronous: the last reference may go away on the group's own thread.
+    deinit { group.shutdownGracefully { _ in } }
 
     /// A ``RelayClient/Configuration/makeLink`` that opens this link.
     public static func factory(url: RelayWebSocketURL, spkiSHA256: [UInt8]) -> @Sendable (RelayAddress) throws -> RelayLink {

@@ -39,6 +39,15 @@ final class RelayPluginTests: XCTestCase {
         let host4 = try FakeHost()
         let err4 = host4.create(config: ["enabled": true, "address": "127.0.0.1:1", "relay_key": String(repeating: "ab", count: 32), "pol_interval_s": 3])
         XCTAssertTrue(err4?.contains("unknown key") == true, err4 ?? "")
+        // wss:// needs the TLS pin; the pin makes no sense for UDP; a bad URL names the key.
+        let key = String(repeating: "ab", count: 32)
+        let err5 = try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key])
+        XCTAssertTrue(err5?.contains("transports.relay.tls_spki_sha256") == true && err5?.contains("yaok-relay tls-pin") == true, err5 ?? "")
+        let err6 = try FakeHost().create(config: ["enabled": true, "address": "127.0.0.1:7900", "relay_key": key, "tls_spki_sha256": key])
+        XCTAssertTrue(err6?.contains("only applies to a wss:// address") == true, err6 ?? "")
+        let err7 = try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:x", "relay_key": key, "tls_spki_sha256": key])
+        XCTAssertTrue(err7?.contains("transports.relay.address") == true, err7 ?? "")
+        XCTAssertNil(try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key, "tls_spki_sha256": key]))
     }
 
     func testLinkCustodyMessagesPhoneRegistrationAndOutage() throws {

@@ -210,6 +210,26 @@ final class RelayWebSocketTests: XCTestCase {
         XCTAssertEqual(relay.server.metricsSnapshot().handshakes, 1)
     }
 
+    /// A connection that never finishes TLS and the upgrade is closed (3 s in this harness);
+    /// connections beyond the maximum are closed at accept, and serving resumes after.
+    func testSilentConnectionsTimeOutAndTheConnectionLimitHolds() throws {
+        XCTAssertTrue(tcpSendAndWaitForClose(port: relay.wssPort, bytes: []), "a silent connection stays open")
+        relay.tearDown()
+        relay = try RelayHarness(webSocket: tls.listener(maxConnections: 1))
+        let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var sa = sockaddr_in()
+        sa.sin_family = sa_family_t(AF_INET)
+        sa.sin_port = UInt16(relay.wssPort).bigEndian
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
+        XCTAssertEqual(withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(holder, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }, 0)
+        XCTAssertTrue(eventually { self.relay.server.webSocketCounters?.accepted == 1 })
+        let refused = wssClient()
+        XCTAssertThrowsError(try refused.connect(timeout: 1))
+        XCTAssertGreaterThanOrEqual(relay.server.webSocketCounters?.refusedFull ?? 0, 1)
+        close(holder)
+        try connect(refused)
+    }
+
     func testClosingTheConnectionForgetsItsSession() throws {
         let c = wssClient()
         try connect(c)
