@@ -240,6 +240,28 @@ final class RelayWebSocketTests: XCTestCase {
         XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().registeredUsers == 0 })
     }
 
+    /// The `yaok-relay` process: `tls-pin` prints the pin clients need; `run` refuses a key
+    /// file others can read, and a listener without certificate, with clear errors.
+    func testRelayCommandsPrintThePinAndRefuseLooseKeys() throws {
+        let binary = RelayProcess.binary
+        guard FileManager.default.fileExists(atPath: binary) else { throw XCTSkip("yaok-relay is not built next to the tests") }
+        let printed = try runTool(binary, ["tls-pin", "--cert", tls.certificate, "--base64"])
+        XCTAssertEqual(printed.0, 0, printed.1)
+        let lines = printed.1.split(separator: "\n").map(String.init)
+        XCTAssertEqual(lines.first, Hex.encode(pin))
+        XCTAssertEqual(lines.dropFirst().first, "sha256//" + Data(pin).base64EncodedString())
+
+        let dataDir = tls.dir + "/data"
+        let noCert = try runTool(binary, ["run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--wss-listen", "127.0.0.1:0"])
+        XCTAssertNotEqual(noCert.0, 0)
+        XCTAssertTrue(noCert.1.contains("--wss-listen needs --tls-cert and --tls-key"), noCert.1)
+        XCTAssertEqual(chmod(tls.key, 0o640), 0)
+        let loose = try runTool(binary, ["run", "--data-dir", dataDir, "--listen", "127.0.0.1:0", "--wss-listen", "127.0.0.1:0",
+                                         "--tls-cert", tls.certificate, "--tls-key", tls.key])
+        XCTAssertNotEqual(loose.0, 0)
+        XCTAssertTrue(loose.1.contains("has mode 640; it must be readable by its owner only (chmod 600"), loose.1)
+    }
+
     func testKeyFileReadableByOthersIsRefused() throws {
         XCTAssertEqual(chmod(tls.key, 0o644), 0)
         XCTAssertThrowsError(try RelayHarness(webSocket: tls.listener())) { error in
