@@ -1,6 +1,7 @@
 import Foundation
 import YaokPluginKit
 import YaokRelayProtocol
+import YaokTransportBLE
 import YaokTransportUDP
 import YaokTransportWiFiDirect
 import YaokWire
@@ -11,14 +12,31 @@ public enum HubAddress: Sendable, Equatable, CustomStringConvertible {
     case udp(SocketAddress)
     /// A TCP link, e.g. the Wi-Fi Direct group owner (`tcp://HOST:PORT`).
     case tcp(host: String, port: UInt16)
+    /// Bluetooth LE from a local adapter to the hub's GATT service (`ble://hci1/AA:BB:CC:DD:EE:FF`).
+    case ble(BLEHubTarget)
 
     public var description: String {
         switch self {
         case .udp(let a): return "udp://\(a)"
         case .tcp(let h, let p): return "tcp://\(h):\(p)"
+        case .ble(let t): return t.description
         }
     }
 }
+
+/// A connection-oriented link to a hub that runs on its own thread (TCP, BLE): the session
+/// feeds it frames and hears about the link through the callbacks, set before `start`.
+protocol HubCarrier: AnyObject, Sendable {
+    var onUp: (@Sendable (LinkInfo) -> Void)? { get set }
+    var onDown: (@Sendable (String) -> Void)? { get set }
+    var onFrame: (@Sendable ([UInt8]) -> Void)? { get set }
+    func start() throws
+    func stop()
+    func send(_ frame: [UInt8]) throws
+}
+
+extension TCPHubCarrier: HubCarrier {}
+extension BLEHubCarrier: HubCarrier {}
 
 /// A TCP link to a hub: connects, runs the endpoint handshake, reads records on its own
 /// thread, pings when idle, and reconnects with backoff until stopped.
@@ -103,7 +121,7 @@ final class TCPHubCarrier: @unchecked Sendable {
 /// custody after the store commits, and reports what happens.
 ///
 /// It speaks the same link protocol as any transport (TLV records, the link handshake
-/// as an endpoint); this client rides on the UDP example transport.
+/// as an endpoint) over the UDP example transport, a TCP link or Bluetooth LE.
 public final class HubSession: @unchecked Sendable {
     /// Things worth telling the user.
     public enum Event: Sendable, Equatable {
@@ -117,7 +135,8 @@ public final class HubSession: @unchecked Sendable {
     public let endpoint: Endpoint
     public let hub: HubAddress
     private let engine: UDPLinkEngine?
-    private let tcp: TCPHubCarrier?
+    /// The TCP or BLE link, when the hub is not reached over UDP.
+    private let carrier: HubCarrier?
     private let queue = DispatchQueue(label: "yaok.session")
     private var link: LinkID?
     private let onEvent: @Sendable (Event) -> Void
@@ -141,8 +160,10 @@ public final class HubSession: @unchecked Sendable {
         return a
     }
 
-    /// Parses `udp://HOST:PORT` or `tcp://HOST:PORT`.
+    /// Parses `udp://HOST:PORT`, `tcp://HOST:PORT` or `ble://[hciN/]AA:BB:CC:DD:EE:FF[?type=random][&mtu=N]`
+    /// (see ``BLEHubTarget``).
     public static func parseHubAddress(_ text: String) throws -> HubAddress {
+        if text.hasPrefix("ble://") { return .ble(try BLEHubTarget.parse(String(text.dropFirst(6)))) }
         if text.hasPrefix("tcp://") {
             let rest = String(text.dropFirst(6))
             guard let colon = rest.lastIndex(of: ":"), let port = UInt16(rest[rest.index(after: colon)...]), colon > rest.startIndex else {
@@ -165,10 +186,14 @@ public final class HubSession: @unchecked Sendable {
         self.onEvent = onEvent
         let now = endpoint.now
         guard case .udp(let udpHub) = address else {
-            guard case .tcp(let host, let port) = address else { preconditionFailure("unreachable") }
+            let carrier: HubCarrier
+            switch address {
+            case .tcp(let host, let port): carrier = TCPHubCarrier(host: host, port: port, identity: endpoint.identity)
+            case .ble(let target): carrier = BLEHubCarrier(target: target, identity: endpoint.identity, clock: now)
+            case .udp: preconditionFailure("handled above")
+            }
             engine = nil
-            let carrier = TCPHubCarrier(host: host, port: port, identity: endpoint.identity)
-            tcp = carrier
+            self.carrier = carrier
             carrier.onUp = { [weak self] info in
                 guard let self else { return }
                 self.queue.async { self.linkUp(info) }
@@ -183,7 +208,7 @@ public final class HubSession: @unchecked Sendable {
             }
             return
         }
-        tcp = nil
+        carrier = nil
         let engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
                                    listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
                                    idleTimeoutMs: 30_000, keepaliveMs: 5_000)
@@ -206,7 +231,7 @@ public final class HubSession: @unchecked Sendable {
 
     public func start() throws {
         try engine?.start()
-        tcp?.start()
+        try carrier?.start()
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + 1, repeating: 1)
         timer.setEventHandler { [weak self] in self?.retransmit() }
@@ -217,7 +242,7 @@ public final class HubSession: @unchecked Sendable {
     public func stop() {
         timer?.cancel()
         engine?.stop()
-        tcp?.stop()
+        carrier?.stop()
         queue.sync {}
     }
 
@@ -323,6 +348,6 @@ public final class HubSession: @unchecked Sendable {
     }
 
     private func transmit(_ bytes: [UInt8], link: LinkID) {
-        if let tcp { try? tcp.send(bytes) } else { try? engine?.send(bytes, to: link) }
+        if let carrier { try? carrier.send(bytes) } else { try? engine?.send(bytes, to: link) }
     }
 }

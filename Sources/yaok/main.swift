@@ -111,7 +111,7 @@ struct Contacts: ParsableCommand {
 
 /// Where to attach: a hub, or the relay directly.
 struct AttachOptions: ParsableArguments {
-    @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport) or tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814).") var hub: String?
+    @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport), tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814) or ble://hciN/AA:BB:CC:DD:EE:FF (Bluetooth LE from adapter hciN to the hub's address; add ?type=random for a static random address, &mtu=N to ask for another ATT MTU).") var hub: String?
     @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT (UDP) or wss://HOST:PORT[/PATH] (WebSocket over TLS 1.3, with --relay-tls-pin).") var relay: String?
     @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`).")
     var relayTLSPin: String?

@@ -50,6 +50,23 @@ public final class BLEHubClient {
     public private(set) var advertisedIdentity: [UInt8] = []
     /// The hub, once the handshake proved it.
     public private(set) var peer: AuthenticatedPeer?
+    /// What crossed the ATT channel so far (for benchmarks and diagnostics).
+    public private(set) var traffic = ATTTraffic()
+
+    /// ATT PDUs and bytes (ATT layer: opcode, handle and value; the 4-byte L2CAP header and
+    /// the link layer's own headers are not included) in each direction.
+    public struct ATTTraffic: Sendable, Equatable {
+        /// PDUs and bytes sent by this client.
+        public var pdusSent = 0, bytesSent = 0
+        /// PDUs and bytes received from the hub.
+        public var pdusReceived = 0, bytesReceived = 0
+        /// Requests that waited for their response (ATT allows one outstanding request, so
+        /// each is a full round trip over the air).
+        public var roundTrips = 0
+        /// TX notifications received (no round trip: the hub streams them).
+        public var notifications = 0
+        public init() {}
+    }
 
     private let fd: Int32
     private let timeoutMs: Int32
@@ -103,6 +120,10 @@ public final class BLEHubClient {
     public func handshake(identity: LinkIdentity, role: PeerRole = .endpoint,
                           clock: @escaping @Sendable () -> Int64) throws -> AuthenticatedPeer {
         let hs = LinkHandshake(identity: identity, role: role, clock: clock)
+        // A predecessor on this LE link (ATT is a fixed channel: a phone reconnecting within the
+        // controller's disconnect timeout gets the same link) may have died mid-frame: drop its
+        // partial frame at the hub before our first chunk.
+        try request([ATTOpcode.writeRequest] + le16(handles.control) + [YaokGATT.controlResetReassembly], expect: ATTOpcode.writeResponse)
         try request([ATTOpcode.writeRequest] + le16(handles.txCCCD) + [0x01, 0x00], expect: ATTOpcode.writeResponse)
         try send(hs.challengeFrame())
         while !hs.isComplete {
@@ -140,6 +161,25 @@ public final class BLEHubClient {
         }
         return pendingFrames.removeFirst()
     }
+
+    /// The next whole frame, or nil when none completed within `timeoutMs` milliseconds or
+    /// when `wake` (a descriptor another thread writes to, e.g. a pipe) became readable first.
+    /// The caller drains `wake`. Lets one thread both send and receive: ATT allows a single
+    /// outstanding request, so this client is driven from one thread.
+    public func receive(timeoutMs: Int32, wake: Int32 = -1) throws -> [UInt8]? {
+        if !pendingFrames.isEmpty { return pendingFrames.removeFirst() }
+        var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+        let rc = poll(&fds, wake >= 0 ? 2 : 1, timeoutMs)
+        if rc < 0 && errno != EINTR { throw BLEClientError.io("poll", Errno(errno)) }
+        guard rc > 0, fds[0].revents != 0 else { return nil }
+        // Readable (or hung up: recv reports it). Take whatever PDUs are already queued.
+        let pdu = try readPDU(waitingFor: "a TX notification")
+        try handleUnsolicited(pdu)
+        return pendingFrames.isEmpty ? nil : pendingFrames.removeFirst()
+    }
+
+    /// Ends the connection from any thread: a blocked call returns with an error.
+    public func shutdownConnection() { shutdown(fd, Int32(SHUT_RDWR)) }
 
     // MARK: ATT client
 
@@ -242,6 +282,7 @@ public final class BLEHubClient {
     /// Like `request`, but "Attribute Not Found" (the end of a discovery) gives nil.
     private func requestOrEnd(_ pdu: [UInt8], expect: UInt8, endIsError: Bool = false) throws -> [UInt8]? {
         try write(pdu)
+        traffic.roundTrips += 1
         while true {
             let reply = try readPDU(waitingFor: "the reply to ATT request 0x\(String(pdu[0], radix: 16))")
             if reply[0] == expect { return reply }
@@ -260,6 +301,7 @@ public final class BLEHubClient {
             guard pdu.count >= 3 else { throw BLEClientError.protocolViolation("short notification") }
             if pdu[0] == ATTOpcode.handleValueIndication { try write([ATTOpcode.handleValueConfirmation]) }
             guard u16(pdu, 1) == handles.tx else { return }
+            traffic.notifications += 1
             do {
                 if let frame = try reassembler.add(Array(pdu[3...]), now: monotonicNanoseconds()) { pendingFrames.append(frame) }
             } catch {
@@ -273,6 +315,8 @@ public final class BLEHubClient {
     private func write(_ pdu: [UInt8]) throws {
         let n = pdu.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         guard n == pdu.count else { throw BLEClientError.io("send", Errno(errno)) }
+        traffic.pdusSent += 1
+        traffic.bytesSent += n
     }
 
     private func readPDU(waitingFor what: String) throws -> [UInt8] {
@@ -286,6 +330,8 @@ public final class BLEHubClient {
         let n = recv(fd, &buffer, buffer.count, 0)
         if n == 0 { throw BLEClientError.closed }
         guard n > 0 else { throw BLEClientError.io("recv", Errno(errno)) }
+        traffic.pdusReceived += 1
+        traffic.bytesReceived += n
         return Array(buffer[0..<n])
     }
 

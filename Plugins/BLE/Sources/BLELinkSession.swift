@@ -16,6 +16,9 @@ final class BLELinkSession {
         var authenticated: AuthenticatedPeer?
         /// Set when the link must be dropped, with the reason.
         var drop: String?
+        /// Set when an authenticated link started a new handshake: the host must see the old
+        /// link go down before the new proof brings it up again.
+        var restarted = false
     }
 
     let id: LinkID
@@ -25,7 +28,9 @@ final class BLELinkSession {
     private(set) var state: State = .connected
     private(set) var peer: AuthenticatedPeer?
     private var reassembler: ChunkReassembler
-    private let handshake: LinkHandshake
+    private var handshake: LinkHandshake
+    private let identity: LinkIdentity
+    private let clock: @Sendable () -> Int64
     private let acceptedRoles: Set<PeerRole>
 
     init(id: LinkID, remote: String, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64,
@@ -36,6 +41,8 @@ final class BLELinkSession {
         self.connectedAt = connectedAt
         self.reassembler = ChunkReassembler(timeoutNanoseconds: reassemblyTimeoutNanoseconds)
         self.handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
+        self.identity = identity
+        self.clock = clock
         self.acceptedRoles = acceptedRoles
     }
 
@@ -61,8 +68,18 @@ final class BLELinkSession {
             return out
         }
         if state == .up {
-            out.framesReceived.append(frame)
-            return out
+            // ATT is a fixed channel: a phone that closed its socket and connects again within
+            // the controller's disconnect timeout reuses this LE link, so its fresh handshake
+            // arrives here. Start over instead of passing the challenge to the host as data.
+            guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.linkChallenge.rawValue else {
+                out.framesReceived.append(frame)
+                return out
+            }
+            handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
+            peer = nil
+            state = .handshaking
+            out.restarted = true
+            out.framesToSend.append(handshake.challengeFrame())
         }
         // Before the link is up only handshake records are accepted.
         do {
@@ -84,8 +101,16 @@ final class BLELinkSession {
         return out
     }
 
-    /// Drops the partly received frame (Control write 0x01).
-    func resetReassembly() { reassembler.reset() }
+    /// Drops the partly received frame (Control write 0x01); returns how many of its chunks had arrived.
+    @discardableResult
+    func resetReassembly() -> Int {
+        let chunks = reassembler.receivedChunkCount
+        reassembler.reset()
+        return chunks
+    }
+
+    /// Chunks of a frame received so far (0 between frames).
+    var partialFrameChunks: Int { reassembler.receivedChunkCount }
 
     /// Expires a stale partial frame; true if one was dropped.
     func expire(now: UInt64) -> Bool { reassembler.expire(now: now) }

@@ -240,7 +240,10 @@ public final class BLETransport: Transport, @unchecked Sendable {
                 self.apply(session.received(chunk: value, now: clock.monotonicNanoseconds()), session, engine)
             case db.control:
                 guard value == [YaokGATT.controlResetReassembly] else { return .valueNotAllowed }
-                session.resetReassembly()
+                let dropped = session.resetReassembly()
+                if dropped > 0 {
+                    self.context.logger.info("BLE: \(session.remote): partial frame of \(dropped) chunks dropped on the central's request")
+                }
             default:
                 break
             }
@@ -252,6 +255,13 @@ public final class BLETransport: Transport, @unchecked Sendable {
     private func apply(_ output: BLELinkSession.Output, _ session: BLELinkSession, _ engine: ATTServer) {
         guard let server = currentServer() else { return }
         let connection = ATTConnectionID(rawValue: session.id)
+        if output.restarted {
+            lock.lock()
+            upLinks.remove(session.id)
+            lock.unlock()
+            context.logger.info("BLE: \(session.remote): new link handshake on the same connection (the phone reconnected)")
+            context.events.linkDown(session.id, reason: "the central started a new handshake")
+        }
         for frame in output.framesToSend {
             if let problem = sendFrame(frame, on: connection, server: server) {
                 context.logger.warning("BLE: \(session.remote): \(problem)")
@@ -300,9 +310,12 @@ public final class BLETransport: Transport, @unchecked Sendable {
         return result ?? "connection \(id) is gone"
     }
 
-    /// Every few seconds: drop stale partial frames and centrals that never authenticate.
+    /// Every few seconds: drop stale partial frames and centrals that never authenticate, and
+    /// make sure the hub advertises while it has room (a resume after an accept can fail, e.g.
+    /// when the controller is busy with several connections at once; nothing else would retry it).
     private func sweep() {
         guard let server = currentServer() else { return }
+        resumeAdvertising(lock.withLock { advertiser })
         let clock = context.clock
         _ = server.onPollThread { [self] in
             let now = clock.monotonicNanoseconds()
@@ -340,7 +353,8 @@ public final class BLETransport: Transport, @unchecked Sendable {
         lock.unlock()
         if wasUp { context.events.linkDown(id.rawValue, reason: "central disconnected") }
         context.events.statusChanged()
-        context.logger.info("BLE: central disconnected (\(id))")
+        let partial = session.partialFrameChunks
+        context.logger.info("BLE: central disconnected (\(id))" + (partial > 0 ? " mid-frame: \(partial) chunks dropped" : ""))
         resumeAdvertising(advertiser)
     }
 }

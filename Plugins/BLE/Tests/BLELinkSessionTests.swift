@@ -17,7 +17,86 @@ private struct UnsigningIdentity: LinkIdentity {
     }
 }
 
+/// An identity whose "signature" is its key plus a checksum of the message: lets the state
+/// machine run whole handshakes without libsodium (which this test target does not link).
+/// Real Ed25519 handshakes run in Tests/vmlab/ble-test.sh.
+private struct ChecksumIdentity: LinkIdentity {
+    let signingKey: [UInt8]
+    let kxKey = [UInt8](repeating: 9, count: 32)
+    init(_ seed: UInt8) { signingKey = [UInt8](repeating: seed, count: 32) }
+    static func checksum(_ message: [UInt8], _ key: [UInt8]) -> [UInt8] {
+        var h: UInt64 = 0xcbf29ce484222325
+        var out: [UInt8] = []
+        for round in 0..<4 {
+            for b in message + key + [UInt8(round)] { h = (h ^ UInt64(b)) &* 0x100000001b3 }
+            out += withUnsafeBytes(of: h.littleEndian, Array.init)
+        }
+        return key + out
+    }
+    func sign(_ message: [UInt8]) throws -> [UInt8] { Self.checksum(message, signingKey) }
+    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
+        signature == Self.checksum(message, publicKey)
+    }
+    func randomBytes(_ count: Int) -> [UInt8] {
+        var rng = SystemRandomNumberGenerator()
+        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    }
+}
+
 final class BLELinkSessionTests: XCTestCase {
+    /// Feeds `frame` to the session as RX chunks; returns the last output.
+    private func deliver(_ frame: [UInt8], to s: BLELinkSession) throws -> BLELinkSession.Output {
+        var out = BLELinkSession.Output()
+        for c in try Chunker.split(frame, chunkSize: 20) { out = s.received(chunk: c, now: 0) }
+        return out
+    }
+
+    /// Runs `phone`'s side of the handshake against the hub's frames in `fromHub`; returns the hub's last output.
+    private func handshake(_ phone: LinkHandshake, with s: BLELinkSession, fromHub: [[UInt8]]) throws -> BLELinkSession.Output {
+        var last = try deliver(phone.challengeFrame(), to: s)
+        var queue = fromHub + last.framesToSend
+        while let frame = queue.first {
+            queue.removeFirst()
+            if let reply = try phone.handle(TLVRecord(parsing: frame)) {
+                last = try deliver(reply, to: s)
+                queue += last.framesToSend
+            }
+        }
+        return last
+    }
+
+    func testReconnectOverTheSameATTChannelRestartsTheHandshake() throws {
+        let s = BLELinkSession(id: 3, remote: "x", identity: ChecksumIdentity(1), clock: { 1_000 },
+                               reassemblyTimeoutNanoseconds: 1_000_000_000)
+        let first = LinkHandshake(identity: ChecksumIdentity(2), role: .endpoint, clock: { 1_000 })
+        let up = try handshake(first, with: s, fromHub: s.notificationsEnabled().framesToSend)
+        XCTAssertEqual(up.authenticated?.signingKey, ChecksumIdentity(2).signingKey)
+        XCTAssertFalse(up.restarted)
+        XCTAssertEqual(s.state, .up)
+        XCTAssertTrue(first.isComplete)
+        let data = TLVRecord(type: 0x01, value: [1, 2, 3]).encoded
+        XCTAssertEqual(try deliver(data, to: s).framesReceived, [data])
+
+        // A second phone process on the same LE link: subscribing again changes nothing, its
+        // challenge restarts the handshake (old link down, new proof brings it up).
+        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty)
+        let second = LinkHandshake(identity: ChecksumIdentity(4), role: .endpoint, clock: { 1_000 })
+        let restart = try deliver(second.challengeFrame(), to: s)
+        XCTAssertTrue(restart.restarted)
+        XCTAssertNil(restart.authenticated)
+        XCTAssertTrue(restart.framesReceived.isEmpty, "a challenge is not data")
+        XCTAssertEqual(restart.framesToSend.map { try? TLVRecord(parsing: $0).type },
+                       [FrameType.linkChallenge.rawValue, FrameType.linkProof.rawValue])
+        XCTAssertEqual(s.state, .handshaking)
+        var last = BLELinkSession.Output()
+        for frame in restart.framesToSend {
+            if let reply = try second.handle(TLVRecord(parsing: frame)) { last = try deliver(reply, to: s) }
+        }
+        XCTAssertEqual(last.authenticated?.signingKey, ChecksumIdentity(4).signingKey)
+        XCTAssertEqual(s.state, .up)
+        XCTAssertTrue(second.isComplete)
+    }
+
     private func session() -> BLELinkSession {
         BLELinkSession(id: 7, remote: "00:AA:01:01:00:01", identity: UnsigningIdentity(), clock: { 0 },
                        reassemblyTimeoutNanoseconds: 1_000_000_000)
