@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import YaokCrypto
 import YaokRelayProtocol
+import YaokRelayWebSocket
 import YaokWire
 
 /// Measures the relay on loopback: a real server (SQLCipher in a temporary directory) and
@@ -13,6 +14,8 @@ public enum RelayBenchmark {
     public struct Report: Sendable, CustomStringConvertible {
         public var clients = 0
         public var sessions = 0
+        /// `udp` or `wss` (WebSocket over TLS 1.3).
+        public var transport = "udp"
         public var connectSeconds = 0.0
         public var forwarded = 0
         public var forwardSeconds = 0.0
@@ -27,7 +30,7 @@ public enum RelayBenchmark {
         public var description: String {
             func rate(_ n: Int, _ s: Double) -> String { s > 0 ? String(format: "%.0f", Double(n) / s) : "-" }
             return """
-            relay benchmark (loopback; relay and clients in one process)
+            relay benchmark (loopback over \(transport); relay and clients in one process)
               clients registered: \(clients) users on \(sessions) sessions in \(String(format: "%.2f", connectSeconds)) s
               forwarding to online clients: \(forwarded) messages in \(String(format: "%.2f", forwardSeconds)) s = \(rate(forwarded, forwardSeconds)) msg/s (SEND → durable queue → MSG → ACK)
               queueing for offline users:   \(queued) messages in \(String(format: "%.2f", queueSeconds)) s = \(rate(queued, queueSeconds)) msg/s
@@ -74,7 +77,11 @@ public enum RelayBenchmark {
     ///
     /// `sessions` connections carry the users (nil: one per user up to 50, then 50; at most
     /// 512 users each).
-    public static func run(clients: Int = 200, sessions: Int? = nil, messagesPerClient: Int = 10, offlineMessages: Int = 2_000) throws -> Report {
+    ///
+    /// With `webSocket` (a PEM certificate and its 0600 key), the clients talk to the relay
+    /// over WebSocket + TLS 1.3 with the certificate's SPKI pinned, instead of UDP.
+    public static func run(clients: Int = 200, sessions: Int? = nil, messagesPerClient: Int = 10, offlineMessages: Int = 2_000,
+                           webSocket: (certificate: String, key: String)? = nil) throws -> Report {
         let sessionCount = max(1, min(clients, sessions ?? min(clients, 50)))
         guard (clients + sessionCount - 1) / sessionCount <= RelayLimits().maxRegistrationsPerSession else {
             throw Failure.incomplete("\(clients) users on \(sessionCount) sessions exceeds \(RelayLimits().maxRegistrationsPerSession) per session")
@@ -95,13 +102,25 @@ public enum RelayBenchmark {
         limits.leaseMs = 500
         let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                      now: { Int64(Date().timeIntervalSince1970 * 1000) })
-        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: 0), logger: logger)
+        var configuration = RelayServer.Configuration(host: "127.0.0.1", port: 0)
+        var pin: [UInt8] = []
+        if let webSocket {
+            var ws = RelayWebSocketListener.Configuration(host: "127.0.0.1", port: 0, certificatePath: webSocket.certificate, privateKeyPath: webSocket.key)
+            ws.maxConnections = sessionCount + 100
+            configuration.webSocket = ws
+            pin = try SPKIPin.sha256(certificateFile: webSocket.certificate)
+        }
+        let server = RelayServer(engine: engine, configuration: configuration, logger: logger)
         try server.start()
         defer { server.stop() }
         let address = RelayAddress(host: "127.0.0.1", port: UInt16(server.localAddress?.port ?? 0))
         let now = { Int64(Date().timeIntervalSince1970 * 1000) }
         func makeClient() -> RelayClient {
             var cfg = RelayClient.Configuration(relay: address, relaySigningKey: identity.signingKey)
+            if webSocket != nil {
+                let url = RelayWebSocketURL(host: "127.0.0.1", port: UInt16(server.webSocketAddress?.port ?? 0))
+                cfg.makeLink = RelayWebSocketLink.factory(url: url, spkiSHA256: pin)
+            }
             cfg.handshakeRetryMs = 200
             // Enough for one session's REGISTERED results; the rate counters use onEvent.
             cfg.eventHistory = 600
@@ -117,6 +136,7 @@ public enum RelayBenchmark {
 
         var report = Report()
         report.clients = clients
+        report.transport = webSocket == nil ? "udp" : "wss"
         report.sessions = sessionCount
         let users = (0..<clients).map { _ in Identity.generate() }
         let queued = Counter(), received = Counter()

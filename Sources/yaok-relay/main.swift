@@ -172,8 +172,17 @@ extension YaokRelay {
         @Option(name: .customLong("offline-messages"), help: "Messages queued for 20 offline users, then drained.")
         var offlineMessages = 2_000
 
+        @Option(name: .customLong("wss-cert"), help: "Run the clients over WebSocket + TLS 1.3 with this PEM certificate (and --wss-key) instead of UDP.")
+        var wssCert: String?
+
+        @Option(name: .customLong("wss-key"), help: "The certificate's PEM key (mode 0600).")
+        var wssKey: String?
+
         func run() throws {
-            print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages), offlineMessages: max(20, offlineMessages)))
+            guard (wssCert == nil) == (wssKey == nil) else { throw ValidationError("--wss-cert and --wss-key go together") }
+            let tls = wssCert.flatMap { cert in wssKey.map { (certificate: cert, key: $0) } }
+            print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                         offlineMessages: max(20, offlineMessages), webSocket: tls))
         }
     }
 }
