@@ -9,6 +9,9 @@
 #        M=100     messages per recipient in the latency phase (sent one at a time)
 #        BIN=<products dir>  (default .build-release/release; build yaok-hub, yaok,
 #                  yaok-plugin-mesh and yaok-plugin-udp with -c release first)
+#        YAOK_QUEUE=<yaok binary> used only to queue the throughput phase (default
+#                  $BIN/yaok; it needs `send --repeat`). Lets the measured endpoints be an
+#                  older release build when the current one cannot be built in release.
 #
 # Phases:
 #   latency     M messages, one `yaok send --hub` at A after another, to bob listening at
@@ -141,7 +144,7 @@ lat99=${LAT99[3]}
 
 # --- throughput: queue N in one batch, then push them all at once.
 q0=$(now_ms)
-"$BIN/yaok" send --home "$WORK/alice" Dave "$(template "$N")" --repeat "$N" > /dev/null || fail "queueing $N messages failed"
+"${YAOK_QUEUE:-$BIN/yaok}" send --home "$WORK/alice" Dave "$(template "$N")" --repeat "$N" > /dev/null || fail "queueing $N messages failed"
 echo "queued $N messages in alice's outbox in $(( $(now_ms) - q0 )) ms (one yaok send --repeat)"
 listen_at_d "$N" "$WORK/throughput-listen.json"
 declare -A CPU0=()
@@ -179,6 +182,8 @@ printf 'throughput phase: %d of %d delivered in %.2f s from attach = %.1f msg/s 
     "$got" "$N" "$(echo "$elapsed_ms / 1000" | bc -l)" "$(echo "$got * 1000 / $elapsed_ms" | bc -l)"
 printf '  first message stored at D %d ms after attach; first to last %.1f msg/s\n' \
     "$(( t_first - t0 ))" "$(echo "($got - 1) * 1000 / ($t_last - $t_first + 1)" | bc -l)"
+printf '  longest gap between two arrivals at D: %s ms (a stall shows here)\n' \
+    "$(awk '{ print $2 }' "$WORK/throughput.txt" | sort -n | awk 'NR > 1 && $1 - p > g { g = $1 - p } { p = $1 } END { print g + 0 }')"
 b50=$(percentile "$WORK/backlog-ms.txt" 50); b90=$(percentile "$WORK/backlog-ms.txt" 90)
 printf '  attach -> stored at D (queueing behind the backlog): p50 %s ms  p90 %s ms  p99 %s ms\n' \
     "$b50" "$b90" "$(percentile "$WORK/backlog-ms.txt" 99)"
