@@ -105,6 +105,9 @@ c_got=$(( $(from_peer C "$KEY_A") - c_from_a_before ))
 echo "  bundle frames from A since the reload: to D $d_got, to B $b_got, to C $c_got"
 (( d_got >= K2 )) || fail "A sent $d_got bundle frames to D, expected the $K2 messages for dave directly"
 (( b_got == 0 && c_got == 0 )) || fail "A sent copies to B ($b_got) or C ($c_got) with spray_copies 1"
+# `yaok send --repeat` numbered the texts: {n} became 1..K2.
+texts=$(jq -r 'select(.event == "message") | select(.text | startswith("direct ")) | .text' "$WORK/dave.json" | sort -u | paste -sd,)
+[[ $texts == "$(seq -f 'direct %g' 1 "$K2" | sort | paste -sd,)" ]] || fail "dave's texts: $texts"
 dups=$(jq -r 'select(.event == "message") | .id' "$WORK/dave.json" | sort | uniq -d | wc -l)
 (( dups == 0 )) || fail "dave got $dups messages twice"
 pass "direct: with spray_copies 1, A sent all $K2 messages to D where dave is attached ($d_got frames) and none to B or C; dave got them once each"
