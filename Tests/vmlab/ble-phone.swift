@@ -2,6 +2,9 @@
 // YaokTransportBLE's BLEHubClient, runs the link handshake with a fresh libsodium identity,
 // prints what it proved, sends a ping of PING_BYTES random bytes and checks the hub's pong
 // (both cross the link chunked at the ATT MTU), holds the link for a while, then disconnects.
+// With a ping it also prints a BENCH line: the ATT traffic (PDUs, bytes, request round trips,
+// notifications; from BLEHubClient.traffic) and the time the ping and its pong took, and the
+// time from connect() to the end of the handshake.
 // Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
 //   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]
 //          ble-phone ADAPTER scan SECONDS        (lists Ya OK hubs heard, with BLEScanner)
@@ -57,8 +60,14 @@ guard (4...6).contains(args.count), let hub = BluetoothAddress(string: args[2]),
     print("usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]"); exit(2)
 }
 guard sodium_init() >= 0 else { print("sodium_init failed"); exit(1) }
+func nowMs() -> Double {
+    var ts = timespec(); clock_gettime(CLOCK_MONOTONIC, &ts)
+    return Double(ts.tv_sec) * 1000 + Double(ts.tv_nsec) / 1_000_000
+}
 do {
+    let t0 = nowMs()
     let client = try BLEHubClient(adapter: args[1], hub: hub, mtu: mtu)
+    let tConnected = nowMs()
     print("connected: ATT MTU \(client.mtu), handles \(client.handles)")
     print("identity characteristic: \(hex(client.advertisedIdentity))")
     let me = SodiumIdentity()
@@ -68,9 +77,17 @@ do {
         return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
     print("HANDSHAKE_OK hub=\(hex(peer.signingKey)) role=\(peer.role)")
+    let tUp = nowMs()
+    print(String(format: "BENCH link: connect+MTU+discovery+Identity %.0f ms, subscribe+handshake %.0f ms, %d ATT round trips",
+                 tConnected - t0, tUp - tConnected, client.traffic.roundTrips))
     if pingBytes > 0 {
         let payload = me.randomBytes(pingBytes)
-        try client.send(TLVRecord(.ping, value: payload).encoded)
+        let before = client.traffic
+        let tPing = nowMs()
+        let frame = TLVRecord(.ping, value: payload).encoded
+        try client.send(frame)
+        let sent = client.traffic
+        let tSent = nowMs()
         // The hub may send other frames first (e.g. attachment announcements); skip them.
         var answered = false
         for _ in 0..<20 {
@@ -79,6 +96,14 @@ do {
             if record.type == FrameType.pong.rawValue {
                 answered = true
                 print(record.value == payload ? "PING_OK \(pingBytes) bytes at ATT MTU \(client.mtu)" : "PING_MISMATCH")
+                let after = client.traffic
+                print(String(format: "BENCH frame %d B at ATT MTU %d: up %d Write Requests = %d ATT bytes + %d responses = %d ATT bytes, "
+                             + "%d round trips, %.0f ms; down %d notifications = %d ATT bytes, %.0f ms",
+                             frame.count, client.mtu, sent.pdusSent - before.pdusSent, sent.bytesSent - before.bytesSent,
+                             sent.pdusReceived - before.pdusReceived, sent.bytesReceived - before.bytesReceived,
+                             sent.roundTrips - before.roundTrips, tSent - tPing,
+                             after.notifications - sent.notifications, after.bytesReceived - sent.bytesReceived,
+                             nowMs() - tSent))
                 break
             }
         }

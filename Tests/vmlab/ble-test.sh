@@ -5,11 +5,14 @@
 # hci0 = the hub (yaok-hub with the BLE plugin; hci0 starts DOWN so the plugin brings it up)
 # hci1 = a phone (hcitool / gatttool as an LE central)
 #
-# Needs: BUILD=<scratch dir> holding debug/yaok-hub and debug/libyaok-plugin-ble.so
-#        (default .build-ble; build them with
-#         swift build --scratch-path .build-ble --product yaok-hub
-#         swift build --scratch-path .build-ble --product yaok-plugin-ble)
-# Prints BLE_TEST=PASS and exits 0 when every check passed.
+# Then ble-flows.sh in the same VM: `yaok` phones over BLE through two hubs (see there), and
+# BENCH lines: ATT traffic and time for a 10 KB frame each way at ATT MTU 23, 185 and 517.
+#
+# Needs: BUILD=<scratch dir> holding debug/yaok-hub, debug/yaok, debug/libyaok-plugin-ble.so
+#        and debug/libyaok-plugin-mesh.so (default .build-ble; build them one by one with
+#         swift build --scratch-path .build-ble --product yaok-hub   (and yaok,
+#         yaok-plugin-ble, yaok-plugin-mesh))
+# Prints BLE_TEST=PASS and exits 0 when every check passed (about 5-8 minutes under TCG).
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$REPO/.build-ble}
 HUB=$BUILD/debug/yaok-hub
@@ -26,8 +29,11 @@ if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
     -Xcc -I"$REPO/Sources/PluginAPI/Sources/CYaokPlugin/include" \
     -L "$D" -lyaok-plugin-ble -lsodium -Xlinker -rpath -Xlinker "$D" 2>&1 | grep -v warning
   [ -x "$PHONE" ] || { echo "BLE_TEST=FAIL: cannot build $PHONE"; exit 1; }
+  BUILD=$BUILD bash "$REPO/Tests/vmlab/ble-flows.sh" --prepare || { echo "BLE_TEST=FAIL: cannot prepare the phones of ble-flows.sh"; exit 1; }
 fi
-. "$(dirname "$0")/lib.sh"; vmlab_enter "$@"
+. "$(dirname "$0")/lib.sh"
+export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-600}
+vmlab_enter "$@"
 exec 2>&1
 FAILS=0
 check() {   # check DESCRIPTION COMMAND... — records a failure instead of stopping
@@ -207,6 +213,15 @@ check "ping/pong at MTU 23" grep -q 'PING_OK 1200 bytes at ATT MTU 23' /tmp/phon
 # the old link and its authenticated ATT channel.
 check "link down after the MTU-23 phone left" wait_for 30 "links 0" links_are 0
 
+step "benchmark: a 10 KB frame (a 10 KB message's size) each way at ATT MTU 23, 185 and 517"
+for m in 23 185 517; do
+  "$PHONE" hci1 "$A0" 0 $m 10500 > /tmp/bench$m.log 2>&1
+  grep -E 'BENCH|ERROR|MISMATCH' /tmp/bench$m.log
+  check "10 KB ping/pong at MTU $m" grep -q "PING_OK 10500 bytes at ATT MTU $m" /tmp/bench$m.log
+  # A new connection must not reuse this LE link: its ATT MTU is fixed by the first exchange.
+  wait_for 30 "links 0" links_are 0
+done
+
 step "a central that never authenticates is dropped after the 30 s handshake timeout"
 l2test -n -V le_public -J 4 -i hci1 "$A0" > /tmp/silent.log 2>&1 &
 SILENT=$!
@@ -233,6 +248,9 @@ timeout 20 gatttool -i hci2 -b "$A0" --primary > /tmp/second.log 2>&1; echo "sec
 check "after phone A left, the second central discovers the Ya OK service" grep -q 'uuid: 985e0001' /tmp/second.log
 stop_hub
 grep -E 'BLE|ble' $W/hub.log | tail -15
-kill $BTVIRT_PID 2>/dev/null
+kill $BTVIRT_PID 2>/dev/null; wait $BTVIRT_PID 2>/dev/null
+
+step "ble-flows.sh: yaok phones over BLE through two hubs"
+BUILD=$BUILD bash "$REPO/Tests/vmlab/ble-flows.sh" || FAILS=$((FAILS + 1))
 step "done"
 [ $FAILS = 0 ] && echo BLE_TEST=PASS || { echo "BLE_TEST=FAIL ($FAILS checks)"; exit 1; }
