@@ -7,6 +7,8 @@
 #   sudo Plugins/Mesh/Tests/netns/bench-line.sh
 #   env: N=10000   messages in the throughput phase
 #        M=100     messages per recipient in the latency phase (sent one at a time)
+#        SAMPLE_S=60  seconds between samples of the throughput phase (messages at D,
+#                  each hub's CPU, and its store size)
 #        BIN=<products dir>  (default .build-release/release; build yaok-hub, yaok,
 #                  yaok-plugin-mesh and yaok-plugin-udp with -c release first)
 #        YAOK_QUEUE=<yaok binary> used only to queue the throughput phase (default
@@ -154,7 +156,22 @@ t0=$(now_ms)
 ip netns exec "$TAG-A" "$BIN/yaok" listen --home "$WORK/alice" --hub "$HUB" --json --timeout 900 > "$WORK/alice-listen.json" &
 alice_pid=$!
 BENCH_PIDS+=("$alice_pid")
-wait_dave 900
+# Sample while waiting: arrivals, CPU per hub and store size show whether a falling rate is
+# per-message work growing with the store (CPU per message rises) or the machine (it does not).
+SAMPLE_S=${SAMPLE_S:-60}
+echo "t_s delivered_at_D cpu_A cpu_B cpu_C cpu_D store_MB_B load1" > "$WORK/samples.txt"
+deadline=$((SECONDS + 900)); next_sample=$SECONDS
+while kill -0 "$DAVE_PID" 2>/dev/null; do
+    (( SECONDS < deadline )) || fail "dave's listener did not get all messages within 900 s"
+    if (( SECONDS >= next_sample )); then
+        next_sample=$((SECONDS + SAMPLE_S))
+        echo "$(( ($(now_ms) - t0) / 1000 )) $(grep -c '"event":"message"' "$DAVE_OUT")" \
+             "$(for n in A B C D; do cpu_ticks "${HUBPID[$n]}"; done | paste -sd' ')" \
+             "$(du -sm "$WORK/B/data" | cut -f1) $(cut -d' ' -f1 /proc/loadavg)" >> "$WORK/samples.txt"
+    fi
+    sleep 0.2
+done
+wait_dave 1
 t_done=$(now_ms)
 declare -A CPU1=()
 for n in A B C D; do CPU1[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
@@ -196,6 +213,8 @@ for n in A B C D; do
         "$(peak_rss_kib "${HUBPID[$n]}")" "$(echo "$(peak_rss_kib "${HUBPID[$n]}") / 1024" | bc -l)"
 done
 echo "(dave's delivery receipts travel back D -> A during the phase; the hubs carry them too)"
+echo "throughput phase sampled every ${SAMPLE_S} s: window rate, and hub B's CPU per message in that window"
+awk -v tick="$tick" 'NR == 2 { t = $1; d = $2; c = $4 } NR > 2 { n = $2 - d; printf "  %4d-%4d s: %6.1f msg/s  B %.2f ms CPU per message  B store %d MB  load %s\n", t, $1, n / ($1 - t + 0.001), (n > 0 ? ($4 - c) * 1000 / tick / n : 0), $7, $8; t = $1; d = $2; c = $4 }' "$WORK/samples.txt"
 # Counters that explain stalls: custody timeouts (a bundle or its acknowledgement was lost
 # and the 30 s custody timer resent it), UDP datagrams dropped, mesh queue full / throttled.
 for n in A B C D; do
