@@ -555,11 +555,13 @@ public final class RelayClient: @unchecked Sendable {
                 counters.dropped += 1
             }
         }
-        for e in events { emit(e) }
+        // Registrations go out before `.connected` is reported, so a SEND made in reaction
+        // to it reaches the relay after them.
         if let provider {
             let regs = provider()
             if !regs.isEmpty { try? register(regs) }
         }
+        for e in events { emit(e) }
     }
 
     /// Caller holds `lock`.

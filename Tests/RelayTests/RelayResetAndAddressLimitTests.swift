@@ -151,6 +151,12 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
             return nil
         }
         XCTAssertNotEqual(newSession, session)
+        // Its registration provider registered it again on the new session.
+        let status = try a.waitFor("REGISTERED", timeout: 5, after: mark) { e -> RegistrationStatus? in
+            if case .registered(let id, let s) = e, id == alice.userID { return s }
+            return nil
+        }
+        XCTAssertEqual(status, .accepted)
         XCTAssertEqual(relay.server.metricsSnapshot().handshakes, handshakesBefore + 1)
         XCTAssertEqual(a.counterSnapshot.resets, 1)
         XCTAssertTrue(a.isConnected)
