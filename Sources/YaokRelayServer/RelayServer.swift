@@ -153,7 +153,8 @@ public final class RelayServer: @unchecked Sendable {
                                         ("websocket_upgraded_total", "Connections upgraded to WebSocket.", c.upgraded),
                                         ("websocket_refused_total", "Connections closed at accept (too many).", c.refusedFull),
                                         ("websocket_failed_total", "TLS, HTTP or WebSocket failures, upgrade timeouts, bad frames.", c.failed),
-                                        ("websocket_not_websocket_total", "HTTP requests that were not a relay WebSocket upgrade.", c.notWebSocket)] {
+                                        ("websocket_not_websocket_total", "HTTP requests that were not a relay WebSocket upgrade.", c.notWebSocket),
+                                        ("websocket_dropped_unwritable_total", "Packets dropped because the connection's peer was not reading.", c.droppedUnwritable)] {
                 text += "# HELP yaok_relay_\(name) \(help)\n# TYPE yaok_relay_\(name) counter\nyaok_relay_\(name) \(value)\n"
             }
             text += "# HELP yaok_relay_websocket_connections Open WebSocket/TLS connections.\n# TYPE yaok_relay_websocket_connections gauge\nyaok_relay_websocket_connections \(open)\n"

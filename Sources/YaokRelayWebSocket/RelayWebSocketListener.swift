@@ -47,6 +47,8 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         public var failed: UInt64 = 0
         /// Plain HTTP requests for another path or without an upgrade (answered 404/426).
         public var notWebSocket: UInt64 = 0
+        /// Packets not written because the peer was not reading (its buffer was full).
+        public var droppedUnwritable: UInt64 = 0
     }
 
     /// Called on an event loop for each binary message: connection ID, remote address, bytes.
@@ -105,10 +107,16 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         for c in all { c.close(promise: nil) }
     }
 
-    /// Writes packets as binary messages on a connection (dropped if it is gone, like a datagram).
+    /// Writes packets as binary messages on a connection. Dropped, like datagrams, if the
+    /// connection is gone or its peer does not read (more than NIO's 64 KiB high-water mark
+    /// waits), so a client that never reads cannot make the relay buffer without bound.
     public func send(_ packets: [[UInt8]], to connection: UInt64) {
         guard let channel = lock.withLock({ connections[connection] }) else { return }
-        channel.eventLoop.execute {
+        channel.eventLoop.execute { [weak self] in
+            guard channel.isWritable else {
+                self?.count { $0.droppedUnwritable += UInt64(packets.count) }
+                return
+            }
             for p in packets {
                 var buffer = channel.allocator.buffer(capacity: p.count)
                 buffer.writeBytes(p)
