@@ -5,11 +5,11 @@
 # namespace "phone" (wlan2 into "phone2", spare), so frames really cross the simulated air.
 # The hub is the plugin's own code (WiFiDirectTransport: nl80211 probe, managed
 # wpa_supplicant, P2P_GROUP_ADD, ip address, dnsmasq, TCP link server), run by the
-# VMTests/testHubSide test case; the phone is a plain wpa_supplicant that finds the hub and
-# joins with push-button (p2p_connect ... pbc join), takes a DHCP lease from the plugin's
+# VMTests/testHubSide test case; the phone is a plain wpa_supplicant driven by the plugin's
+# phone side (VMTests/testPhoneDiscovery: P2PServiceDiscovery finds the hub by its _yaok._tcp
+# service, P2PGroupJoin joins with push-button), takes a DHCP lease from the plugin's
 # dnsmasq, and runs VMTests/testPhoneSide (WiFiDirectClient: handshake as endpoint, records
-# echoed, 1 MB timed). Before joining, the phone finds the hub by P2P service discovery
-# (VMTests/testPhoneDiscovery). Then the group is removed from outside and the plugin must
+# echoed, 1 MB timed). Then the group is removed from outside and the plugin must
 # re-form it; finally the hub's supplicant is killed and stop() must end the restart in < 2 s.
 # Phase 2 (the real daemon) also removes the group while the phone is away: a message queued
 # for the phone meanwhile reaches it over TCP after it rejoins.
@@ -82,18 +82,19 @@ found() { $C1 p2p_peers | grep -qi "$HUB_DEV"; }
 # _yaok._tcp PTR query on the phone's supplicant (sent to every peer the find meets), waits for
 # the group owner's P2P-SERV-DISC-RESP naming the instance, then asks that hub for its TXT
 # record (port). The P2P_SERV_DISC_REQ argument is the query TLV in hex, not "bonjour ...".
-step "phone finds the hub by its _yaok._tcp service (P2P service discovery)"
+# Then it joins that hub's group with push-button (P2PGroupJoin: P2P_CONNECT <hub> pbc join,
+# P2P-GROUP-STARTED <if> client); the plugin answers the provision discovery with WPS_PBC.
+step "phone finds the hub by its _yaok._tcp service (P2P service discovery) and joins with push-button"
 ip netns exec phone env YAOK_WIFI_VM=phone-discovery YAOK_WIFI_VM_DIR=$W YAOK_WIFI_PHONE_CTRL=/run/wpa-phone/p2p-dev-wlan1 \
-  YAOK_WIFI_HUB_DEV="$HUB_DEV" "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneDiscovery > "$W/phone-sd.out" 2>&1
+  YAOK_WIFI_HUB_DEV="$HUB_DEV" YAOK_WIFI_JOIN=pbc "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneDiscovery > "$W/phone-sd.out" 2>&1
 SD_RC=$?
 grep -E "error|passed|failed" "$W/phone-sd.out" | head -5
-[ $SD_RC = 0 ] && [ -e "$W/phone-sd" ] || fail "the phone did not find the hub's _yaok._tcp service"
+[ -e "$W/phone-sd" ] || fail "the phone did not find the hub's _yaok._tcp service"
 echo "service discovery: $(cat "$W/phone-sd")"
 found || fail "the service's owner is not in the phone's peer list"
 $C1 p2p_peer "$HUB_DEV" | grep -E '^(device_name|config_methods|dev_capab|group_capab)='
-
-step "phone joins with push-button"
-$C1 p2p_connect "$HUB_DEV" pbc join || fail "p2p_connect join refused"
+[ $SD_RC = 0 ] && [ -e "$W/phone-joined" ] || fail "the phone did not join the hub's group"
+echo "joined: $(cat "$W/phone-joined")"
 joined() {
   G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
   [ -n "$G1" ] && ip netns exec phone wpa_cli -p /run/wpa-phone -i "$G1" status | grep -q wpa_state=COMPLETED

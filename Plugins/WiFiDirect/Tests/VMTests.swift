@@ -103,7 +103,7 @@ final class VMTests: XCTestCase {
 
     /// The phone finds the hub by service before joining, through its own wpa_supplicant: a
     /// broadcast `_yaok._tcp` PTR query answered by the group owner, then a TXT query to that
-    /// hub for its port.
+    /// hub for its port; with YAOK_WIFI_JOIN=pbc it then joins that hub's group (P2PGroupJoin).
     func testPhoneDiscovery() throws {
         try XCTSkipUnless(role == "phone-discovery", "runs only in the VM (YAOK_WIFI_VM=phone-discovery)")
         let env = ProcessInfo.processInfo.environment
@@ -120,6 +120,13 @@ final class VMTests: XCTestCase {
         }
         XCTAssertEqual(txt.ports[instance], 7814)
         let total = Date().timeIntervalSince(t0)
+        if env["YAOK_WIFI_JOIN"] == "pbc" {
+            // Then join the group that answered, with push-button, as a Linux phone would.
+            let joined = try P2PGroupJoin.join(controlPath: ctrl, localDirectory: dir, hub: ptr.peer, timeout: 60)
+            XCTAssertEqual(joined.goDeviceAddress.lowercased(), ptr.peer.lowercased())
+            XCTAssertTrue(joined.ssid.hasPrefix("DIRECT-"), joined.ssid)
+            note("phone-joined", "\(joined.interface) \(joined.ssid) \(joined.frequency ?? 0) MHz after \(String(format: "%.1f", Date().timeIntervalSince(t0))) s")
+        }
         note("phone-sd", "\(ptr.peer) answered _yaok._tcp: instance \(instance) after \(String(format: "%.1f", ptrSeconds)) s, port \(txt.ports[instance] ?? 0) after \(String(format: "%.1f", total)) s")
     }
 

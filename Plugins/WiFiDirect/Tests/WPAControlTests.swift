@@ -99,6 +99,16 @@ final class WPAControlTests: XCTestCase {
         XCTAssertFalse(saved.contains("p2p_client_list"), saved)
     }
 
+    /// The phone's join outcome from the supplicant's events.
+    func testJoinEventsGiveTheGroupOrAFailure() throws {
+        let started = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-GROUP-STARTED p2p-wlan1-0 client ssid=\"DIRECT-4l\" freq=2437 psk=0123abcd go_dev_addr=42:00:00:00:00:00 [PERSISTENT]"))
+        XCTAssertEqual(P2PGroupJoin.joined(started), .init(interface: "p2p-wlan1-0", ssid: "DIRECT-4l", goDeviceAddress: "42:00:00:00:00:00", frequency: 2437))
+        let asOwner = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-GROUP-STARTED p2p-wlan1-0 GO ssid=\"DIRECT-4l\" freq=2437"))
+        XCTAssertNil(P2PGroupJoin.joined(asOwner), "a phone that became owner has not joined the hub")
+        XCTAssertTrue(P2PGroupJoin.failures.contains("P2P-GROUP-FORMATION-FAILURE"))
+        XCTAssertFalse(started.redacted.contains("0123abcd"), "the group's PSK never reaches an error message")
+    }
+
     func testEventParsing() throws {
         let e = try XCTUnwrap(WPAEvent(parsing: "<3>P2P-GROUP-STARTED p2p-wlan0-0 GO ssid=\"DIRECT-ab hub\" freq=2437 passphrase=\"secret12\" go_dev_addr=02:00:00:00:01:00 [PERSISTENT]"))
         XCTAssertEqual(e.level, 3)
