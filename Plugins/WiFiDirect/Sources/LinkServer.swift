@@ -324,12 +324,12 @@ public final class LinkServer: @unchecked Sendable {
         if s.throttledSinceMs == nil || now - s.lastThrottledMs > 1_000 {
             s.throttledSinceMs = now
             counters.rateLimited += 1
-            pending.append(.warning("link \(s.id) from \(s.remote) rate-limited: more than \(settings.maxFramesPerSecond) records/s (max_frames_per_s)"))
+            pending.append(.warning("link \(s.id) from \(s.remote) rate-limited: more than \(settings.maxFramesPerSecond) records/s (max_frames_per_second)"))
         }
         s.lastThrottledMs = now
         if let since = s.throttledSinceMs, now - since >= settings.rateLimitDisconnectMs {
             counters.rateLimitDisconnects += 1
-            let why = "\(s.remote) sent more than \(settings.maxFramesPerSecond) records/s for \(Double(settings.rateLimitDisconnectMs) / 1000) s (max_frames_per_s); disconnected"
+            let why = "\(s.remote) sent more than \(settings.maxFramesPerSecond) records/s for \(Double(settings.rateLimitDisconnectMs) / 1000) s (max_frames_per_second); disconnected"
             pending.append(.warning("link \(s.id): \(why)"))
             closeSession(s, reason: why, goodbye: true)
         }

@@ -37,7 +37,7 @@ public struct WiFiDirectSettings: Sendable, Equatable {
         "plugin", "interface", "manage_supplicant", "supplicant_path", "ctrl_interface", "runtime_dir", "device_name",
         "frequency", "wps_method", "wps_pin", "group_address", "dhcp", "dnsmasq_path", "ip_path", "port",
         "service_name", "max_sessions", "cost", "read_timeout_s", "queue_frames", "queue_mb", "group_start_timeout_s",
-        "max_frames_per_s", "rate_limit_disconnect_s",
+        "max_frames_per_second", "rate_limit_disconnect_s",
     ]
 
     public init(config: ConfigSection, instanceName: String = "wifi-direct") throws {
@@ -85,7 +85,7 @@ public struct WiFiDirectSettings: Sendable, Equatable {
         queueFrames = try config.int("queue_frames", default: 1000, range: 1...1_000_000)
         queueBytes = try config.int("queue_mb", default: 16, range: 1...1024) << 20
         groupStartTimeoutMs = Int64(try config.double("group_start_timeout_s", default: 30, range: 1...600) * 1000)
-        maxFramesPerSecond = try config.int("max_frames_per_s", default: 2000, range: 0...1_000_000)
+        maxFramesPerSecond = try config.int("max_frames_per_second", default: 2000, range: 0...1_000_000)
         rateLimitDisconnectMs = Int64(try config.double("rate_limit_disconnect_s", default: 5, range: 0.1...3600) * 1000)
     }
 

@@ -94,7 +94,7 @@ final class LinkServerTests: XCTestCase {
         }
     }
 
-    /// A burst over `max_frames_per_s` is held back and delivered in order at the limit, not
+    /// A burst over `max_frames_per_second` is held back and delivered in order at the limit, not
     /// dropped; the phone is not disconnected when it stops in time.
     func testABurstOverTheFrameRateIsDeliveredLateButComplete() throws {
         let (server, r) = try started { $0.maxFramesPerSecond = 100; $0.rateLimitDisconnectMs = 5_000 }
@@ -134,13 +134,13 @@ final class LinkServerTests: XCTestCase {
         let elapsed = Date().timeIntervalSince(t0)
         XCTAssertEqual(flooding.wait(timeout: .now() + 10), .success, "the phone's sends fail once the hub has closed")
         let reason = r.downs[0].1
-        XCTAssertTrue(reason.contains("more than 100 records/s for 1.5 s (max_frames_per_s); disconnected"), reason)
+        XCTAssertTrue(reason.contains("more than 100 records/s for 1.5 s (max_frames_per_second); disconnected"), reason)
         XCTAssertGreaterThanOrEqual(elapsed, 1.5, "held back for rate_limit_disconnect_s before the disconnect")
         // Delivered no faster than the limit: the bucket (100) plus 100/s, however fast it sent.
         let delivered = r.frames.count
         XCTAssertLessThanOrEqual(Double(delivered), 100 + 100 * elapsed + 5, "\(delivered) records in \(elapsed) s")
         XCTAssertGreaterThanOrEqual(delivered, 100)
-        XCTAssertTrue(r.logs.contains { $0.hasPrefix("warning: ") && $0.contains("max_frames_per_s); disconnected") }, "\(r.logs)")
+        XCTAssertTrue(r.logs.contains { $0.hasPrefix("warning: ") && $0.contains("max_frames_per_second); disconnected") }, "\(r.logs)")
         XCTAssertEqual(server.snapshot.counters.rateLimitDisconnects, 1)
         XCTAssertEqual(server.snapshot.links, 0)
         client.close()

@@ -22,7 +22,7 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(s.netmask, "255.255.255.0")
         XCTAssertEqual(s.maxFramesPerSecond, 2000)
         XCTAssertEqual(s.rateLimitDisconnectMs, 5_000)
-        XCTAssertEqual(try TestConfig.settings(["max_frames_per_s": .int(0)]).maxFramesPerSecond, 0, "0 turns the limit off")
+        XCTAssertEqual(try TestConfig.settings(["max_frames_per_second": .int(0)]).maxFramesPerSecond, 0, "0 turns the limit off")
 
         func error(_ values: [String: ConfigValue]) -> String {
             do { _ = try TestConfig.settings(values); return "no error" } catch { return "\(error)" }
