@@ -234,7 +234,14 @@ public final class RelayEngine: @unchecked Sendable {
 
     // MARK: Registration
 
-    private var registeredCount: Int { userSessions.count + attachments.count }
+    /// Whether one more distinct user may register. A phone attached through its hub is in
+    /// both maps, so the cheap sum is only an upper bound; the exact count is taken only near
+    /// the limit.
+    private var hasRoomForAnotherUser: Bool {
+        if userSessions.count + attachments.count < limits.maxRegistrations { return true }
+        let attachedOnly = attachments.keys.reduce(0) { $0 + (userSessions[$1] == nil ? 1 : 0) }
+        return userSessions.count + attachedOnly < limits.maxRegistrations
+    }
 
     private func handleRegister(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
         guard let request = try? RegisterRequest(parsing: message) else {
@@ -271,7 +278,7 @@ public final class RelayEngine: @unchecked Sendable {
             let ip = session.address.ip
             guard registrationBuckets.take(ip, nowMs: t) == nil else { return .tooManyRegistrations }
             guard session.users.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
-            guard registeredCount < limits.maxRegistrations || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
+            guard hasRoomForAnotherUser || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
         }
         // Remember the nonce for the whole window on both sides of the timestamp.
         let expiry = reg.timestampMs + limits.registrationWindowMs + 1

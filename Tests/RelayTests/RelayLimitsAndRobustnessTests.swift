@@ -58,6 +58,22 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         XCTAssertEqual(more.map(\.status), [.tooManyRegistrations])
     }
 
+    func testRegistrationLimitCountsAPhoneAttachedThroughItsHubOnce() throws {
+        var limits = RelayLimits()
+        limits.maxRegistrations = 3
+        relay = try RelayHarness(limits: limits)
+        let hub = relay.client()
+        try hub.connect()
+        // The hub owns its session; the phone registered on it is attached to the hub.
+        let hubAndPhone = try [relay.registration(Identity.generate()), relay.registration(Identity.generate())]
+        XCTAssertEqual(try hub.registerAndWait(hubAndPhone).map(\.status), [.accepted, .accepted])
+        let other = relay.client()
+        try other.connect()
+        // Two distinct users so far: a third fits, a fourth does not.
+        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.accepted])
+        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.tooManyRegistrations])
+    }
+
     func testMalformedAndOversizedDatagramsAreCountedAndDropped() throws {
         relay = try RelayHarness()
         let alice = Identity.generate(), bob = Identity.generate()
