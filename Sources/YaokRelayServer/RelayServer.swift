@@ -152,6 +152,7 @@ public final class RelayServer: @unchecked Sendable {
             for (name, help, value) in [("websocket_accepted_total", "TCP connections accepted by the WebSocket/TLS listener.", c.accepted),
                                         ("websocket_upgraded_total", "Connections upgraded to WebSocket.", c.upgraded),
                                         ("websocket_refused_total", "Connections closed at accept (too many).", c.refusedFull),
+                                        ("websocket_rate_refused_total", "Connections closed at accept (too many from one address this minute).", c.refusedRate),
                                         ("websocket_failed_total", "TLS, HTTP or WebSocket failures, upgrade timeouts, bad frames.", c.failed),
                                         ("websocket_not_websocket_total", "HTTP requests that were not a relay WebSocket upgrade.", c.notWebSocket),
                                         ("websocket_dropped_unwritable_total", "Packets dropped because the connection's peer was not reading.", c.droppedUnwritable)] {

@@ -23,6 +23,9 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         public var path = RelayWebSocketURL.defaultPath
         /// Connections at once; more are closed at accept.
         public var maxConnections = 10_000
+        /// New connections accepted per minute from one IP address (each costs the relay a
+        /// TLS handshake); more are closed at accept. Fixed one-minute windows.
+        public var connectionsPerMinutePerIP = 120
         /// A connection must finish TLS and the upgrade within this time.
         public var upgradeTimeout: TimeAmount = .seconds(10)
         /// A connection that sends nothing this long is closed (clients PING every 60 s).
@@ -42,6 +45,8 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         public var upgraded: UInt64 = 0
         /// Closed at accept: too many connections.
         public var refusedFull: UInt64 = 0
+        /// Closed at accept: the address opened too many connections this minute.
+        public var refusedRate: UInt64 = 0
         /// TLS handshake failures (wrong version, not TLS at all), HTTP/WebSocket protocol errors,
         /// upgrade timeouts, and non-binary or oversized frames.
         public var failed: UInt64 = 0
@@ -67,6 +72,10 @@ public final class RelayWebSocketListener: @unchecked Sendable {
     private var open = 0
     private var nextID: UInt64 = 1
     private var counters = Counters()
+    /// Connections accepted per IP address in the current minute; bounded (cleared when full).
+    private var acceptsThisMinute: [String: Int] = [:]
+    private var minuteStartedAt = DispatchTime.now()
+    private static let maxTrackedAddresses = 65_536
 
     /// Loads the certificate and key (the key file must be 0600) and builds the TLS 1.3 context.
     public init(configuration: Configuration, group: EventLoopGroup, onPacket: @escaping PacketHandler, onClose: @escaping CloseHandler) throws {
@@ -132,6 +141,7 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         let admitted: Bool = lock.withLock {
             counters.accepted += 1
             guard open < configuration.maxConnections else { counters.refusedFull += 1; return false }
+            guard admitRate(channel.remoteAddress) else { counters.refusedRate += 1; return false }
             open += 1
             return true
         }
@@ -176,6 +186,21 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         } catch {
             return channel.eventLoop.makeFailedFuture(error)
         }
+    }
+
+    /// Counts a connection from its address in this minute's window; false when over the limit.
+    /// Called with the lock held.
+    private func admitRate(_ remote: SocketAddress?) -> Bool {
+        let now = DispatchTime.now()
+        if now.uptimeNanoseconds - minuteStartedAt.uptimeNanoseconds >= 60_000_000_000 || acceptsThisMinute.count >= Self.maxTrackedAddresses {
+            acceptsThisMinute.removeAll(keepingCapacity: true)
+            minuteStartedAt = now
+        }
+        let key = remote?.ipAddress ?? "?"
+        let n = acceptsThisMinute[key, default: 0]
+        guard n < configuration.connectionsPerMinutePerIP else { return false }
+        acceptsThisMinute[key] = n + 1
+        return true
     }
 
     fileprivate func frameReceived(id: UInt64, remote: SocketAddress, bytes: [UInt8]) { onPacket(id, remote, bytes) }

@@ -61,6 +61,9 @@ extension YaokRelay {
         @Option(name: .customLong("max-wss-connections"), help: "WebSocket/TLS connections at once.")
         var maxWSSConnections = 10_000
 
+        @Option(name: .customLong("wss-connections-per-minute-per-ip"), help: "New WebSocket/TLS connections accepted per minute from one IP address (each costs a TLS handshake).")
+        var wssConnectionsPerMinutePerIP = 120
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error.")
         var logLevel = "info"
 
@@ -82,6 +85,7 @@ extension YaokRelay {
                 var ws = RelayWebSocketListener.Configuration(host: wh, port: wp, certificatePath: tlsCert, privateKeyPath: tlsKey)
                 ws.path = wssPath
                 ws.maxConnections = max(1, maxWSSConnections)
+                ws.connectionsPerMinutePerIP = max(1, wssConnectionsPerMinutePerIP)
                 cfg.webSocket = ws
                 pin = try SPKIPin.sha256(certificateFile: tlsCert)
             } else if tlsCert != nil || tlsKey != nil {

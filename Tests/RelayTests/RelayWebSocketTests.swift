@@ -230,6 +230,20 @@ final class RelayWebSocketTests: XCTestCase {
         try connect(refused)
     }
 
+    /// Each connection costs a TLS handshake: one address may open only so many a minute.
+    func testConnectionsPerMinuteFromOneAddressAreLimited() throws {
+        relay.tearDown()
+        var config = tls.listener()
+        config.connectionsPerMinutePerIP = 2
+        relay = try RelayHarness(webSocket: config)
+        for _ in 0..<2 { try connect(wssClient()) }
+        let refused = wssClient()
+        XCTAssertThrowsError(try refused.connect(timeout: 2))
+        XCTAssertEqual(relay.server.webSocketCounters?.refusedRate, 1)
+        XCTAssertEqual(relay.server.webSocketCounters?.upgraded, 2)
+        XCTAssertTrue(relay.server.metricsText().contains("yaok_relay_websocket_rate_refused_total 1"))
+    }
+
     func testClosingTheConnectionForgetsItsSession() throws {
         let c = wssClient()
         try connect(c)
