@@ -29,26 +29,20 @@ public struct RelayMetrics: Sendable, Equatable {
 
     public init() {}
 
-    /// Prometheus text exposition format (version 0.0.4).
-    public func prometheusText() -> String {
-        var lines: [String] = []
-        func counter(_ name: String, _ help: String, _ value: UInt64) {
-            lines.append("# HELP yaok_relay_\(name) \(help)")
-            lines.append("# TYPE yaok_relay_\(name) counter")
-            lines.append("yaok_relay_\(name) \(value)")
+    /// Every counter and gauge as a sample for the exporter (``RelayPrometheusExporter``).
+    public var samples: [RelayMetricSample] {
+        var out: [RelayMetricSample] = []
+        func counter(_ name: String, _ help: String, _ value: UInt64, _ labels: [(String, String)] = []) {
+            out.append(RelayMetricSample(name: name, help: help, kind: .counter, labels: labels, value: Int64(clamping: value)))
         }
         func gauge(_ name: String, _ help: String, _ value: Int) {
-            lines.append("# HELP yaok_relay_\(name) \(help)")
-            lines.append("# TYPE yaok_relay_\(name) gauge")
-            lines.append("yaok_relay_\(name) \(value)")
+            out.append(RelayMetricSample(name: name, help: help, kind: .gauge, value: Int64(value)))
         }
         counter("datagrams_in_total", "Datagrams received.", datagramsIn)
         counter("datagrams_out_total", "Datagrams sent.", datagramsOut)
-        lines.append("# HELP yaok_relay_dropped_total Datagrams dropped, by reason.")
-        lines.append("# TYPE yaok_relay_dropped_total counter")
         for (reason, v) in [("malformed", droppedMalformed), ("oversized", droppedOversized), ("rate_limited", droppedRateLimited),
                             ("unauthenticated", droppedUnauthenticated), ("replayed", droppedReplayed), ("overload", droppedOverload)] {
-            lines.append("yaok_relay_dropped_total{reason=\"\(reason)\"} \(v)")
+            counter("dropped_total", "Datagrams dropped, by reason.", v, [("reason", reason)])
         }
         counter("handshakes_total", "Completed handshakes (HELLO_REPLY sent).", handshakes)
         counter("resets_total", "RESETs sent for unknown sessions.", resetsSent)
@@ -57,10 +51,8 @@ public struct RelayMetrics: Sendable, Equatable {
         counter("sends_queued_total", "Bundles queued for an offline recipient.", sendsQueued)
         counter("sends_pushed_total", "Bundles queued and pushed to an online recipient at once.", sendsPushed)
         counter("sends_duplicate_total", "SENDs of a message already held.", sendsDuplicate)
-        lines.append("# HELP yaok_relay_sends_refused_total SENDs refused, by reason.")
-        lines.append("# TYPE yaok_relay_sends_refused_total counter")
         for (reason, v) in sendsRefused.sorted(by: { $0.key < $1.key }) {
-            lines.append("yaok_relay_sends_refused_total{reason=\"\(reason)\"} \(v)")
+            counter("sends_refused_total", "SENDs refused, by reason.", v, [("reason", reason)])
         }
         counter("messages_sent_total", "MSGs sent to clients (push and poll).", messagesDelivered)
         counter("polls_total", "POLL rounds served.", polls)
@@ -70,6 +62,24 @@ public struct RelayMetrics: Sendable, Equatable {
         gauge("sessions", "Live sessions.", sessions)
         gauge("registered_users", "Users reachable (registered directly or attached to a hub).", registeredUsers)
         gauge("queued_messages", "Messages waiting in the queue.", queued)
-        return lines.joined(separator: "\n") + "\n"
+        return out
+    }
+}
+
+/// One exported value; `name` is given without the `yaok_relay_` prefix.
+public struct RelayMetricSample: Sendable {
+    public enum Kind: Sendable { case counter, gauge }
+    public var name: String
+    public var help: String
+    public var kind: Kind
+    public var labels: [(String, String)]
+    public var value: Int64
+
+    public init(name: String, help: String, kind: Kind, labels: [(String, String)] = [], value: Int64) {
+        self.name = name
+        self.help = help
+        self.kind = kind
+        self.labels = labels
+        self.value = value
     }
 }

@@ -45,6 +45,7 @@ public final class RelayServer: @unchecked Sendable {
     private let queue = DispatchQueue(label: "yaok.relay.engine")
     private let group: MultiThreadedEventLoopGroup
     private let lock = NSLock()
+    private let exporter = RelayPrometheusExporter()
     private var channel: Channel?
     private var metricsChannel: Channel?
     private var webSocket: RelayWebSocketListener?
@@ -146,7 +147,7 @@ public final class RelayServer: @unchecked Sendable {
 
     /// Prometheus text of the current metrics.
     public func metricsText() -> String {
-        var text = queue.sync { engine.metricsSnapshot().prometheusText() }
+        var samples = queue.sync { engine.metricsSnapshot().samples }
         if let c = webSocketCounters {
             let open = lock.withLock { webSocket?.openConnections ?? 0 }
             for (name, help, value) in [("websocket_accepted_total", "TCP connections accepted by the WebSocket/TLS listener.", c.accepted),
@@ -156,11 +157,11 @@ public final class RelayServer: @unchecked Sendable {
                                         ("websocket_failed_total", "TLS, HTTP or WebSocket failures, upgrade timeouts, bad frames.", c.failed),
                                         ("websocket_not_websocket_total", "HTTP requests that were not a relay WebSocket upgrade.", c.notWebSocket),
                                         ("websocket_dropped_unwritable_total", "Packets dropped because the connection's peer was not reading.", c.droppedUnwritable)] {
-                text += "# HELP yaok_relay_\(name) \(help)\n# TYPE yaok_relay_\(name) counter\nyaok_relay_\(name) \(value)\n"
+                samples.append(RelayMetricSample(name: name, help: help, kind: .counter, value: Int64(clamping: value)))
             }
-            text += "# HELP yaok_relay_websocket_connections Open WebSocket/TLS connections.\n# TYPE yaok_relay_websocket_connections gauge\nyaok_relay_websocket_connections \(open)\n"
+            samples.append(RelayMetricSample(name: "websocket_connections", help: "Open WebSocket/TLS connections.", kind: .gauge, value: Int64(open)))
         }
-        return text
+        return exporter.render(samples)
     }
 
     /// Metrics snapshot (tests).

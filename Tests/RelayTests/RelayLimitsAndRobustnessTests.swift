@@ -174,5 +174,14 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         XCTAssertTrue(text.contains("yaok_relay_handshakes_total 1"), text)
         XCTAssertTrue(text.contains("yaok_relay_registered_users 1"), text)
         XCTAssertTrue(text.contains("# TYPE yaok_relay_sessions gauge"), text)
+        XCTAssertTrue(text.contains("# HELP yaok_relay_dropped_total Datagrams dropped, by reason."), text)
+        XCTAssertTrue(text.contains("yaok_relay_dropped_total{reason=\"malformed\"} 0"), text)
+        // Counters advance between scrapes (the registry is brought up to the engine's values).
+        RawUDP().send([0x59, 0x41, 0x4f, 0x4b, 0xff], port: relay.port)
+        _ = try relay.registeredClient(Identity.generate())
+        XCTAssertTrue(eventually { self.relay.server.metricsText().contains("yaok_relay_dropped_total{reason=\"malformed\"} 1") }, relay.server.metricsText())
+        let again = relay.server.metricsText()
+        XCTAssertTrue(again.contains("yaok_relay_handshakes_total 2"), again)
+        XCTAssertTrue(again.contains("yaok_relay_registered_users 2"), again)
     }
 }
