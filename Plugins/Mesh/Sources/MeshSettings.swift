@@ -3,7 +3,8 @@ import YaokPluginKit
 /// The mesh transport's config section, validated. Keys and defaults are
 /// documented in Plugins/Mesh/README.md.
 public struct MeshSettings: Sendable, Equatable {
-    /// Interfaces that send and hear beacons; empty means every up, non-loopback IPv4 interface.
+    /// Interfaces that send and hear beacons; empty means every up, multicast-capable, non-loopback
+    /// interface with an IPv4 address or (with ``ipv6``) a link-local IPv6 address.
     public var interfaces: [String]
     /// Where the TCP listener binds.
     public var listen: MeshAddress

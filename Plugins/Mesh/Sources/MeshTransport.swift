@@ -73,7 +73,7 @@ public final class MeshTransport: Transport, @unchecked Sendable {
         case .failed: reason = startError ?? "failed"
         case .stopped: reason = "stopped"
         default:
-            reason = "listening on TCP \(snap.listen); \(snap.neighbours.count) neighbour(s)"
+            reason = "listening on TCP \(snap.listen)\(snap.listen6.map { " and \($0)" } ?? ""); \(snap.neighbours.count) neighbour(s)"
             if settings.discovery {
                 if let problem = snap.beaconProblem {
                     state = .degraded

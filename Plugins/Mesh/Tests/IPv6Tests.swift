@@ -140,3 +140,64 @@ final class IPv6Tests: XCTestCase {
         XCTAssertNoThrow(try RawPeer(port: port))
     }
 }
+
+/// Beacons heard over IPv4 and IPv6 from one hub: the dial address does not flip with the
+/// arrival order, and moves only when the current address went quiet. Beacons are sent by
+/// unicast to the beacon port (the engine's beacon sockets take any datagram on it).
+final class DualStackBeaconTests: XCTestCase {
+    let hub = FakeIdentity(seed: 21)
+    let neighbour = FakeIdentity(seed: 22)
+
+    func beacon(timestampMs: Int64) throws -> [UInt8] {
+        try Beacon(signingKey: neighbour.signingKey, kxKey: neighbour.kxKey, tcpPort: 4321, timestampMs: timestampMs)
+            .encoded(sign: neighbour.sign)
+    }
+
+    /// Sends `bytes` from a fresh socket of `host`'s family to `host:port`.
+    func send(_ bytes: [UInt8], to host: String, port: UInt16) {
+        let to = MeshAddress(host: host, port: port)
+        let fd = socket(to.family, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        let n = to.withSockaddr { sa, len in bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, len) } }
+        XCTAssertEqual(n, bytes.count, "sendto \(to)")
+    }
+
+    func engine(intervalS: Double, _ recorder: EventRecorder) throws -> (MeshEngine, UInt16) {
+        let port = MeshTestSupport.freePort()
+        let settings = try MeshTestSupport.settings([
+            "listen": .string("127.0.0.1:0"), "interfaces": .list([.string("lo")]), "beacon_port": .int(Int(port)),
+            "beacon_interval_s": .double(intervalS), "keepalive_s": .double(intervalS * 2), "idle_timeout_s": .double(intervalS * 5),
+        ])
+        let e = MeshTestSupport.engine(hub, settings, recorder)
+        try e.start()
+        addTeardownBlock { e.stop() }
+        return (e, port)
+    }
+
+    func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
+
+    func testAHubHeardBothWaysKeepsItsAddressWhileItIsHeard() throws {
+        let r = EventRecorder()
+        let (e, port) = try engine(intervalS: 600, r)
+        let t = now()
+        send(try beacon(timestampMs: t), to: "127.0.0.1", port: port)
+        r.wait("the hub heard over IPv4") { $0.logs.contains { $0.contains("heard hub") && $0.contains("127.0.0.1:4321") } }
+        // The same round's copy over IPv6, then a newer round that arrives over IPv6 first.
+        send(try beacon(timestampMs: t), to: "::1", port: port)
+        send(try beacon(timestampMs: t + 1), to: "::1", port: port)
+        r.wait("three beacons counted") { _ in e.snapshot.counters.beaconsReceived == 3 }
+        XCTAssertFalse(r.snapshot.logs.contains { $0.contains("now beacons from") }, "\(r.snapshot.logs)")
+        XCTAssertEqual(e.snapshot.counters.beaconsBad, 0)
+    }
+
+    func testAHubMovesToItsOtherAddressWhenTheCurrentOneGoesQuiet() throws {
+        let r = EventRecorder()
+        let (_, port) = try engine(intervalS: 0.1, r)
+        send(try beacon(timestampMs: now()), to: "127.0.0.1", port: port)
+        r.wait("the hub heard over IPv4") { $0.logs.contains { $0.contains("heard hub") && $0.contains("127.0.0.1:4321") } }
+        // Two beacon intervals (0.2 s) without a beacon from 127.0.0.1: the next one, over IPv6, moves it.
+        Thread.sleep(forTimeInterval: 0.4)
+        send(try beacon(timestampMs: now()), to: "::1", port: port)
+        r.wait("the hub moved to [::1]") { $0.logs.contains { $0.contains("now beacons from [::1]:4321") } }
+    }
+}
