@@ -122,13 +122,24 @@ final class BLEHubCarrier: @unchecked Sendable {
     private func serve(_ c: BLEHubClient) throws {
         let wakeFD = lock.withLock { wakePipe[0] }
         var quietSince = Date()
+        // When each frame finished sending on this connection. At a small ATT MTU a 10 KB
+        // frame takes hundreds of write round trips, longer than the session's retransmit
+        // interval: a copy queued while the first was still going out is dropped unless a
+        // whole interval has passed since the first copy was written.
+        var sentAt: [[UInt8]: Date] = [:]
+        let resendAfter = Double(HubSession.retransmitMs) / 1000
         while true {
             let (frames, live): ([[UInt8]], Bool) = lock.withLock {
                 defer { outgoing.removeAll() }
                 return (outgoing, running)
             }
             guard live else { return }
-            for frame in frames { try c.send(frame) }
+            let now = Date()
+            sentAt = sentAt.filter { now.timeIntervalSince($0.value) < resendAfter }
+            for frame in frames where sentAt[frame] == nil {
+                try c.send(frame)
+                sentAt[frame] = Date()
+            }
             if !frames.isEmpty { quietSince = Date() }
             if let frame = try c.receive(timeoutMs: 1000, wake: wakeFD) {
                 quietSince = Date()

@@ -231,7 +231,7 @@ no_phone_links() { for k in 2 3 4 5 6; do hcitool -i hci$k con | grep -q handle 
 wait_for 30 "the phones' links to go" no_phone_links
 wait_for 30 "hub A without links" links_zero hubA
 
-step "(d) frank (MTU 23) killed while uploading three 10 KB messages, then reconnects"
+step "(d) frank (MTU 23) killed while uploading three 10 KB messages, then reconnects (MTU 517)"
 yk $W/d-frank1.json frank listen --hub "$HUB_A?mtu=23" --timeout 150 &
 FRANK=$!
 wait_for 60 "frank connected" has_event $W/d-frank1.json connected
@@ -240,14 +240,14 @@ pkill -KILL -P $FRANK -x yaok; wait $FRANK 2>/dev/null
 BEFORE=$(count_events $W/d-frank1.json handed_over)
 echo "handed over before the kill: $BEFORE of 3"
 check "killed before all three were handed over" [ "$BEFORE" -lt 3 ]
-yk $W/d-frank2.json frank listen --hub "$HUB_A?mtu=23" --timeout 150 &
+yk $W/d-frank2.json frank listen --hub "$HUB_A" --timeout 150 &   # MTU 517 (or 23 if the LE link is reused)
 FRANK=$!
 all_handed() { [ $(( $(count_events $W/d-frank1.json handed_over) + $(count_events $W/d-frank2.json handed_over) )) -ge 3 ]; }
 check "after reconnecting, hub A took all three" wait_for 120 "three handed_over" all_handed
 pkill -TERM -P $FRANK -x yaok; wait $FRANK 2>/dev/null
 grep -E 'new link handshake|mid-frame|partial frame' $W/hubA/hub.log | tail -3
 
-step "(d) grace (MTU 23) killed while receiving them, then reconnects"
+step "(d) grace (MTU 23) killed while receiving them, then reconnects (MTU 517)"
 held_at_b() { [ "$(status hubB | jq -r '.router.queue.queued // 0')" -ge 3 ]; }
 wait_for 30 "hub B to hold frank's three messages" held_at_b || status hubB | jq -c '.router.queue'
 yk $W/d-grace1.json grace listen --hub "$HUB_B?mtu=23" --timeout 150 &
@@ -258,7 +258,7 @@ wait_for 60 "grace connected" has_event $W/d-grace1.json connected
 pkill -KILL -P $GRACE -x yaok; wait $GRACE 2>/dev/null
 BEFORE=$(count_events $W/d-grace1.json message)
 echo "messages received before the kill: $BEFORE of 3"
-yk $W/d-grace2.json grace listen --hub "$HUB_B?mtu=23" --timeout 150 &
+yk $W/d-grace2.json grace listen --hub "$HUB_B" --timeout 150 &
 GRACE=$!
 got_all() { [ "$(json $W/d-grace1.json $W/d-grace2.json | jq -r 'select(.event=="message") | .id' | sort -u | wc -l)" -ge 3 ]; }
 check "after reconnecting, grace has all three" wait_for 120 "three messages" got_all
