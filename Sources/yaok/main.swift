@@ -111,7 +111,7 @@ struct Contacts: ParsableCommand {
 
 /// Where to attach: a hub, or the relay directly.
 struct AttachOptions: ParsableArguments {
-    @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport), tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814) or ble://hciN/AA:BB:CC:DD:EE:FF (Bluetooth LE from adapter hciN to the hub's address; add ?type=random for a static random address, &mtu=N to ask for another ATT MTU).") var hub: String?
+    @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport), tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814) or ble://hciN/AA:BB:CC:DD:EE:FF (Bluetooth LE from adapter hciN to the hub's address; add ?type=random for a static random address, &mtu=N to ask for another ATT MTU), or p2p://IFACE[?ctrl=DIR][&pin=PIN][&name=INSTANCE][&timeout=S] (Wi-Fi Direct through this machine's wpa_supplicant on IFACE, control directory DIR, default /run/wpa_supplicant: find a hub by its _yaok._tcp service, join its group with push-button or the 8-digit PIN, take a DHCP lease, then TCP to the group owner; progress on stderr).") var hub: String?
     @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT (UDP) or wss://HOST:PORT[/PATH] (WebSocket over TLS 1.3, with --relay-tls-pin).") var relay: String?
     @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`).")
     var relayTLSPin: String?
@@ -162,7 +162,7 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
 /// Runs a hub session until `done` says stop or `timeout` passes.
 func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil, timeout: Double, json: Bool,
                     done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
-    let address = try HubSession.parseHubAddress(hub)
+    let address = try P2PHubJoin.hubAddress(hub) { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
     let finished = DispatchSemaphore(value: 0)
     let session = HubSession(endpoint: endpoint, address: address) { event in
         report(event, json: json)

@@ -131,10 +131,11 @@ cat "$W/hub-stop" 2>/dev/null
 for i in $(ls /sys/class/net | grep '^p2p-wlan0-'); do iw dev "$i" del 2>/dev/null; done
 
 # --- Phase 2: the real daemon. yaok-hub dlopens the wifidirect and udp plugins (config
-# through the C ABI, real Ed25519 identity); the phone rejoins and a `yaok` endpoint on it
-# sends to a `yaok` endpoint on the hub's machine. The phone's `yaok` speaks UDP across the
-# group (its CLI has no TCP client yet), so this phase proves the daemon, the plugin's
-# group, address and DHCP service, and real messages over the Wi-Fi Direct link.
+# through the C ABI, real Ed25519 identity); `yaok` on the phone attaches with
+# --hub p2p://wlan1?ctrl=/run/wpa-phone&pin=…: through the phone's wpa_supplicant it finds the
+# hub by its _yaok._tcp service (port from the TXT record), leaves any other group, joins the
+# daemon's group with the PIN, takes a DHCP lease (busybox udhcpc) and links over TCP to the
+# group owner; it reaches a `yaok` endpoint on the hub's machine (UDP).
 step "real yaok-hub loads the wifidirect plugin and forms the group"
 H=$W/daemon
 mkdir -p "$H/plugins"
@@ -165,30 +166,32 @@ daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
 wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
 wifi_status | jq -M -c '{state, reason, group: .details.group_interface, ssid: .details.group_ssid}'
 
-step "phone leaves the old group and joins the daemon's with the PIN"
-for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
-$C1 p2p_find >/dev/null
-wait_for 60 "the daemon's hub in the phone's peer list" found || fail "phone never saw the daemon"
-$C1 p2p_stop_find >/dev/null
-$C1 p2p_connect "$HUB_DEV" 12345670 join >/dev/null || fail "p2p_connect join refused (daemon)"
-wait_for 60 "the phone in the daemon's group" joined || fail "phone did not join the daemon's group"
-G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
-rm -f "$W/phone-lease"
-ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease from the daemon"
-echo "phone address: $(cat "$W/phone-lease") on $G1"
-wifi_status | jq -M -c '{stations: .details.stations, dhcp: .details.dhcp}'
-
-step "yaok on the phone (TCP link over the group, endpoint handshake) -> yaok on the hub's machine"
+step "yaok on the phone: --hub p2p://wlan1 (service discovery, join with the PIN, DHCP, TCP) -> yaok on the hub's machine"
 Y=$BIN/yaok
+P2P_HUB="p2p://wlan1?ctrl=/run/wpa-phone&pin=12345670"
 "$Y" init --home "$H/alice" --name Alice >/dev/null && "$Y" init --home "$H/bob" --name Bob >/dev/null || fail "yaok init"
 "$Y" contacts add --home "$H/alice" "$("$Y" qr --home "$H/bob")" >/dev/null
 "$Y" contacts add --home "$H/bob" "$("$Y" qr --home "$H/alice")" >/dev/null
-ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub tcp://192.168.49.1:7814 --json --timeout 30 > "$W/daemon-send.json" \
-  || { cat "$W/daemon-send.json"; fail "yaok send from the phone"; }
+# The phone is still a client of phase 1's group, or was until the plugin stopped: yaok leaves
+# any group that is not the hub's before joining.
+ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub "$P2P_HUB" --json --timeout 30 \
+  > "$W/daemon-send.json" 2> "$W/phone-p2p-send.err" || { cat "$W/daemon-send.json" "$W/phone-p2p-send.err"; fail "yaok send from the phone"; }
+cat "$W/phone-p2p-send.err"
+grep -q "p2p: joining with PIN" "$W/phone-p2p-send.err" || fail "yaok did not join the daemon's group itself"
+grep -q "hub at 192.168.49.1:7814" "$W/phone-p2p-send.err" || fail "yaok did not find the group owner at 192.168.49.1:7814"
+wifi_status | jq -M -c '{stations: .details.stations, dhcp: .details.dhcp}'
 "$Y" listen --home "$H/bob" --hub udp://127.0.0.1:7811 --count 1 --json --timeout 60 > "$W/daemon-listen.json" || true
 text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-listen.json")
 [ "$text" = "hello over wi-fi direct" ] || { cat "$W/daemon-send.json" "$W/daemon-listen.json"; fail "bob did not get alice's message"; }
 echo "bob got: $text"
+
+step "yaok on the phone again: already in the hub's group (no new join), gets bob's delivery receipt"
+ip netns exec phone "$Y" listen --home "$H/alice" --hub "$P2P_HUB" --json --timeout 12 \
+  > "$W/daemon-receipt.json" 2> "$W/phone-p2p-again.err" || { cat "$W/phone-p2p-again.err"; fail "yaok listen (already joined)"; }
+cat "$W/phone-p2p-again.err"
+grep -q "p2p: already a client of" "$W/phone-p2p-again.err" || fail "yaok joined again instead of using the group it is in"
+jq -e -s 'any(.[]; .event == "delivered")' "$W/daemon-receipt.json" >/dev/null || { cat "$W/daemon-receipt.json"; fail "no delivery receipt for alice"; }
+echo "alice got bob's delivery receipt over the same group"
 
 step "group removed while the phone is away; bob's message for alice waits at the hub"
 SSID_A=$(wifi_status | jq -r .details.group_ssid)
@@ -202,17 +205,11 @@ wifi_status | jq -M -c '{state, removals: .details.group_removals, formed: .deta
 "$Y" send Alice "queued while you were away" --home "$H/bob" --hub udp://127.0.0.1:7811 --json --timeout 30 > "$W/daemon-queued-send.json" \
   || { cat "$W/daemon-queued-send.json"; fail "bob's send to the away phone"; }
 
-step "phone rejoins the re-formed group and gets the queued message over TCP"
-$C1 p2p_flush >/dev/null
-$C1 p2p_find >/dev/null
-wait_for 60 "the re-formed group's owner in the phone's peer list" found || fail "phone never saw the re-formed group"
-$C1 p2p_stop_find >/dev/null
-$C1 p2p_connect "$HUB_DEV" 12345670 join >/dev/null || fail "p2p_connect join refused (re-formed group)"
-wait_for 60 "the phone back in the group" joined || fail "phone did not rejoin the re-formed group"
-G1=$(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-' | head -1)
-rm -f "$W/phone-lease"
-ip netns exec phone busybox udhcpc -i "$G1" -n -q -f -t 8 -T 2 -s "$W/udhcpc.sh" || fail "no DHCP lease after rejoining"
-ip netns exec phone "$Y" listen --home "$H/alice" --hub tcp://192.168.49.1:7814 --count 1 --json --timeout 60 > "$W/daemon-queued-listen.json" || true
+step "phone rejoins the re-formed group (yaok --hub p2p://) and gets the queued message over TCP"
+ip netns exec phone "$Y" listen --home "$H/alice" --hub "$P2P_HUB" --count 1 --json --timeout 60 \
+  > "$W/daemon-queued-listen.json" 2> "$W/phone-p2p-rejoin.err" || cat "$W/phone-p2p-rejoin.err"
+grep "^p2p:" "$W/phone-p2p-rejoin.err"
+grep -q "p2p: joining with PIN" "$W/phone-p2p-rejoin.err" || fail "yaok did not rejoin the re-formed group"
 text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-queued-listen.json")
 [ "$text" = "queued while you were away" ] || { cat "$W/daemon-queued-send.json" "$W/daemon-queued-listen.json"; fail "alice did not get the message queued while she was away"; }
 echo "alice got after rejoining: $text"
