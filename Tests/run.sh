@@ -55,7 +55,7 @@ run_suite() {
 }
 
 run_suite "fuzzing: every parser for 5 s" bash Tests/Fuzz/run.sh 5
-run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring)" bash Plugins/Mesh/Tests/netns/run.sh
+run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local)" bash Plugins/Mesh/Tests/netns/run.sh
 
 # Radio tests on a real kernel (Debian's, under QEMU). In CI they must run; elsewhere
 # they are skipped, with the reason, only when qemu or the kernel cannot be installed.
