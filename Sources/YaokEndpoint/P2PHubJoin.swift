@@ -227,15 +227,19 @@ public enum P2PHubJoin {
         guard let port = txt.ports[instance], port > 0 else { throw P2PHubError.noPort(instance: instance, peer: ptr.peer, seconds: 0) }
         let peerInfo = keyValues((try? c.request("P2P_PEER \(ptr.peer)", timeout: 2)) ?? "")
         let hubSSID = peerInfo["oper_ssid"]
+        // The GO's group interface address, when the find learnt it (the BSSID of its group).
+        let hubBSSID = peerInfo["interface_addr"].flatMap { $0 == "00:00:00:00:00:00" ? nil : $0.lowercased() }
         log("p2p: hub \(instance) at \(ptr.peer), port \(port)\(hubSSID.map { ", group \($0)" } ?? "")")
 
         // 2. The group: already in it, or leave other groups and join.
         var groupInterface: String, ssid: String, reused = false
-        if let hubSSID, let current = groups.first(where: { $0.associated && $0.ssid == hubSSID }) {
+        if let hubSSID, let current = groups.first(where: {
+            $0.associated && $0.ssid == hubSSID && (hubBSSID == nil || $0.bssid == hubBSSID)
+        }) {
             groupInterface = current.interface
             ssid = hubSSID
             reused = true
-            log("p2p: already a client of \(ssid) on \(groupInterface)")
+            log("p2p: already a client of \(ssid) (\(current.bssid ?? "?")) on \(groupInterface)")
         } else {
             // Another hub's group, or one whose owner has gone: leave it, as a phone would.
             for g in groups {
@@ -277,6 +281,8 @@ public enum P2PHubJoin {
     struct Group: Equatable {
         var interface: String
         var ssid: String
+        /// The group owner's interface address, lower case.
+        var bssid: String?
         /// Associated (`wpa_state=COMPLETED`); a group whose owner went away is not.
         var associated: Bool
     }
@@ -291,7 +297,8 @@ public enum P2PHubJoin {
             defer { s.close() }
             let status = keyValues((try? s.request("STATUS", timeout: 2)) ?? "")
             guard !status.isEmpty, status["mode"] != "P2P GO" else { return nil }
-            return Group(interface: name, ssid: status["ssid"] ?? "?", associated: status["wpa_state"] == "COMPLETED")
+            return Group(interface: name, ssid: status["ssid"] ?? "?", bssid: status["bssid"]?.lowercased(),
+                         associated: status["wpa_state"] == "COMPLETED")
         }
     }
 

@@ -192,6 +192,11 @@ cat "$W/phone-p2p-again.err"
 grep -q "p2p: already a client of" "$W/phone-p2p-again.err" || fail "yaok joined again instead of using the group it is in"
 jq -e -s 'any(.[]; .event == "delivered")' "$W/daemon-receipt.json" >/dev/null || { cat "$W/daemon-receipt.json"; fail "no delivery receipt for alice"; }
 echo "alice got bob's delivery receipt over the same group"
+# A hub name nobody advertises: the error says so, within the given timeout.
+ip netns exec phone "$Y" listen --home "$H/alice" --hub "p2p://wlan1?ctrl=/run/wpa-phone&name=no-such-hub&timeout=4" --timeout 5 \
+  > /dev/null 2> "$W/phone-p2p-nohub.err" && fail "yaok attached to a hub named no-such-hub"
+grep "Error" "$W/phone-p2p-nohub.err"
+grep -q "no Ya OK hub answered P2P service discovery (_yaok._tcp) within 4 s" "$W/phone-p2p-nohub.err" || fail "no specific error for a hub that does not answer"
 
 step "group removed while the phone is away; bob's message for alice waits at the hub"
 SSID_A=$(wifi_status | jq -r .details.group_ssid)
