@@ -7,12 +7,12 @@
 #   hci2..hci6 = phones (`yaok ... --hub ble://hciN/<hub address>`)
 #   hci7..hci10 = spare peripherals, only to work around a btvirt bug in (c)
 #
-# (a) alice (hub A) -> mesh -> bob (hub B) and back, delivery receipts both ways;
-#     connect -> first delivered message timed
-# (b) a 10 KB message, received at ATT MTU 23
-# (c) five phones at once on hub A, each passing a message round a ring
+# (a) alice (hub A) -> mesh -> bob (hub B) and back, delivery receipts both ways
+# (b) a 10 KB message, received at ATT MTU 23; connect -> delivery timed (BENCH line)
+# (c) five phones linked to hub A at once, each passing a message round a ring
 # (d) frank killed (SIGKILL) while uploading three 10 KB messages at MTU 23, then grace killed
-#     while receiving them; both reconnect at once (the same LE link) and nothing is lost.
+#     while receiving them; both reconnect at once (over the same LE link if it is still up,
+#     which the hub handles by restarting the link handshake) and nothing is lost.
 #
 # Identities, contacts and the queued messages of (c) and (d) are made on the host
 # (`ble-flows.sh --prepare`, run by ble-test.sh) so the slow guest only runs the sessions.
