@@ -2,6 +2,9 @@ import Foundation
 #if canImport(Glibc)
 import Glibc
 #endif
+// sys/socket.h's constants (SHUT_RDWR) come through the Bluetooth headers' module in this
+// target: without this import a release (whole-module) build cannot see them.
+import CBluetooth
 import YaokATT
 import YaokPluginKit
 
