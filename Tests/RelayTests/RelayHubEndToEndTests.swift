@@ -26,27 +26,7 @@ final class RelayHubEndToEndTests: XCTestCase {
 
     /// Runs a command to completion (bounded), returning status and combined output.
     private func run(_ exe: String, _ args: [String], timeout: TimeInterval = 60) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: exe)
-        p.arguments = args
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        let done = DispatchSemaphore(value: 0)
-        p.terminationHandler = { _ in done.signal() }
-        try p.run()
-        nonisolated(unsafe) var data = Data()
-        let readDone = DispatchSemaphore(value: 0)
-        DispatchQueue.global().async {
-            data = pipe.fileHandleForReading.readDataToEndOfFile()
-            readDone.signal()
-        }
-        if done.wait(timeout: .now() + timeout) == .timedOut {
-            p.terminate()
-            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
-        }
-        _ = readDone.wait(timeout: .now() + 10)
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        try runTool(exe, args, timeout: timeout)
     }
 
     private static func freeUDPPort() -> UInt16 {

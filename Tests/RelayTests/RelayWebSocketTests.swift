@@ -216,12 +216,7 @@ final class RelayWebSocketTests: XCTestCase {
         XCTAssertTrue(tcpSendAndWaitForClose(port: relay.wssPort, bytes: []), "a silent connection stays open")
         relay.tearDown()
         relay = try RelayHarness(webSocket: tls.listener(maxConnections: 1))
-        let holder = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var sa = sockaddr_in()
-        sa.sin_family = sa_family_t(AF_INET)
-        sa.sin_port = UInt16(relay.wssPort).bigEndian
-        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
-        XCTAssertEqual(withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(holder, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }, 0)
+        let holder = try XCTUnwrap(connectLoopbackTCP(port: relay.wssPort))
         XCTAssertTrue(eventually { self.relay.server.webSocketCounters?.accepted == 1 })
         let refused = wssClient()
         XCTAssertThrowsError(try refused.connect(timeout: 1))
@@ -288,17 +283,8 @@ final class RelayWebSocketTests: XCTestCase {
 
 /// Connects over TCP, sends `bytes`, and reports whether the server closed within 10 s.
 func tcpSendAndWaitForClose(port: Int, bytes: [UInt8]) -> Bool {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return false }
+    guard let fd = connectLoopbackTCP(port: port) else { return false }
     defer { close(fd) }
-    var tv = timeval(tv_sec: 10, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    var sa = sockaddr_in()
-    sa.sin_family = sa_family_t(AF_INET)
-    sa.sin_port = UInt16(port).bigEndian
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
-    let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-    guard rc == 0 else { return false }
     _ = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     var buf = [UInt8](repeating: 0, count: 4096)
     while true {
