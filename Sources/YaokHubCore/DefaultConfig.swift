@@ -97,6 +97,11 @@ transports:
   # relay's address and pinned public key before it can be enabled.
   relay:
     enabled: false
+    # address: relay.example.org:7900            # UDP
+    # relay_key: <64 hex digits, from `yaok-relay key`>
+    # Where the uplink blocks UDP, WebSocket over TLS 1.3 instead:
+    # address: wss://relay.example.org:7443
+    # tls_spki_sha256: <64 hex digits, from `yaok-relay tls-pin --cert FILE`>
 """#
 
     /// The parsed default.
