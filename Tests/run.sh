@@ -37,6 +37,8 @@ else
   f=$(echo "$total" | grep -oE "[0-9]+ failures?" | grep -oE "[0-9]+" | head -1); f=${f:-0}
   k=$(echo "$total" | grep -oE "[0-9]+ tests? skipped" | grep -oE "^[0-9]+" | head -1); k=${k:-0}
   echo "swift test: $n executed, $f failed, $k skipped (exit $swift_rc)"
+  # Name the failures even when the summary above was cut to its last lines.
+  if [ "$f" -ne 0 ]; then grep -E "error: |Test Case '.*' failed" "$log" | cut -c1-400 | head -n 40; fi
   passed=$((passed + n - f - k)); failed=$((failed + f))
   # A crash or a non-zero exit without counted failures is still a failure.
   if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
