@@ -14,12 +14,16 @@ public enum HubAddress: Sendable, Equatable, CustomStringConvertible {
     case tcp(host: String, port: UInt16)
     /// Bluetooth LE from a local adapter to the hub's GATT service (`ble://hci1/AA:BB:CC:DD:EE:FF`).
     case ble(BLEHubTarget)
+    /// A Wi-Fi Direct hub already joined through `target` (``P2PHubJoin``), whose TCP server
+    /// is at `host:port`. When the link is lost the group is found and joined again.
+    case p2p(P2PHubTarget, host: String, port: UInt16)
 
     public var description: String {
         switch self {
         case .udp(let a): return "udp://\(a)"
         case .tcp(let h, let p): return "tcp://\(h):\(p)"
         case .ble(let t): return t.description
+        case .p2p(let t, let h, let p): return "\(t) (tcp://\(h):\(p))"
         }
     }
 }
@@ -41,9 +45,16 @@ extension BLEHubCarrier: HubCarrier {}
 /// A TCP link to a hub: connects, runs the endpoint handshake, reads records on its own
 /// thread, pings when idle, and reconnects with backoff until stopped.
 final class TCPHubCarrier: @unchecked Sendable {
-    let host: String
-    let port: UInt16
+    private var host: String
+    private var port: UInt16
     let identity: LinkIdentity
+    /// Finds the hub again before a reconnect (Wi-Fi Direct: its group may have been torn
+    /// down and re-formed, so the old address no longer leads anywhere).
+    private let rejoin: (@Sendable () throws -> (host: String, port: UInt16))?
+    private let log: @Sendable (String) -> Void
+    /// Seconds without a record or pong from the hub before the link counts as lost (two
+    /// pings unanswered).
+    let silenceLimit: Double
     private let lock = NSLock()
     private var client: WiFiDirectClient?
     private var running = false
@@ -51,10 +62,15 @@ final class TCPHubCarrier: @unchecked Sendable {
     var onDown: (@Sendable (String) -> Void)?
     var onFrame: (@Sendable ([UInt8]) -> Void)?
 
-    init(host: String, port: UInt16, identity: LinkIdentity) {
+    init(host: String, port: UInt16, identity: LinkIdentity,
+         rejoin: (@Sendable () throws -> (host: String, port: UInt16))? = nil,
+         log: @escaping @Sendable (String) -> Void = { _ in }, silenceLimit: Double = 35) {
+        self.silenceLimit = silenceLimit
         self.host = host
         self.port = port
         self.identity = identity
+        self.rejoin = rejoin
+        self.log = log
     }
 
     func start() {
@@ -78,8 +94,13 @@ final class TCPHubCarrier: @unchecked Sendable {
 
     private func run() {
         var backoff = 1.0
+        // The first attempt uses the address we were given; after a failure, find the hub again.
+        var findAgain = false
         while lock.withLock({ running }) {
             do {
+                if findAgain, let rejoin {
+                    (host, port) = try rejoin()
+                }
                 let c = try WiFiDirectClient(host: host, port: port, identity: identity, role: .endpoint)
                 let kept: Bool = lock.withLock {
                     guard running else { return false }
@@ -99,6 +120,11 @@ final class TCPHubCarrier: @unchecked Sendable {
                         idle += 1
                         // The hub closes links silent for 60 s.
                         if idle >= 15 { try c.ping(); idle = 0 }
+                        // Unanswered pings: the path is gone (e.g. the Wi-Fi Direct group was
+                        // torn down under us), which TCP alone would not report for minutes.
+                        if -c.lastHeard.timeIntervalSinceNow > silenceLimit {
+                            throw TransportError.failed("the hub has not answered for \(Int(silenceLimit)) s")
+                        }
                     }
                 }
             } catch {
@@ -108,6 +134,12 @@ final class TCPHubCarrier: @unchecked Sendable {
                     return running && had
                 }
                 if wasRunning { onDown?("\(error)") }
+                if rejoin != nil {
+                    log(wasRunning ? "p2p: link to the hub lost (\(error)); finding its group again"
+                        : findAgain ? "p2p: the hub is not back yet: \(error)"
+                        : "p2p: cannot reach the hub (\(error)); finding its group again")
+                    findAgain = true
+                }
             }
             if lock.withLock({ running }) {
                 Thread.sleep(forTimeInterval: backoff)
@@ -189,6 +221,12 @@ public final class HubSession: @unchecked Sendable {
             let carrier: HubCarrier
             switch address {
             case .tcp(let host, let port): carrier = TCPHubCarrier(host: host, port: port, identity: endpoint.identity)
+            case .p2p(let target, let host, let port):
+                let log: @Sendable (String) -> Void = { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
+                carrier = TCPHubCarrier(host: host, port: port, identity: endpoint.identity, rejoin: {
+                    let joined = try P2PHubJoin.join(target, log: log)
+                    return (joined.host, joined.port)
+                }, log: log)
             case .ble(let target): carrier = BLEHubCarrier(target: target, identity: endpoint.identity, clock: now)
             case .udp: preconditionFailure("handled above")
             }

@@ -170,8 +170,9 @@ public enum P2PHubJoin {
     /// `p2p://…` joined and turned into `tcp://GO:PORT`; any other address parsed as usual.
     public static func hubAddress(_ text: String, log: (String) -> Void = { _ in }) throws -> HubAddress {
         guard text.hasPrefix("p2p://") else { return try HubSession.parseHubAddress(text) }
-        let j = try join(P2PHubTarget.parse(text), log: log)
-        return .tcp(host: j.host, port: j.port)
+        let target = try P2PHubTarget.parse(text)
+        let j = try join(target, log: log)
+        return .p2p(target, host: j.host, port: j.port)
     }
 
     /// Seconds allowed for the join, the interface to come up, and the DHCP client.

@@ -17,6 +17,9 @@ public final class WiFiDirectClient: @unchecked Sendable {
     private var ready: [[UInt8]] = []
     private let sendLock = NSLock()
     private let readTimeoutMs: Int32
+    /// When the hub last sent anything (pongs included): a link whose group vanished under it
+    /// gives no error, only silence, so callers compare this with their ping interval.
+    public private(set) var lastHeard = Date()
 
     /// Connects (timeout `connectTimeout` seconds), runs the link handshake (same timeout),
     /// and returns a connected client. `readTimeout` bounds each ``receive(timeout:)`` wait
@@ -81,6 +84,7 @@ public final class WiFiDirectClient: @unchecked Sendable {
             let left = deadline.timeIntervalSinceNow
             guard left > 0 else { return nil }
             guard let frame = try Self.readFrame(fd, &decoder, &ready, timeoutMs: Int32(left * 1000)) else { return nil }
+            lastHeard = Date()
             switch FrameType(rawValue: frame[0]) {
             case .ping: try send(TLVRecord(.pong, value: []).encoded)
             case .pong: continue
