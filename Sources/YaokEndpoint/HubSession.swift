@@ -134,7 +134,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                     return running && had
                 }
                 if wasRunning { onDown?("\(error)") }
-                if rejoin != nil {
+                if rejoin != nil, lock.withLock({ running }) {
                     log(wasRunning ? "p2p: link to the hub lost (\(error)); finding its group again"
                         : findAgain ? "p2p: the hub is not back yet: \(error)"
                         : "p2p: cannot reach the hub (\(error)); finding its group again")

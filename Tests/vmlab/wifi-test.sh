@@ -219,6 +219,25 @@ text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-queued-listen.json
 [ "$text" = "queued while you were away" ] || { cat "$W/daemon-queued-send.json" "$W/daemon-queued-listen.json"; fail "alice did not get the message queued while she was away"; }
 echo "alice got after rejoining: $text"
 
+step "group torn down under a running yaok listen: it finds the re-formed group, rejoins by itself and gets the next message"
+ip netns exec phone "$Y" listen --home "$H/alice" --hub "$P2P_HUB" --count 1 --json --timeout 170 \
+  > "$W/daemon-live.json" 2> "$W/phone-p2p-live.err" &
+LIVE_PID=$!
+live_connected() { grep -q '"event" *: *"connected"' "$W/daemon-live.json" 2>/dev/null; }
+wait_for 60 "the running yaok listen to attach" live_connected || { cat "$W/phone-p2p-live.err"; fail "yaok listen did not attach"; }
+GROUP_IF=$(wifi_status | jq -r .details.group_interface)
+wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 p2p_group_remove "$GROUP_IF" | grep -q OK || fail "second P2P_GROUP_REMOVE on the daemon's supplicant"
+reformed3() { [ "$(wifi_status | jq -r '.details.groups_formed + " " + .state')" = "3 running" ]; }
+wait_for 60 "the daemon to re-form its group again" reformed3 || { wifi_status; fail "the daemon did not re-form the group a second time"; }
+"$Y" send Alice "sent after the second re-form" --home "$H/bob" --hub udp://127.0.0.1:7811 --json --timeout 30 > "$W/daemon-live-send.json" \
+  || { cat "$W/daemon-live-send.json"; fail "bob's send after the second re-form"; }
+wait "$LIVE_PID" || true
+grep "^p2p:" "$W/phone-p2p-live.err"
+grep -q "finding its group again" "$W/phone-p2p-live.err" || fail "the running yaok did not notice the lost group"
+text=$(jq -r 'select(.event == "message") | .text' "$W/daemon-live.json")
+[ "$text" = "sent after the second re-form" ] || { cat "$W/daemon-live.json" "$W/phone-p2p-live.err"; fail "the running yaok listen did not rejoin and receive"; }
+echo "alice's running yaok rejoined by itself and got: $text"
+
 step "daemon killed with SIGKILL and restarted: stale helpers ended, the same persistent group back"
 SSID1=$(wifi_status | jq -r .details.group_ssid)
 saved() { echo "$1: $(grep -c 'network={' "$H/run/wpa_supplicant.conf") saved network(s); $(wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 list_networks | tail -n +2 | cut -f2,4 | tr '\t\n' ' ')"; }
