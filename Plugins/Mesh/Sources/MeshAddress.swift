@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import YaokPluginKit
 
 /// An IPv4 or IPv6 address and TCP/UDP port, as written in the config: `10.0.0.2:7813`,
 /// `[2001:db8::2]:7813`, or a link-local `[fe80::2%eth0]:7813` (the scope names the
@@ -115,13 +116,8 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Dotted-quad text of an `in_addr`.
-    public static func text(of address: in_addr) -> String {
-        var a = address
-        var buf = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
-        inet_ntop(AF_INET, &a, &buf, socklen_t(buf.count))
-        return String(cString: buf)
-    }
+    /// Dotted-quad text of an `in_addr` (the kit's conversion).
+    public static func text(of address: in_addr) -> String { SocketAddress.text(of: address) }
 
     /// Canonical text of an `in6_addr`.
     public static func text(of address: in6_addr) -> String {
@@ -132,11 +128,7 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether `host` is an IPv4 multicast group (224.0.0.0/4).
-    public static func isMulticast(_ host: String) -> Bool {
-        var a = in_addr()
-        guard inet_pton(AF_INET, host, &a) == 1 else { return false }
-        return (UInt32(bigEndian: a.s_addr) >> 28) == 0xE
-    }
+    public static func isMulticast(_ host: String) -> Bool { SocketAddress.isMulticast(host) }
 
     /// Whether `host` is an IPv6 multicast group of link-local scope (ff02::/16, or ff12::/16 transient).
     public static func isLinkLocalMulticast6(_ host: String) -> Bool {
