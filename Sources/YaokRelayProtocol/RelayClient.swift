@@ -483,52 +483,22 @@ public final class RelayClient: @unchecked Sendable {
             counters.bytesIn += UInt64(datagram.count)
             switch (packet.type, state) {
             case (.helloReply, .handshaking(let eph, _, _)):
-                do {
-                    let reply = try HelloReply(parsing: packet.payload)
-                    try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: eph.publicKey)
-                    let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: eph, theirs: reply.relayEphemeralKey)
-                    state = .connected(session)
-                    lastHeardMs = now
-                    pingSentMs = nil
-                    counters.handshakes += 1
-                    events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
-                    provider = registrationProvider
-                } catch let e as RelayProtocolError {
-                    lastErrorText = e.description
-                    events.append(.handshakeFailed(e))
-                } catch {
-                    events.append(.handshakeFailed(.invalid(String(describing: error))))
-                }
+                if acceptHelloReply(packet, ephemeral: eph, now: now, events: &events) { provider = registrationProvider }
             case (.helloReply, .connected) where rehandshake != nil:
                 // The answer to a handshake started by a RESET: only a reply signed by the
                 // pinned key replaces the session, so a forged RESET costs one handshake.
-                guard let r = rehandshake else { return }
-                do {
-                    let reply = try HelloReply(parsing: packet.payload)
-                    try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: r.ephemeral.publicKey)
-                    let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: r.ephemeral, theirs: reply.relayEphemeralKey)
-                    state = .connected(session)
-                    rehandshake = nil
-                    lastHeardMs = now
-                    pingSentMs = nil
-                    counters.handshakes += 1
-                    reassembler = Reassembler(maxPartial: 16)
-                    // Registrations carry used nonces: fresh ones come from the provider (sent
-                    // below). Sends are idempotent at the relay (by message ID): the next tick
-                    // repeats them on the new session, after those registrations.
-                    pendingRegisters.removeAll()
-                    for (id, var p) in pendingSends {
-                        p.nextRetryMs = now
-                        pendingSends[id] = p
-                    }
-                    events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
-                    provider = registrationProvider
-                } catch let e as RelayProtocolError {
-                    lastErrorText = e.description
-                    events.append(.handshakeFailed(e))
-                } catch {
-                    events.append(.handshakeFailed(.invalid(String(describing: error))))
+                guard let r = rehandshake, acceptHelloReply(packet, ephemeral: r.ephemeral, now: now, events: &events) else { return }
+                rehandshake = nil
+                reassembler = Reassembler(maxPartial: 16)
+                // Registrations carry used nonces: fresh ones come from the provider (sent
+                // below). Sends are idempotent at the relay (by message ID): the next tick
+                // repeats them on the new session, after those registrations.
+                pendingRegisters.removeAll()
+                for (id, var p) in pendingSends {
+                    p.nextRetryMs = now
+                    pendingSends[id] = p
                 }
+                provider = registrationProvider
             case (.reset, .connected(let session)) where packet.sessionID == session.sessionID:
                 // RESET travels in clear (the relay that sends it no longer has the session
                 // keys), so it is only a hint: keep the session and its pending requests, and
@@ -562,6 +532,28 @@ public final class RelayClient: @unchecked Sendable {
             if !regs.isEmpty { try? register(regs) }
         }
         for e in events { emit(e) }
+    }
+
+    /// Checks a HELLO_REPLY against the pinned relay key and our ephemeral key; on success the
+    /// client is connected on the session it derives. Caller holds `lock`.
+    private func acceptHelloReply(_ packet: RelayPacket, ephemeral: EphemeralKX, now: Int64, events: inout [Event]) -> Bool {
+        do {
+            let reply = try HelloReply(parsing: packet.payload)
+            try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: ephemeral.publicKey)
+            let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: ephemeral, theirs: reply.relayEphemeralKey)
+            state = .connected(session)
+            lastHeardMs = now
+            pingSentMs = nil
+            counters.handshakes += 1
+            events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
+            return true
+        } catch let e as RelayProtocolError {
+            lastErrorText = e.description
+            events.append(.handshakeFailed(e))
+        } catch {
+            events.append(.handshakeFailed(.invalid(String(describing: error))))
+        }
+        return false
     }
 
     /// Caller holds `lock`.
