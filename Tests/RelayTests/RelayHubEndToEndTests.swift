@@ -29,6 +29,18 @@ final class RelayHubEndToEndTests: XCTestCase {
         try runTool(exe, args, timeout: timeout)
     }
 
+    /// `yaok init` for Alice and Bob under `dir`, each with the other as a contact; their homes.
+    private func initAliceAndBob(_ yaok: String, in dir: String) throws -> (alice: String, bob: String) {
+        let alice = dir + "/alice", bob = dir + "/bob"
+        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
+        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
+        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
+        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
+        return (alice, bob)
+    }
+
     private static func freeUDPPort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
@@ -156,13 +168,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let yaok = try product("yaok")
         let setup = try startRelayAndHub()
         let relayArgs = ["--relay-key", Hex.encode(setup.relay.key)]
-        let alice = setup.hubDir + "/alice", bob = setup.hubDir + "/bob"
-        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
-        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
-        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
+        let (alice, bob) = try initAliceAndBob(yaok, in: setup.hubDir)
 
         // Bob, on the internet, hands the message to the relay; Alice is not reachable yet.
         let sent = try run(yaok, ["send", "--home", bob, "Alice", "hello from the internet",
@@ -187,13 +193,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let setup = try startRelayAndHub(webSocket: true)
         XCTAssertEqual(setup.relay.tlsPin.count, 32)
         let key = ["--relay-key", Hex.encode(setup.relay.key)]
-        let alice = setup.hubDir + "/alice", bob = setup.hubDir + "/bob"
-        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
-        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
-        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
+        let (alice, bob) = try initAliceAndBob(yaok, in: setup.hubDir)
         let wss = ["--relay", "wss://127.0.0.1:\(setup.relay.wssPort)", "--relay-tls-pin", Hex.encode(setup.relay.tlsPin)] + key
 
         // A wrong TLS pin is refused with a clear error before any relay packet is sent.

@@ -162,10 +162,7 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         XCTAssertTrue(a.isConnected)
 
         // The client re-registered itself on the new session and still works both ways.
-        let markB = b.currentSeq()
-        let toBob = try messageBundle(from: alice, to: bob)
-        XCTAssertEqual(try a.sendAndWait(bundle: toBob).status, .pushed)
-        XCTAssertEqual(try b.nextMessage(after: markB, timeout: 5).bundle, toBob)
+        try assertPushed(from: alice, via: a, to: bob, via: b)
     }
 
     /// An on-path attacker that forges RESET and then answers the client's HELLO itself (its
@@ -196,10 +193,7 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         XCTAssertTrue(a.isConnected)
 
         // The original session still carries messages.
-        let markB = b.currentSeq()
-        let toBob = try messageBundle(from: alice, to: bob)
-        XCTAssertEqual(try a.sendAndWait(bundle: toBob).status, .pushed)
-        XCTAssertEqual(try b.nextMessage(after: markB, timeout: 5).bundle, toBob)
+        try assertPushed(from: alice, via: a, to: bob, via: b)
     }
 
     /// A RESET for a session the relay really lost (restart) is followed by a genuine
@@ -249,4 +243,13 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         XCTAssertEqual(relay.server.metricsSnapshot().sendsRefused["rate_limited_ip"], 1)
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: recipient.userID) }, 3)
     }
+}
+
+/// Alice's client sends Bob a message: the relay pushes it at once and Bob's client gets it.
+private func assertPushed(from alice: Identity, via a: RelayClient, to bob: Identity, via b: RelayClient,
+                          file: StaticString = #filePath, line: UInt = #line) throws {
+    let markB = b.currentSeq()
+    let toBob = try messageBundle(from: alice, to: bob)
+    XCTAssertEqual(try a.sendAndWait(bundle: toBob).status, .pushed, file: file, line: line)
+    XCTAssertEqual(try b.nextMessage(after: markB, timeout: 5).bundle, toBob, file: file, line: line)
 }
