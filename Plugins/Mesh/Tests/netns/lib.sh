@@ -61,31 +61,33 @@ make_ns() {
     mkdir -p "$WORK/$1"
 }
 
-# connect NS1 ADDR1 NS2 ADDR2: a veth pair between two namespaces with /30 addresses.
-# Prints nothing; the interface in NS1 is named ${TAG}l<N>x, in NS2 ${TAG}l<N>y.
-connect() {
+# veth_pair NS1 NS2: link number LINKNO+1, a veth pair between two namespaces, both ends up;
+# the end in NS1 is ${TAG}l<N>x (link_if_x N), in NS2 ${TAG}l<N>y (link_if_y N).
+veth_pair() {
     LINKNO=$((LINKNO + 1))
-    local a="${TAG}l${LINKNO}x" b="${TAG}l${LINKNO}y"
-    ip link add "$a" type veth peer name "$b"
-    ip link set "$a" netns "$TAG-$1"
-    ip link set "$b" netns "$TAG-$3"
-    ip -n "$TAG-$1" addr add "$2/30" dev "$a"
-    ip -n "$TAG-$3" addr add "$4/30" dev "$b"
-    ip -n "$TAG-$1" link set "$a" up
-    ip -n "$TAG-$3" link set "$b" up
-}
-
-# connect6 NS1 NS2: a veth pair with no IPv4 address at all: only the IPv6 link-local
-# addresses the kernel gives each end. Waits until both have left duplicate address
-# detection. Names as in connect (link_if_x / link_if_y).
-connect6() {
-    LINKNO=$((LINKNO + 1))
-    local a="${TAG}l${LINKNO}x" b="${TAG}l${LINKNO}y"
+    local a b
+    a=$(link_if_x "$LINKNO") b=$(link_if_y "$LINKNO")
     ip link add "$a" type veth peer name "$b"
     ip link set "$a" netns "$TAG-$1"
     ip link set "$b" netns "$TAG-$2"
     ip -n "$TAG-$1" link set "$a" up
     ip -n "$TAG-$2" link set "$b" up
+}
+
+# connect NS1 ADDR1 NS2 ADDR2: a veth pair between two namespaces with /30 addresses.
+connect() {
+    veth_pair "$1" "$3"
+    ip -n "$TAG-$1" addr add "$2/30" dev "$(link_if_x "$LINKNO")"
+    ip -n "$TAG-$3" addr add "$4/30" dev "$(link_if_y "$LINKNO")"
+}
+
+# connect6 NS1 NS2: a veth pair with no IPv4 address at all: only the IPv6 link-local
+# addresses the kernel gives each end. Waits until both have left duplicate address
+# detection.
+connect6() {
+    veth_pair "$1" "$2"
+    local a b
+    a=$(link_if_x "$LINKNO") b=$(link_if_y "$LINKNO")
     wait_for 20 "a link-local address on $a" link_local_ready "$1" "$a"
     wait_for 20 "a link-local address on $b" link_local_ready "$2" "$b"
 }
