@@ -28,7 +28,9 @@ final class TCPHubCarrierTests: XCTestCase {
         defer { carrier.stop() }
 
         // Up, then declared lost for silence, then found again and up on a second connection.
-        XCTAssertTrue(waitFor(20) { events.items.filter { $0 == "up" }.count >= 2 }, "\(events.items)")
+        try TestSupport.waitUntil(timeout: 20, "a second link after the silent one") {
+            events.items.filter { $0 == "up" }.count >= 2
+        }
         let items = events.items
         XCTAssertTrue(items.contains("down: the hub has not answered for 2 s"), "\(items)")
         XCTAssertTrue(items.contains { $0.hasPrefix("log: p2p: link to the hub lost") }, "\(items)")
@@ -46,7 +48,7 @@ final class TCPHubCarrierTests: XCTestCase {
         carrier.onDown = { events.append("down: \($0)") }
         carrier.start()
         defer { carrier.stop() }
-        XCTAssertTrue(waitFor(20) { hub.connections >= 2 }, "the carrier did not reconnect")
+        try TestSupport.waitUntil(timeout: 20, "the carrier to reconnect") { hub.connections >= 2 }
         XCTAssertFalse(events.items.contains { $0.hasPrefix("log:") }, "\(events.items)")
     }
 }
@@ -56,15 +58,6 @@ private final class EventLog: @unchecked Sendable {
     private var list: [String] = []
     func append(_ s: String) { lock.withLock { list.append(s) } }
     var items: [String] { lock.withLock { list } }
-}
-
-private func waitFor(_ seconds: Double, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(seconds)
-    while Date() < deadline {
-        if condition() { return true }
-        usleep(20_000)
-    }
-    return condition()
 }
 
 /// Accepts TCP connections on 127.0.0.1, completes the link handshake as a hub, then reads
