@@ -4,6 +4,7 @@ import NIOHTTP1
 import NIOPosix
 import NIOSSL
 import NIOWebSocket
+import YaokRelayProtocol
 
 /// The relay's WebSocket-over-TLS 1.3 listener: accepts TLS (1.3 only), upgrades
 /// `GET <path>` to WebSocket, and hands every binary message to ``onPacket`` with the
@@ -24,7 +25,7 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         /// Connections at once; more are closed at accept.
         public var maxConnections = 10_000
         /// New connections accepted per minute from one IP address (each costs the relay a
-        /// TLS handshake); more are closed at accept. Fixed one-minute windows.
+        /// TLS handshake; token bucket, burst = this); more are closed at accept.
         public var connectionsPerMinutePerIP = 120
         /// A connection must finish TLS and the upgrade within this time.
         public var upgradeTimeout: TimeAmount = .seconds(10)
@@ -72,14 +73,14 @@ public final class RelayWebSocketListener: @unchecked Sendable {
     private var open = 0
     private var nextID: UInt64 = 1
     private var counters = Counters()
-    /// Connections accepted per IP address in the current minute; bounded (cleared when full).
-    private var acceptsThisMinute: [String: Int] = [:]
-    private var minuteStartedAt = DispatchTime.now()
-    private static let maxTrackedAddresses = 65_536
+    /// New connections per IP address (the relay engine's bucket map).
+    private var acceptBuckets: BucketMap<String>
 
     /// Loads the certificate and key (the key file must be 0600) and builds the TLS 1.3 context.
     public init(configuration: Configuration, group: EventLoopGroup, onPacket: @escaping PacketHandler, onClose: @escaping CloseHandler) throws {
         self.configuration = configuration
+        let perMinute = Double(max(1, configuration.connectionsPerMinutePerIP))
+        self.acceptBuckets = BucketMap(capacity: perMinute, perMs: perMinute / 60_000, maxKeys: 65_536)
         self.sslContext = try RelayTLSFiles.serverContext(certificatePath: configuration.certificatePath, privateKeyPath: configuration.privateKeyPath)
         self.group = group
         self.onPacket = onPacket
@@ -188,19 +189,11 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         }
     }
 
-    /// Counts a connection from its address in this minute's window; false when over the limit.
-    /// Called with the lock held.
+    /// Takes a token for a connection from `remote`; false when its address is over the
+    /// limit. Called with the lock held.
     private func admitRate(_ remote: SocketAddress?) -> Bool {
-        let now = DispatchTime.now()
-        if now.uptimeNanoseconds - minuteStartedAt.uptimeNanoseconds >= 60_000_000_000 || acceptsThisMinute.count >= Self.maxTrackedAddresses {
-            acceptsThisMinute.removeAll(keepingCapacity: true)
-            minuteStartedAt = now
-        }
-        let key = remote?.ipAddress ?? "?"
-        let n = acceptsThisMinute[key, default: 0]
-        guard n < configuration.connectionsPerMinutePerIP else { return false }
-        acceptsThisMinute[key] = n + 1
-        return true
+        let nowMs = Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
+        return acceptBuckets.take(remote?.ipAddress ?? "?", nowMs: nowMs) == nil
     }
 
     fileprivate func frameReceived(id: UInt64, remote: SocketAddress, bytes: [UInt8]) { onPacket(id, remote, bytes) }

@@ -32,20 +32,21 @@ struct TokenBucket: Sendable {
 
 /// Token buckets by key, with the map's size bounded: full buckets are pruned first, and if
 /// that is not enough the map starts over (bounded memory beats exact fairness under attack).
-struct BucketMap<Key: Hashable & Sendable>: Sendable {
-    let capacity: Double
-    let perMs: Double
-    let maxKeys: Int
+/// The relay's per-address and per-sender limits, UDP and WebSocket alike.
+public struct BucketMap<Key: Hashable & Sendable>: Sendable {
+    public let capacity: Double
+    public let perMs: Double
+    public let maxKeys: Int
     private(set) var buckets: [Key: TokenBucket] = [:]
 
-    init(capacity: Double, perMs: Double, maxKeys: Int) {
+    public init(capacity: Double, perMs: Double, maxKeys: Int) {
         self.capacity = capacity
         self.perMs = perMs
         self.maxKeys = maxKeys
     }
 
     /// nil when allowed; else milliseconds until the next token.
-    mutating func take(_ key: Key, nowMs: Int64) -> Int64? {
+    public mutating func take(_ key: Key, nowMs: Int64) -> Int64? {
         if buckets[key] == nil && buckets.count >= maxKeys { prune(nowMs: nowMs) }
         var b = buckets[key] ?? TokenBucket(capacity: capacity, nowMs: nowMs)
         let wait = b.take(capacity: capacity, perMs: perMs, nowMs: nowMs)
@@ -53,7 +54,8 @@ struct BucketMap<Key: Hashable & Sendable>: Sendable {
         return wait
     }
 
-    mutating func prune(nowMs: Int64) {
+    /// Drops full buckets (their keys behave as new); starts over if still at `maxKeys`.
+    public mutating func prune(nowMs: Int64) {
         buckets = buckets.filter { !$0.value.isFull(capacity: capacity, perMs: perMs, nowMs: nowMs) }
         if buckets.count >= maxKeys { buckets.removeAll() }
     }
