@@ -354,8 +354,8 @@ public final class HubSession: @unchecked Sendable {
         case .bundle:
             let (incoming, answer) = endpoint.receive(bundle: record.value)
             switch answer {
-            case .custody(let id): send(TLVRecord(.custodyAck, value: CustodyAck(messageID: id).encoded))
-            case .refuse(let id, let reason): send(TLVRecord(.custodyRefused, value: CustodyRefusal(messageID: id, reason: reason).encoded))
+            case .custody(let id): send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded))
+            case .refuse(let id, let reason): send(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded))
             case .none: break
             }
             onEvent(.incoming(incoming))
@@ -363,18 +363,18 @@ public final class HubSession: @unchecked Sendable {
             if case .message = incoming { pushOutbox() }
         case .custodyAck:
             guard let ack = try? CustodyAck(parsing: record.value) else { return }
-            try? endpoint.store.advance(ack.messageID, to: .handedOver)
-            inFlight[ack.messageID] = nil
-            onEvent(.handedOver(ack.messageID))
+            try? endpoint.store.advance(ack.bundleID, to: .handedOver)
+            inFlight[ack.bundleID] = nil
+            onEvent(.handedOver(ack.bundleID))
             pushOutbox()
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value) else { return }
-            inFlight[r.messageID] = nil
+            inFlight[r.bundleID] = nil
             switch r.reason {
             case .rateLimited, .storeFull: break  // stays pending; retried on the next push
-            default: try? endpoint.store.advance(r.messageID, to: .refused)
+            default: try? endpoint.store.advance(r.bundleID, to: .refused)
             }
-            onEvent(.refused(r.messageID, "\(r.reason)"))
+            onEvent(.refused(r.bundleID, "\(r.reason)"))
         default:
             break
         }

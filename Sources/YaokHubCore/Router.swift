@@ -278,7 +278,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func refuse(_ id: [UInt8]?, _ reason: CustodyRefusal.Reason, to link: Link) {
         guard let id, id.count == 16 else { return }
-        _ = send(TLVRecord(.custodyRefused, value: CustodyRefusal(messageID: id, reason: reason).encoded), on: link)
+        _ = send(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded), on: link)
     }
 
     private func acceptBundle(_ bytes: [UInt8], from link: Link) {
@@ -343,12 +343,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         switch result {
         case .stored:
             counters.accepted += 1
-            _ = send(TLVRecord(.custodyAck, value: CustodyAck(messageID: id).encoded), on: link)
+            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
             if envelope.kind != .message { handleReceipt(envelope) }
             if let b = try? store.bundle(id) { route(b) }
         case .duplicate:
             counters.duplicates += 1
-            _ = send(TLVRecord(.custodyAck, value: CustodyAck(messageID: id).encoded), on: link)
+            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
         case .rejectedExpired:
             counters.refusedExpired += 1
             refuse(id, .expired, to: link)
@@ -387,7 +387,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func handleCustodyAck(_ value: [UInt8], from link: Link) {
         guard let ack = try? CustodyAck(parsing: value) else { counters.refusedMalformed += 1; return }
-        let id = ack.messageID
+        let id = ack.bundleID
         guard link.inFlight.removeValue(forKey: id) != nil else { return }
         link.resends[id] = nil
         let t = now()
@@ -420,7 +420,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func handleCustodyRefusal(_ value: [UInt8], from link: Link) {
         guard let refusal = try? CustodyRefusal(parsing: value) else { counters.refusedMalformed += 1; return }
-        let id = refusal.messageID
+        let id = refusal.bundleID
         guard link.inFlight.removeValue(forKey: id) != nil else { return }
         logger.info("\(link.key) refused custody of \(Self.shortID(id)): \(refusal.reason)")
         switch refusal.reason {
@@ -446,7 +446,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
         let t = now()
         var wanted: [[UInt8]] = []
-        for id in offer.messageIDs {
+        for id in offer.bundleIDs {
             try? store.recordPeerHas(id, peer: link.peerID)
             if (try? store.bundle(id)) != nil { continue }
             // Asked another neighbour for it already and that request is still live.
@@ -456,7 +456,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         for chunk in stride(from: 0, to: wanted.count, by: SummaryVector.maxCount) {
             let ids = Array(wanted[chunk..<min(wanted.count, chunk + SummaryVector.maxCount)])
-            guard let vector = try? SummaryVector(messageIDs: ids) else { continue }
+            guard let vector = try? SummaryVector(bundleIDs: ids) else { continue }
             _ = send(TLVRecord(.request, value: vector.encoded), on: link)
         }
     }
@@ -467,7 +467,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleRequest(_ value: [UInt8], from link: Link) {
         guard let request = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
         let room = max(0, Self.maxWantedPerLink - link.wanted.count)
-        link.wanted.append(contentsOf: request.messageIDs.prefix(room))
+        link.wanted.append(contentsOf: request.bundleIDs.prefix(room))
         sendWanted(on: link)
     }
 
@@ -486,7 +486,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func offer(_ ids: [[UInt8]], to link: Link) {
         for chunk in stride(from: 0, to: ids.count, by: SummaryVector.maxCount) {
             let part = Array(ids[chunk..<min(ids.count, chunk + SummaryVector.maxCount)])
-            guard let vector = try? SummaryVector(messageIDs: part) else { continue }
+            guard let vector = try? SummaryVector(bundleIDs: part) else { continue }
             _ = send(TLVRecord(.summary, value: vector.encoded), on: link)
         }
     }

@@ -2,24 +2,24 @@ import YaokCrypto
 import YaokPluginKit
 
 /// The value of a ``YaokPluginKit/FrameType/custodyAck`` frame: the receiver durably stored
-/// the bundle with this message ID. Layout: `messageID(16)`.
+/// the bundle with this ``YaokCrypto/BundleID``. Layout: `bundleID(16)`.
 public struct CustodyAck: Sendable, Equatable {
-    public var messageID: [UInt8]
+    public var bundleID: [UInt8]
 
-    public init(messageID: [UInt8]) { self.messageID = messageID }
+    public init(bundleID: [UInt8]) { self.bundleID = bundleID }
 
     public init(parsing value: [UInt8]) throws {
         guard value.count == 16 else { throw WireError.badLength(what: "custody ack", detail: "must be 16 bytes, got \(value.count)") }
-        messageID = value
+        bundleID = value
     }
 
-    public var encoded: [UInt8] { messageID }
+    public var encoded: [UInt8] { bundleID }
     /// The whole TLV frame.
     public var frame: [UInt8] { TLVRecord(.custodyAck, value: encoded).encoded }
 }
 
 /// The value of a ``YaokPluginKit/FrameType/custodyRefused`` frame.
-/// Layout: `messageID(16) reason(1)`.
+/// Layout: `bundleID(16) reason(1)`.
 public struct CustodyRefusal: Sendable, Equatable {
     /// Why a bundle was refused.
     public enum Reason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
@@ -29,6 +29,11 @@ public struct CustodyRefusal: Sendable, Equatable {
         case storeFull = 4
         case malformed = 5
         case rateLimited = 6
+        /// `expires − created` above the maximum TTL, or `created` too far in the future.
+        case badLifetime = 7
+        /// A different bundle with this bundle ID is already held (only the sender's key can
+        /// make one: the sender signed two envelopes under one message ID).
+        case conflict = 8
 
         public var description: String {
             switch self {
@@ -38,54 +43,56 @@ public struct CustodyRefusal: Sendable, Equatable {
             case .storeFull: return "store full"
             case .malformed: return "malformed"
             case .rateLimited: return "rate limited"
+            case .badLifetime: return "lifetime out of bounds"
+            case .conflict: return "conflicting content for this bundle ID"
             }
         }
     }
 
-    public var messageID: [UInt8]
+    public var bundleID: [UInt8]
     public var reason: Reason
 
-    public init(messageID: [UInt8], reason: Reason) {
-        self.messageID = messageID
+    public init(bundleID: [UInt8], reason: Reason) {
+        self.bundleID = bundleID
         self.reason = reason
     }
 
     public init(parsing value: [UInt8]) throws {
         guard value.count == 17 else { throw WireError.badLength(what: "custody refusal", detail: "must be 17 bytes, got \(value.count)") }
         guard let reason = Reason(rawValue: value[16]) else { throw WireError.unknownReason(value[16]) }
-        self.messageID = Array(value[0..<16])
+        self.bundleID = Array(value[0..<16])
         self.reason = reason
     }
 
-    public var encoded: [UInt8] { messageID + [reason.rawValue] }
+    public var encoded: [UInt8] { bundleID + [reason.rawValue] }
     /// The whole TLV frame.
     public var frame: [UInt8] { TLVRecord(.custodyRefused, value: encoded).encoded }
 }
 
 /// The value of a ``YaokPluginKit/FrameType/summary`` (offer) or ``YaokPluginKit/FrameType/request``
-/// frame: message IDs, sorted ascending and unique. Layout: `count(2) messageID(16) × count`.
+/// frame: bundle IDs, sorted ascending and unique. Layout: `count(2) bundleID(16) × count`.
 public struct SummaryVector: Sendable, Equatable {
     public static let maxCount = 4000
 
-    /// Sorted, unique 16-byte message IDs.
-    public let messageIDs: [[UInt8]]
+    /// Sorted, unique 16-byte bundle IDs.
+    public let bundleIDs: [[UInt8]]
 
-    /// Sorts and de-duplicates `messageIDs`. Throws if one is not 16 bytes or there are more than 4000.
-    public init(messageIDs: [[UInt8]]) throws {
-        for id in messageIDs { try checkLength(id, 16, "message ID") }
-        let sorted = messageIDs.sorted { $0.lexicographicallyPrecedes($1) }
+    /// Sorts and de-duplicates `bundleIDs`. Throws if one is not 16 bytes or there are more than 4000.
+    public init(bundleIDs: [[UInt8]]) throws {
+        for id in bundleIDs { try checkLength(id, 16, "bundle ID") }
+        let sorted = bundleIDs.sorted { $0.lexicographicallyPrecedes($1) }
         var unique: [[UInt8]] = []
         unique.reserveCapacity(sorted.count)
         for id in sorted where unique.last != id { unique.append(id) }
-        guard unique.count <= Self.maxCount else { throw WireError.tooMany(what: "message IDs", count: unique.count, limit: Self.maxCount) }
-        self.messageIDs = unique
+        guard unique.count <= Self.maxCount else { throw WireError.tooMany(what: "bundle IDs", count: unique.count, limit: Self.maxCount) }
+        self.bundleIDs = unique
     }
 
     public init(parsing value: [UInt8]) throws {
         let what = "summary vector"
         var r = ByteReader(value, what: what)
         let count = Int(try r.u16())
-        guard count <= Self.maxCount else { throw WireError.tooMany(what: "message IDs", count: count, limit: Self.maxCount) }
+        guard count <= Self.maxCount else { throw WireError.tooMany(what: "bundle IDs", count: count, limit: Self.maxCount) }
         guard value.count == 2 + 16 * count else {
             throw WireError.badLength(what: what, detail: "count \(count) implies \(2 + 16 * count) bytes, got \(value.count)")
         }
@@ -96,13 +103,13 @@ public struct SummaryVector: Sendable, Equatable {
             if let last = ids.last, !last.lexicographicallyPrecedes(id) { throw WireError.notSortedUnique }
             ids.append(id)
         }
-        messageIDs = ids
+        bundleIDs = ids
     }
 
     public var encoded: [UInt8] {
-        var w = ByteWriter(capacity: 2 + 16 * messageIDs.count)
-        w.u16(UInt16(messageIDs.count))
-        for id in messageIDs { w.raw(id) }
+        var w = ByteWriter(capacity: 2 + 16 * bundleIDs.count)
+        w.u16(UInt16(bundleIDs.count))
+        for id in bundleIDs { w.raw(id) }
         return w.bytes
     }
 

@@ -92,7 +92,7 @@ final class RelayPluginTests: XCTestCase {
             }
             return nil
         }
-        XCTAssertEqual(refusal, CustodyRefusal(messageID: bundleMessageID(b4)!, reason: .rateLimited))
+        XCTAssertEqual(refusal, CustodyRefusal(bundleID: bundleMessageID(b4)!, reason: .rateLimited))
 
         // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
         let phone = Identity.generate()
@@ -118,7 +118,7 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(delivered, forPhone)
         // Not deleted until the host's store says so.
         XCTAssertEqual(relay.metric("yaok_relay_acks_total"), 0)
-        XCTAssertNil(host.send(CustodyAck(messageID: bundleMessageID(forPhone)!).frame, link: link))
+        XCTAssertNil(host.send(CustodyAck(bundleID: bundleMessageID(forPhone)!).frame, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
 
         let status = host.statusJSON()

@@ -50,7 +50,7 @@ final class BundleTests: XCTestCase {
 
 final class HostFrameTests: XCTestCase {
     func testCustodyAck() throws {
-        let ack = CustodyAck(messageID: Fixed.messageID)
+        let ack = CustodyAck(bundleID: Fixed.messageID)
         XCTAssertEqual(try CustodyAck(parsing: ack.encoded), ack)
         XCTAssertEqual(try TLVRecord(parsing: ack.frame), TLVRecord(.custodyAck, value: Fixed.messageID))
         for n in [0, 15, 17] { XCTAssertThrowsAnyWire(try CustodyAck(parsing: [UInt8](repeating: 0, count: n))) }
@@ -58,7 +58,7 @@ final class HostFrameTests: XCTestCase {
 
     func testCustodyRefusal() throws {
         for reason in CustodyRefusal.Reason.allCases {
-            let r = CustodyRefusal(messageID: Fixed.messageID, reason: reason)
+            let r = CustodyRefusal(bundleID: Fixed.messageID, reason: reason)
             XCTAssertEqual(r.encoded.count, 17)
             XCTAssertEqual(try CustodyRefusal(parsing: r.encoded), r)
         }
@@ -70,17 +70,17 @@ final class HostFrameTests: XCTestCase {
 
     func testSummaryVector() throws {
         let ids = (0..<50).map { _ in Random.uuidV4() }
-        let sv = try SummaryVector(messageIDs: ids + ids.prefix(10))
-        XCTAssertEqual(sv.messageIDs.count, 50)
-        XCTAssertEqual(sv.messageIDs, ids.sorted { $0.lexicographicallyPrecedes($1) })
+        let sv = try SummaryVector(bundleIDs: ids + ids.prefix(10))
+        XCTAssertEqual(sv.bundleIDs.count, 50)
+        XCTAssertEqual(sv.bundleIDs, ids.sorted { $0.lexicographicallyPrecedes($1) })
         XCTAssertEqual(sv.encoded.count, 2 + 50 * 16)
         XCTAssertEqual(try SummaryVector(parsing: sv.encoded), sv)
-        XCTAssertEqual(try SummaryVector(parsing: [0, 0]).messageIDs.count, 0)
+        XCTAssertEqual(try SummaryVector(parsing: [0, 0]).bundleIDs.count, 0)
         XCTAssertEqual(try TLVRecord(parsing: sv.frame(.request)).type, FrameType.request.rawValue)
 
         // Unsorted or duplicate IDs on the wire.
         var unsorted = sv.encoded
-        unsorted.replaceSubrange(2..<18, with: sv.messageIDs[1])
+        unsorted.replaceSubrange(2..<18, with: sv.bundleIDs[1])
         XCTAssertThrowsWire(.notSortedUnique, try SummaryVector(parsing: unsorted))
         // Truncation and count mismatch.
         for n in 0..<sv.encoded.count { XCTAssertThrowsAnyWire(try SummaryVector(parsing: Array(sv.encoded.prefix(n)))) }
@@ -89,9 +89,9 @@ final class HostFrameTests: XCTestCase {
         XCTAssertThrowsWire(.tooMany(what: "message IDs", count: 4001, limit: 4000), try SummaryVector(parsing: [0x0F, 0xA1]))
         XCTAssertThrowsWire(.tooMany(what: "message IDs", count: 65535, limit: 4000), try SummaryVector(parsing: [0xFF, 0xFF]))
         // At most 4000 on encode.
-        XCTAssertThrowsAnyWire(try SummaryVector(messageIDs: (0..<4001).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
-        XCTAssertNoThrow(try SummaryVector(messageIDs: (0..<4000).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
-        XCTAssertThrowsAnyWire(try SummaryVector(messageIDs: [[1, 2, 3]]))
+        XCTAssertThrowsAnyWire(try SummaryVector(bundleIDs: (0..<4001).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
+        XCTAssertNoThrow(try SummaryVector(bundleIDs: (0..<4000).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
+        XCTAssertThrowsAnyWire(try SummaryVector(bundleIDs: [[1, 2, 3]]))
     }
 
     func testAttachmentAnnouncement() throws {

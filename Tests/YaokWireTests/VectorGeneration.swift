@@ -15,9 +15,9 @@ enum ComputedVectors {
                                            originalSenderUserID: message.senderUserID, from: Fixed.recipient,
                                            createdMs: Fixed.createdMs + 60_000, messageID: Fixed.receiptID)
         let contact = try ContactCode.make(identity: Fixed.sender, name: "Amina")
-        let ack = CustodyAck(messageID: Fixed.messageID)
-        let refusal = CustodyRefusal(messageID: Fixed.messageID, reason: .expired)
-        let summary = try SummaryVector(messageIDs: [Fixed.receiptID, Fixed.messageID])
+        let ack = CustodyAck(bundleID: Fixed.messageID)
+        let refusal = CustodyRefusal(bundleID: Fixed.messageID, reason: .expired)
+        let summary = try SummaryVector(bundleIDs: [Fixed.receiptID, Fixed.messageID])
         let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
                                                            userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
         let chunks = try Chunker.split(ack.frame, chunkSize: 12)

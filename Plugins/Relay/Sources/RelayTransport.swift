@@ -135,13 +135,13 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 try client.send(bundle: record.value)
             case .custodyAck:
                 let ack = try CustodyAck(parsing: record.value)
-                let known = lock.withLock { awaitingHost.remove(ack.messageID) != nil }
-                if known { try client.ack([ack.messageID]) }
+                let known = lock.withLock { awaitingHost.remove(ack.bundleID) != nil }
+                if known { try client.ack([ack.bundleID]) }
                 pollAgainIfDrained()
             case .custodyRefused:
                 // The relay keeps it and offers it again after its lease.
                 let refusal = try CustodyRefusal(parsing: record.value)
-                lock.withLock { _ = awaitingHost.remove(refusal.messageID) }
+                lock.withLock { _ = awaitingHost.remove(refusal.bundleID) }
             case .ping:
                 context.events.frameReceived(TLVRecord(.pong, value: record.value).encoded, on: id)
             default:
@@ -214,10 +214,10 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 context.logger.warning("relay refused a phone registration (\(Hex.encode(user.prefix(4)))): \(status)")
             }
         case .queued(let notice):
-            deliver(CustodyAck(messageID: notice.messageID).frame)
+            deliver(CustodyAck(bundleID: notice.messageID).frame)
         case .sendFailed(let id, let error):
             guard case .refused(let notice) = error else { return }   // timeouts: the router's custody timer retries
-            deliver(CustodyRefusal(messageID: id, reason: Self.refusalReason(notice.code)).frame)
+            deliver(CustodyRefusal(bundleID: id, reason: Self.refusalReason(notice.code)).frame)
         case .message(let bundle, let id):
             let accept = lock.withLock { () -> Bool in
                 guard link != nil, awaitingHost.count < Self.maxAwaitingHost || awaitingHost.contains(id) else { return false }

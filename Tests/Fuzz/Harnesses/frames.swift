@@ -15,8 +15,8 @@ public func fuzzFrames(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case 2:
         if let s = try? SummaryVector(parsing: value) {
             check(s.encoded == value, "summary round trip")
-            check(s.messageIDs.count <= SummaryVector.maxCount, "summary above its limit")
-            check((try? SummaryVector(messageIDs: s.messageIDs.reversed())) == s, "summary not canonical")
+            check(s.bundleIDs.count <= SummaryVector.maxCount, "summary above its limit")
+            check((try? SummaryVector(bundleIDs: s.bundleIDs.reversed())) == s, "summary not canonical")
         }
     case 3:
         if let a = try? AttachmentAnnouncement(parsing: value) {
