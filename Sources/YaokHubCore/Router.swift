@@ -25,9 +25,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var custodyTimeoutMs: Int64
         /// Bundles awaiting custody on one link at once; more wait for acknowledgements.
         public var linkWindow: Int
+        /// Envelope lifetime rules (maximum TTL, clock skew) checked before anything is stored.
+        public var lifetime: EnvelopeLifetime
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
-                    linkWindow: Int = 64) {
+                    linkWindow: Int = 64, lifetime: EnvelopeLifetime = EnvelopeLifetime()) {
             self.linkWindow = linkWindow
+            self.lifetime = lifetime
             self.hopLimit = hopLimit
             self.linkFramesPerSecond = linkFramesPerSecond
             self.senderEnvelopesPerMinute = senderEnvelopesPerMinute
@@ -52,6 +55,22 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var framesRateLimited = 0
         public var unknownFrames = 0
         public var expired = 0
+        /// Envelopes whose lifetime exceeds the maximum TTL or that are dated in the future.
+        public var refusedLifetime = 0
+        /// Bundles whose bundle ID is held with a different envelope.
+        public var refusedConflict = 0
+        /// Refused because the store is full and their sender or origin holds the largest share.
+        public var refusedOverShare = 0
+        /// Messages whose recipient's delivery receipt we already held: taken, never forwarded.
+        public var alreadyDelivered = 0
+        /// Receipts that named no bundle we hold from the signer's correspondent: carried, suppress nothing.
+        public var receiptsUnverified = 0
+        /// Frames dropped before the router queue because the link had too many waiting.
+        public var framesQueueFull = 0
+        /// Offered IDs dropped because the link's offer backlog was full.
+        public var offersDropped = 0
+        /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
+        public var attachmentsRefused = 0
     }
 
     final class Link {
@@ -60,8 +79,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let info: LinkInfo
         let peerID: [UInt8]
         let upAtMs: Int64
-        var tokens: Double
-        var lastRefillNs: UInt64
+        /// The fairness principal for what arrives on this link (see ``NewBundle/origin``).
+        let origin: String
         /// Bundles sent on this link awaiting custody, with their deadline.
         var inFlight: [[UInt8]: Int64] = [:]
         /// Resends after a custody timeout on this (still up) link, per bundle.
@@ -70,16 +89,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var requested: [[UInt8]: Int64] = [:]
         /// IDs this neighbour asked us for that did not fit the window yet, oldest first.
         var wanted: [[UInt8]] = []
+        /// IDs this neighbour offered that we have not looked up yet, oldest first.
+        var offered: [[UInt8]] = []
+        var offeredHead = 0
+        var drainingOffers = false
         var framesIn = 0
 
-        init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64, rate: Int) {
+        init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
             self.key = key
             self.transport = transport
             self.info = info
             self.peerID = peerID
             self.upAtMs = now
-            self.tokens = Double(rate)
-            self.lastRefillNs = DispatchTime.now().uptimeNanoseconds
+            self.origin = Router.origin(transport: transport.name, remote: info.remote, peerID: peerID)
         }
     }
 
@@ -93,8 +115,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var policy: RoutingPolicy
     private var links: [LinkKey: Link] = [:]
     private var counters = Counters()
-    /// Where endpoints were last announced as attached: user ID → (hub ID, timestamp).
-    private var attachments: [[UInt8]: (hub: [UInt8], atMs: Int64)] = [:]
+    /// What each neighbouring hub last announced about itself: hub ID → (attached users, timestamp).
+    private var announcements: [[UInt8]: (users: Set<[UInt8]>, atMs: Int64)] = [:]
+    /// Per-link admission before the router queue (rate and backlog), on plugin threads.
+    private let admission: FrameAdmission
     private var senderWindow: (startMs: Int64, counts: [[UInt8]: Int]) = (0, [:])
     /// The latest relay registration each attached endpoint gave us (the relay checks it).
     private var registrations: [[UInt8]: [UInt8]] = [:]
@@ -117,6 +141,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.policy = policy
         self.logger = logger
         self.now = now
+        self.admission = FrameAdmission(framesPerSecond: settings.linkFramesPerSecond)
     }
 
     /// Starts the periodic work: custody timeouts, retries on the backoff schedule, expiry, vacuum.
@@ -145,6 +170,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Applies new settings and policy on reload.
     public func update(settings: Settings, policy: RoutingPolicy) {
+        admission.setRate(settings.linkFramesPerSecond)
         queue.async {
             self.settings = settings
             self.policy = policy
@@ -158,11 +184,27 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     public func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {
-        queue.async { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
+        let key = LinkKey(transport: transport.name, link: link)
+        queue.async {
+            self.handleLinkDown(key, reason: reason)
+            self.admission.forget(key)
+        }
     }
 
+    /// The per-link rate limit and backlog bound apply here, on the plugin's thread, before
+    /// any work is queued: a flooding link costs a lock and a counter, and cannot grow the
+    /// router's queue or delay other links.
     public func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {
-        queue.async { self.handleFrame(frame, key: LinkKey(transport: transport.name, link: link)) }
+        let key = LinkKey(transport: transport.name, link: link)
+        switch admission.admit(key) {
+        case .admitted:
+            queue.async {
+                self.admission.done(key)
+                self.handleFrame(frame, key: key)
+            }
+        case .rateLimited, .backlogFull:
+            break  // counted by the admission itself; queueing even a counter update would let the flood in
+        }
     }
 
     public func statusChanged(on transport: TransportHost) {
@@ -183,7 +225,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleLinkUp(_ info: LinkInfo, transport: TransportHost) {
         let key = LinkKey(transport: transport.name, link: info.id)
         let peerID = Hash.sha256(info.peerSigningKey)
-        let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), rate: settings.linkFramesPerSecond)
+        let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now())
         links[key] = link
         logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
         switch info.peerRole {
@@ -219,18 +261,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         logger.info("link down \(key): \(reason ?? "no reason given")")
         let t = now()
         for id in link.inFlight.keys { failAttemptIfStillInFlight(id, nowMs: t) }
+        // A hub's announcement only routes over a direct link to it: forget it with the last link.
+        if link.info.peerRole == .hub, !links.values.contains(where: { $0.peerID == link.peerID }) {
+            announcements[link.peerID] = nil
+        }
         if link.info.peerRole == .endpoint { announceAttachments() }
         onChange?()
-    }
-
-    private func allowFrame(_ link: Link) -> Bool {
-        let nowNs = DispatchTime.now().uptimeNanoseconds
-        let rate = Double(settings.linkFramesPerSecond)
-        link.tokens = min(rate, link.tokens + Double(nowNs - link.lastRefillNs) / 1e9 * rate)
-        link.lastRefillNs = nowNs
-        guard link.tokens >= 1 else { return false }
-        link.tokens -= 1
-        return true
     }
 
     private func send(_ record: TLVRecord, on link: Link) -> Bool {
@@ -248,10 +284,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleFrame(_ frame: [UInt8], key: LinkKey) {
         guard let link = links[key] else { return }
         link.framesIn += 1
-        guard allowFrame(link) else {
-            counters.framesRateLimited += 1
-            return
-        }
         let record: TLVRecord
         do {
             record = try TLVRecord(parsing: frame)
@@ -288,25 +320,32 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             bundle = try YaokWire.Bundle(parsing: bytes)
         } catch WireError.hopLimitReached {
             counters.refusedHopLimit += 1
-            refuse(Self.messageIDGuess(bytes), .hopLimit, to: link)
+            refuse(Self.bundleIDGuess(bytes), .hopLimit, to: link)
             return
         } catch {
             counters.refusedMalformed += 1
             logger.debug("malformed bundle from \(link.key): \(error)")
-            refuse(Self.messageIDGuess(bytes), .malformed, to: link)
+            refuse(Self.bundleIDGuess(bytes), .malformed, to: link)
             return
         }
         let envelope = bundle.envelope
-        let id = envelope.messageID
+        let id = envelope.bundleID
         guard envelope.verifySignature() else {
             counters.refusedSignature += 1
             logger.warning("bundle \(Self.shortID(id)) from \(link.key) has a bad signature; refused")
             refuse(id, .badSignature, to: link)
             return
         }
-        guard envelope.expiresMs > t else {
+        switch settings.lifetime.violation(of: envelope, nowMs: t) {
+        case nil: break
+        case .expired?:
             counters.refusedExpired += 1
             refuse(id, .expired, to: link)
+            return
+        case let violation?:
+            counters.refusedLifetime += 1
+            logger.info("bundle \(Self.shortID(id)) from \(link.key) refused: \(violation)")
+            refuse(id, .badLifetime, to: link)
             return
         }
         guard Int(bundle.hop.hopCount) <= Int(bundle.hop.hopLimit) else {
@@ -327,10 +366,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let result: AcceptResult
         do {
             result = try store.accept(NewBundle(
-                messageID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
+                bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
                 sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
                 previousHop: link.peerID, createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
-                bytes: stored.encoded, receivedFrom: link.key.description), nowMs: t)
+                bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,
+                acknowledgedBundleID: envelope.acknowledgedBundleID), nowMs: t)
         } catch {
             counters.refusedStoreFull += 1
             logger.error("store refused bundle \(Self.shortID(id)): \(error)")
@@ -349,31 +389,42 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .duplicate:
             counters.duplicates += 1
             _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+        case .alreadyDelivered:
+            counters.alreadyDelivered += 1
+            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+        case .conflict:
+            counters.refusedConflict += 1
+            logger.warning("bundle \(Self.shortID(id)) from \(link.key): another envelope holds this bundle ID; refused")
+            refuse(id, .conflict, to: link)
         case .rejectedExpired:
             counters.refusedExpired += 1
             refuse(id, .expired, to: link)
         case .rejectedTooLarge:
             counters.refusedStoreFull += 1
             refuse(id, .storeFull, to: link)
+        case .rejectedOverShare:
+            counters.refusedOverShare += 1
+            logger.notice("store full: refused \(Self.shortID(id)) from \(link.origin), whose sender or origin holds the largest share")
+            refuse(id, .storeFull, to: link)
         }
         onChange?()
     }
 
-    /// A delivery receipt means the original message arrived: purge our copy, or remember
-    /// the delivery so copies still travelling are refused as duplicates. Only the original
-    /// recipient's (signature-checked) receipt counts, so nobody can suppress others' mail.
+    /// A delivery receipt means the original message arrived: purge our copy. It counts only
+    /// for a message we hold whose recipient signed the receipt (the receipt's bundle ID
+    /// binds its recipient — the message's sender — and the acknowledged message ID). A
+    /// receipt for a message we do not hold suppresses nothing now; it is stored like any
+    /// bundle, and if the message arrives later `accept` finds it (`.alreadyDelivered`).
+    /// Anybody else's receipt travels to its addressee and changes nothing here.
     private func handleReceipt(_ receipt: Envelope) {
         counters.receiptsSeen += 1
-        guard receipt.kind == .deliveryReceipt else { return }
-        let ref = receipt.refID
-        let t = now()
-        if let original = try? store.bundle(ref) {
-            if original.state != .delivered && original.destination == receipt.senderUserID {
-                try? store.markDelivered(ref, nowMs: t)
-            }
-        } else {
-            try? store.rememberDelivered(ref, destination: receipt.senderUserID, expiresMs: receipt.expiresMs, nowMs: t)
+        guard receipt.kind == .deliveryReceipt, let ref = receipt.acknowledgedBundleID else { return }
+        guard let original = try? store.bundle(ref), original.kind == Envelope.Kind.message.rawValue,
+              original.destination == receipt.senderUserID else {
+            counters.receiptsUnverified += 1
+            return
         }
+        if original.state != .delivered { try? store.markDelivered(ref, nowMs: now()) }
     }
 
     private func allowSender(_ key: [UInt8], nowMs: Int64) -> Bool {
@@ -442,22 +493,63 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Offer / request between hubs
 
+    /// Offered IDs waiting to be looked up, per link; more are dropped (and offered again
+    /// later by the neighbour, whose queued bundles come due).
+    static let maxOfferedPerLink = 20_000
+    /// Outstanding requests per link: an offer is looked up only while fewer are pending, so
+    /// a neighbour that offers and never delivers cannot grow this table.
+    static let maxRequestedPerLink = 4_000
+    /// IDs looked up per turn of the router queue: one store transaction, then other links' work.
+    static let offerSliceSize = 500
+
+    /// An offer is queued per link and looked up in slices (see ``drainOffers(_:)``), so one
+    /// frame of 4,000 IDs, or a flood of them, costs bounded memory and delays only its link.
     private func handleOffer(_ value: [UInt8], from link: Link) {
         guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        let room = max(0, Self.maxOfferedPerLink - (link.offered.count - link.offeredHead))
+        if offer.bundleIDs.count > room { counters.offersDropped += offer.bundleIDs.count - room }
+        link.offered.append(contentsOf: offer.bundleIDs.prefix(room))
+        drainOffers(link)
+    }
+
+    /// Looks up one slice of a link's offered IDs, requests what we lack, and yields the
+    /// queue before the next slice.
+    private func drainOffers(_ link: Link) {
+        guard links[link.key] === link, !link.drainingOffers else { return }
         let t = now()
+        link.requested = link.requested.filter { $0.value > t }
+        let room = Self.maxRequestedPerLink - link.requested.count
+        let pending = link.offered.count - link.offeredHead
+        guard pending > 0, room > 0 else { return }
+        let slice = Array(link.offered[link.offeredHead..<link.offeredHead + min(pending, room, Self.offerSliceSize)])
+        link.offeredHead += slice.count
+        if link.offeredHead == link.offered.count {
+            link.offered.removeAll(keepingCapacity: false)
+            link.offeredHead = 0
+        }
+        let unknown: [[UInt8]]
+        do {
+            unknown = try store.noteOffered(slice, by: link.peerID)
+        } catch {
+            logger.error("store: looking up an offer from \(link.key): \(error)")
+            return
+        }
         var wanted: [[UInt8]] = []
-        for id in offer.bundleIDs {
-            try? store.recordPeerHas(id, peer: link.peerID)
-            if (try? store.bundle(id)) != nil { continue }
+        for id in unknown {
             // Asked another neighbour for it already and that request is still live.
             if links.values.contains(where: { $0.requested[id].map { $0 > t } ?? false }) { continue }
             link.requested[id] = t + settings.custodyTimeoutMs
             wanted.append(id)
         }
-        for chunk in stride(from: 0, to: wanted.count, by: SummaryVector.maxCount) {
-            let ids = Array(wanted[chunk..<min(wanted.count, chunk + SummaryVector.maxCount)])
-            guard let vector = try? SummaryVector(bundleIDs: ids) else { continue }
+        if !wanted.isEmpty, let vector = try? SummaryVector(bundleIDs: wanted) {
             _ = send(TLVRecord(.request, value: vector.encoded), on: link)
+        }
+        if link.offered.count > link.offeredHead {
+            link.drainingOffers = true
+            queue.async {
+                link.drainingOffers = false
+                self.drainOffers(link)
+            }
         }
     }
 
@@ -466,6 +558,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func handleRequest(_ value: [UInt8], from link: Link) {
         guard let request = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        // Only hubs and the relay take bundles by request; a phone gets its own mail pushed.
+        guard link.info.peerRole != .endpoint else { counters.refusedMalformed += 1; return }
         let room = max(0, Self.maxWantedPerLink - link.wanted.count)
         link.wanted.append(contentsOf: request.bundleIDs.prefix(room))
         sendWanted(on: link)
@@ -495,7 +589,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func offerAll(to link: Link) {
         guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
         var ids: [[UInt8]] = []
-        for b in bundles where chosenHops(for: b).contains(link.key) { ids.append(b.messageID) }
+        for b in bundles where chosenHops(for: b).contains(link.key) { ids.append(b.bundleID) }
         offer(ids, to: link)
     }
 
@@ -509,15 +603,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func chosenHops(for b: StoredBundle) -> [LinkKey] {
-        let attachedHub = attachments[b.destination]?.hub
+        let attachedHub = announcements.first { $0.value.users.contains(b.destination) }?.key
         let candidates: [NeighbourCandidate] = links.values.compactMap { link in
             guard link.info.peerRole != .endpoint else { return nil }
-            let holds = (try? store.peerHas(b.messageID, peer: link.peerID)) ?? false
+            let holds = (try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false
             return NeighbourCandidate(key: link.key, role: link.info.peerRole, peerID: link.peerID, cost: link.info.cost,
-                                      holdsBundle: holds || link.inFlight[b.messageID] != nil,
+                                      holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
         }
-        let handedOut = (try? store.peersHolding(b.messageID)) ?? 0
+        let handedOut = (try? store.peersHolding(b.bundleID)) ?? 0
         return policy.nextHops(for: b, candidates: candidates, copiesHandedOut: max(0, handedOut - 1))
     }
 
@@ -525,13 +619,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func route(_ b: StoredBundle) {
         guard b.state == .queued || b.state == .handedOver else { return }
         if let direct = endpointLinks(for: b.destination).first {
-            if direct.inFlight[b.messageID] == nil { transmit(b, on: direct) }
+            if direct.inFlight[b.bundleID] == nil { transmit(b, on: direct) }
             return
         }
         for key in chosenHops(for: b) {
             guard let link = links[key] else { continue }
             switch link.info.peerRole {
-            case .hub: offer([b.messageID], to: link)
+            case .hub: offer([b.bundleID], to: link)
             case .relay: transmit(b, on: link)
             case .endpoint: break
             }
@@ -543,8 +637,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     @discardableResult
     private func transmit(_ listed: StoredBundle, on link: Link) -> Bool {
         guard link.inFlight.count < settings.linkWindow else { return false }
-        guard link.inFlight[listed.messageID] == nil else { return true }
-        guard let b = listed.bytes.isEmpty ? (try? store.bundle(listed.messageID)) ?? nil : listed, !b.bytes.isEmpty else { return true }
+        guard link.inFlight[listed.bundleID] == nil else { return true }
+        guard let b = listed.bytes.isEmpty ? (try? store.bundle(listed.bundleID)) ?? nil : listed, !b.bytes.isEmpty else { return true }
         let t = now()
         var outgoing = b.bytes
         if link.info.peerRole != .endpoint {
@@ -553,19 +647,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 outgoing = try parsed.forwarded(by: hubID).encoded
             } catch {
                 counters.refusedHopLimit += 1
-                try? store.recordPeerHas(b.messageID, peer: link.peerID)
+                try? store.recordPeerHas(b.bundleID, peer: link.peerID)
                 return true
             }
         }
         guard outgoing.count + TLVRecord.headerLength <= link.info.mtu || link.info.mtu == 0 else {
-            logger.warning("bundle \(Self.shortID(b.messageID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
+            logger.warning("bundle \(Self.shortID(b.bundleID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
             return true
         }
-        if b.state == .queued { try? store.markInFlight(b.messageID, link: link.key.description, nowMs: t) }
-        link.inFlight[b.messageID] = t + settings.custodyTimeoutMs
+        if b.state == .queued { try? store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }
+        link.inFlight[b.bundleID] = t + settings.custodyTimeoutMs
         if !send(TLVRecord(.bundle, value: outgoing), on: link) {
-            link.inFlight[b.messageID] = nil
-            failAttemptIfStillInFlight(b.messageID, nowMs: t)
+            link.inFlight[b.bundleID] = nil
+            failAttemptIfStillInFlight(b.bundleID, nowMs: t)
         }
         return true
     }
@@ -574,7 +668,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func pushPending(to link: Link) {
         let room = settings.linkWindow - link.inFlight.count
         guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: settings.linkWindow + room, withBytes: false) else { return }
-        for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.messageID] == nil {
+        for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.bundleID] == nil {
             if !transmit(b, on: link) { break }
         }
     }
@@ -582,7 +676,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The relay came up: hand it what the policy routes there.
     private func pushForwardable(to link: Link) {
         guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
-        for b in bundles where link.inFlight[b.messageID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
+        for b in bundles where link.inFlight[b.bundleID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
     }
@@ -610,26 +704,25 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
+    /// A neighbouring hub says which users are attached to it. Accepted only over a hub link
+    /// from the hub it describes (its key is the link's proven key), signed, dated no later
+    /// than our clock allows and newer than its last one; it replaces that hub's own entry
+    /// (at most ``AttachmentAnnouncement/maxCount`` users) and nobody else's, and is not
+    /// passed on: routing uses it only to pick a direct link to that hub.
     private func handleAttachment(_ value: [UInt8], from link: Link) {
-        guard let a = try? AttachmentAnnouncement(parsing: value), a.verifySignature() else {
-            counters.refusedSignature += 1
+        guard link.info.peerRole == .hub, let a = try? AttachmentAnnouncement(parsing: value) else {
+            counters.attachmentsRefused += 1
             return
         }
         let hub = Hash.sha256(a.hubSigningKey)
-        guard hub != hubID else { return }
-        var changed = false
-        for user in a.userIDs {
-            if let seen = attachments[user], seen.atMs >= a.timestampMs { continue }
-            attachments[user] = (hub, a.timestampMs)
-            changed = true
+        let t = now()
+        guard hub == link.peerID, a.timestampMs <= t + settings.lifetime.clockSkewMs,
+              a.timestampMs > (announcements[hub]?.atMs ?? Int64.min), a.verifySignature() else {
+            counters.attachmentsRefused += 1
+            logger.debug("attachment announcement on \(link.key) refused")
+            return
         }
-        if attachments.count > 100_000 { attachments.removeAll() }
-        // Flood newer announcements one hop further so hubs learn where recipients are.
-        if changed {
-            for other in links.values where other.info.peerRole == .hub && other.key != link.key && other.peerID != hub {
-                _ = send(TLVRecord(.attachment, value: value), on: other)
-            }
-        }
+        announcements[hub] = (Set(a.userIDs), a.timestampMs)
     }
 
     // MARK: Timers
@@ -693,8 +786,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                     delivered: counts[.delivered] ?? 0, expired: counts[.expired] ?? 0,
                     bytes: (try? store.totalBytes()) ?? 0),
                 store: RouterStatus.StoreCounters(duplicatesDropped: store.statistics.duplicatesDropped,
-                                                  evicted: store.statistics.evicted, expired: store.statistics.expired),
-                counters: counters,
+                                                  evicted: store.statistics.evicted, expired: store.statistics.expired,
+                                                  evictedHeaviestSender: store.statistics.evictedHeaviestSender,
+                                                  evictedHeaviestOrigin: store.statistics.evictedHeaviestOrigin,
+                                                  conflicts: store.statistics.conflicts),
+                counters: countersWithAdmission(),
                 links: links.values.sorted { $0.key.description < $1.key.description }.map {
                     RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count)
@@ -703,14 +799,37 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
+    private func countersWithAdmission() -> Counters {
+        var c = counters
+        let dropped = admission.dropped
+        c.framesRateLimited += dropped.rateLimited
+        c.framesQueueFull += dropped.backlogFull
+        return c
+    }
+
     /// The first 8 hex digits of an ID: enough for an operator, not a full identifier in logs.
     static func shortID(_ id: [UInt8]) -> String { YaokPluginKit.Hex.encode(id.prefix(4)) }
 
-    /// Best effort: the message ID sits at a fixed offset of a bundle (hop header 35 + 2).
-    static func messageIDGuess(_ bytes: [UInt8]) -> [UInt8]? {
+    /// Best effort for a bundle that does not parse: its bundle ID from the message ID and
+    /// sender key at their fixed offsets (hop header 35, then 2 and 18).
+    static func bundleIDGuess(_ bytes: [UInt8]) -> [UInt8]? {
         let offset = HopHeader.length + 2
-        guard bytes.count >= offset + 16 else { return nil }
-        return Array(bytes[offset..<offset + 16])
+        guard bytes.count >= offset + 48 else { return nil }
+        return BundleID.of(senderUserID: Hash.sha256(bytes[(offset + 16)..<(offset + 48)]), messageID: Array(bytes[offset..<offset + 16]))
+    }
+
+    /// The fairness principal of a link: the transport and the remote host without its port
+    /// (a device can pick ports, not so easily addresses), or the peer's key if the transport
+    /// reports no address.
+    static func origin(transport: String, remote: String?, peerID: [UInt8]) -> String {
+        guard var host = remote, !host.isEmpty else { return "\(transport):\(YaokPluginKit.Hex.encode(peerID.prefix(8)))" }
+        if host.hasPrefix("["), let close = host.firstIndex(of: "]") {
+            host = String(host[host.index(after: host.startIndex)..<close])
+        } else if host.filter({ $0 == ":" }).count == 1, let colon = host.lastIndex(of: ":"),
+                  host[host.index(after: colon)...].allSatisfy(\.isNumber) {
+            host = String(host[..<colon])
+        }
+        return "\(transport):\(host)"
     }
 }
 
@@ -722,6 +841,9 @@ public struct RouterStatus: Sendable, Codable, Equatable {
     }
     public struct StoreCounters: Sendable, Codable, Equatable {
         public var duplicatesDropped, evicted, expired: Int64
+        /// Evictions taken from the heaviest sender key, and from the heaviest origin.
+        public var evictedHeaviestSender, evictedHeaviestOrigin: Int64
+        public var conflicts: Int64
     }
     public struct LinkView: Sendable, Codable, Equatable {
         public var link, role, peer, kind: String
@@ -738,4 +860,56 @@ public struct RouterStatus: Sendable, Codable, Equatable {
     public var counters: Router.Counters
     public var links: [LinkView]
     public var lastDelivery: [Delivery]
+}
+
+/// Per-link admission of received frames, before they are queued to the router: a token
+/// bucket of `framesPerSecond` (burst of one second's worth) and at most
+/// ``maxBacklog`` frames waiting in the router queue per link. Called on plugin threads.
+final class FrameAdmission: @unchecked Sendable {
+    enum Decision { case admitted, rateLimited, backlogFull }
+    /// Frames one link may have waiting in the router's queue.
+    static let maxBacklog = 256
+
+    private struct Entry { var tokens: Double; var lastNs: UInt64; var backlog: Int }
+    private let lock = NSLock()
+    private var rate: Double
+    private var entries: [LinkKey: Entry] = [:]
+    private var droppedRate = 0, droppedBacklog = 0
+
+    init(framesPerSecond: Int) { rate = Double(max(1, framesPerSecond)) }
+
+    func setRate(_ framesPerSecond: Int) { lock.withLock { rate = Double(max(1, framesPerSecond)) } }
+
+    func admit(_ key: LinkKey) -> Decision {
+        let nowNs = DispatchTime.now().uptimeNanoseconds
+        return lock.withLock {
+            var e = entries[key] ?? Entry(tokens: rate, lastNs: nowNs, backlog: 0)
+            e.tokens = min(rate, e.tokens + Double(nowNs &- e.lastNs) / 1e9 * rate)
+            e.lastNs = nowNs
+            let decision: Decision
+            if e.tokens < 1 {
+                droppedRate += 1
+                decision = .rateLimited
+            } else if e.backlog >= Self.maxBacklog {
+                droppedBacklog += 1
+                decision = .backlogFull
+            } else {
+                e.tokens -= 1
+                e.backlog += 1
+                decision = .admitted
+            }
+            entries[key] = e
+            return decision
+        }
+    }
+
+    /// A queued frame was taken off the router queue.
+    func done(_ key: LinkKey) {
+        lock.withLock { if entries[key] != nil { entries[key]!.backlog = max(0, entries[key]!.backlog - 1) } }
+    }
+
+    /// The link is gone; frames still queued for it are dropped by the router.
+    func forget(_ key: LinkKey) { lock.withLock { _ = entries.removeValue(forKey: key) } }
+
+    var dropped: (rateLimited: Int, backlogFull: Int) { lock.withLock { (droppedRate, droppedBacklog) } }
 }

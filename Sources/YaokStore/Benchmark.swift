@@ -26,7 +26,7 @@ public enum BundleStoreBenchmark {
             var id = [UInt8](repeating: 0, count: 16)
             withUnsafeBytes(of: UInt64(i).bigEndian) { for (j, b) in $0.enumerated() { id[8 + j] = b } }
             if !payload.isEmpty { payload[0] = UInt8(truncatingIfNeeded: i) }
-            let bundle = NewBundle(messageID: id, destination: [UInt8](repeating: UInt8(truncatingIfNeeded: i % 50), count: 32),
+            let bundle = NewBundle(bundleID: id, destination: [UInt8](repeating: UInt8(truncatingIfNeeded: i % 50), count: 32),
                                    kind: 1, sourceUserID: source, hopCount: 0, hopLimit: 8, createdMs: 0,
                                    expiresMs: Int64.max, bytes: payload, receivedFrom: "bench")
             _ = try store.accept(bundle, nowMs: Int64(i))

@@ -1,3 +1,5 @@
+import YaokCrypto
+
 /// The hub's store of carried bundles: accept with dedupe, retry scheduling with backoff,
 /// custody states, a per-peer "already has it" table, expiry and a size cap.
 ///
@@ -39,10 +41,17 @@ public final class BundleStore: @unchecked Sendable {
 
     /// Stores a bundle durably, or says why not.
     ///
-    /// A message ID already present — carried, or remembered as a delivered/expired tombstone
-    /// — is a `.duplicate` (counted in `statistics.duplicatesDropped`). When the bundle does not
-    /// fit under the cap, bundles that expire sooner than it are evicted, soonest first; if even
-    /// that is not enough, nothing is evicted and it is `.rejectedTooLarge`.
+    /// Identity is the bundle ID (bound to the sender's key). A bundle ID already present
+    /// with the same envelope (hop header aside) — or remembered as a delivered/expired
+    /// tombstone — is a `.duplicate`; with a different envelope it is a `.conflict` and the
+    /// held copy is untouched. A message whose recipient's delivery receipt is already held is
+    /// stored as a delivered tombstone (`.alreadyDelivered`).
+    ///
+    /// When the bundle does not fit under the cap, space is taken from whoever uses the most:
+    /// the sender key or the origin (``NewBundle/origin``) with the largest share of evictable
+    /// bytes (queued or handed over) loses its soonest-expiring bundle, again and again. If the
+    /// newcomer's own sender or origin holds (or ties for) the largest share, nothing is evicted
+    /// and it is `.rejectedOverShare`: a flood from one place pays for itself.
     ///
     /// - Throws: `StoreError.invalidBundle` for wrong field lengths, `.sqlite` on I/O errors.
     public func accept(_ b: NewBundle, nowMs: Int64) throws -> AcceptResult {
@@ -53,38 +62,50 @@ public final class BundleStore: @unchecked Sendable {
 
         var statsDelta = StoreStatistics()
         let result: AcceptResult = try database.transaction {
-            if try database.scalar(SQL.exists, [.blob(b.messageID)], purpose: "checking for a duplicate bundle") != nil {
+            if let held = try database.query(SQL.heldBytes, [.blob(b.bundleID)], purpose: "checking for a duplicate bundle").first {
+                if let heldBytes = held[0].blobValue, !Self.sameEnvelope(heldBytes, b.bytes) {
+                    try bumpCounter("conflicts", by: 1)
+                    statsDelta.conflicts = 1
+                    return .conflict
+                }
                 if let hop = b.previousHop {
-                    try database.execute(SQL.recordPeer, [.blob(b.messageID), .blob(hop)],
+                    try database.execute(SQL.recordPeer, [.blob(b.bundleID), .blob(hop)],
                                          purpose: "recording the peer that holds a bundle")
                 }
                 try bumpCounter("duplicates_dropped", by: 1)
                 statsDelta.duplicatesDropped = 1
                 return .duplicate
             }
+            if b.kind == Self.messageKind,
+               try database.scalar(SQL.deliveryReceiptHeld, [.blob(b.bundleID), .blob(b.destination)],
+                                   purpose: "looking for a held delivery receipt") != nil {
+                try insert(b, state: .delivered, bytes: nil, nowMs: nowMs)
+                try database.execute(SQL.recordDelivery, [.blob(b.destination), .integer(nowMs)], purpose: "recording a delivery")
+                return .alreadyDelivered
+            }
             let carried = try counter("carried_bytes")
             if carried + size > sizeCapBytes {
-                guard let victims = try evictionVictims(needed: carried + size - sizeCapBytes, before: b.expiresMs) else {
-                    return .rejectedTooLarge
+                guard let plan = try fairEvictionPlan(needed: carried + size - sizeCapBytes, for: b) else {
+                    try bumpCounter("refused_over_share", by: 1)
+                    statsDelta.refusedOverShare = 1
+                    return .rejectedOverShare
                 }
-                for v in victims {
+                for v in plan.victims {
                     try database.execute(SQL.deleteBundle, [.blob(v.id)], purpose: "evicting a bundle")
                 }
-                let freed = victims.reduce(Int64(0)) { $0 + $1.size }
-                try bumpCounter("evicted", by: Int64(victims.count))
+                let freed = plan.victims.reduce(Int64(0)) { $0 + $1.size }
+                try bumpCounter("evicted", by: Int64(plan.victims.count))
                 try bumpCounter("evicted_bytes", by: freed)
-                statsDelta.evicted = Int64(victims.count)
+                try bumpCounter("evicted_heaviest_sender", by: plan.bySender)
+                try bumpCounter("evicted_heaviest_origin", by: plan.byOrigin)
+                statsDelta.evicted = Int64(plan.victims.count)
                 statsDelta.evictedBytes = freed
+                statsDelta.evictedHeaviestSender = plan.bySender
+                statsDelta.evictedHeaviestOrigin = plan.byOrigin
             }
-            try database.execute(SQL.insert, [
-                .blob(b.messageID), .blob(b.destination), .int(b.kind), .blob(b.sourceUserID),
-                .int(b.hopCount), .int(b.hopLimit), .optionalBlob(b.previousHop),
-                .integer(b.createdMs), .integer(b.expiresMs), .blob(b.bytes), .integer(size),
-                .optionalText(b.receivedFrom), .int(BundleState.queued.rawValue),
-                .integer(nowMs), .integer(nowMs),
-            ], purpose: "storing a bundle")
+            try insert(b, state: .queued, bytes: b.bytes, nowMs: nowMs)
             if let hop = b.previousHop {
-                try database.execute(SQL.recordPeer, [.blob(b.messageID), .blob(hop)],
+                try database.execute(SQL.recordPeer, [.blob(b.bundleID), .blob(hop)],
                                      purpose: "recording the peer that holds a bundle")
             }
             return .stored
@@ -93,35 +114,83 @@ public final class BundleStore: @unchecked Sendable {
         return result
     }
 
-    /// Picks the carried, not-in-flight bundles expiring before `before`, soonest first, until
-    /// `needed` bytes are covered; nil if they cannot cover it.
-    private func evictionVictims(needed: Int64, before: Int64) throws -> [(id: [UInt8], size: Int64)]? {
-        var victims: [(id: [UInt8], size: Int64)] = []
-        var freed: Int64 = 0
-        var cursor: (expires: Int64, row: Int64) = (Int64.min, Int64.min)
-        let batch = 256
-        while freed < needed {
-            let rows = try database.query(SQL.evictionCandidates, [
-                .integer(before), .integer(cursor.expires), .integer(cursor.expires), .integer(cursor.row),
-                .int(batch),
-            ], purpose: "choosing bundles to evict")
-            for row in rows {
-                guard let id = row[0].blobValue, let size = row[1].int64Value,
-                      let expires = row[2].int64Value, let rowid = row[3].int64Value else {
-                    throw StoreError.corruptRow(table: "bundles", column: "eviction candidate")
-                }
-                victims.append((id, size))
-                freed += size
-                cursor = (expires, rowid)
-                if freed >= needed { return victims }
-            }
-            if rows.count < batch { return nil }
+    /// Envelope kind of a message (receipts are 2 and 3), as on the wire.
+    static let messageKind: UInt8 = 1
+    /// The hop header in front of the envelope in stored bytes; it changes hop by hop.
+    static let hopHeaderLength = 35
+
+    /// Whether two stored bundles carry the same envelope (their hop headers may differ).
+    static func sameEnvelope(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count >= hopHeaderLength, b.count >= hopHeaderLength else { return a == b }
+        return a[hopHeaderLength...] == b[hopHeaderLength...]
+    }
+
+    private func insert(_ b: NewBundle, state: BundleState, bytes: [UInt8]?, nowMs: Int64) throws {
+        try database.execute(SQL.insert, [
+            .blob(b.bundleID), .blob(b.destination), .int(Int(b.kind)), .blob(b.sourceUserID),
+            .int(b.hopCount), .int(b.hopLimit), .optionalBlob(b.previousHop),
+            .integer(b.createdMs), .integer(b.expiresMs), .optionalBlob(bytes), .integer(Int64(b.bytes.count)),
+            .optionalText(b.receivedFrom), .int(state.rawValue),
+            .integer(nowMs), .integer(nowMs), .optionalText(b.origin), .optionalBlob(b.acknowledgedBundleID),
+        ], purpose: "storing a bundle")
+    }
+
+    /// Who holds evictable space: a sender key or an origin.
+    private enum Principal: Hashable { case sender([UInt8]), origin(String) }
+
+    /// Chooses bundles to evict so that `needed` bytes are freed, always from the principal
+    /// (sender or origin) with the most evictable bytes, counting the newcomer as already
+    /// stored. Nil when the newcomer's own sender or origin is (or ties for) the heaviest,
+    /// or when nothing evictable is left.
+    private func fairEvictionPlan(needed: Int64, for b: NewBundle) throws
+        -> (victims: [(id: [UInt8], size: Int64)], bySender: Int64, byOrigin: Int64)? {
+        var usage: [Principal: Int64] = [:]
+        for row in try database.query(SQL.usageBySender, purpose: "measuring each sender's share") {
+            guard let who = row[0].blobValue, let bytes = row[1].int64Value else { continue }
+            usage[.sender(who)] = bytes
         }
-        return victims
+        for row in try database.query(SQL.usageByOrigin, purpose: "measuring each origin's share") {
+            guard let who = row[0].textValue, let bytes = row[1].int64Value else { continue }
+            usage[.origin(who)] = bytes
+        }
+        let size = Int64(b.bytes.count)
+        let own: [Principal] = [.sender(b.sourceUserID)] + (b.origin.map { [.origin($0)] } ?? [])
+        for p in own { usage[p, default: 0] += size }
+        var victims: [(id: [UInt8], size: Int64)] = []
+        var taken = Set<[UInt8]>()
+        var freed: Int64 = 0
+        var bySender: Int64 = 0, byOrigin: Int64 = 0
+        while freed < needed {
+            guard let heaviest = usage.max(by: { $0.value < $1.value }), heaviest.value > 0 else { return nil }
+            if own.contains(where: { usage[$0, default: 0] >= heaviest.value }) { return nil }
+            let rows: [[SQLValue]]
+            switch heaviest.key {
+            case .sender(let who):
+                rows = try database.query(SQL.victimsOfSender, [.blob(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
+                bySender += 1
+            case .origin(let who):
+                rows = try database.query(SQL.victimsOfOrigin, [.text(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
+                byOrigin += 1
+            }
+            guard let row = rows.first(where: { r in r[0].blobValue.map { !taken.contains($0) } ?? false }),
+                  let id = row[0].blobValue, let vsize = row[1].int64Value, let sender = row[2].blobValue else {
+                usage[heaviest.key] = 0  // its bytes are all in flight: not evictable
+                continue
+            }
+            taken.insert(id)
+            victims.append((id, vsize))
+            freed += vsize
+            usage[.sender(sender), default: 0] -= vsize
+            if let origin = row[3].textValue { usage[.origin(origin), default: 0] -= vsize }
+        }
+        return (victims, bySender, byOrigin)
     }
 
     static func validate(_ b: NewBundle) throws {
-        guard b.messageID.count == 16 else { throw StoreError.invalidBundle("message ID must be 16 bytes, got \(b.messageID.count)") }
+        guard b.bundleID.count == 16 else { throw StoreError.invalidBundle("bundle ID must be 16 bytes, got \(b.bundleID.count)") }
+        if let r = b.acknowledgedBundleID, r.count != 16 {
+            throw StoreError.invalidBundle("acknowledged bundle ID must be 16 bytes, got \(r.count)")
+        }
         guard b.destination.count == 32 else { throw StoreError.invalidBundle("destination must be 32 bytes, got \(b.destination.count)") }
         guard b.sourceUserID.count == 32 else { throw StoreError.invalidBundle("source user ID must be 32 bytes, got \(b.sourceUserID.count)") }
         if let hop = b.previousHop, hop.count != 32 {
@@ -132,7 +201,7 @@ public final class BundleStore: @unchecked Sendable {
 
     // MARK: Reading
 
-    /// The stored bundle (or tombstone) with that message ID.
+    /// The stored bundle (or tombstone) with that bundle ID.
     public func bundle(_ id: [UInt8]) throws -> StoredBundle? {
         try database.query(SQL.selectByID, [.blob(id)], purpose: "reading a bundle").first.map(Self.decode)
     }
@@ -164,13 +233,13 @@ public final class BundleStore: @unchecked Sendable {
                                   purpose: "listing bundles to offer").map(Self.decode)
     }
 
-    /// Message IDs in the given states, in ascending byte order (for summary vectors).
+    /// Bundle IDs in the given states, in ascending byte order (for summary vectors).
     public func ids(states: Set<BundleState>, limit: Int) throws -> [[UInt8]] {
         guard !states.isEmpty else { return [] }
         let list = states.map { String($0.rawValue) }.sorted().joined(separator: ",")
-        let sql = "SELECT message_id FROM bundles WHERE state IN (\(list)) ORDER BY message_id LIMIT ?"
-        return try database.query(sql, [.int(max(0, limit))], purpose: "listing message IDs").map { row in
-            guard let id = row[0].blobValue else { throw StoreError.corruptRow(table: "bundles", column: "message_id") }
+        let sql = "SELECT bundle_id FROM bundles WHERE state IN (\(list)) ORDER BY bundle_id LIMIT ?"
+        return try database.query(sql, [.int(max(0, limit))], purpose: "listing bundle IDs").map { row in
+            guard let id = row[0].blobValue else { throw StoreError.corruptRow(table: "bundles", column: "bundle_id") }
             return id
         }
     }
@@ -274,35 +343,26 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
-    /// Records a delivery receipt for a bundle this hub never held (or no longer holds): a
-    /// delivered tombstone is written so that copies still travelling are refused as
-    /// duplicates until `expiresMs`. Such tombstones have `kind` 0, a zero source user ID and
-    /// size 0. Does nothing if the message ID is already known. Returns whether it was added.
-    @discardableResult
-    public func rememberDelivered(_ id: [UInt8], destination: [UInt8], expiresMs: Int64, nowMs: Int64) throws -> Bool {
-        guard id.count == 16 else { throw StoreError.invalidBundle("message ID must be 16 bytes, got \(id.count)") }
-        guard destination.count == 32 else { throw StoreError.invalidBundle("destination must be 32 bytes, got \(destination.count)") }
-        guard expiresMs > nowMs else { return false }
-        return try database.transaction {
-            try database.withExclusiveAccess {
-                try database.execute(SQL.insertTombstone, [
-                    .blob(id), .blob(destination), .blob([UInt8](repeating: 0, count: 32)), .integer(nowMs),
-                    .integer(expiresMs), .int(BundleState.delivered.rawValue), .integer(nowMs), .integer(nowMs),
-                ], purpose: "remembering a delivered bundle")
-                let added = database.changes == 1
-                if added {
-                    try database.execute(SQL.recordDelivery, [.blob(destination), .integer(nowMs)],
-                                         purpose: "recording a delivery")
-                }
-                return added
-            }
-        }
-    }
-
     /// Remembers that `peer` holds the bundle (it offered it, or told us in a summary), so it
-    /// is never sent to that peer. Unknown message IDs are ignored.
+    /// is never sent to that peer. Unknown bundle IDs are ignored.
     public func recordPeerHas(_ id: [UInt8], peer: [UInt8]) throws {
         try database.execute(SQL.recordPeer, [.blob(id), .blob(peer)], purpose: "recording the peer that holds a bundle")
+    }
+
+    /// A neighbour offered these bundle IDs: in one transaction, records it as holding the
+    /// ones we have and returns the ones we do not, in the order given.
+    public func noteOffered(_ ids: [[UInt8]], by peer: [UInt8]) throws -> [[UInt8]] {
+        try database.transaction {
+            var unknown: [[UInt8]] = []
+            for id in ids {
+                if try database.scalar(SQL.exists, [.blob(id)], purpose: "looking up an offered bundle") != nil {
+                    try database.execute(SQL.recordPeer, [.blob(id), .blob(peer)], purpose: "recording the peer that holds a bundle")
+                } else {
+                    unknown.append(id)
+                }
+            }
+            return unknown
+        }
     }
 
     /// Whether `peer` is known to hold the bundle.
@@ -412,7 +472,10 @@ public final class BundleStore: @unchecked Sendable {
 
     private func readStatistics() throws -> StoreStatistics {
         StoreStatistics(duplicatesDropped: try counter("duplicates_dropped"), evicted: try counter("evicted"),
-                        evictedBytes: try counter("evicted_bytes"), expired: try counter("expired"))
+                        evictedBytes: try counter("evicted_bytes"), expired: try counter("expired"),
+                        evictedHeaviestSender: try counter("evicted_heaviest_sender"),
+                        evictedHeaviestOrigin: try counter("evicted_heaviest_origin"),
+                        refusedOverShare: try counter("refused_over_share"), conflicts: try counter("conflicts"))
     }
 
     private func addStatistics(_ d: StoreStatistics) {
@@ -421,6 +484,10 @@ public final class BundleStore: @unchecked Sendable {
             cachedStatistics.evicted += d.evicted
             cachedStatistics.evictedBytes += d.evictedBytes
             cachedStatistics.expired += d.expired
+            cachedStatistics.evictedHeaviestSender += d.evictedHeaviestSender
+            cachedStatistics.evictedHeaviestOrigin += d.evictedHeaviestOrigin
+            cachedStatistics.refusedOverShare += d.refusedOverShare
+            cachedStatistics.conflicts += d.conflicts
         }
     }
 
@@ -439,44 +506,49 @@ public final class BundleStore: @unchecked Sendable {
             throw StoreError.corruptRow(table: "bundles", column: "state")
         }
         return StoredBundle(
-            messageID: try blob(0, "message_id"), destination: try blob(1, "destination"), kind: kind,
+            bundleID: try blob(0, "bundle_id"), destination: try blob(1, "destination"), kind: kind,
             sourceUserID: try blob(3, "source_user"), hopCount: Int(try int(4, "hop_count")),
             hopLimit: Int(try int(5, "hop_limit")), previousHop: row[6].blobValue,
             createdMs: try int(7, "created_ms"), expiresMs: try int(8, "expires_ms"),
             bytes: row[9].blobValue ?? [], receivedFrom: row[11].textValue, state: state,
             attempts: Int(try int(13, "attempts")), nextAttemptMs: try int(14, "next_attempt_ms"),
-            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")), lastLink: row[16].textValue)
+            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")), lastLink: row[16].textValue,
+            origin: row[17].textValue)
     }
 
     /// The store's SQL, fixed strings so the prepared statements are cached.
     private enum SQL {
         static let columns = """
-            message_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
-            expires_ms, bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link
+            bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
+            expires_ms, bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, origin
             """
-        static let columnCount = 17
-        static let exists = "SELECT 1 FROM bundles WHERE message_id = ?"
+        static let columnCount = 18
+        static let heldBytes = "SELECT bytes FROM bundles WHERE bundle_id = ?"
+        static let exists = "SELECT 1 FROM bundles WHERE bundle_id = ?"
         static let insert = """
-            INSERT INTO bundles (message_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, \
-            created_ms, expires_ms, bytes, size, received_from, state, next_attempt_ms, accepted_ms) \
-            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            INSERT INTO bundles (bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, \
+            created_ms, expires_ms, bytes, size, received_from, state, next_attempt_ms, accepted_ms, origin, ref_bundle) \
+            VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
             """
-        static let evictionCandidates = """
-            SELECT message_id, size, expires_ms, id FROM bundles \
-            WHERE state IN (0, 2) AND expires_ms < ? AND (expires_ms > ? OR (expires_ms = ? AND id > ?)) \
+        /// A delivery receipt (kind 2) for the bundle, signed by its recipient (the receipt's sender).
+        static let deliveryReceiptHeld = "SELECT 1 FROM bundles WHERE ref_bundle = ? AND kind = 2 AND source_user = ? LIMIT 1"
+        /// Evictable (queued or handed-over) bytes per sender and per origin.
+        static let usageBySender = "SELECT source_user, sum(size) FROM bundles WHERE state IN (0, 2) GROUP BY source_user"
+        static let usageByOrigin = "SELECT origin, sum(size) FROM bundles WHERE state IN (0, 2) AND origin IS NOT NULL GROUP BY origin"
+        static let victimsOfSender = """
+            SELECT bundle_id, size, source_user, origin FROM bundles WHERE state IN (0, 2) AND source_user = ? \
             ORDER BY expires_ms, id LIMIT ?
             """
-        static let insertTombstone = """
-            INSERT OR IGNORE INTO bundles (message_id, destination, kind, source_user, hop_count, hop_limit, \
-            created_ms, expires_ms, bytes, size, state, next_attempt_ms, accepted_ms) \
-            VALUES (?, ?, 0, ?, 0, 0, ?, ?, NULL, 0, ?, ?, ?)
+        static let victimsOfOrigin = """
+            SELECT bundle_id, size, source_user, origin FROM bundles WHERE state IN (0, 2) AND origin = ? \
+            ORDER BY expires_ms, id LIMIT ?
             """
-        static let deleteBundle = "DELETE FROM bundles WHERE message_id = ?"
-        static let selectByID = "SELECT \(columns) FROM bundles WHERE message_id = ?"
+        static let deleteBundle = "DELETE FROM bundles WHERE bundle_id = ?"
+        static let selectByID = "SELECT \(columns) FROM bundles WHERE bundle_id = ?"
         /// The same columns with NULL in place of the bundle bytes.
         static let columnsWithoutBytes = """
-            message_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
-            expires_ms, NULL, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link
+            bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
+            expires_ms, NULL, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, origin
             """
         static let dueWithBytes = dueSQL(columns)
         static let dueWithoutBytes = dueSQL(columnsWithoutBytes)
@@ -504,27 +576,27 @@ public final class BundleStore: @unchecked Sendable {
         private static func forwardableExcludingSQL(_ c: String) -> String {
             """
             SELECT \(c) FROM bundles b WHERE state IN (0, 2) AND NOT EXISTS \
-            (SELECT 1 FROM bundle_peers p WHERE p.message_id = b.message_id AND p.peer = ?1) \
+            (SELECT 1 FROM bundle_peers p WHERE p.bundle_id = b.bundle_id AND p.peer = ?1) \
             ORDER BY accepted_ms, id LIMIT ?2
             """
         }
         static let counts = "SELECT state, count(*) FROM bundles GROUP BY state"
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
-        static let state = "SELECT state FROM bundles WHERE message_id = ?"
-        static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE message_id = ?"
-        static let stateAndDestination = "SELECT state, destination FROM bundles WHERE message_id = ?"
-        static let setInFlight = "UPDATE bundles SET last_link = ?, state = ? WHERE message_id = ?"
-        static let setLink = "UPDATE bundles SET last_link = ? WHERE message_id = ?"
-        static let setState = "UPDATE bundles SET state = ? WHERE message_id = ?"
-        static let setRetry = "UPDATE bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE message_id = ?"
-        static let tombstone = "UPDATE bundles SET state = ?, bytes = NULL WHERE message_id = ?"
+        static let state = "SELECT state FROM bundles WHERE bundle_id = ?"
+        static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
+        static let stateAndDestination = "SELECT state, destination FROM bundles WHERE bundle_id = ?"
+        static let setInFlight = "UPDATE bundles SET last_link = ?, state = ? WHERE bundle_id = ?"
+        static let setLink = "UPDATE bundles SET last_link = ? WHERE bundle_id = ?"
+        static let setState = "UPDATE bundles SET state = ? WHERE bundle_id = ?"
+        static let setRetry = "UPDATE bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE bundle_id = ?"
+        static let tombstone = "UPDATE bundles SET state = ?, bytes = NULL WHERE bundle_id = ?"
         static let recordDelivery = "INSERT OR REPLACE INTO deliveries (destination, at_ms) VALUES (?, ?)"
         static let recordPeer = """
-            INSERT OR IGNORE INTO bundle_peers (message_id, peer) \
-            SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM bundles WHERE message_id = ?1)
+            INSERT OR IGNORE INTO bundle_peers (bundle_id, peer) \
+            SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM bundles WHERE bundle_id = ?1)
             """
-        static let peerHas = "SELECT 1 FROM bundle_peers WHERE message_id = ? AND peer = ?"
-        static let peersHolding = "SELECT count(*) FROM bundle_peers WHERE message_id = ?"
+        static let peerHas = "SELECT 1 FROM bundle_peers WHERE bundle_id = ? AND peer = ?"
+        static let peersHolding = "SELECT count(*) FROM bundle_peers WHERE bundle_id = ?"
         static let requeue = "UPDATE bundles SET state = ?, next_attempt_ms = ? WHERE state = ?"
         static let deleteTombstones = "DELETE FROM bundles WHERE state IN (3, 4) AND expires_ms <= ?"
         static let expireCarried = "UPDATE bundles SET state = ?, bytes = NULL WHERE state IN (0, 1, 2) AND expires_ms <= ?"
@@ -600,5 +672,114 @@ enum BundleSchema {
                 UPDATE bundle_counters SET value = value - OLD.size WHERE name = 'carried_bytes';
             END;
             """),
+        // Version 2: bundles are keyed by bundle ID (sender-bound), not by the sender-chosen
+        // message ID; receipts remember which bundle they acknowledge; each bundle records its
+        // fairness origin. Tombstones made from unverified receipts (zero source user) are
+        // dropped: they were how a forged receipt suppressed a message.
+        Migration(version: 2) { db in try migrateToBundleIDs(db) },
     ]
+
+    static let tablesV2 = """
+        CREATE TABLE bundles (
+            id INTEGER PRIMARY KEY,
+            bundle_id BLOB NOT NULL UNIQUE,
+            destination BLOB NOT NULL,
+            kind INTEGER NOT NULL,
+            source_user BLOB NOT NULL,
+            hop_count INTEGER NOT NULL,
+            hop_limit INTEGER NOT NULL,
+            previous_hop BLOB,
+            created_ms INTEGER NOT NULL,
+            expires_ms INTEGER NOT NULL,
+            bytes BLOB,                 -- NULL once delivered/expired (tombstone)
+            size INTEGER NOT NULL,
+            received_from TEXT,
+            state INTEGER NOT NULL,
+            attempts INTEGER NOT NULL DEFAULT 0,
+            next_attempt_ms INTEGER NOT NULL,
+            accepted_ms INTEGER NOT NULL,
+            last_link TEXT,
+            origin TEXT,                -- fairness principal: where it came from
+            ref_bundle BLOB             -- receipts: the bundle ID acknowledged
+        );
+        """
+
+    static let indexesAndTriggersV2 = """
+        CREATE INDEX bundles_by_due ON bundles (state, next_attempt_ms);
+        CREATE INDEX bundles_by_destination ON bundles (destination, state);
+        CREATE INDEX bundles_by_expiry ON bundles (state, expires_ms);
+        CREATE INDEX bundles_by_sender ON bundles (source_user, state);
+        CREATE INDEX bundles_by_origin ON bundles (origin, state);
+        CREATE INDEX bundles_by_ref ON bundles (ref_bundle) WHERE ref_bundle IS NOT NULL;
+        CREATE TABLE bundle_peers (
+            bundle_id BLOB NOT NULL REFERENCES bundles (bundle_id) ON DELETE CASCADE,
+            peer BLOB NOT NULL,
+            PRIMARY KEY (bundle_id, peer)
+        ) WITHOUT ROWID;
+        CREATE TRIGGER bundles_carried_insert AFTER INSERT ON bundles WHEN NEW.bytes IS NOT NULL
+        BEGIN
+            UPDATE bundle_counters SET value = value + NEW.size WHERE name = 'carried_bytes';
+        END;
+        CREATE TRIGGER bundles_carried_update AFTER UPDATE OF bytes ON bundles
+        BEGIN
+            UPDATE bundle_counters
+            SET value = value - (CASE WHEN OLD.bytes IS NULL THEN 0 ELSE OLD.size END)
+                              + (CASE WHEN NEW.bytes IS NULL THEN 0 ELSE NEW.size END)
+            WHERE name = 'carried_bytes';
+        END;
+        CREATE TRIGGER bundles_carried_delete AFTER DELETE ON bundles WHEN OLD.bytes IS NOT NULL
+        BEGIN
+            UPDATE bundle_counters SET value = value - OLD.size WHERE name = 'carried_bytes';
+        END;
+        INSERT OR IGNORE INTO bundle_counters (name, value) VALUES
+            ('evicted_heaviest_sender', 0), ('evicted_heaviest_origin', 0), ('refused_over_share', 0), ('conflicts', 0);
+        """
+
+    /// Rebuilds the version-1 tables under bundle IDs, row by row (the ID is a hash, so SQL
+    /// alone cannot compute it), keeping every carried bundle and its peers.
+    static func migrateToBundleIDs(_ db: SQLCipherDatabase) throws {
+        let purpose = "migrating the bundle store to bundle IDs"
+        try db.executeScript("""
+            DROP TRIGGER bundles_carried_insert;
+            DROP TRIGGER bundles_carried_update;
+            DROP TRIGGER bundles_carried_delete;
+            DROP INDEX bundles_by_due;
+            DROP INDEX bundles_by_destination;
+            DROP INDEX bundles_by_expiry;
+            ALTER TABLE bundles RENAME TO bundles_v1;
+            CREATE TABLE peers_v1 (message_id BLOB NOT NULL, peer BLOB NOT NULL);
+            INSERT INTO peers_v1 SELECT message_id, peer FROM bundle_peers;
+            DROP TABLE bundle_peers;
+            CREATE INDEX peers_v1_by_id ON peers_v1 (message_id);
+            """ + tablesV2 + indexesAndTriggersV2, purpose: purpose)
+        let zeroUser = [UInt8](repeating: 0, count: 32)
+        let rows = try db.query("""
+            SELECT id, message_id, source_user, kind, substr(bytes, 86, 32), substr(bytes, 134, 16) FROM bundles_v1
+            """, purpose: purpose)
+        for row in rows {
+            guard let rowid = row[0].int64Value, let messageID = row[1].blobValue, let sender = row[2].blobValue,
+                  let kind = row[3].int64Value, messageID.count == 16, sender.count == 32, sender != zeroUser else { continue }
+            let id = BundleID.of(senderUserID: sender, messageID: messageID)
+            var ref: SQLValue = .null
+            if kind != 1, let recipient = row[4].blobValue, let refID = row[5].blobValue, recipient.count == 32, refID.count == 16 {
+                ref = .blob(BundleID.of(senderUserID: recipient, messageID: refID))
+            }
+            try db.execute("""
+                INSERT INTO bundles (id, bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, \
+                created_ms, expires_ms, bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, \
+                origin, ref_bundle) \
+                SELECT id, ?, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, expires_ms, \
+                bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, received_from, ? \
+                FROM bundles_v1 WHERE id = ?
+                """, [.blob(id), ref, .integer(rowid)], purpose: purpose)
+            try db.execute("INSERT OR IGNORE INTO bundle_peers (bundle_id, peer) SELECT ?, peer FROM peers_v1 WHERE message_id = ?",
+                           [.blob(id), .blob(messageID)], purpose: purpose)
+        }
+        try db.executeScript("""
+            DROP TABLE peers_v1;
+            DROP TABLE bundles_v1;
+            UPDATE bundle_counters SET value = (SELECT coalesce(sum(size), 0) FROM bundles WHERE bytes IS NOT NULL)
+                WHERE name = 'carried_bytes';
+            """, purpose: purpose)
+    }
 }

@@ -28,8 +28,8 @@ public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
 
 /// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
 public struct NewBundle: Sendable, Equatable {
-    /// 16 bytes, unique per message; the dedupe key.
-    public var messageID: [UInt8]
+    /// 16 bytes: the bundle ID (`YaokCrypto.BundleID`, bound to the sender's key), the dedupe key.
+    public var bundleID: [UInt8]
     /// 32 bytes: the recipient's user ID.
     public var destination: [UInt8]
     /// The envelope kind (message, receipt, …) as encoded on the wire.
@@ -47,11 +47,20 @@ public struct NewBundle: Sendable, Equatable {
     public var bytes: [UInt8]
     /// Which link it came in on (for diagnostics), e.g. "udp:10.0.0.2:7400".
     public var receivedFrom: String?
+    /// Who handed it to us, as a fairness principal: when the store is full, space is taken
+    /// from the heaviest sender or origin (e.g. "udp:10.0.0.2"). Sender keys are free to
+    /// make, so the origin bounds a flood from one place.
+    public var origin: String?
+    /// Receipts: the bundle ID of the message acknowledged (sender = that message's recipient).
+    public var acknowledgedBundleID: [UInt8]?
 
-    public init(messageID: [UInt8], destination: [UInt8], kind: UInt8, sourceUserID: [UInt8],
+    public init(bundleID: [UInt8], destination: [UInt8], kind: UInt8, sourceUserID: [UInt8],
                 hopCount: Int, hopLimit: Int, previousHop: [UInt8]? = nil, createdMs: Int64,
-                expiresMs: Int64, bytes: [UInt8], receivedFrom: String? = nil) {
-        self.messageID = messageID
+                expiresMs: Int64, bytes: [UInt8], receivedFrom: String? = nil, origin: String? = nil,
+                acknowledgedBundleID: [UInt8]? = nil) {
+        self.bundleID = bundleID
+        self.origin = origin
+        self.acknowledgedBundleID = acknowledgedBundleID
         self.destination = destination
         self.kind = kind
         self.sourceUserID = sourceUserID
@@ -68,7 +77,8 @@ public struct NewBundle: Sendable, Equatable {
 /// A bundle as stored, with its forwarding state. Tombstones (delivered/expired) have empty
 /// `bytes` but keep `size`.
 public struct StoredBundle: Sendable, Equatable {
-    public var messageID: [UInt8]
+    /// The bundle ID (`YaokCrypto.BundleID`).
+    public var bundleID: [UInt8]
     public var destination: [UInt8]
     public var kind: UInt8
     public var sourceUserID: [UInt8]
@@ -90,27 +100,40 @@ public struct StoredBundle: Sendable, Equatable {
     public var size: Int
     /// The link it was last sent on.
     public var lastLink: String?
+    /// The fairness principal it came from (see ``NewBundle/origin``).
+    public var origin: String?
 }
 
 /// What `BundleStore.accept` did with a bundle.
 public enum AcceptResult: Sendable, Equatable, CustomStringConvertible {
     /// Stored durably; the hub may acknowledge custody.
     case stored
-    /// Already held, or delivered/expired and still remembered: dropped (and counted).
-    /// The sender may be told we have it.
+    /// Already held with the same envelope, or delivered/expired and still remembered:
+    /// dropped (and counted). The sender may be told we have it.
     case duplicate
+    /// A bundle with this bundle ID but a different envelope is held: refused (and counted).
+    /// Only the sender's key can make one, so the held copy stays as it is.
+    case conflict
+    /// A delivery receipt from this bundle's recipient is already held: stored as a
+    /// delivered tombstone, so custody can be acknowledged and it is never forwarded.
+    case alreadyDelivered
     /// Its expiry time has passed.
     case rejectedExpired
-    /// It does not fit under the size cap even after evicting every bundle that expires
-    /// sooner than it does (or it alone is larger than the cap).
+    /// It alone is larger than the cap.
     case rejectedTooLarge
+    /// The store is full and the newcomer's sender or origin already uses the largest share:
+    /// the flood pays for itself, nobody else is evicted.
+    case rejectedOverShare
 
     public var description: String {
         switch self {
         case .stored: return "stored"
         case .duplicate: return "duplicate"
+        case .conflict: return "conflict (another envelope has this bundle ID)"
+        case .alreadyDelivered: return "already delivered"
         case .rejectedExpired: return "rejected (expired)"
-        case .rejectedTooLarge: return "rejected (store full)"
+        case .rejectedTooLarge: return "rejected (larger than the store)"
+        case .rejectedOverShare: return "rejected (store full; its sender or origin holds the largest share)"
         }
     }
 }
@@ -125,11 +148,25 @@ public struct StoreStatistics: Sendable, Equatable {
     public var evictedBytes: Int64 = 0
     /// Bundles whose lifetime ended while carried.
     public var expired: Int64 = 0
+    /// Of `evicted`: taken from the sender key holding the largest share.
+    public var evictedHeaviestSender: Int64 = 0
+    /// Of `evicted`: taken from the origin (link source) holding the largest share.
+    public var evictedHeaviestOrigin: Int64 = 0
+    /// Newcomers refused because their own sender or origin held the largest share.
+    public var refusedOverShare: Int64 = 0
+    /// Bundles refused because another envelope held their bundle ID.
+    public var conflicts: Int64 = 0
 
-    public init(duplicatesDropped: Int64 = 0, evicted: Int64 = 0, evictedBytes: Int64 = 0, expired: Int64 = 0) {
+    public init(duplicatesDropped: Int64 = 0, evicted: Int64 = 0, evictedBytes: Int64 = 0, expired: Int64 = 0,
+                evictedHeaviestSender: Int64 = 0, evictedHeaviestOrigin: Int64 = 0, refusedOverShare: Int64 = 0,
+                conflicts: Int64 = 0) {
         self.duplicatesDropped = duplicatesDropped
         self.evicted = evicted
         self.evictedBytes = evictedBytes
         self.expired = expired
+        self.evictedHeaviestSender = evictedHeaviestSender
+        self.evictedHeaviestOrigin = evictedHeaviestOrigin
+        self.refusedOverShare = refusedOverShare
+        self.conflicts = conflicts
     }
 }

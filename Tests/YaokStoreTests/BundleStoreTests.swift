@@ -1,4 +1,5 @@
 import XCTest
+import YaokCrypto
 @testable import YaokStore
 #if canImport(Glibc)
 import Glibc
@@ -14,8 +15,8 @@ final class BundleStoreTests: XCTestCase {
         let store = try openStore(try makeTempDirectory(self))
         let b = makeBundle(1, previousHop: userID(7))
         XCTAssertEqual(try store.accept(b, nowMs: 5_000), .stored)
-        let s = try XCTUnwrap(try store.bundle(messageID(1)))
-        XCTAssertEqual(s.messageID, b.messageID)
+        let s = try XCTUnwrap(try store.bundle(bundleID(1)))
+        XCTAssertEqual(s.bundleID, b.bundleID)
         XCTAssertEqual(s.destination, b.destination)
         XCTAssertEqual(s.kind, 1)
         XCTAssertEqual(s.sourceUserID, b.sourceUserID)
@@ -32,10 +33,10 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(s.acceptedMs, 5_000)
         XCTAssertEqual(s.size, 100)
         XCTAssertNil(s.lastLink)
-        XCTAssertNil(try store.bundle(messageID(2)))
+        XCTAssertNil(try store.bundle(bundleID(2)))
         XCTAssertEqual(try store.totalBytes(), 100)
         // The previous hop already has it.
-        XCTAssertTrue(try store.peerHas(messageID(1), peer: userID(7)))
+        XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(7)))
     }
 
     func testReopenKeepsBundlesAndStatistics() throws {
@@ -46,7 +47,7 @@ final class BundleStoreTests: XCTestCase {
             XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 0), .duplicate)
         }
         let store = try openStore(dir)
-        XCTAssertEqual(try store.bundle(messageID(1))?.state, .queued)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .queued)
         XCTAssertEqual(store.statistics.duplicatesDropped, 1)
         XCTAssertEqual(try store.totalBytes(), 100)
     }
@@ -54,10 +55,10 @@ final class BundleStoreTests: XCTestCase {
     func testInvalidBundlesAreRejectedWithReasons() throws {
         let store = try openStore(try makeTempDirectory(self))
         var b = makeBundle(1)
-        b.messageID = [1, 2, 3]
+        b.bundleID = [1, 2, 3]
         XCTAssertThrowsError(try store.accept(b, nowMs: 0)) { error in
             guard case StoreError.invalidBundle(let reason) = error else { return XCTFail("\(error)") }
-            XCTAssertTrue(reason.contains("message ID"))
+            XCTAssertTrue(reason.contains("bundle ID"))
         }
         b = makeBundle(1)
         b.destination = []
@@ -71,7 +72,7 @@ final class BundleStoreTests: XCTestCase {
     func testExpiredOnArrivalIsRejected() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 1_000), nowMs: 1_000), .rejectedExpired)
-        XCTAssertNil(try store.bundle(messageID(1)))
+        XCTAssertNil(try store.bundle(bundleID(1)))
     }
 
     func testDuplicatesAreDroppedAndCountedEvenAfterDelivery() throws {
@@ -79,9 +80,9 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(1, previousHop: userID(5)), nowMs: 10), .duplicate)
         XCTAssertEqual(store.statistics.duplicatesDropped, 1)
-        XCTAssertTrue(try store.peerHas(messageID(1), peer: userID(5)), "an offering peer holds it")
-        try store.markDelivered(messageID(1), nowMs: 20)
-        let tomb = try XCTUnwrap(try store.bundle(messageID(1)))
+        XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(5)), "an offering peer holds it")
+        try store.markDelivered(bundleID(1), nowMs: 20)
+        let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
         XCTAssertEqual(tomb.state, .delivered)
         XCTAssertEqual(tomb.bytes, [])
         XCTAssertEqual(tomb.size, 100)
@@ -92,21 +93,35 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.counts()[.queued], 0)
     }
 
-    func testReceiptBeforeBundleLeavesATombstone() throws {
+    func testHeldDeliveryReceiptFromTheRecipientMakesTheMessageDelivered() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertTrue(try store.rememberDelivered(messageID(1), destination: userID(1), expiresMs: 5_000, nowMs: 100))
-        XCTAssertFalse(try store.rememberDelivered(messageID(1), destination: userID(1), expiresMs: 5_000, nowMs: 101))
-        XCTAssertFalse(try store.rememberDelivered(messageID(2), destination: userID(1), expiresMs: 100, nowMs: 100))
-        XCTAssertEqual(try store.bundle(messageID(1))?.state, .delivered)
-        XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 5_000), nowMs: 200), .duplicate)
-        XCTAssertEqual(try store.lastDelivery().first?.atMs, 100)
-        XCTAssertEqual(try store.totalBytes(), 0)
-        // A receipt for a bundle we carry does not disturb it.
-        XCTAssertEqual(try store.accept(makeBundle(3), nowMs: 0), .stored)
-        XCTAssertFalse(try store.rememberDelivered(messageID(3), destination: userID(1), expiresMs: 5_000, nowMs: 300))
-        XCTAssertEqual(try store.bundle(messageID(3))?.state, .queued)
-        XCTAssertEqual(try store.expire(nowMs: 5_000), 0)
-        XCTAssertNil(try store.bundle(messageID(1)), "tombstone swept at expiry")
+        // A receipt for bundle 1, signed by someone who is not its recipient (user 1): suppresses nothing.
+        XCTAssertEqual(try store.accept(makeBundle(50, destination: 9, sender: 66, kind: 2, acknowledging: bundleID(1)), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(1, destination: 1), nowMs: 10), .stored)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .queued)
+        // The recipient's own receipt for bundle 2 arrives first: bundle 2 becomes a tombstone on arrival.
+        XCTAssertEqual(try store.accept(makeBundle(51, destination: 9, sender: 1, kind: 2, acknowledging: bundleID(2)), nowMs: 20), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 30), .alreadyDelivered)
+        let tomb = try XCTUnwrap(try store.bundle(bundleID(2)))
+        XCTAssertEqual(tomb.state, .delivered)
+        XCTAssertEqual(tomb.bytes, [])
+        XCTAssertEqual(tomb.expiresMs, 10_000_000, "the tombstone lives as long as the message, not as the receipt says")
+        XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 40), .duplicate)
+        // A read receipt (kind 3) is not a delivery receipt.
+        XCTAssertEqual(try store.accept(makeBundle(52, destination: 9, sender: 1, kind: 3, acknowledging: bundleID(3)), nowMs: 20), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(3, destination: 1), nowMs: 30), .stored)
+    }
+
+    func testSameBundleIDWithOtherContentIsAConflict() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, marker: "real"), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(1, marker: "fake"), nowMs: 1), .conflict)
+        XCTAssertEqual(store.statistics.conflicts, 1)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.bytes, makeBundle(1, marker: "real").bytes, "the held copy is untouched")
+        // The same envelope under another hop header is a duplicate, not a conflict.
+        var rehopped = makeBundle(1, marker: "real")
+        rehopped.bytes[0] ^= 0xFF
+        XCTAssertEqual(try store.accept(rehopped, nowMs: 2), .duplicate)
     }
 
     func testBackoffScheduleIsExact() throws {
@@ -115,15 +130,15 @@ final class BundleStoreTests: XCTestCase {
         let expected: [Int64] = [60_000, 300_000, 900_000, 3_600_000, 21_600_000, 21_600_000, 21_600_000]
         var now: Int64 = 1_000
         for (i, delay) in expected.enumerated() {
-            try store.markInFlight(messageID(1), link: "udp", nowMs: now)
-            XCTAssertEqual(try store.bundle(messageID(1))?.state, .inFlight)
-            try store.markAttemptFailed(messageID(1), nowMs: now)
-            let s = try XCTUnwrap(try store.bundle(messageID(1)))
+            try store.markInFlight(bundleID(1), link: "udp", nowMs: now)
+            XCTAssertEqual(try store.bundle(bundleID(1))?.state, .inFlight)
+            try store.markAttemptFailed(bundleID(1), nowMs: now)
+            let s = try XCTUnwrap(try store.bundle(bundleID(1)))
             XCTAssertEqual(s.state, .queued)
             XCTAssertEqual(s.attempts, i + 1)
             XCTAssertEqual(s.nextAttemptMs, now + delay, "attempt \(i + 1)")
             XCTAssertTrue(try store.due(nowMs: now + delay - 1, limit: 10).isEmpty)
-            XCTAssertEqual(try store.due(nowMs: now + delay, limit: 10).map(\.messageID), [messageID(1)])
+            XCTAssertEqual(try store.due(nowMs: now + delay, limit: 10).map(\.bundleID), [bundleID(1)])
             now += delay + 7
         }
     }
@@ -133,45 +148,45 @@ final class BundleStoreTests: XCTestCase {
         for (n, t) in [(3, 300), (1, 100), (2, 200), (4, 400)] {
             XCTAssertEqual(try store.accept(makeBundle(n), nowMs: Int64(t)), .stored)
         }
-        XCTAssertEqual(try store.due(nowMs: 250, limit: 10).map(\.messageID), [messageID(1), messageID(2)])
-        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.messageID), [1, 2, 3, 4].map(messageID))
-        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 2).map(\.messageID), [1, 2].map(messageID))
-        try store.markInFlight(messageID(1), link: "ble", nowMs: 1_000)
-        try store.markAttemptFailed(messageID(2), nowMs: 1_000) // queued → retry at 61_000
-        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.messageID), [3, 4].map(messageID))
-        XCTAssertEqual(try store.due(nowMs: 61_000, limit: 10).map(\.messageID), [2, 3, 4].map(messageID))
-        XCTAssertEqual(try store.bundle(messageID(1))?.lastLink, "ble")
+        XCTAssertEqual(try store.due(nowMs: 250, limit: 10).map(\.bundleID), [bundleID(1), bundleID(2)])
+        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [1, 2, 3, 4].map(bundleID))
+        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 2).map(\.bundleID), [1, 2].map(bundleID))
+        try store.markInFlight(bundleID(1), link: "ble", nowMs: 1_000)
+        try store.markAttemptFailed(bundleID(2), nowMs: 1_000) // queued → retry at 61_000
+        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [3, 4].map(bundleID))
+        XCTAssertEqual(try store.due(nowMs: 61_000, limit: 10).map(\.bundleID), [2, 3, 4].map(bundleID))
+        XCTAssertEqual(try store.bundle(bundleID(1))?.lastLink, "ble")
     }
 
     func testHandOverAndPeerTable() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(2), nowMs: 1), .stored)
-        XCTAssertEqual(try store.peersHolding(messageID(1)), 0)
-        XCTAssertFalse(try store.peerHas(messageID(1), peer: userID(5)))
-        try store.markInFlight(messageID(1), link: "udp", nowMs: 5)
-        try store.markHandedOver(messageID(1), to: userID(5), nowMs: 6)
-        XCTAssertEqual(try store.bundle(messageID(1))?.state, .handedOver)
-        XCTAssertTrue(try store.peerHas(messageID(1), peer: userID(5)))
-        XCTAssertFalse(try store.peerHas(messageID(1), peer: userID(6)))
-        try store.recordPeerHas(messageID(1), peer: userID(6))
-        try store.recordPeerHas(messageID(1), peer: userID(6)) // idempotent
-        XCTAssertEqual(try store.peersHolding(messageID(1)), 2)
-        try store.recordPeerHas(messageID(99), peer: userID(6)) // unknown: ignored
-        XCTAssertEqual(try store.peersHolding(messageID(99)), 0)
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
+        XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(5)))
+        try store.markInFlight(bundleID(1), link: "udp", nowMs: 5)
+        try store.markHandedOver(bundleID(1), to: userID(5), nowMs: 6)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .handedOver)
+        XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(5)))
+        XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(6)))
+        try store.recordPeerHas(bundleID(1), peer: userID(6))
+        try store.recordPeerHas(bundleID(1), peer: userID(6)) // idempotent
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 2)
+        try store.recordPeerHas(bundleID(99), peer: userID(6)) // unknown: ignored
+        XCTAssertEqual(try store.peersHolding(bundleID(99)), 0)
         // A handed-over bundle is still offered to others, not to those that have it.
-        XCTAssertEqual(try store.forwardable(limit: 10).map(\.messageID), [1, 2].map(messageID))
-        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(5)).map(\.messageID), [messageID(2)])
-        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(8)).map(\.messageID), [1, 2].map(messageID))
+        XCTAssertEqual(try store.forwardable(limit: 10).map(\.bundleID), [1, 2].map(bundleID))
+        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(5)).map(\.bundleID), [bundleID(2)])
+        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(8)).map(\.bundleID), [1, 2].map(bundleID))
         // Handed over is not due for retry, and a failure report does not requeue it.
-        XCTAssertEqual(try store.due(nowMs: 100, limit: 10).map(\.messageID), [messageID(2)])
-        try store.markAttemptFailed(messageID(1), nowMs: 100)
-        XCTAssertEqual(try store.bundle(messageID(1))?.state, .handedOver)
+        XCTAssertEqual(try store.due(nowMs: 100, limit: 10).map(\.bundleID), [bundleID(2)])
+        try store.markAttemptFailed(bundleID(1), nowMs: 100)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .handedOver)
         // Pending for the recipient includes it until delivered.
         XCTAssertEqual(try store.pending(destination: userID(1), limit: 10).count, 2)
-        try store.markDelivered(messageID(1), nowMs: 200)
-        XCTAssertEqual(try store.pending(destination: userID(1), limit: 10).map(\.messageID), [messageID(2)])
-        XCTAssertEqual(try store.forwardable(limit: 10).map(\.messageID), [messageID(2)])
+        try store.markDelivered(bundleID(1), nowMs: 200)
+        XCTAssertEqual(try store.pending(destination: userID(1), limit: 10).map(\.bundleID), [bundleID(2)])
+        XCTAssertEqual(try store.forwardable(limit: 10).map(\.bundleID), [bundleID(2)])
         XCTAssertTrue(try store.pending(destination: userID(2), limit: 10).isEmpty)
     }
 
@@ -185,7 +200,7 @@ final class BundleStoreTests: XCTestCase {
             XCTAssertEqual(light.count, 1)
             XCTAssertEqual(light.first?.bytes, [])
             XCTAssertEqual(light.first?.size, 500)
-            XCTAssertEqual(light.first?.messageID, messageID(1))
+            XCTAssertEqual(light.first?.bundleID, bundleID(1))
             XCTAssertEqual(light.first?.destination, userID(1))
         }
         XCTAssertEqual(try store.due(nowMs: 0, limit: 5).first?.bytes.count, 500)
@@ -193,10 +208,10 @@ final class BundleStoreTests: XCTestCase {
 
     func testUnknownIDsThrowNotFound() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertThrowsError(try store.markInFlight(messageID(1), link: "x", nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
-        XCTAssertThrowsError(try store.markHandedOver(messageID(1), to: userID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
-        XCTAssertThrowsError(try store.markAttemptFailed(messageID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
-        XCTAssertThrowsError(try store.markDelivered(messageID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+        XCTAssertThrowsError(try store.markInFlight(bundleID(1), link: "x", nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+        XCTAssertThrowsError(try store.markHandedOver(bundleID(1), to: userID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+        XCTAssertThrowsError(try store.markAttemptFailed(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+        XCTAssertThrowsError(try store.markDelivered(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
     }
 
     func testRequeueInFlight() throws {
@@ -204,17 +219,17 @@ final class BundleStoreTests: XCTestCase {
         do {
             let store = try openStore(dir)
             for n in 1...3 { XCTAssertEqual(try store.accept(makeBundle(n), nowMs: Int64(n)), .stored) }
-            try store.markInFlight(messageID(1), link: "udp", nowMs: 10)
-            try store.markInFlight(messageID(2), link: "udp", nowMs: 10)
-            try store.markHandedOver(messageID(2), to: userID(4), nowMs: 11)
-            try store.markInFlight(messageID(3), link: "udp", nowMs: 12)
+            try store.markInFlight(bundleID(1), link: "udp", nowMs: 10)
+            try store.markInFlight(bundleID(2), link: "udp", nowMs: 10)
+            try store.markHandedOver(bundleID(2), to: userID(4), nowMs: 11)
+            try store.markInFlight(bundleID(3), link: "udp", nowMs: 12)
             XCTAssertEqual(try store.due(nowMs: 100, limit: 10).count, 0)
         }
         let store = try openStore(dir) // "restart"
         XCTAssertEqual(try store.requeueInFlight(nowMs: 500), 2)
-        XCTAssertEqual(try store.due(nowMs: 500, limit: 10).map(\.messageID), [1, 3].map(messageID))
-        XCTAssertEqual(try store.bundle(messageID(1))?.attempts, 0)
-        XCTAssertEqual(try store.bundle(messageID(2))?.state, .handedOver)
+        XCTAssertEqual(try store.due(nowMs: 500, limit: 10).map(\.bundleID), [1, 3].map(bundleID))
+        XCTAssertEqual(try store.bundle(bundleID(1))?.attempts, 0)
+        XCTAssertEqual(try store.bundle(bundleID(2))?.state, .handedOver)
         XCTAssertEqual(try store.requeueInFlight(nowMs: 600), 0)
     }
 
@@ -223,11 +238,11 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 1_000), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(2, expiresMs: 2_000), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(3, expiresMs: 3_000), nowMs: 0), .stored)
-        try store.markDelivered(messageID(3), nowMs: 10)
-        try store.markInFlight(messageID(2), link: "x", nowMs: 10)
+        try store.markDelivered(bundleID(3), nowMs: 10)
+        try store.markInFlight(bundleID(2), link: "x", nowMs: 10)
         XCTAssertEqual(try store.expire(nowMs: 999), 0)
         XCTAssertEqual(try store.expire(nowMs: 1_000), 1)
-        let tomb = try XCTUnwrap(try store.bundle(messageID(1)))
+        let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
         XCTAssertEqual(tomb.state, .expired)
         XCTAssertEqual(tomb.bytes, [])
         XCTAssertEqual(store.statistics.expired, 1)
@@ -235,9 +250,9 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 1_500), nowMs: 1_100), .duplicate)
         XCTAssertTrue(try store.due(nowMs: 5_000, limit: 10).isEmpty)
         XCTAssertEqual(try store.expire(nowMs: 3_000), 1) // bundle 2 (in flight) expires
-        XCTAssertNil(try store.bundle(messageID(1)), "expired tombstone swept")
-        XCTAssertNil(try store.bundle(messageID(3)), "delivered tombstone swept at its expiry")
-        XCTAssertEqual(try store.bundle(messageID(2))?.state, .expired)
+        XCTAssertNil(try store.bundle(bundleID(1)), "expired tombstone swept")
+        XCTAssertNil(try store.bundle(bundleID(3)), "delivered tombstone swept at its expiry")
+        XCTAssertEqual(try store.bundle(bundleID(2))?.state, .expired)
         XCTAssertEqual(try store.totalBytes(), 0)
         XCTAssertEqual(store.statistics.expired, 2)
         let c = try store.counts()
@@ -246,49 +261,87 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(c[.delivered], 0)
     }
 
-    func testEvictsSoonestExpiringUnderCap() throws {
+    func testEvictionTakesFromTheHeaviestSenderOrOrigin() throws {
         // Cap: 10 bundles of 100 bytes.
         let store = try openStore(try makeTempDirectory(self), sizeCap: 1_000)
-        for n in 1...10 {
-            XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: Int64(10_000 + n * 1_000)), nowMs: 0), .stored)
+        // A legitimate queue: 3 old bundles from sender 1 via a phone, expiring soonest.
+        for n in 1...3 {
+            XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: Int64(10_000 + n), sender: 1, origin: "udp:10.0.0.1"), nowMs: 0), .stored)
         }
-        XCTAssertEqual(try store.totalBytes(), 1_000)
-        // Expires latest: evicts the soonest-expiring (bundle 1).
-        XCTAssertEqual(try store.accept(makeBundle(11, expiresMs: 50_000), nowMs: 0), .stored)
-        XCTAssertNil(try store.bundle(messageID(1)))
+        // A flood from one origin with a fresh sender key per bundle, expiring as late as allowed.
+        var refused = 0
+        for n in 100..<130 {
+            let r = try store.accept(makeBundle(n, expiresMs: 99_000, sender: UInt8(n), origin: "udp:10.0.0.66"), nowMs: 0)
+            if r == .rejectedOverShare { refused += 1 } else { XCTAssertEqual(r, .stored) }
+        }
+        XCTAssertEqual(refused, 23, "7 junk bundles fill the store; the rest pay for themselves")
+        for n in 1...3 { XCTAssertEqual(try store.bundle(bundleID(n))?.state, .queued, "legitimate bundle \(n) kept") }
+        XCTAssertEqual(store.statistics.evicted, 0)
+        XCTAssertEqual(store.statistics.refusedOverShare, 23)
+        // A newcomer from another origin takes from the flooder, the heaviest origin.
+        XCTAssertEqual(try store.accept(makeBundle(4, expiresMs: 20_000, sender: 2, origin: "mesh:10.0.0.2"), nowMs: 0), .stored)
         XCTAssertEqual(store.statistics.evicted, 1)
-        XCTAssertEqual(store.statistics.evictedBytes, 100)
-        // Needs 250 bytes: evicts bundles 2, 3 and 4 (next soonest).
-        XCTAssertEqual(try store.accept(makeBundle(12, expiresMs: 50_000, size: 250), nowMs: 0), .stored)
-        XCTAssertNil(try store.bundle(messageID(2)))
-        XCTAssertNil(try store.bundle(messageID(3)))
-        XCTAssertNil(try store.bundle(messageID(4)))
-        XCTAssertNotNil(try store.bundle(messageID(5)))
-        XCTAssertEqual(store.statistics.evicted, 4)
-        XCTAssertLessThanOrEqual(try store.totalBytes(), 1_000)
-        // A bundle expiring sooner than everything held is the one that goes: rejected, nothing evicted.
-        XCTAssertEqual(try store.accept(makeBundle(13, expiresMs: 11_000), nowMs: 0), .rejectedTooLarge)
-        XCTAssertNil(try store.bundle(messageID(13)))
-        XCTAssertEqual(store.statistics.evicted, 4)
+        XCTAssertEqual(store.statistics.evictedHeaviestOrigin, 1)
+        XCTAssertNil(try store.bundle(bundleID(100)), "the flood's soonest-expiring bundle went")
+        for n in 1...4 { XCTAssertNotNil(try store.bundle(bundleID(n))) }
+        // One sender holding most of the space loses first, whatever its origins.
+        let s2 = try openStore(try makeTempDirectory(self), sizeCap: 1_000)
+        for n in 1...8 { XCTAssertEqual(try s2.accept(makeBundle(n, sender: 5, origin: "udp:10.0.0.\(n)"), nowMs: 0), .stored) }
+        XCTAssertEqual(try s2.accept(makeBundle(9, sender: 6, origin: "udp:10.0.1.1"), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(10, sender: 7, origin: "udp:10.0.1.2"), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(11, size: 250, sender: 8, origin: "udp:10.0.1.3"), nowMs: 0), .stored)
+        XCTAssertEqual(s2.statistics.evicted, 3)
+        XCTAssertEqual(s2.statistics.evictedHeaviestSender, 3)
+        for n in 9...11 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
+        XCTAssertLessThanOrEqual(try s2.totalBytes(), 1_000)
         // Larger than the whole cap.
-        XCTAssertEqual(try store.accept(makeBundle(14, expiresMs: 99_000, size: 1_001), nowMs: 0), .rejectedTooLarge)
-        // In-flight bundles are not evicted.
-        try store.markInFlight(messageID(5), link: "x", nowMs: 0)
-        XCTAssertEqual(try store.accept(makeBundle(15, expiresMs: 60_000), nowMs: 0), .stored)
-        XCTAssertNotNil(try store.bundle(messageID(5)))
-        XCTAssertNil(try store.bundle(messageID(6)))
+        XCTAssertEqual(try s2.accept(makeBundle(14, size: 1_001, sender: 3), nowMs: 0), .rejectedTooLarge)
+        // In-flight bundles are not evicted: with all of sender 5's in flight, others pay.
+        for n in 4...8 { try s2.markInFlight(bundleID(n), link: "x", nowMs: 0) }
+        XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.2.1"), nowMs: 0), .stored)
+        for n in 4...8 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
         // Evicted bundles are forgotten (not tombstones).
-        XCTAssertEqual(try store.counts()[.expired], 0)
-        XCTAssertEqual(try store.accept(makeBundle(16, expiresMs: 60_500, size: 50), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.counts()[.expired], 0)
+        XCTAssertEqual(try s2.counts()[.delivered], 0)
+    }
+
+    func testVersionOneStoreMigratesToBundleIDs() throws {
+        let dir = try makeTempDirectory(self)
+        let sender = [UInt8](repeating: 0x42, count: 32), msg = bundleID(7)
+        do {
+            let db = try SQLCipherDatabase(path: dir + "/hub.db", key: testKey)
+            XCTAssertEqual(try db.migrate(component: BundleStore.schemaComponent, Array(BundleSchema.migrations.prefix(1))), 1)
+            try db.execute("""
+                INSERT INTO bundles (message_id, destination, kind, source_user, hop_count, hop_limit, created_ms, expires_ms, bytes, size, \
+                received_from, state, next_attempt_ms, accepted_ms) VALUES (?, ?, 1, ?, 0, 8, 0, 9000, ?, 3, 'udp/1', 0, 0, 0)
+                """, [.blob(msg), .blob(userID(1)), .blob(sender), .blob([1, 2, 3])])
+            try db.execute("INSERT INTO bundle_peers (message_id, peer) VALUES (?, ?)", [.blob(msg), .blob(userID(5))])
+            // A tombstone a forged receipt left (zero source user): dropped by the migration.
+            try db.execute("""
+                INSERT INTO bundles (message_id, destination, kind, source_user, hop_count, hop_limit, created_ms, expires_ms, bytes, size, \
+                state, next_attempt_ms, accepted_ms) VALUES (?, ?, 0, ?, 0, 0, 0, 9000, NULL, 0, 3, 0, 0)
+                """, [.blob(bundleID(8)), .blob(userID(1)), .blob([UInt8](repeating: 0, count: 32))])
+            db.close()
+        }
+        let store = try openStore(dir)
+        let id = BundleID.of(senderUserID: sender, messageID: msg)
+        let b = try XCTUnwrap(try store.bundle(id))
+        XCTAssertEqual(b.bytes, [1, 2, 3])
+        XCTAssertEqual(b.state, .queued)
+        XCTAssertEqual(b.origin, "udp/1")
+        XCTAssertTrue(try store.peerHas(id, peer: userID(5)))
+        XCTAssertNil(try store.bundle(msg))
+        XCTAssertEqual(try store.counts()[.delivered], 0)
+        XCTAssertEqual(try store.totalBytes(), 3)
     }
 
     func testIDsAreSortedAndFilteredByState() throws {
         let store = try openStore(try makeTempDirectory(self))
         for n in [5, 3, 9, 1] { XCTAssertEqual(try store.accept(makeBundle(n), nowMs: 0), .stored) }
-        try store.markDelivered(messageID(9), nowMs: 1)
-        XCTAssertEqual(try store.ids(states: [.queued], limit: 10), [1, 3, 5].map(messageID))
-        XCTAssertEqual(try store.ids(states: [.queued, .delivered], limit: 10), [1, 3, 5, 9].map(messageID))
-        XCTAssertEqual(try store.ids(states: [.queued], limit: 2), [1, 3].map(messageID))
+        try store.markDelivered(bundleID(9), nowMs: 1)
+        XCTAssertEqual(try store.ids(states: [.queued], limit: 10), [1, 3, 5].map(bundleID))
+        XCTAssertEqual(try store.ids(states: [.queued, .delivered], limit: 10), [1, 3, 5, 9].map(bundleID))
+        XCTAssertEqual(try store.ids(states: [.queued], limit: 2), [1, 3].map(bundleID))
         XCTAssertEqual(try store.ids(states: [], limit: 10), [])
     }
 
@@ -297,9 +350,9 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1, destination: 1), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(3, destination: 2), nowMs: 0), .stored)
-        try store.markDelivered(messageID(1), nowMs: 100)
-        try store.markDelivered(messageID(3), nowMs: 200)
-        try store.markDelivered(messageID(2), nowMs: 300)
+        try store.markDelivered(bundleID(1), nowMs: 100)
+        try store.markDelivered(bundleID(3), nowMs: 200)
+        try store.markDelivered(bundleID(2), nowMs: 300)
         let last = try store.lastDelivery()
         XCTAssertEqual(last.map(\.destination), [userID(1), userID(2)])
         XCTAssertEqual(last.map(\.atMs), [300, 200])
@@ -331,7 +384,7 @@ final class BundleStoreTests: XCTestCase {
             b.receivedFrom = marker
             XCTAssertEqual(try store.accept(b, nowMs: 0), .stored)
         }
-        try store.markInFlight(messageID(1), link: marker, nowMs: 1)
+        try store.markInFlight(bundleID(1), link: marker, nowMs: 1)
         // While open the content sits in the WAL; check it there, then after close.
         let wal = try XCTUnwrap(fileBytes(path + "-wal"))
         XCTAssertGreaterThan(wal.count, 6_000)
@@ -348,7 +401,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(contains(fileBytes(dir + "/plain") ?? [], Array(marker.utf8)))
         // And the content is really there, under the key.
         let reopened = try BundleStore(database: try SQLCipherDatabase(path: path, key: testKey))
-        XCTAssertTrue(contains(try XCTUnwrap(try reopened.bundle(messageID(5))).bytes, Array(marker.utf8)))
+        XCTAssertTrue(contains(try XCTUnwrap(try reopened.bundle(bundleID(5))).bytes, Array(marker.utf8)))
     }
 
     func testConcurrentAcceptsAllLand() throws {

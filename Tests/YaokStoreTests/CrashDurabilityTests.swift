@@ -59,7 +59,7 @@ final class CrashDurabilityTests: XCTestCase {
         XCTAssertEqual(try db.scalar("PRAGMA integrity_check")?.textValue, "ok")
         let store = try BundleStore(database: db)
         for n in ids {
-            let stored = try store.bundle(messageID(n))
+            let stored = try store.bundle(bundleID(n))
             XCTAssertEqual(stored?.state, .queued, "bundle \(n) reported accepted but lost")
             XCTAssertEqual(stored?.bytes, makeBundle(n, size: 2_000).bytes)
         }

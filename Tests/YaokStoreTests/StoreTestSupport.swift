@@ -54,8 +54,8 @@ func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
 let testKey: [UInt8] = (0..<32).map { UInt8($0 &* 7 &+ 3) }
 let otherKey: [UInt8] = (0..<32).map { UInt8(255 - $0) }
 
-/// A 16-byte message ID made from a number.
-func messageID(_ n: Int) -> [UInt8] {
+/// A 16-byte bundle ID made from a number.
+func bundleID(_ n: Int) -> [UInt8] {
     var id = [UInt8](repeating: 0xA0, count: 16)
     withUnsafeBytes(of: UInt64(n).bigEndian) { for (i, b) in $0.enumerated() { id[8 + i] = b } }
     return id
@@ -65,12 +65,13 @@ func messageID(_ n: Int) -> [UInt8] {
 func userID(_ n: UInt8) -> [UInt8] { [UInt8](repeating: n, count: 32) }
 
 func makeBundle(_ n: Int, destination: UInt8 = 1, expiresMs: Int64 = 10_000_000, size: Int = 100,
-                previousHop: [UInt8]? = nil, marker: String? = nil) -> NewBundle {
+                previousHop: [UInt8]? = nil, marker: String? = nil, sender: UInt8 = 9, origin: String? = nil,
+                kind: UInt8 = 1, acknowledging: [UInt8]? = nil) -> NewBundle {
     var bytes = [UInt8](repeating: UInt8(truncatingIfNeeded: n), count: size)
     if let marker {
         bytes = Array(marker.utf8) + bytes + Array(marker.utf8)
     }
-    return NewBundle(messageID: messageID(n), destination: userID(destination), kind: 1, sourceUserID: userID(9),
+    return NewBundle(bundleID: bundleID(n), destination: userID(destination), kind: kind, sourceUserID: userID(sender),
                      hopCount: 1, hopLimit: 8, previousHop: previousHop, createdMs: 1_000, expiresMs: expiresMs,
-                     bytes: bytes, receivedFrom: "test:\(n)")
+                     bytes: bytes, receivedFrom: "test:\(n)", origin: origin, acknowledgedBundleID: acknowledging)
 }

@@ -62,9 +62,9 @@ final class HostFrameTests: XCTestCase {
             XCTAssertEqual(r.encoded.count, 17)
             XCTAssertEqual(try CustodyRefusal(parsing: r.encoded), r)
         }
-        XCTAssertEqual(CustodyRefusal.Reason.allCases.map(\.rawValue), [1, 2, 3, 4, 5, 6])
+        XCTAssertEqual(CustodyRefusal.Reason.allCases.map(\.rawValue), [1, 2, 3, 4, 5, 6, 7, 8])
         XCTAssertThrowsWire(.unknownReason(0), try CustodyRefusal(parsing: Fixed.messageID + [0]))
-        XCTAssertThrowsWire(.unknownReason(7), try CustodyRefusal(parsing: Fixed.messageID + [7]))
+        XCTAssertThrowsWire(.unknownReason(9), try CustodyRefusal(parsing: Fixed.messageID + [9]))
         for n in [0, 16, 18] { XCTAssertThrowsAnyWire(try CustodyRefusal(parsing: [UInt8](repeating: 1, count: n))) }
     }
 
