@@ -33,6 +33,11 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
 /// messages, duplicates, replays and future-dated envelopes, and records such events
 /// without message content.
 public final class Endpoint: @unchecked Sendable {
+    /// Test hook, run right after a received message and its receipt are committed and
+    /// before custody is acknowledged: `YAOK_FAULT=exit-after-receive` makes `yaok` exit
+    /// there, as a crash would (the receipt-survives-crash test).
+    nonisolated(unsafe) public static var faultAfterReceive: (() -> Void)?
+
     public let home: String
     public let identity: Identity
     public let store: EndpointStore
@@ -163,8 +168,26 @@ public final class Endpoint: @unchecked Sendable {
         case none
     }
 
-    /// Verifies, stores and acknowledges an incoming bundle. A delivery receipt for a new
-    /// message is queued in the outbox (and so survives a crash until a hub takes it).
+    /// The bundle ID of something this user sent (what hubs and the relay name in answers).
+    public func bundleID(of item: OutboxItem) -> [UInt8] {
+        BundleID.of(senderUserID: identity.userID, messageID: item.messageID)
+    }
+
+    /// The message ID of the outbox item with this bundle ID, if any is still unacknowledged.
+    public func outboxMessageID(bundleID: [UInt8]) -> [UInt8]? {
+        let items = (try? store.outbox(states: [.pending, .refused], limit: 100_000)) ?? []
+        return items.first { self.bundleID(of: $0) == bundleID }?.messageID
+    }
+
+    /// Lifetime rules for what we accept: the protocol's, with our clock-skew allowance.
+    public static let lifetime = EnvelopeLifetime(clockSkewMs: maxClockSkewMs)
+
+    /// Verifies, stores and acknowledges an incoming bundle; answers name its bundle ID.
+    ///
+    /// Identity is the bundle ID (sender key + message ID), so a non-contact's bundle under a
+    /// contact's message ID is a different bundle and cannot make the real one look seen. A
+    /// new message, its seen mark and its delivery receipt are stored in one transaction: a
+    /// crash leaves either all three or none (then the hub sends it again).
     public func receive(bundle bytes: [UInt8]) -> (Incoming, Answer) {
         let t = now()
         let bundle: YaokWire.Bundle
@@ -174,24 +197,28 @@ public final class Endpoint: @unchecked Sendable {
             return (.malformed("\(error)"), .none)
         }
         let e = bundle.envelope
-        let id = e.messageID
+        let id = e.bundleID
         let sender = YaokPluginKit.Hex.encode(e.senderUserID.prefix(4))
         func reject(_ kind: SecurityEvent.Kind, _ reason: CustodyRefusal.Reason?) -> (Incoming, Answer) {
-            try? store.record(SecurityEvent(atMs: t, kind: kind, sender: sender, messageID: id))
-            return (.rejected(kind, id), reason.map { .refuse(id, $0) } ?? .custody(id))
+            try? store.record(SecurityEvent(atMs: t, kind: kind, sender: sender, messageID: e.messageID))
+            return (.rejected(kind, e.messageID), reason.map { .refuse(id, $0) } ?? .custody(id))
         }
         guard e.verifySignature() else { return reject(.badSignature, .badSignature) }
         guard e.recipientUserID == identity.userID else { return reject(.wrongRecipient, .malformed) }
-        guard !e.isExpired(atMs: t) else { return reject(.expired, .expired) }
-        guard e.createdMs <= t + Self.maxClockSkewMs else { return reject(.replay, .malformed) }
-        if (try? store.hasSeen(id)) == true {
-            try? store.record(SecurityEvent(atMs: t, kind: .duplicate, sender: sender, messageID: id))
-            return (.duplicate(id), .custody(id))
+        switch Self.lifetime.violation(of: e, nowMs: t) {
+        case nil: break
+        case .expired?: return reject(.expired, .expired)
+        case .createdInFuture?: return reject(.replay, .badLifetime)
+        case .lifetimeTooLong?: return reject(.replay, .badLifetime)
         }
         guard let contact = try? store.contact(userID: e.senderUserID), contact.signingKey == e.senderSigningKey else {
-            // Taken (so the hub stops carrying it) but not stored: not from a contact.
-            try? store.markSeen(id, expiresMs: e.expiresMs)
+            // Taken (so the hub stops carrying it) but not stored: not from a contact. Its
+            // bundle ID is bound to its own key, so nothing of a contact's is marked.
             return reject(.nonContact, nil)
+        }
+        if (try? store.hasSeen(id)) == true {
+            try? store.record(SecurityEvent(atMs: t, kind: .duplicate, sender: sender, messageID: e.messageID))
+            return (.duplicate(e.messageID), .custody(id))
         }
         switch e.kind {
         case .message:
@@ -204,9 +231,10 @@ public final class Endpoint: @unchecked Sendable {
             let message = InboxMessage(messageID: id, senderUserID: e.senderUserID, senderName: contact.name, createdMs: e.createdMs,
                                        receivedMs: t, text: String(decoding: plaintext, as: UTF8.self))
             do {
-                try store.receive(message, expiresMs: e.expiresMs)
-                let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: id, originalSenderUserID: e.senderUserID, from: identity, createdMs: t)
-                _ = try enqueue(receipt)
+                let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: e.messageID, originalSenderUserID: e.senderUserID,
+                                                   from: identity, createdMs: t)
+                try store.receive(message, bundleID: id, expiresMs: e.expiresMs, receipt: Self.outboxItem(receipt))
+                Self.faultAfterReceive?()
             } catch {
                 return (.malformed("store: \(error)"), .refuse(id, .storeFull))
             }
@@ -216,6 +244,7 @@ public final class Endpoint: @unchecked Sendable {
             guard let original = try? store.outboxItem(e.refID), original.recipientUserID == e.senderUserID else {
                 return reject(.forgedReceipt, nil)
             }
+            // A receipt is dated by its signer: the same lifetime rules as any envelope apply (above).
             try? store.markSeen(id, expiresMs: e.expiresMs)
             try? store.advance(original.messageID, to: e.kind == .readReceipt ? .read : .delivered)
             return (.receipt(kind: e.kind, for: e.refID), .custody(id))

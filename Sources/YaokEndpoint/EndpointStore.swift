@@ -1,3 +1,4 @@
+import YaokCrypto
 import Foundation
 import YaokStore
 
@@ -77,15 +78,17 @@ public final class EndpointStore: @unchecked Sendable {
             CREATE TABLE IF NOT EXISTS contacts (user_id BLOB PRIMARY KEY, name TEXT NOT NULL, signing_key BLOB NOT NULL,
                 kx_key BLOB NOT NULL, verified INTEGER NOT NULL DEFAULT 0, added_ms INTEGER NOT NULL);
             """)
+        // Keyed by bundle ID (sender + message ID): contacts cannot collide with each other.
         try db.execute("""
-            CREATE TABLE IF NOT EXISTS inbox (message_id BLOB PRIMARY KEY, sender BLOB NOT NULL, created_ms INTEGER NOT NULL,
-                received_ms INTEGER NOT NULL, text TEXT NOT NULL);
+            CREATE TABLE IF NOT EXISTS inbox_messages (bundle_id BLOB PRIMARY KEY, message_id BLOB NOT NULL, sender BLOB NOT NULL,
+                created_ms INTEGER NOT NULL, received_ms INTEGER NOT NULL, text TEXT NOT NULL);
             """)
         try db.execute("""
             CREATE TABLE IF NOT EXISTS outbox (message_id BLOB PRIMARY KEY, recipient BLOB NOT NULL, kind INTEGER NOT NULL,
                 created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL);
             """)
-        try db.execute("CREATE TABLE IF NOT EXISTS seen (message_id BLOB PRIMARY KEY, expires_ms INTEGER NOT NULL);")
+        try db.execute("CREATE TABLE IF NOT EXISTS seen_bundles (bundle_id BLOB PRIMARY KEY, expires_ms INTEGER NOT NULL);")
+        try migrateMessageIDTables()
         try db.execute("""
             CREATE TABLE IF NOT EXISTS security_events (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL,
                 kind TEXT NOT NULL, sender TEXT NOT NULL, message_id BLOB NOT NULL);
@@ -130,31 +133,57 @@ public final class EndpointStore: @unchecked Sendable {
                 verified: r[4].int64Value == 1, addedMs: r[5].int64Value ?? 0)
     }
 
-    // MARK: Inbox and seen IDs
-
-    /// Whether a message ID was already received (duplicate or replay).
-    public func hasSeen(_ id: [UInt8]) throws -> Bool {
-        try !db.query("SELECT 1 FROM seen WHERE message_id = ?", [.blob(id)]).isEmpty
-    }
-
-    /// Stores a received message and marks its ID seen, in one durable transaction.
-    public func receive(_ m: InboxMessage, expiresMs: Int64) throws {
+    /// Files written before bundle IDs kept the inbox and seen list by message ID: move them
+    /// over once (the bundle ID is computed from the stored sender and message ID).
+    private func migrateMessageIDTables() throws {
+        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
+        guard tables.contains("inbox") || tables.contains("seen") else { return }
         try db.transaction {
-            try db.execute("INSERT INTO inbox (message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?)",
-                           [.blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
-            try db.execute("INSERT OR IGNORE INTO seen (message_id, expires_ms) VALUES (?, ?)", [.blob(m.messageID), .integer(expiresMs)])
+            if tables.contains("inbox") {
+                for r in try db.query("SELECT message_id, sender, created_ms, received_ms, text FROM inbox") {
+                    guard let m = r[0].blobValue, let s = r[1].blobValue, m.count == 16, s.count == 32 else { continue }
+                    try db.execute("""
+                        INSERT OR IGNORE INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) \
+                        VALUES (?, ?, ?, ?, ?, ?)
+                        """, [.blob(BundleID.of(senderUserID: s, messageID: m)), .blob(m), .blob(s), r[2], r[3], r[4]])
+                    try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)",
+                                   [.blob(BundleID.of(senderUserID: s, messageID: m)), .integer(Int64.max)])
+                }
+                try db.execute("DROP TABLE inbox")
+            }
+            // Other seen entries (receipts, non-contacts) named no sender: they are dropped.
+            if tables.contains("seen") { try db.execute("DROP TABLE seen") }
         }
     }
 
-    /// Marks an ID seen without storing content (receipts).
-    public func markSeen(_ id: [UInt8], expiresMs: Int64) throws {
-        try db.execute("INSERT OR IGNORE INTO seen (message_id, expires_ms) VALUES (?, ?)", [.blob(id), .integer(expiresMs)])
+    // MARK: Inbox and seen IDs
+
+    /// Whether a bundle ID was already received (duplicate or replay).
+    public func hasSeen(_ bundleID: [UInt8]) throws -> Bool {
+        try !db.query("SELECT 1 FROM seen_bundles WHERE bundle_id = ?", [.blob(bundleID)]).isEmpty
+    }
+
+    /// Stores a received message, marks its bundle ID seen and queues its delivery receipt,
+    /// in one durable transaction.
+    public func receive(_ m: InboxMessage, bundleID: [UInt8], expiresMs: Int64, receipt: OutboxItem) throws {
+        try db.transaction {
+            try db.execute("""
+                INSERT INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
+                """, [.blob(bundleID), .blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
+            try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
+            try enqueue(receipt)
+        }
+    }
+
+    /// Marks a bundle ID seen without storing content (receipts).
+    public func markSeen(_ bundleID: [UInt8], expiresMs: Int64) throws {
+        try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
     }
 
     public func inbox() throws -> [InboxMessage] {
         try db.query("""
             SELECT i.message_id, i.sender, COALESCE(c.name, ''), i.created_ms, i.received_ms, i.text
-            FROM inbox i LEFT JOIN contacts c ON c.user_id = i.sender ORDER BY i.received_ms, i.created_ms
+            FROM inbox_messages i LEFT JOIN contacts c ON c.user_id = i.sender ORDER BY i.received_ms, i.created_ms
             """, []).map {
             InboxMessage(messageID: $0[0].blobValue ?? [], senderUserID: $0[1].blobValue ?? [], senderName: $0[2].textValue ?? "",
                          createdMs: $0[3].int64Value ?? 0, receivedMs: $0[4].int64Value ?? 0, text: $0[5].textValue ?? "")

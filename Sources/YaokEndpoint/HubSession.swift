@@ -172,8 +172,9 @@ public final class HubSession: @unchecked Sendable {
     private let queue = DispatchQueue(label: "yaok.session")
     private var link: LinkID?
     private let onEvent: @Sendable (Event) -> Void
-    /// Outbox items sent on this link and not yet acknowledged, with when they were sent.
-    private var inFlight: [[UInt8]: Int64] = [:]
+    /// Outbox items sent on this link and not yet acknowledged, by bundle ID (what the hub's
+    /// answers name): their message ID and when they were sent.
+    private var inFlight: [[UInt8]: (messageID: [UInt8], sentMs: Int64)] = [:]
     private var timer: DispatchSourceTimer?
     /// When set, the endpoint asks its hub to make it reachable through this relay
     /// (the relay's pinned Ed25519 key): a fresh signed registration goes with every connect.
@@ -296,7 +297,7 @@ public final class HubSession: @unchecked Sendable {
     private func retransmit() {
         let t = endpoint.now()
         if relayKey != nil && t - lastRegistrationMs >= Self.registrationRefreshMs { register() }
-        let stale = inFlight.filter { t - $0.value >= Self.retransmitMs }.map(\.key)
+        let stale = inFlight.filter { t - $0.value.sentMs >= Self.retransmitMs }.map(\.key)
         for id in stale { inFlight[id] = nil }
         if !stale.isEmpty || inFlight.count < Self.window { pushOutbox() }
     }
@@ -340,9 +341,11 @@ public final class HubSession: @unchecked Sendable {
         guard let link, room > 0, let pending = try? endpoint.store.outbox(states: [.pending], limit: Self.window + room) else { return }
         let t = endpoint.now()
         var sent = 0
-        for item in pending where item.expiresMs > t && inFlight[item.messageID] == nil {
+        for item in pending where item.expiresMs > t {
+            let id = endpoint.bundleID(of: item)
+            guard inFlight[id] == nil else { continue }
             guard sent < room else { break }
-            inFlight[item.messageID] = t
+            inFlight[id] = (item.messageID, t)
             sent += 1
             transmit(TLVRecord(.bundle, value: item.bundle).encoded, link: link)
         }
@@ -362,19 +365,19 @@ public final class HubSession: @unchecked Sendable {
             // A new message queued a delivery receipt: send it now.
             if case .message = incoming { pushOutbox() }
         case .custodyAck:
-            guard let ack = try? CustodyAck(parsing: record.value) else { return }
-            try? endpoint.store.advance(ack.bundleID, to: .handedOver)
-            inFlight[ack.bundleID] = nil
-            onEvent(.handedOver(ack.bundleID))
+            guard let ack = try? CustodyAck(parsing: record.value),
+                  let messageID = inFlight.removeValue(forKey: ack.bundleID)?.messageID ?? endpoint.outboxMessageID(bundleID: ack.bundleID) else { return }
+            try? endpoint.store.advance(messageID, to: .handedOver)
+            onEvent(.handedOver(messageID))
             pushOutbox()
         case .custodyRefused:
-            guard let r = try? CustodyRefusal(parsing: record.value) else { return }
-            inFlight[r.bundleID] = nil
+            guard let r = try? CustodyRefusal(parsing: record.value),
+                  let messageID = inFlight.removeValue(forKey: r.bundleID)?.messageID ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }
             switch r.reason {
             case .rateLimited, .storeFull: break  // stays pending; retried on the next push
-            default: try? endpoint.store.advance(r.bundleID, to: .refused)
+            default: try? endpoint.store.advance(messageID, to: .refused)
             }
-            onEvent(.refused(r.bundleID, "\(r.reason)"))
+            onEvent(.refused(messageID, "\(r.reason)"))
         default:
             break
         }

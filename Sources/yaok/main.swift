@@ -282,6 +282,10 @@ struct Listen: ParsableCommand {
 
     func run() throws {
         let e = try home.open()
+        // Crash-test hook: die like a SIGKILL right after a message and its receipt are stored.
+        if ProcessInfo.processInfo.environment["YAOK_FAULT"] == "exit-after-receive" {
+            Endpoint.faultAfterReceive = { _exit(137) }
+        }
         final class Counter: @unchecked Sendable { var n = 0; let lock = NSLock() }
         let counter = Counter()
         let limit = count
