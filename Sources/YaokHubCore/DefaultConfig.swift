@@ -41,8 +41,10 @@ store:
   # SQLCipher database key: 32 random bytes in a 0600 file, created on first run,
   # unless systemd passes the credential "yaok-db-key" (LoadCredential=).
   key_file: store.key
-  # Largest store size in megabytes; when full, the bundles that expire soonest
-  # are evicted first (and counted).
+  # Largest store size in megabytes. When full, space is taken from whoever uses
+  # the most: the sender key or the origin (transport and remote address) holding
+  # the largest share loses its soonest-expiring bundle; a newcomer whose own
+  # sender or origin holds the largest share is refused instead (all counted).
   size_cap_mb: 500
   # How often (hours) to consider a VACUUM of the store.
   vacuum_interval_h: 24
@@ -62,6 +64,11 @@ router:
   # Seconds to wait for a next hop's custody acknowledgement before retrying
   # (retries back off: 1 min, 5 min, 15 min, 1 h, 6 h).
   custody_timeout_s: 30
+  # Longest envelope lifetime (expires - created) accepted, in hours: 1 to 168
+  # (7 days, the protocol's ceiling). Longer ones are refused, never stored.
+  max_ttl_h: 168
+  # How many seconds an envelope's creation time may be ahead of this clock.
+  clock_skew_s: 600
 
 metrics:
   # Prometheus /metrics over HTTP. Off by default; keep it on localhost.

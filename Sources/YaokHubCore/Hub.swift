@@ -5,6 +5,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokProcess
 import YaokStore
+import YaokWire
 
 /// The running hub: identity, store, router, transports, control socket, signals.
 ///
@@ -58,7 +59,8 @@ public final class Hub: @unchecked Sendable {
 
     static func routerSettings(_ c: HubConfig) -> Router.Settings {
         Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
-                        senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs)
+                        senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs,
+                        lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs))
     }
 
     static func policy(_ c: HubConfig) -> RoutingPolicy {

@@ -1,5 +1,6 @@
 import Foundation
 import YaokPluginKit
+import YaokWire
 import Yams
 
 /// The hub's configuration, read from one YAML file.
@@ -45,6 +46,10 @@ public struct HubConfig: Sendable, Equatable {
         public var senderEnvelopesPerMinute: Int
         /// How long to wait for a custody acknowledgement before retrying.
         public var custodyTimeoutMs: Int64
+        /// Longest envelope lifetime (`expires − created`) accepted; at most 7 days.
+        public var maxTTLMs: Int64 = EnvelopeLifetime.protocolMaxTTLMs
+        /// How far ahead of our clock an envelope's `created` may be.
+        public var clockSkewMs: Int64 = EnvelopeLifetime.defaultClockSkewMs
     }
 
     public struct MetricsSettings: Sendable, Equatable {
@@ -101,7 +106,8 @@ extension HubConfig {
         let store = try top.mapping("store")
         try store?.allowOnly(["key_file", "size_cap_mb", "vacuum_interval_h"])
         let router = try top.mapping("router")
-        try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s"])
+        try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s",
+                                  "max_ttl_h", "clock_skew_s"])
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
 
@@ -123,7 +129,9 @@ extension HubConfig {
                 hopLimit: try router?.int("hop_limit", range: 1...255) ?? 10,
                 linkFramesPerSecond: try router?.int("link_frames_per_second", range: 1...1_000_000) ?? 2000,
                 senderEnvelopesPerMinute: try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) ?? 600,
-                custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000),
+                custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000,
+                maxTTLMs: Int64(try router?.int("max_ttl_h", range: 1...168) ?? 168) * 3_600_000,
+                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...86_400) ?? 600) * 1000),
             metrics: MetricsSettings(
                 enabled: try metrics?.bool("enabled") ?? false,
                 listen: try metrics?.string("listen") ?? "127.0.0.1:9478"),

@@ -379,7 +379,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // The sender holds it, whatever happens next: never send it back on this link.
         try? store.recordPeerHas(id, peer: link.peerID)
-        link.requested[id] = nil
+        // A requested bundle arrived: room for the next slice of that link's offers.
+        if link.requested.removeValue(forKey: id) != nil, link.offered.count > link.offeredHead { drainOffers(link) }
         switch result {
         case .stored:
             counters.accepted += 1
@@ -747,6 +748,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 }
             }
             link.requested = link.requested.filter { $0.value > t }
+            if link.offered.count > link.offeredHead { drainOffers(link) }
             // Keep windows full even when acknowledgements stopped coming.
             if link.inFlight.count <= settings.linkWindow / 2 {
                 switch link.info.peerRole {

@@ -8,49 +8,6 @@ import YaokWire
 
 /// Bad bundles from the network get a specific custody refusal, are counted, and harm nothing.
 final class RouterRefusalTests: XCTestCase {
-    /// A raw link client: the UDP engine with our own identity and role.
-    final class RawPeer: @unchecked Sendable {
-        let engine: UDPLinkEngine
-        let lock = NSLock()
-        var link: LinkID?
-        var frames: [TLVRecord] = []
-        let up = DispatchSemaphore(value: 0)
-
-        init(identity: Identity, role: PeerRole, hubPort: UInt16) throws {
-            engine = UDPLinkEngine(identity: identity, role: role, listen: SocketAddress(host: "127.0.0.1", port: 0),
-                                   staticPeers: [SocketAddress(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
-            engine.events = .init(
-                linkUp: { [weak self] info in
-                    self?.lock.withLock { self?.link = info.id }
-                    self?.up.signal()
-                },
-                linkDown: { _, _ in },
-                frame: { [weak self] bytes, _ in
-                    guard let r = try? TLVRecord(parsing: bytes) else { return }
-                    self?.lock.withLock { self?.frames.append(r) }
-                },
-                log: { _ in })
-            try engine.start()
-            XCTAssertEqual(up.wait(timeout: .now() + 10), .success, "link to the hub came up")
-        }
-
-        func send(_ record: TLVRecord) throws {
-            try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { link }))
-        }
-
-        /// Waits for a custody answer about `id`.
-        func answer(for id: [UInt8], timeout: TimeInterval = 10) throws -> TLVRecord {
-            var found: TLVRecord?
-            try TestSupport.waitUntil(timeout: timeout, "custody answer for \(Hex.encode(id))") {
-                found = lock.withLock { frames.first { ($0.type == FrameType.custodyAck.rawValue || $0.type == FrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
-                return found != nil
-            }
-            return try XCTUnwrap(found)
-        }
-
-        deinit { engine.stop() }
-    }
-
     func testRefusalsAreSpecificAndCounted() throws {
         let hubExe = try TestSupport.product("yaok-hub")
         let plugins = try TestSupport.pluginDirectory(self)
@@ -75,31 +32,32 @@ final class RouterRefusalTests: XCTestCase {
         // A good one is taken into custody.
         let good = try seal("fine")
         try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: good).encoded))
-        XCTAssertEqual(try phone.answer(for: good.messageID).type, FrameType.custodyAck.rawValue)
+        XCTAssertEqual(try phone.answer(for: good.bundleID).type, FrameType.custodyAck.rawValue)
 
         // Tampered: one ciphertext byte flipped after signing.
         var tampered = YaokWire.Bundle(envelope: try seal("tamper me")).encoded
         tampered[HopHeader.length + Envelope.ciphertextOffset + 3] ^= 0x01
-        let tamperedID = Array(tampered[(HopHeader.length + 2)..<(HopHeader.length + 18)])
+        let tamperedID = BundleID.of(senderUserID: alice.userID, messageID: Array(tampered[(HopHeader.length + 2)..<(HopHeader.length + 18)]))
         try phone.send(TLVRecord(.bundle, value: tampered))
         XCTAssertEqual(reason(try phone.answer(for: tamperedID)), .badSignature)
 
         // Expired: created two hours ago with a one-hour lifetime.
         let expired = try seal("old", created: Clock.nowMilliseconds() - 7_200_000)
         try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: expired).encoded))
-        XCTAssertEqual(reason(try phone.answer(for: expired.messageID)), .expired)
+        XCTAssertEqual(reason(try phone.answer(for: expired.bundleID)), .expired)
 
         // Malformed: a valid-looking prefix, truncated.
         let truncated = Array(YaokWire.Bundle(envelope: try seal("cut")).encoded.prefix(120))
         try phone.send(TLVRecord(.bundle, value: truncated))
-        XCTAssertEqual(reason(try phone.answer(for: Array(truncated[(HopHeader.length + 2)..<(HopHeader.length + 18)]))), .malformed)
+        XCTAssertEqual(reason(try phone.answer(for: BundleID.of(senderUserID: alice.userID,
+                                                                messageID: Array(truncated[(HopHeader.length + 2)..<(HopHeader.length + 18)])))), .malformed)
 
         // Over the hop limit, from a hub (endpoints' hop headers are re-stamped by the hub).
         let neighbour = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: port)
         let far = try seal("far")
         let overLimit = YaokWire.Bundle(hop: HopHeader(hopCount: 11, hopLimit: 10, previousHop: [UInt8](repeating: 7, count: 32)), envelope: far)
         try neighbour.send(TLVRecord(.bundle, value: overLimit.encoded))
-        XCTAssertEqual(reason(try neighbour.answer(for: far.messageID)), .hopLimit)
+        XCTAssertEqual(reason(try neighbour.answer(for: far.bundleID)), .hopLimit)
 
         // Rate limit: this sender key has used its 3 per minute (good, tampered and expired
         // never reached the limiter: verify first, then expiry, then rate).
@@ -107,7 +65,7 @@ final class RouterRefusalTests: XCTestCase {
         for i in 0..<4 {
             let e = try seal("burst \(i)")
             try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded))
-            if let r = reason(try phone.answer(for: e.messageID)) { limited = r }
+            if let r = reason(try phone.answer(for: e.bundleID)) { limited = r }
         }
         XCTAssertEqual(limited, .rateLimited)
 

@@ -1,4 +1,8 @@
 import Foundation
+import YaokTransportUDP
+import YaokPluginKit
+import YaokWire
+import YaokCrypto
 import XCTest
 
 /// Paths and processes for tests that run the real binaries.
@@ -184,3 +188,67 @@ final class HubProcess {
 }
 
 @testable import YaokHubCore
+
+/// A raw link client: the UDP engine with our own identity and role, as an attacker or a
+/// hand-driven phone would use it. `host` is the local address it sends from (any of
+/// 127.0.0.0/8), so tests can give an attacker its own origin.
+final class RawPeer: @unchecked Sendable {
+    let engine: UDPLinkEngine
+    let lock = NSLock()
+    var link: LinkID?
+    var frames: [TLVRecord] = []
+    let up = DispatchSemaphore(value: 0)
+
+    init(identity: Identity, role: PeerRole, hubPort: UInt16, host: String = "127.0.0.1") throws {
+        engine = UDPLinkEngine(identity: identity, role: role, listen: SocketAddress(host: host, port: 0),
+                               staticPeers: [SocketAddress(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
+        engine.events = .init(
+            linkUp: { [weak self] info in
+                self?.lock.withLock { self?.link = info.id }
+                self?.up.signal()
+            },
+            linkDown: { _, _ in },
+            frame: { [weak self] bytes, _ in
+                guard let r = try? TLVRecord(parsing: bytes) else { return }
+                self?.lock.withLock { self?.frames.append(r) }
+            },
+            log: { _ in })
+        try engine.start()
+        XCTAssertEqual(up.wait(timeout: .now() + 10), .success, "link to the hub came up")
+    }
+
+    func send(_ record: TLVRecord) throws {
+        try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { link }))
+    }
+
+    /// Sends a bundle (hop header + envelope).
+    func send(_ envelope: Envelope, hop: HopHeader? = nil) throws {
+        let bundle = hop.map { YaokWire.Bundle(hop: $0, envelope: envelope) } ?? YaokWire.Bundle(envelope: envelope)
+        try send(TLVRecord(.bundle, value: bundle.encoded))
+    }
+
+    /// Waits for a custody answer (ack or refusal) about bundle `id`.
+    func answer(for id: [UInt8], timeout: TimeInterval = 10) throws -> TLVRecord {
+        var found: TLVRecord?
+        try TestSupport.waitUntil(timeout: timeout, "custody answer for \(Hex.encode(id))") {
+            found = lock.withLock { frames.first { ($0.type == FrameType.custodyAck.rawValue || $0.type == FrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
+            return found != nil
+        }
+        return try XCTUnwrap(found)
+    }
+
+    /// The refusal reason in a custody answer, nil for an acknowledgement.
+    static func refusal(_ r: TLVRecord) -> CustodyRefusal.Reason? {
+        r.type == FrameType.custodyRefused.rawValue ? (try? CustodyRefusal(parsing: r.value))?.reason : nil
+    }
+
+    /// Envelopes received in bundle frames so far, in order.
+    var receivedEnvelopes: [Envelope] {
+        lock.withLock { frames.filter { $0.type == FrameType.bundle.rawValue }.compactMap { try? YaokWire.Bundle(parsing: $0.value).envelope } }
+    }
+
+    /// Frames of one type received so far.
+    func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
+
+    deinit { engine.stop() }
+}

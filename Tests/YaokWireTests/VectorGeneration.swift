@@ -15,9 +15,9 @@ enum ComputedVectors {
                                            originalSenderUserID: message.senderUserID, from: Fixed.recipient,
                                            createdMs: Fixed.createdMs + 60_000, messageID: Fixed.receiptID)
         let contact = try ContactCode.make(identity: Fixed.sender, name: "Amina")
-        let ack = CustodyAck(bundleID: Fixed.messageID)
-        let refusal = CustodyRefusal(bundleID: Fixed.messageID, reason: .expired)
-        let summary = try SummaryVector(bundleIDs: [Fixed.receiptID, Fixed.messageID])
+        let ack = CustodyAck(bundleID: message.bundleID)
+        let refusal = CustodyRefusal(bundleID: message.bundleID, reason: .expired)
+        let summary = try SummaryVector(bundleIDs: [receipt.bundleID, message.bundleID])
         let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
                                                            userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
         let chunks = try Chunker.split(ack.frame, chunkSize: 12)
@@ -39,6 +39,9 @@ enum ComputedVectors {
             ("originBundle", Hex.encode(origin.encoded)),
             ("forwardedBundleHopHeader", Hex.encode(forwarded.hop.encoded)),
             ("deliveryReceipt", Hex.encode(receipt.encoded)),
+            ("messageBundleID", Hex.encode(message.bundleID)),
+            ("receiptBundleID", Hex.encode(receipt.bundleID)),
+            ("receiptAcknowledgedBundleID", Hex.encode(receipt.acknowledgedBundleID ?? [])),
             ("contactURI", contact.uri),
             ("custodyAckFrame", Hex.encode(ack.frame)),
             ("custodyRefusalFrame", Hex.encode(refusal.frame)),

@@ -26,6 +26,8 @@ extension VectorTests {
             "hubUserID": Vectors.hubUserID, "ephemeralKXKey": Vectors.ephemeralKXKey,
             "messageEnvelope": Vectors.messageEnvelope, "originBundle": Vectors.originBundle,
             "forwardedBundleHopHeader": Vectors.forwardedBundleHopHeader, "deliveryReceipt": Vectors.deliveryReceipt,
+            "messageBundleID": Vectors.messageBundleID, "receiptBundleID": Vectors.receiptBundleID,
+            "receiptAcknowledgedBundleID": Vectors.receiptAcknowledgedBundleID,
             "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
             "custodyRefusalFrame": Vectors.custodyRefusalFrame, "summaryFrame": Vectors.summaryFrame,
             "attachmentFrame": Vectors.attachmentFrame,

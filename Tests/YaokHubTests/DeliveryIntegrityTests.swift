@@ -1,0 +1,307 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokWire
+@testable import YaokHubCore
+
+/// The attacks of Docs/protocol.md "Threats and answers", each run against a real hub
+/// process by an attacker with no keys but its own throwaway ones. Every test asserts that
+/// the victim's message arrives exactly once and that the attack is refused and counted.
+final class DeliveryIntegrityTests: XCTestCase {
+    struct Setup {
+        let hub: HubProcess
+        let port: UInt16
+        let alice = Identity.generate(), bob = Identity.generate()
+    }
+
+    func startHub(router: String = "", extra: String = "") throws -> Setup {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port, extra: extra)
+            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5" + router)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        try hub.waitReady()
+        return Setup(hub: hub, port: port)
+    }
+
+    func seal(_ text: String, from sender: Identity, to recipient: Identity, ttl: Int64 = 3_600_000,
+              messageID: [UInt8]? = nil, size: Int? = nil) throws -> Envelope {
+        let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
+        return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
+                                        createdMs: Clock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
+    }
+
+    /// Attaches `bob` and waits until the bundle `id` has arrived; then acknowledges every
+    /// bundle as a phone would, waits a little longer and returns how often `id` came.
+    func deliveries(of id: [UInt8], to bob: RawPeer, settle: TimeInterval = 1.5) throws -> Int {
+        try TestSupport.waitUntil(timeout: 20, "bundle \(Hex.encode(id.prefix(4))) delivered") {
+            bob.receivedEnvelopes.contains { $0.bundleID == id }
+        }
+        for e in bob.receivedEnvelopes { try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded)) }
+        // A second copy would come within the custody timeout's resend; none may.
+        let deadline = Date().addingTimeInterval(settle)
+        while Date() < deadline { usleep(100_000) }
+        return bob.receivedEnvelopes.filter { $0.bundleID == id }.count
+    }
+
+    // MARK: 1. Forged receipts
+
+    func testForgedReceiptFromAThrowawayKeySuppressesNothing() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let victim = try seal("meet at noon", from: s.alice, to: s.bob)
+
+        // The attacker saw the message ID on the air and signs a "delivery receipt" for it.
+        let throwaway = Identity.generate()
+        let forged = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
+                                          from: throwaway, createdMs: Clock.nowMilliseconds())
+        try mallory.send(forged)
+        XCTAssertNil(RawPeer.refusal(try mallory.answer(for: forged.bundleID)), "a receipt is carried like any bundle")
+        // The round-1 variant: an expiry of 2^62 ms, meant to pin a tombstone for ever.
+        let immortal = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
+                                            from: throwaway, createdMs: Clock.nowMilliseconds(), ttlMs: 1 << 62)
+        try mallory.send(immortal)
+        XCTAssertEqual(RawPeer.refusal(try mallory.answer(for: immortal.bundleID)), .badLifetime)
+
+        // The real message is taken into custody, not acknowledged as a duplicate.
+        try phone.send(victim)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: victim.bundleID)))
+        var status = try s.hub.status().router
+        XCTAssertEqual(status.counters.duplicates, 0)
+        XCTAssertEqual(status.counters.alreadyDelivered, 0)
+        XCTAssertEqual(status.counters.receiptsUnverified, 1)
+        XCTAssertEqual(status.counters.refusedLifetime, 1)
+        XCTAssertEqual(status.queue.delivered, 0)
+
+        // A receipt forged after the message is queued changes nothing either.
+        let late = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
+                                        from: Identity.generate(), createdMs: Clock.nowMilliseconds())
+        try mallory.send(late)
+        _ = try mallory.answer(for: late.bundleID)
+        status = try s.hub.status().router
+        XCTAssertEqual(status.counters.receiptsUnverified, 2)
+        XCTAssertEqual(status.queue.delivered, 0)
+
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        XCTAssertEqual(try deliveries(of: victim.bundleID, to: bob), 1, "the victim's message arrives exactly once")
+        XCTAssertEqual(try bob.receivedEnvelopes.first { $0.bundleID == victim.bundleID }?.open(with: s.bob), Array("meet at noon".utf8))
+
+        // Bob's own receipt does end the hub's custody.
+        let real = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
+                                        from: s.bob, createdMs: Clock.nowMilliseconds())
+        try bob.send(real)
+        _ = try bob.answer(for: real.bundleID)
+        try TestSupport.waitUntil(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered == 1 }
+    }
+
+    // MARK: 2. ID squatting
+
+    func testMessageIDSquattingAndConflictingContent() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let id = Random.uuidV4()
+        // The attacker gets its own bundle under the victim's message ID in first.
+        let squat = try seal("junk", from: Identity.generate(), to: s.bob, messageID: id)
+        try mallory.send(squat)
+        XCTAssertNil(RawPeer.refusal(try mallory.answer(for: squat.bundleID)))
+        let victim = try seal("the real one", from: s.alice, to: s.bob, messageID: id)
+        XCTAssertNotEqual(victim.bundleID, squat.bundleID)
+        try phone.send(victim)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: victim.bundleID)))
+        XCTAssertEqual(try s.hub.status().router.counters.duplicates, 0, "the real message is not a 'duplicate'")
+
+        // Only the sender's key can reuse its own bundle ID, and a second envelope is refused.
+        let equivocation = try seal("something else", from: s.alice, to: s.bob, messageID: id)
+        try phone.send(equivocation)
+        let answers = try XCTUnwrap({ () -> [TLVRecord] in
+            var found: [TLVRecord] = []
+            try TestSupport.waitUntil(timeout: 10, "conflict refusal") {
+                found = phone.frames(.custodyRefused).filter { Array($0.value.prefix(16)) == victim.bundleID }
+                return !found.isEmpty
+            }
+            return found
+        }())
+        XCTAssertEqual(answers.compactMap(RawPeer.refusal), [.conflict])
+        XCTAssertEqual(try s.hub.status().router.counters.refusedConflict, 1)
+        XCTAssertEqual(try s.hub.status().router.store.conflicts, 1)
+
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        XCTAssertEqual(try deliveries(of: victim.bundleID, to: bob), 1)
+        let real = try XCTUnwrap(bob.receivedEnvelopes.first { $0.bundleID == victim.bundleID })
+        XCTAssertEqual(try real.open(with: s.bob), Array("the real one".utf8), "the first envelope, not the conflicting one")
+    }
+
+    // MARK: 3. Immortal junk against a capped store
+
+    func testJunkFromThrowawayKeysCannotEvictAQueuedQueue() throws {
+        let s = try startHub(extra: "store:\n  size_cap_mb: 1\n")
+        defer { s.hub.stop() }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        var victims: [Envelope] = []
+        for i in 0..<30 {
+            let e = try seal("", from: s.alice, to: s.bob, size: 10_000 + i)
+            try phone.send(e)
+            XCTAssertNil(RawPeer.refusal(try phone.answer(for: e.bundleID)))
+            victims.append(e)
+        }
+        // The attacker: 100 bundles of 10 KB, each from a fresh key (the per-sender limit is
+        // per key), with the longest lifetime allowed, addressed to bob so they look useful.
+        let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
+        let immortal = try seal("", from: Identity.generate(), to: s.bob, ttl: 1 << 62, size: 10_000)
+        try mallory.send(immortal)
+        XCTAssertEqual(RawPeer.refusal(try mallory.answer(for: immortal.bundleID)), .badLifetime)
+        var refused = 0
+        for _ in 0..<100 {
+            let junk = try seal("", from: Identity.generate(), to: s.bob, ttl: EnvelopeLifetime.protocolMaxTTLMs, size: 10_000)
+            try mallory.send(junk)
+            if RawPeer.refusal(try mallory.answer(for: junk.bundleID)) == .storeFull { refused += 1 }
+        }
+        let status = try s.hub.status().router
+        print("immortal junk: \(100 - refused) junk bundles stored, \(refused) refused as over their share; evicted \(status.store.evicted)")
+        XCTAssertGreaterThan(refused, 0)
+        XCTAssertEqual(status.counters.refusedOverShare, refused)
+        XCTAssertEqual(status.counters.refusedLifetime, 1)
+        XCTAssertEqual(status.store.evicted, 0, "nobody else's bundle was evicted for the flood")
+        XCTAssertEqual(status.queue.queued, 30 + 100 - refused)
+
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        try TestSupport.waitUntil(timeout: 60, "all 30 of alice's messages delivered") {
+            let got = Set(bob.receivedEnvelopes.map(\.bundleID))
+            for e in bob.receivedEnvelopes where got.contains(e.bundleID) {
+                try? bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+            }
+            return victims.allSatisfy { got.contains($0.bundleID) }
+        }
+        for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1) }
+    }
+
+    // MARK: 4. Summary flood
+
+    func testSummaryFloodDegradesOnlyTheFloodingLink() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let pid = s.hub.process.processIdentifier
+        let rssBefore = Self.rssKiB(pid)
+        let flooder = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: s.port, host: "127.0.0.2")
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+
+        // ~200 offers a second of 4,000 random IDs each (a tenth of the frame limit), for 5 s.
+        final class Stop: @unchecked Sendable { var flag = false; let lock = NSLock() }
+        let stop = Stop()
+        let flood = Thread {
+            while !stop.lock.withLock({ stop.flag }) {
+                let ids = (0..<SummaryVector.maxCount).map { _ in Random.bytes(16) }
+                if let v = try? SummaryVector(bundleIDs: ids) { try? flooder.send(TLVRecord(.summary, value: v.encoded)) }
+                usleep(5_000)
+            }
+        }
+        flood.start()
+        var latencies: [Double] = []
+        var peakRSS = rssBefore
+        let floodEnd = Date().addingTimeInterval(5)
+        while Date() < floodEnd {
+            let e = try seal("during the flood", from: s.alice, to: s.bob)
+            let t0 = Date()
+            try phone.send(e)
+            try TestSupport.waitUntil(timeout: 30, "message delivered during the flood") {
+                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
+            }
+            latencies.append(Date().timeIntervalSince(t0) * 1000)
+            try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+            peakRSS = max(peakRSS, Self.rssKiB(pid))
+            usleep(200_000)
+        }
+        stop.lock.withLock { stop.flag = true }
+        // The hub answers its control socket promptly after the flood.
+        let t0 = Date()
+        let status = try s.hub.status().router
+        let statusMs = Date().timeIntervalSince(t0) * 1000
+        let requested = flooder.frames(.request).reduce(0) { $0 + ((try? SummaryVector(parsing: $1.value))?.bundleIDs.count ?? 0) }
+        latencies.sort()
+        print(String(format: "summary flood: %d messages delivered meanwhile, latency p50 %.1f ms, max %.1f ms; hub RSS %d → peak %d KiB; "
+                     + "status answered in %.0f ms; %d offered IDs dropped, %d frames over the link's limits; %d IDs requested from the flooder",
+                     latencies.count, latencies[latencies.count / 2], latencies.last ?? 0, rssBefore, peakRSS, statusMs,
+                     status.counters.offersDropped, status.counters.framesRateLimited + status.counters.framesQueueFull, requested))
+        XCTAssertGreaterThanOrEqual(latencies.count, 5, "legitimate messages kept flowing")
+        // At most 4,000 outstanding at a time; they lapse after the custody timeout (5 s here),
+        // so a 5 s flood may see a second round.
+        XCTAssertLessThanOrEqual(requested, 2 * Router.maxRequestedPerLink, "per-link request state is bounded")
+        XCTAssertGreaterThan(status.counters.offersDropped, 0, "the flood was cut at the link's backlog")
+    }
+
+    static func rssKiB(_ pid: Int32) -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8),
+              let line = text.split(separator: "\n").first(where: { $0.hasPrefix("VmRSS:") }) else { return 0 }
+        return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
+    }
+
+    // MARK: 5. Attachment-table poisoning
+
+    func testPoisonedAttachmentAnnouncementsAreRefused() throws {
+        let s = try startHub(router: "\n  policy: spray-and-wait\n  spray_copies: 1")
+        defer { s.hub.stop() }
+        let malloryKey = Identity.generate()
+        let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
+        let now = Clock.nowMilliseconds()
+        // Pinning bob to the attacker for ever: a timestamp of Int64.max.
+        let pinned = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: Int64.max, userIDs: [s.bob.userID])
+        try mallory.send(TLVRecord(.attachment, value: pinned.encoded))
+        // Speaking for another hub (a replayed or invented announcement of a key it does not hold).
+        let other = try AttachmentAnnouncement.signed(by: Identity.generate(), timestampMs: now, userIDs: [s.bob.userID])
+        try mallory.send(TLVRecord(.attachment, value: other.encoded))
+        // A bad signature.
+        var forged = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: now, userIDs: [s.bob.userID]).encoded
+        forged[forged.count - 1] ^= 1
+        try mallory.send(TLVRecord(.attachment, value: forged))
+        // An endpoint may not announce at all.
+        let phoneKey = Identity.generate()
+        let phoneAttacker = try RawPeer(identity: phoneKey, role: .endpoint, hubPort: s.port, host: "127.0.0.3")
+        try phoneAttacker.send(TLVRecord(.attachment, value: try AttachmentAnnouncement.signed(by: phoneKey, timestampMs: now, userIDs: [s.bob.userID]).encoded))
+        try TestSupport.waitUntil(timeout: 10, "four announcements refused") { try s.hub.status().router.counters.attachmentsRefused == 4 }
+
+        // The victim's mail is still delivered, exactly once, when bob attaches.
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let victim = try seal("still here", from: s.alice, to: s.bob)
+        try phone.send(victim)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: victim.bundleID)))
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        XCTAssertEqual(try deliveries(of: victim.bundleID, to: bob), 1)
+        XCTAssertEqual(try s.hub.status().router.counters.attachmentsRefused, 4)
+    }
+
+    // MARK: 6. A receipt survives the receiver's crash
+
+    func testReceiptSurvivesAReceiverKilledRightAfterStoring() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (alice, bob) = try MessagePathTests.initPair(dir)
+        let url = "udp://127.0.0.1:\(s.port)"
+        _ = try MessagePathTests.yaok(alice, ["send", "Bob", "do not lose my receipt", "--hub", url, "--json", "--timeout", "20"])
+        // Bob stores the message (and its receipt) and dies before acknowledging or sending anything.
+        var env = ProcessInfo.processInfo.environment
+        env["YAOK_FAULT"] = "exit-after-receive"
+        let crashed = try TestSupport.run(try TestSupport.product("yaok"), ["listen", "--home", bob, "--hub", url, "--json", "--timeout", "20"],
+                                          timeout: 60, environment: env)
+        XCTAssertEqual(crashed.status, 137, "the fault hook fired: \(crashed.output)")
+        XCTAssertEqual(try MessagePathTests.yaok(bob, ["outbox", "--json"]).map { $0["state"] as? String }, ["pending"],
+                       "the receipt was stored with the message")
+        // Restarted: the hub sends the message again (no custody ack came), bob sees a
+        // duplicate, and the stored receipt leaves.
+        let again = try MessagePathTests.yaok(bob, ["listen", "--hub", url, "--json", "--timeout", "4"])
+        XCTAssertFalse(again.contains { $0["event"] as? String == "message" }, "not shown twice")
+        XCTAssertEqual(try MessagePathTests.yaok(bob, ["inbox", "--json"]).count, 1)
+        var outbox: [[String: Any]] = []
+        try TestSupport.waitUntil(timeout: 40, "alice's outbox shows delivered") {
+            _ = try MessagePathTests.yaok(alice, ["listen", "--hub", url, "--json", "--timeout", "2"])
+            outbox = try MessagePathTests.yaok(alice, ["outbox", "--json"])
+            return outbox.first?["state"] as? String == "delivered"
+        }
+    }
+}
