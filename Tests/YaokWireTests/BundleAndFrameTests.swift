@@ -86,8 +86,8 @@ final class HostFrameTests: XCTestCase {
         for n in 0..<sv.encoded.count { XCTAssertThrowsAnyWire(try SummaryVector(parsing: Array(sv.encoded.prefix(n)))) }
         XCTAssertThrowsAnyWire(try SummaryVector(parsing: sv.encoded + [0]))
         // The count is checked before anything is allocated.
-        XCTAssertThrowsWire(.tooMany(what: "message IDs", count: 4001, limit: 4000), try SummaryVector(parsing: [0x0F, 0xA1]))
-        XCTAssertThrowsWire(.tooMany(what: "message IDs", count: 65535, limit: 4000), try SummaryVector(parsing: [0xFF, 0xFF]))
+        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 4001, limit: 4000), try SummaryVector(parsing: [0x0F, 0xA1]))
+        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 65535, limit: 4000), try SummaryVector(parsing: [0xFF, 0xFF]))
         // At most 4000 on encode.
         XCTAssertThrowsAnyWire(try SummaryVector(bundleIDs: (0..<4001).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
         XCTAssertNoThrow(try SummaryVector(bundleIDs: (0..<4000).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
