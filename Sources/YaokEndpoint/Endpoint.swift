@@ -228,7 +228,7 @@ public final class Endpoint: @unchecked Sendable {
             } catch {
                 return reject(.decryptFailed, .malformed)
             }
-            let message = InboxMessage(messageID: id, senderUserID: e.senderUserID, senderName: contact.name, createdMs: e.createdMs,
+            let message = InboxMessage(messageID: e.messageID, senderUserID: e.senderUserID, senderName: contact.name, createdMs: e.createdMs,
                                        receivedMs: t, text: String(decoding: plaintext, as: UTF8.self))
             do {
                 let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: e.messageID, originalSenderUserID: e.senderUserID,

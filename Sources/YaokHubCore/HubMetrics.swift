@@ -43,16 +43,28 @@ extension Hub {
         metric("yaok_router_bundles_total", "counter", "bundles by outcome", [
             ("outcome=\"accepted\"", Double(c.accepted)), ("outcome=\"duplicate\"", Double(c.duplicates)),
             ("outcome=\"forwarded\"", Double(c.forwarded)), ("outcome=\"delivered\"", Double(c.deliveredDirect)),
-            ("outcome=\"expired\"", Double(c.expired)),
+            ("outcome=\"expired\"", Double(c.expired)), ("outcome=\"already_delivered\"", Double(c.alreadyDelivered)),
         ])
         metric("yaok_router_refused_total", "counter", "bundles refused, by reason", [
             ("reason=\"malformed\"", Double(c.refusedMalformed)), ("reason=\"bad_signature\"", Double(c.refusedSignature)),
             ("reason=\"expired\"", Double(c.refusedExpired)), ("reason=\"hop_limit\"", Double(c.refusedHopLimit)),
             ("reason=\"rate_limited\"", Double(c.refusedRateLimited)), ("reason=\"store_full\"", Double(c.refusedStoreFull)),
+            ("reason=\"over_share\"", Double(c.refusedOverShare)), ("reason=\"lifetime\"", Double(c.refusedLifetime)),
+            ("reason=\"conflict\"", Double(c.refusedConflict)),
         ])
         metric("yaok_router_custody_timeouts_total", "counter", "custody acknowledgements that did not come in time", [("", Double(c.custodyTimeouts))])
-        metric("yaok_store_evicted_total", "counter", "bundles evicted because the store was full (soonest-expiring first)",
-               [("", Double(report.router.store.evicted))])
+        metric("yaok_router_receipts_unverified_total", "counter", "delivery receipts that named no held message of theirs (suppressed nothing)",
+               [("", Double(c.receiptsUnverified))])
+        metric("yaok_router_frames_dropped_total", "counter", "frames dropped before the router queue, by why", [
+            ("why=\"rate\"", Double(c.framesRateLimited)), ("why=\"backlog\"", Double(c.framesQueueFull)),
+        ])
+        metric("yaok_router_offers_dropped_total", "counter", "offered bundle IDs dropped at a full per-link backlog",
+               [("", Double(c.offersDropped))])
+        metric("yaok_router_attachments_refused_total", "counter", "attachment announcements refused", [("", Double(c.attachmentsRefused))])
+        metric("yaok_store_evicted_total", "counter", "bundles evicted because the store was full, by the share they were taken from", [
+            ("from=\"heaviest_sender\"", Double(report.router.store.evictedHeaviestSender)),
+            ("from=\"heaviest_origin\"", Double(report.router.store.evictedHeaviestOrigin)),
+        ])
         metric("yaok_store_duplicates_dropped_total", "counter", "duplicate bundles dropped", [("", Double(report.router.store.duplicatesDropped))])
         return lines.joined(separator: "\n") + "\n" + metrics.prometheusText()
     }

@@ -364,6 +364,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             stored.hop = HopHeader(hopCount: 0, hopLimit: UInt8(clamping: settings.hopLimit), previousHop: hubID)
         }
         let result: AcceptResult
+        let evictedBefore = store.statistics
         do {
             result = try store.accept(NewBundle(
                 bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
@@ -381,6 +382,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         try? store.recordPeerHas(id, peer: link.peerID)
         // A requested bundle arrived: room for the next slice of that link's offers.
         if link.requested.removeValue(forKey: id) != nil, link.offered.count > link.offeredHead { drainOffers(link) }
+        let evicted = store.statistics
+        if evicted.evicted > evictedBefore.evicted {
+            logger.notice("store full: evicted \(evicted.evicted - evictedBefore.evicted) bundles for \(Self.shortID(id)) "
+                          + "(\(evicted.evictedHeaviestSender - evictedBefore.evictedHeaviestSender) from the heaviest sender, "
+                          + "\(evicted.evictedHeaviestOrigin - evictedBefore.evictedHeaviestOrigin) from the heaviest origin)")
+        }
         switch result {
         case .stored:
             counters.accepted += 1
