@@ -384,9 +384,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if link.requested.removeValue(forKey: id) != nil, link.offered.count > link.offeredHead { drainOffers(link) }
         let evicted = store.statistics
         if evicted.evicted > evictedBefore.evicted {
-            logger.notice("store full: evicted \(evicted.evicted - evictedBefore.evicted) bundles for \(Self.shortID(id)) "
-                          + "(\(evicted.evictedHeaviestSender - evictedBefore.evictedHeaviestSender) from the heaviest sender, "
-                          + "\(evicted.evictedHeaviestOrigin - evictedBefore.evictedHeaviestOrigin) from the heaviest origin)")
+            let n = evicted.evicted - evictedBefore.evicted
+            let bySender = evicted.evictedHeaviestSender - evictedBefore.evictedHeaviestSender
+            let byOrigin = evicted.evictedHeaviestOrigin - evictedBefore.evictedHeaviestOrigin
+            logger.notice("store full: evicted \(n) bundles for \(Self.shortID(id)) (\(bySender) from the heaviest sender, \(byOrigin) from the heaviest origin)")
         }
         switch result {
         case .stored:
