@@ -655,23 +655,7 @@ enum BundleSchema {
                 ('carried_bytes', 0), ('duplicates_dropped', 0), ('evicted', 0), ('evicted_bytes', 0),
                 ('expired', 0), ('last_vacuum_ms', 0), ('last_full_vacuum_ms', 0);
 
-            -- carried_bytes follows the rows that still hold bytes, in the same transaction.
-            CREATE TRIGGER bundles_carried_insert AFTER INSERT ON bundles WHEN NEW.bytes IS NOT NULL
-            BEGIN
-                UPDATE bundle_counters SET value = value + NEW.size WHERE name = 'carried_bytes';
-            END;
-            CREATE TRIGGER bundles_carried_update AFTER UPDATE OF bytes ON bundles
-            BEGIN
-                UPDATE bundle_counters
-                SET value = value - (CASE WHEN OLD.bytes IS NULL THEN 0 ELSE OLD.size END)
-                                  + (CASE WHEN NEW.bytes IS NULL THEN 0 ELSE NEW.size END)
-                WHERE name = 'carried_bytes';
-            END;
-            CREATE TRIGGER bundles_carried_delete AFTER DELETE ON bundles WHEN OLD.bytes IS NOT NULL
-            BEGIN
-                UPDATE bundle_counters SET value = value - OLD.size WHERE name = 'carried_bytes';
-            END;
-            """),
+            """ + carriedBytesTriggers),
         // Version 2: bundles are keyed by bundle ID (sender-bound), not by the sender-chosen
         // message ID; receipts remember which bundle they acknowledge; each bundle records its
         // fairness origin. Tombstones made from unverified receipts (zero source user) are
@@ -704,18 +688,9 @@ enum BundleSchema {
         );
         """
 
-    static let indexesAndTriggersV2 = """
-        CREATE INDEX bundles_by_due ON bundles (state, next_attempt_ms);
-        CREATE INDEX bundles_by_destination ON bundles (destination, state);
-        CREATE INDEX bundles_by_expiry ON bundles (state, expires_ms);
-        CREATE INDEX bundles_by_sender ON bundles (source_user, state);
-        CREATE INDEX bundles_by_origin ON bundles (origin, state);
-        CREATE INDEX bundles_by_ref ON bundles (ref_bundle) WHERE ref_bundle IS NOT NULL;
-        CREATE TABLE bundle_peers (
-            bundle_id BLOB NOT NULL REFERENCES bundles (bundle_id) ON DELETE CASCADE,
-            peer BLOB NOT NULL,
-            PRIMARY KEY (bundle_id, peer)
-        ) WITHOUT ROWID;
+    /// carried_bytes follows the rows that still hold bytes, in the same transaction (the
+    /// same triggers in every version; version 2 re-creates them on its new table).
+    static let carriedBytesTriggers = """
         CREATE TRIGGER bundles_carried_insert AFTER INSERT ON bundles WHEN NEW.bytes IS NOT NULL
         BEGIN
             UPDATE bundle_counters SET value = value + NEW.size WHERE name = 'carried_bytes';
@@ -731,6 +706,21 @@ enum BundleSchema {
         BEGIN
             UPDATE bundle_counters SET value = value - OLD.size WHERE name = 'carried_bytes';
         END;
+
+        """
+
+    static let indexesV2 = """
+        CREATE INDEX bundles_by_due ON bundles (state, next_attempt_ms);
+        CREATE INDEX bundles_by_destination ON bundles (destination, state);
+        CREATE INDEX bundles_by_expiry ON bundles (state, expires_ms);
+        CREATE INDEX bundles_by_sender ON bundles (source_user, state);
+        CREATE INDEX bundles_by_origin ON bundles (origin, state);
+        CREATE INDEX bundles_by_ref ON bundles (ref_bundle) WHERE ref_bundle IS NOT NULL;
+        CREATE TABLE bundle_peers (
+            bundle_id BLOB NOT NULL REFERENCES bundles (bundle_id) ON DELETE CASCADE,
+            peer BLOB NOT NULL,
+            PRIMARY KEY (bundle_id, peer)
+        ) WITHOUT ROWID;
         INSERT OR IGNORE INTO bundle_counters (name, value) VALUES
             ('evicted_heaviest_sender', 0), ('evicted_heaviest_origin', 0), ('refused_over_share', 0), ('conflicts', 0);
         """
@@ -751,7 +741,7 @@ enum BundleSchema {
             INSERT INTO peers_v1 SELECT message_id, peer FROM bundle_peers;
             DROP TABLE bundle_peers;
             CREATE INDEX peers_v1_by_id ON peers_v1 (message_id);
-            """ + tablesV2 + indexesAndTriggersV2, purpose: purpose)
+            """ + tablesV2 + indexesV2 + carriedBytesTriggers, purpose: purpose)
         let zeroUser = [UInt8](repeating: 0, count: 32)
         let rows = try db.query("""
             SELECT id, message_id, source_user, kind, substr(bytes, 86, 32), substr(bytes, 134, 16) FROM bundles_v1
