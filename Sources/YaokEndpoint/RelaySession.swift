@@ -60,14 +60,15 @@ public final class RelaySession: @unchecked Sendable {
         }
     }
 
-    /// One round: receive, store, acknowledge what was stored, send resulting receipts.
+    /// One round: receive, store, acknowledge what was stored (by bundle ID, what the relay
+    /// keys its queue by), send resulting receipts.
     public func poll(timeout: TimeInterval = 3) throws {
         let bundles = try session.receive(timeout: timeout)
         var stored: [[UInt8]] = []
         for bundle in bundles {
             let (incoming, answer) = endpoint.receive(bundle: bundle.encoded)
             switch answer {
-            case .custody(let id), .refuse(let id, _): stored.append(id)
+            case .custody, .refuse: stored.append(bundle.envelope.bundleID)
             case .none: break
             }
             onEvent(.incoming(incoming))

@@ -4,7 +4,8 @@ import YaokWire
 
 /// A Ya OK user talking to the relay directly (the `yaok` endpoint on the internet side):
 /// connects with the pinned key, registers itself (again after every reconnect), sends
-/// envelopes, receives bundles (pushed or polled) and acknowledges them once stored.
+/// envelopes, receives bundles (pushed or polled) and acknowledges them, by bundle ID, once
+/// stored.
 public final class RelayUserSession: @unchecked Sendable {
     public let identity: Identity
     public let client: RelayClient
@@ -83,8 +84,8 @@ public final class RelayUserSession: @unchecked Sendable {
         return inbox.drain().compactMap { try? YaokWire.Bundle(parsing: $0) }
     }
 
-    /// Tells the relay these messages are stored; it deletes them.
-    public func acknowledge(_ messageIDs: [[UInt8]]) throws { try client.ack(messageIDs) }
+    /// Tells the relay these bundles (by ``YaokCrypto/BundleID``) are stored; it deletes them.
+    public func acknowledge(_ bundleIDs: [[UInt8]]) throws { try client.ack(bundleIDs) }
 
     /// Disconnects.
     public func close() { client.stop() }

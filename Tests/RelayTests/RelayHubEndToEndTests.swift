@@ -113,7 +113,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "NOTIFY_SOCKET")
         hub.environment = env
-        FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
+        _ = FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
         let log = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
         hub.standardOutput = log
         hub.standardError = log
@@ -153,7 +153,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(bundle.hop.hopCount, 1, "the hub forwarded it")
         let plaintext = try bundle.envelope.open(with: bobIdentity)
         XCTAssertTrue(String(decoding: plaintext, as: UTF8.self).contains("hello over the uplink"))
-        try bobAtRelay.acknowledge([bundle.envelope.messageID])
+        try bobAtRelay.acknowledge([bundle.envelope.bundleID])
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
         XCTAssertEqual(relay.metric("yaok_relay_sends_pushed_total"), 1)
         // The hub's relay link is up in its status.

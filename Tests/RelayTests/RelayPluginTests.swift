@@ -72,7 +72,7 @@ final class RelayPluginTests: XCTestCase {
         // Host → bundle: the relay's QUEUED comes back as a custody ack.
         let alice = Identity.generate(), bob = Identity.generate()
         let b1 = try bundle(from: alice, to: bob)
-        let id1 = bundleMessageID(b1)!
+        let id1 = BundleID.of(bundle: b1)!
         let m1 = host.mark
         XCTAssertNil(host.send(TLVRecord(.bundle, value: b1).encoded, link: link))
         let ack: [UInt8] = try host.wait("custody ack", after: m1) { e in
@@ -92,7 +92,7 @@ final class RelayPluginTests: XCTestCase {
             }
             return nil
         }
-        XCTAssertEqual(refusal, CustodyRefusal(bundleID: bundleMessageID(b4)!, reason: .rateLimited))
+        XCTAssertEqual(refusal, CustodyRefusal(bundleID: BundleID.of(bundle: b4)!, reason: .rateLimited))
 
         // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
         let phone = Identity.generate()
@@ -118,7 +118,7 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(delivered, forPhone)
         // Not deleted until the host's store says so.
         XCTAssertEqual(relay.metric("yaok_relay_acks_total"), 0)
-        XCTAssertNil(host.send(CustodyAck(bundleID: bundleMessageID(forPhone)!).frame, link: link))
+        XCTAssertNil(host.send(CustodyAck(bundleID: BundleID.of(bundle: forPhone)!).frame, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
 
         let status = host.statusJSON()
