@@ -29,18 +29,6 @@ final class RelayHubEndToEndTests: XCTestCase {
         try runTool(exe, args, timeout: timeout)
     }
 
-    /// `yaok init` for Alice and Bob under `dir`, each with the other as a contact; their homes.
-    private func initAliceAndBob(_ yaok: String, in dir: String) throws -> (alice: String, bob: String) {
-        let alice = dir + "/alice", bob = dir + "/bob"
-        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
-        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
-        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
-        return (alice, bob)
-    }
-
     private static func freeUDPPort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
