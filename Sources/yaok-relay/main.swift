@@ -49,6 +49,9 @@ extension YaokRelay {
         @Option(name: .customLong("max-ttl-hours"), help: "Longest envelope lifetime (expires − created) accepted, in hours: 1 to 168 (7 days, the protocol's maximum). Lower refuses envelopes that live longer.")
         var maxTTLHours = 168
 
+        @Option(name: .customLong("clock-skew-seconds"), help: "How far an envelope's creation time may be ahead of the relay's clock, in seconds (0 to 86400).")
+        var clockSkewSeconds = 600
+
         @Option(name: .customLong("wss-listen"), help: "Also listen for WebSocket over TLS 1.3 on this TCP address (host:port); needs --tls-cert and --tls-key.")
         var wssListen: String?
 
@@ -97,8 +100,12 @@ extension YaokRelay {
             guard (1...168).contains(maxTTLHours) else {
                 throw ValidationError("--max-ttl-hours must be 1 to 168 (7 days, the protocol's maximum), got \(maxTTLHours)")
             }
+            guard (0...86_400).contains(clockSkewSeconds) else {
+                throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
+            }
             var limits = RelayLimits()
             limits.maxTTLMs = Int64(maxTTLHours) * 3_600_000
+            limits.clockSkewMs = Int64(clockSkewSeconds) * 1000
             limits.messagesPerHour = max(1, messagesPerHour)
             limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
             limits.sendsPerHourPerIP = max(1, sendsPerHourPerIP)

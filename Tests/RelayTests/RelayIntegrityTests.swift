@@ -166,6 +166,10 @@ final class RelayIntegrityTests: XCTestCase {
         let cli = try runTool(RelayProcess.binary, ["run", "--data-dir", relay.dir + "-cli", "--max-ttl-hours", "169"])
         XCTAssertNotEqual(cli.0, 0)
         XCTAssertTrue(cli.1.contains("--max-ttl-hours must be 1 to 168"), cli.1)
+        let skew = try runTool(RelayProcess.binary, ["run", "--data-dir", relay.dir + "-cli", "--clock-skew-seconds", "90000"])
+        XCTAssertNotEqual(skew.0, 0)
+        XCTAssertTrue(skew.1.contains("--clock-skew-seconds must be 0 to 86400"), skew.1)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: relay.dir + "-cli"), "refused before touching the data directory")
     }
 
     /// (d) Upgrading: a queue written by the old schema (keyed by message ID) is re-keyed by
