@@ -4,13 +4,41 @@ import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokWire
 
+/// Why a session with the relay ended before its caller stopped it.
+public enum RelaySessionError: Error, Sendable, CustomStringConvertible {
+    /// This many polls in a row went unanswered (each retried after a pause): the relay or
+    /// the path to it is gone.
+    case relaySilent(polls: Int, last: String)
+
+    public var description: String {
+        switch self {
+        case .relaySilent(let polls, let last):
+            return "the relay did not answer \(polls) polls in a row (last: \(last)); giving up"
+        }
+    }
+}
+
 /// An endpoint talking to the internet relay directly (an internet-side user): it sends
 /// its outbox, receives what the relay holds for it, stores it, and only then
-/// acknowledges, so the relay deletes nothing the endpoint has not kept.
+/// acknowledges (by bundle ID), so the relay deletes nothing the endpoint has not kept.
+///
+/// While it runs (``run(until:shouldStop:)``) the relay pushes new mail to its registered
+/// session at once; polls only catch what a push lost, paced by ``pacing`` (1 s doubling to
+/// 30 s while idle, back to 1 s on traffic), and a lost POLL or answer is retried, so one
+/// lost datagram never ends the session.
 public final class RelaySession: @unchecked Sendable {
     public let endpoint: Endpoint
+    /// The relay, as the user gave it (for messages).
+    public let relayName: String
     private let session: RelayUserSession
     private let onEvent: @Sendable (HubSession.Event) -> Void
+    /// How idle polling is paced and how many unanswered polls end the session.
+    public var pacing = RelayPollPacing()
+    /// Outbox items (by message ID, the outbox's key) the relay refused for a while (rate
+    /// limit, full queue): not offered again before this time.
+    private var notBefore: [[UInt8]: Date] = [:]
+    /// Polls sent by ``run(until:shouldStop:)`` (tests and status).
+    public private(set) var pollsSent = 0
 
     /// Parses `HOST:PORT` (an optional `relay://` prefix is accepted).
     public static func parseRelay(_ text: String) throws -> RelayAddress {
@@ -19,13 +47,16 @@ public final class RelaySession: @unchecked Sendable {
         return a
     }
 
-    /// - Parameter makeLink: the packet link; nil for UDP, or
-    ///   `RelayWebSocketLink.factory(url:spkiSHA256:)` for `wss://` (see ``webSocket(_:pin:)``).
+    /// - Parameters:
+    ///   - makeLink: the packet link; nil for UDP, or
+    ///     `RelayWebSocketLink.factory(url:spkiSHA256:)` for `wss://` (see ``webSocket(_:pin:)``).
+    ///   - name: how to call the relay in events (default: its address).
     public init(endpoint: Endpoint, relay: RelayAddress, relayKey: [UInt8],
-                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil,
+                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil,
                 onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
         self.endpoint = endpoint
         self.onEvent = onEvent
+        self.relayName = name ?? relay.description
         session = RelayUserSession(identity: endpoint.identity, relay: relay, relayKey: relayKey, makeLink: makeLink)
     }
 
@@ -37,42 +68,141 @@ public final class RelaySession: @unchecked Sendable {
         return (parsed.address, RelayWebSocketLink.factory(url: parsed, spkiSHA256: pin))
     }
 
-    /// Connects (checking the pinned key) and registers.
+    /// Connects (checking the pinned key) and registers. Later drops and reconnects of the
+    /// session are reported as events (the client handshakes again by itself).
     public func open(timeout: TimeInterval = 10) throws {
         try session.open(timeout: timeout)
-        onEvent(.connected(hub: "relay"))
-    }
-
-    public func close() { session.close() }
-
-    /// Sends every pending outbox item; each one the relay takes is handed over.
-    public func pushOutbox() {
-        guard let pending = try? endpoint.store.outbox(states: [.pending], limit: 1000) else { return }
-        for item in pending where item.expiresMs > endpoint.now() {
-            guard let bundle = try? YaokWire.Bundle(parsing: item.bundle) else { continue }
-            do {
-                try session.send(bundle.envelope)
-                try? endpoint.store.advance(item.messageID, to: .handedOver)
-                onEvent(.handedOver(item.messageID))
-            } catch {
-                onEvent(.refused(item.messageID, "\(error)"))
+        onEvent(.connected(hub: relayName))
+        let (onEvent, name) = (self.onEvent, relayName)
+        session.onConnectionChange { change in
+            switch change {
+            case .down(let reason): onEvent(.disconnected(reason))
+            case .up: onEvent(.connected(hub: name))
             }
         }
     }
 
-    /// One round: receive, store, acknowledge what was stored, send resulting receipts.
-    public func poll(timeout: TimeInterval = 3) throws {
-        let bundles = try session.receive(timeout: timeout)
-        var stored: [[UInt8]] = []
+    public func close() {
+        session.onConnectionChange(nil)
+        session.close()
+    }
+
+    /// Sends every pending outbox item; each one the relay takes is handed over. A permanent
+    /// refusal (bad signature, lifetime, conflict, …) marks the item refused; a temporary one
+    /// (rate limit, full queue) holds it back for the relay's retry time; no answer at all
+    /// stops this round (the relay is not answering; the item stays pending).
+    public func pushOutbox() {
+        guard let pending = try? endpoint.store.outbox(states: [.pending], limit: 1000) else { return }
+        let now = Date()
+        for item in pending where item.expiresMs > endpoint.now() {
+            if let until = notBefore[item.messageID], until > now { continue }
+            guard let bundle = try? YaokWire.Bundle(parsing: item.bundle) else { continue }
+            do {
+                // Answered by bundle ID; sendAndWait matches it to this item's bundle.
+                try session.send(bundle.envelope)
+                notBefore[item.messageID] = nil
+                try? endpoint.store.advance(item.messageID, to: .handedOver)
+                onEvent(.handedOver(item.messageID))
+            } catch RelayProtocolError.refused(let notice) {
+                switch notice.code {
+                case .rateLimited, .recipientQueueFull, .relayFull, .internalError, .notRegistered:
+                    let wait = min(3_600, max(1, (Double(notice.retryAfterMs) + 999) / 1000))
+                    notBefore[item.messageID] = now.addingTimeInterval(wait)
+                case .badSignature, .malformed, .expired, .tooLarge, .conflict, .createdInFuture, .lifetimeTooLong:
+                    try? endpoint.store.advance(item.messageID, to: .refused)
+                }
+                onEvent(.refused(item.messageID, notice.description))
+            } catch {
+                onEvent(.refused(item.messageID, "\(error)"))
+                return
+            }
+        }
+    }
+
+    /// Stores what the relay pushed or a poll brought and acknowledges what is settled (by
+    /// bundle ID); the receipts this queues go with the next ``pushOutbox()``. Whether
+    /// anything had arrived.
+    @discardableResult
+    func processReceived() -> Bool {
+        let bundles = session.takeReceived()
+        guard !bundles.isEmpty else { return false }
+        var settled: [[UInt8]] = []
         for bundle in bundles {
             let (incoming, answer) = endpoint.receive(bundle: bundle.encoded)
             switch answer {
-            case .custody(let id), .refuse(let id, _): stored.append(id)
-            case .none: break
+            case .custody:
+                settled.append(bundle.envelope.bundleID)
+            case .refuse(_, let reason) where reason == .storeFull || reason == .rateLimited:
+                // Not stored: the relay must keep it and offer it again after its lease.
+                break
+            case .refuse:
+                // Refused for good (forged, expired, …): the relay need not offer it again.
+                settled.append(bundle.envelope.bundleID)
+            case .none:
+                break
             }
             onEvent(.incoming(incoming))
         }
-        if !stored.isEmpty { try session.acknowledge(stored) }
+        // A lost ACK costs a second delivery after the lease, which the endpoint answers as a duplicate.
+        if !settled.isEmpty { try? session.acknowledge(settled) }
+        return true
+    }
+
+    /// One poll round: receive, store, acknowledge what was stored, send resulting receipts.
+    /// Throws when the poll is not answered within `timeout` (``run(until:shouldStop:)``
+    /// retries instead).
+    public func poll(timeout: TimeInterval = 3) throws {
+        pollsSent += 1
+        try session.poll(timeout: timeout)
+        processReceived()
         pushOutbox()
+    }
+
+    /// Sends the outbox and receives until `shouldStop()` says so or `deadline` passes.
+    ///
+    /// Between polls it waits for the relay's push (woken by it, not by a timer); it polls
+    /// after ``pacing``'s interval (1 s, doubling to 30 s while nothing comes, 1 s again
+    /// after traffic). An unanswered poll is tried again after ``RelayPollPacing/retryMs``;
+    /// only ``RelayPollPacing/maxUnanswered`` in a row end the session with
+    /// ``RelaySessionError/relaySilent(polls:last:)``. `shouldStop` is checked after every
+    /// event this session reports.
+    public func run(until deadline: Date, shouldStop: () -> Bool) throws {
+        var pacing = self.pacing
+        var unanswered = 0
+        var nextPoll = Date()
+        pushOutbox()
+        while !shouldStop() {
+            let now = Date()
+            guard now < deadline else { return }
+            if now >= nextPoll {
+                pollsSent += 1
+                do {
+                    try session.poll(timeout: Double(pacing.answerTimeoutMs) / 1000)
+                    unanswered = 0
+                } catch let error as RelayProtocolError {
+                    switch error {
+                    case .timeout, .notConnected: break
+                    default: throw error
+                    }
+                    unanswered += 1
+                    guard unanswered < pacing.maxUnanswered else {
+                        throw RelaySessionError.relaySilent(polls: unanswered, last: error.description)
+                    }
+                    // Lost POLL or NO_MESSAGES, or between sessions: a pause, then again.
+                    if processReceived() { pushOutbox() }
+                    nextPoll = Date().addingTimeInterval(Double(pacing.retryMs) / 1000)
+                    continue
+                }
+                if processReceived() { pacing.traffic() }
+                pushOutbox()   // receipts just queued, and items held back whose time has come
+                nextPoll = Date().addingTimeInterval(Double(pacing.nextIdleInterval()) / 1000)
+                continue
+            }
+            if session.waitForReceived(until: min(nextPoll, deadline)), processReceived() {
+                pushOutbox()
+                pacing.traffic()
+                nextPoll = Date().addingTimeInterval(Double(pacing.nextIdleInterval()) / 1000)
+            }
+        }
     }
 }

@@ -57,10 +57,12 @@ public final class RelayClient: @unchecked Sendable {
         case registered(userID: [UInt8], status: RegistrationStatus)
         /// The relay durably holds a sent bundle.
         case queued(QueuedNotice)
-        /// A send was refused (``RelayProtocolError/refused(_:)``) or not answered.
-        case sendFailed(messageID: [UInt8], error: RelayProtocolError)
-        /// A bundle for a registered user (pushed or polled). ACK it after storing it.
-        case message(bundle: [UInt8], messageID: [UInt8])
+        /// A send was refused (``RelayProtocolError/refused(_:)``) or not answered; the ID is
+        /// the sent bundle's ``YaokCrypto/BundleID``.
+        case sendFailed(bundleID: [UInt8], error: RelayProtocolError)
+        /// A bundle for a registered user (pushed or polled), with its bundle ID (read from
+        /// its bytes; the receiver still parses and verifies it). ACK that ID after storing it.
+        case message(bundle: [UInt8], bundleID: [UInt8])
         /// End of a poll round.
         case pollDone(remaining: UInt32)
         /// An ERROR not tied to a send.
@@ -189,9 +191,9 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     /// Sends a bundle (hop header + envelope). Answered by ``Event/queued(_:)`` or
-    /// ``Event/sendFailed(messageID:error:)``.
+    /// ``Event/sendFailed(bundleID:error:)``, matched by the bundle's ``YaokCrypto/BundleID``.
     public func send(bundle: [UInt8]) throws {
-        guard let id = bundleMessageID(bundle) else { throw RelayProtocolError.invalid("bundle too short to carry a message ID") }
+        guard let id = BundleID.of(bundle: bundle) else { throw RelayProtocolError.invalid("bundle too short to carry a bundle ID") }
         guard bundle.count <= Fragment.maxMessageLength else {
             throw RelayProtocolError.oversized(what: "bundle", size: bundle.count, limit: Fragment.maxMessageLength)
         }
@@ -215,14 +217,14 @@ public final class RelayClient: @unchecked Sendable {
         }
     }
 
-    /// Tells the relay these messages are durably stored: it deletes them.
-    public func ack(_ messageIDs: [[UInt8]]) throws {
+    /// Tells the relay these bundles (by bundle ID) are durably stored: it deletes them.
+    public func ack(_ bundleIDs: [[UInt8]]) throws {
         try lock.withLock {
             guard case .connected(let session) = state else { throw RelayProtocolError.notConnected }
-            for start in stride(from: 0, to: messageIDs.count, by: AckList.maxCount) {
-                try transmit(.ack, AckList(Array(messageIDs[start..<min(messageIDs.count, start + AckList.maxCount)])).encoded, session)
+            for start in stride(from: 0, to: bundleIDs.count, by: AckList.maxCount) {
+                try transmit(.ack, AckList(Array(bundleIDs[start..<min(bundleIDs.count, start + AckList.maxCount)])).encoded, session)
             }
-            counters.acked += UInt64(messageIDs.count)
+            counters.acked += UInt64(bundleIDs.count)
         }
     }
 
@@ -257,12 +259,12 @@ public final class RelayClient: @unchecked Sendable {
 
     /// Sends a bundle and waits until the relay holds it; throws the relay's refusal.
     public func sendAndWait(bundle: [UInt8], timeout: TimeInterval = 15) throws -> QueuedNotice {
-        guard let id = bundleMessageID(bundle) else { throw RelayProtocolError.invalid("bundle too short") }
+        guard let id = BundleID.of(bundle: bundle) else { throw RelayProtocolError.invalid("bundle too short to carry a bundle ID") }
         let mark = currentSeq()
         try send(bundle: bundle)
         return try waitFor("QUEUED", timeout: timeout, after: mark) { event -> Result<QueuedNotice, RelayProtocolError>? in
             switch event {
-            case .queued(let q) where q.messageID == id: return .success(q)
+            case .queued(let q) where q.bundleID == id: return .success(q)
             case .sendFailed(let mid, let e) where mid == id: return .failure(e)
             default: return nil
             }
@@ -270,10 +272,10 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     /// Polls once and returns the messages of that round (plus any pushed meanwhile).
-    public func pollAndWait(timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], messageID: [UInt8])] {
+    public func pollAndWait(timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], bundleID: [UInt8])] {
         let mark = currentSeq()
         try poll()
-        var got: [(bundle: [UInt8], messageID: [UInt8])] = []
+        var got: [(bundle: [UInt8], bundleID: [UInt8])] = []
         return try waitFor("NO_MESSAGES", timeout: timeout, after: mark) { event in
             switch event {
             case .message(let b, let id): got.append((b, id)); return nil
@@ -284,7 +286,7 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     /// Waits for the next pushed or polled message.
-    public func nextMessage(timeout: TimeInterval = 10) throws -> (bundle: [UInt8], messageID: [UInt8]) {
+    public func nextMessage(timeout: TimeInterval = 10) throws -> (bundle: [UInt8], bundleID: [UInt8]) {
         try nextMessage(after: currentSeq(), timeout: timeout)
     }
 
@@ -292,7 +294,7 @@ public final class RelayClient: @unchecked Sendable {
     /// that arrives between an action and the wait.
     public func currentSeq() -> Int { condition.withLock { eventSeq } }
 
-    public func nextMessage(after mark: Int, timeout: TimeInterval = 10) throws -> (bundle: [UInt8], messageID: [UInt8]) {
+    public func nextMessage(after mark: Int, timeout: TimeInterval = 10) throws -> (bundle: [UInt8], bundleID: [UInt8]) {
         try waitFor("MSG", timeout: timeout, after: mark) { event in
             if case .message(let b, let id) = event { return (b, id) }
             return nil
@@ -300,8 +302,8 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     /// Waits for `count` messages logged after `mark` (pushed or polled), in arrival order.
-    public func nextMessages(_ count: Int, after mark: Int, timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], messageID: [UInt8])] {
-        var got: [(bundle: [UInt8], messageID: [UInt8])] = []
+    public func nextMessages(_ count: Int, after mark: Int, timeout: TimeInterval = 10) throws -> [(bundle: [UInt8], bundleID: [UInt8])] {
+        var got: [(bundle: [UInt8], bundleID: [UInt8])] = []
         return try waitFor("\(count) MSGs", timeout: timeout, after: mark) { event in
             if case .message(let b, let id) = event { got.append((b, id)) }
             return got.count >= count ? got : nil
@@ -372,7 +374,7 @@ public final class RelayClient: @unchecked Sendable {
             pendingRegisters.removeAll()
             return ids
         }
-        for id in ids { emit(.sendFailed(messageID: id, error: .timeout("QUEUED (\(reason))"))) }
+        for id in ids { emit(.sendFailed(bundleID: id, error: .timeout("QUEUED (\(reason))"))) }
     }
 
     private func run(_ s: RelayLink) {
@@ -467,7 +469,7 @@ public final class RelayClient: @unchecked Sendable {
             }
         }
         if let timedOut { disconnect(timedOut) }
-        for id in failed { emit(.sendFailed(messageID: id, error: .timeout("QUEUED after \(configuration.maxAttempts) attempts"))) }
+        for id in failed { emit(.sendFailed(bundleID: id, error: .timeout("QUEUED after \(configuration.maxAttempts) attempts"))) }
     }
 
     private func handle(_ datagram: [UInt8]) {
@@ -491,8 +493,9 @@ public final class RelayClient: @unchecked Sendable {
                 rehandshake = nil
                 reassembler = Reassembler(maxPartial: 16)
                 // Registrations carry used nonces: fresh ones come from the provider (sent
-                // below). Sends are idempotent at the relay (by message ID): the next tick
-                // repeats them on the new session, after those registrations.
+                // below). Sends are idempotent at the relay (the same bundle ID and envelope is
+                // answered QUEUED duplicate): the next tick repeats them on the new session,
+                // after those registrations.
                 pendingRegisters.removeAll()
                 for (id, var p) in pendingSends {
                     p.nextRetryMs = now
@@ -566,12 +569,12 @@ public final class RelayClient: @unchecked Sendable {
             return r.results.map { .registered(userID: $0.userID, status: $0.status) }
         case .queued:
             guard let q = try? QueuedNotice(parsing: message) else { counters.dropped += 1; return [] }
-            guard pendingSends.removeValue(forKey: q.messageID) != nil else { return [] }
+            guard pendingSends.removeValue(forKey: q.bundleID) != nil else { return [] }
             return [.queued(q)]
         case .msg:
-            guard let id = bundleMessageID(message) else { counters.dropped += 1; return [] }
+            guard let id = BundleID.of(bundle: message) else { counters.dropped += 1; return [] }
             counters.received += 1
-            return [.message(bundle: message, messageID: id)]
+            return [.message(bundle: message, bundleID: id)]
         case .noMessages:
             guard let d = try? PollDone(parsing: message) else { counters.dropped += 1; return [] }
             lastSyncMs = now
@@ -580,7 +583,7 @@ public final class RelayClient: @unchecked Sendable {
             guard let notice = try? RelayErrorNotice(parsing: message) else { counters.dropped += 1; return [] }
             lastErrorText = notice.description
             if pendingSends.removeValue(forKey: notice.reference) != nil {
-                return [.sendFailed(messageID: notice.reference, error: .refused(notice))]
+                return [.sendFailed(bundleID: notice.reference, error: .refused(notice))]
             }
             return [.relayError(notice)]
         case .pong:

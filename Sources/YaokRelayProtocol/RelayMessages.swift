@@ -1,4 +1,5 @@
 import YaokCrypto
+import YaokWire
 
 /// A user's signed registration with one relay:
 /// `userSigningKey(32) timestampMs(8) nonce(16) signature(64)` = 120 bytes.
@@ -158,40 +159,46 @@ public struct RegisteredResult: Sendable, Equatable {
     }
 }
 
-/// QUEUED: `messageID(16) status(1)`. Whatever the status, the relay holds the bundle durably.
+/// QUEUED: `bundleID(16) status(1)`. Whatever the status, the relay holds the bundle durably.
+///
+/// The ID is the envelope's ``YaokCrypto/BundleID`` (BLAKE2b-128 of the sender's user ID and
+/// the message ID), as everywhere in this protocol: a message ID alone is chosen by the sender
+/// and visible to neighbours, so it cannot say which bundle is meant.
 public struct QueuedNotice: Sendable, Equatable {
     public enum Status: UInt8, Sendable, CaseIterable {
         /// Stored; the recipient is offline.
         case queued = 0
         /// Stored and pushed to the recipient's live session at once.
         case pushed = 1
-        /// The relay already held this message ID.
+        /// The relay already held this bundle: same bundle ID and the same envelope bytes (the
+        /// hop header may differ). A different envelope under a held bundle ID is refused with
+        /// ``RelayErrorCode/conflict`` instead.
         case duplicate = 2
     }
-    public let messageID: [UInt8]
+    public let bundleID: [UInt8]
     public let status: Status
 
-    public init(messageID: [UInt8], status: Status) {
-        self.messageID = messageID
+    public init(bundleID: [UInt8], status: Status) {
+        self.bundleID = bundleID
         self.status = status
     }
 
     public init(parsing payload: [UInt8]) throws {
         guard payload.count == 17 else { throw RelayProtocolError.badLength(what: "QUEUED", detail: "must be 17 bytes, got \(payload.count)") }
         guard let s = Status(rawValue: payload[16]) else { throw RelayProtocolError.invalid("unknown QUEUED status \(payload[16])") }
-        messageID = Array(payload[0..<16])
+        bundleID = Array(payload[0..<16])
         status = s
     }
 
-    public var encoded: [UInt8] { messageID + [status.rawValue] }
+    public var encoded: [UInt8] { bundleID + [status.rawValue] }
 }
 
-/// ACK: `count(1) messageID(16) × count`, 1...64 IDs.
+/// ACK: `count(1) bundleID(16) × count`, 1...64 bundle IDs.
 public struct AckList: Sendable, Equatable {
     public static let maxCount = 64
-    public let messageIDs: [[UInt8]]
+    public let bundleIDs: [[UInt8]]
 
-    public init(_ ids: [[UInt8]]) { messageIDs = ids }
+    public init(_ ids: [[UInt8]]) { bundleIDs = ids }
 
     public init(parsing payload: [UInt8]) throws {
         var r = RelayReader(payload, what: "ACK")
@@ -201,10 +208,10 @@ public struct AckList: Sendable, Equatable {
         }
         var ids: [[UInt8]] = []
         for _ in 0..<count { ids.append(try r.take(16)) }
-        messageIDs = ids
+        bundleIDs = ids
     }
 
-    public var encoded: [UInt8] { [UInt8(messageIDs.count)] + messageIDs.flatMap { $0 } }
+    public var encoded: [UInt8] { [UInt8(bundleIDs.count)] + bundleIDs.flatMap { $0 } }
 }
 
 /// NO_MESSAGES (end of a poll round): `remaining(4)`, messages still waiting after this round.
@@ -239,6 +246,16 @@ public enum RelayErrorCode: UInt8, Sendable, CaseIterable, CustomStringConvertib
     case tooLarge = 8
     /// Something failed inside the relay (e.g. storage); try later.
     case internalError = 9
+    /// The relay holds a different envelope under this bundle ID. Only the sender's key can
+    /// make one (the bundle ID binds the sender's user ID, the envelope is signed): the sender
+    /// signed two envelopes with one message ID. The queued one is kept untouched.
+    case conflict = 10
+    /// The envelope's `created` is further ahead of the relay's clock than the allowed skew
+    /// (10 minutes).
+    case createdInFuture = 11
+    /// `expires − created` is longer than the relay's maximum lifetime (7 days unless the
+    /// operator set it lower).
+    case lifetimeTooLong = 12
 
     public var description: String {
         switch self {
@@ -251,12 +268,16 @@ public enum RelayErrorCode: UInt8, Sendable, CaseIterable, CustomStringConvertib
         case .expired: return "expired"
         case .tooLarge: return "too large"
         case .internalError: return "internal error"
+        case .conflict: return "conflicting envelope for this bundle ID"
+        case .createdInFuture: return "created in the future"
+        case .lifetimeTooLong: return "lifetime too long"
         }
     }
 }
 
 /// ERROR: `code(1) reference(16) retryAfterMs(4) textLength(2) text(UTF-8, ≤ 256)`.
-/// `reference` is the message ID the error is about, or zeros.
+/// `reference` is the bundle ID the error is about (for a refused SEND: the bundle ID read from
+/// the sent bytes, see ``YaokCrypto/BundleID/of(bundle:)``), or zeros.
 public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
     public static let maxTextLength = 256
     public let code: RelayErrorCode
@@ -304,8 +325,26 @@ public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
 }
 
 /// Reads the message ID of a bundle (hop header 35 bytes + version + kind), if long enough.
+/// Not an identity: use ``YaokCrypto/BundleID/of(bundle:)`` to compare bundles.
 public func bundleMessageID(_ bundle: [UInt8]) -> [UInt8]? {
-    let offset = 35 + 2
+    let offset = HopHeader.length + 2
     guard bundle.count >= offset + 16 else { return nil }
     return Array(bundle[offset..<offset + 16])
+}
+
+extension BundleID {
+    /// Offset of the sender's signing key in a bundle: hop header, version, kind, message ID.
+    static let senderKeyOffsetInBundle = HopHeader.length + 2 + 16
+
+    /// The bundle ID of a bundle's envelope, read from its fixed offsets (message ID at 37,
+    /// sender key at 53) without parsing or verifying the rest; nil if the bytes are too short.
+    ///
+    /// For matching answers to requests (a client's pending SENDs, the reference of a relay's
+    /// ERROR about bytes that may not even parse). Equal to ``YaokWire/Envelope/bundleID`` of
+    /// a bundle that parses; never a reason to trust the bytes.
+    public static func of(bundle: [UInt8]) -> [UInt8]? {
+        let key = senderKeyOffsetInBundle
+        guard let messageID = bundleMessageID(bundle), bundle.count >= key + 32 else { return nil }
+        return of(senderUserID: Hash.sha256(Array(bundle[key..<key + 32])), messageID: messageID)
+    }
 }

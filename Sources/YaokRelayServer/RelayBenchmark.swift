@@ -219,7 +219,7 @@ public enum RelayBenchmark {
             let mark = c.currentSeq()
             _ = try c.registerAndWait([Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: now())], timeout: 20)
             let expected = offlineMessages / offline.count + (offline.firstIndex { $0.userID == user.userID }! < offlineMessages % offline.count ? 1 : 0)
-            var pending = try c.nextMessages(min(limits.pollBatch, expected), after: mark, timeout: 20).map(\.messageID)
+            var pending = try c.nextMessages(min(limits.pollBatch, expected), after: mark, timeout: 20).map(\.bundleID)
             var rounds = 0
             while rounds < 1_000 {
                 rounds += 1
@@ -230,7 +230,7 @@ public enum RelayBenchmark {
                 let left = server.withEngine { $0.queuedCount(for: user.userID) } - pending.count
                 if pending.isEmpty && left <= 0 { break }
                 // POLL is not retransmitted: a lost POLL or NO_MESSAGES is a round without answer.
-                pending = (try? c.pollAndWait(timeout: 5).map(\.messageID)) ?? []
+                pending = (try? c.pollAndWait(timeout: 5).map(\.bundleID)) ?? []
                 if pending.isEmpty, server.withEngine({ $0.queuedCount(for: user.userID) }) > 0 {
                     report.leaseWaits += 1   // a datagram was lost; the relay re-offers after the lease
                     Thread.sleep(forTimeInterval: Double(limits.leaseMs) / 1000)

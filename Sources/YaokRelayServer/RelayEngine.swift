@@ -56,7 +56,7 @@ public final class RelayEngine: @unchecked Sendable {
     private var nonces: [[UInt8]: Int64] = [:]
     private var queuedPerUser: [[UInt8]: Int] = [:]
     private var queuedTotal = 0
-    /// Pushed/polled messages not to offer again before the lease ends.
+    /// Pushed/polled bundles (by bundle ID) not to offer again before the lease ends.
     private var leases: [[UInt8]: Int64] = [:]
     private var ipBuckets: BucketMap<String>
     private var helloBuckets: BucketMap<String>
@@ -323,11 +323,30 @@ public final class RelayEngine: @unchecked Sendable {
 
     // MARK: Send
 
+    /// What the queue holds under a bundle ID, compared with a newly sent bundle.
+    enum Held {
+        case nothing
+        /// The same envelope bytes (the hop header may differ): a retransmission.
+        case same
+        /// Another envelope under this bundle ID: only its sender's key can make one.
+        case different
+    }
+
+    /// Compares a sent bundle with what is queued under its bundle ID. Envelopes are compared
+    /// byte for byte after the 35-byte hop header, which every hub rewrites.
+    private func held(_ bundleID: [UInt8], comparedWith message: [UInt8]) throws -> Held {
+        guard let queued = try store.bundle(bundleID) else { return .nothing }
+        let h = HopHeader.length
+        return queued.count == message.count && queued[h...] == message[h...] ? .same : .different
+    }
+
     private func handleSend(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
-        let guessID = bundleMessageID(message)
+        // The reference of any ERROR: the bundle ID read from the bytes as sent, which is how
+        // the client matches the answer to its request (even for bytes that do not parse).
+        let ref = BundleID.of(bundle: message)
         func refuse(_ code: RelayErrorCode, _ reason: String, _ text: String, retry: Int64 = 0) {
             metrics.sendsRefused[reason, default: 0] += 1
-            error(code, text, ref: guessID, retryAfterMs: retry, to: session, out: &out)
+            error(code, text, ref: ref, retryAfterMs: retry, to: session, out: &out)
         }
         guard !session.users.isEmpty else { return refuse(.notRegistered, "not_registered", "register a user before sending") }
         let bundle: YaokWire.Bundle
@@ -335,14 +354,30 @@ public final class RelayEngine: @unchecked Sendable {
             return refuse(.malformed, "malformed", "bundle does not parse: \(error)")
         }
         let envelope = bundle.envelope
-        let id = envelope.messageID
         guard envelope.verifySignature() else { return refuse(.badSignature, "bad_signature", "the envelope's sender signature does not verify") }
-        guard envelope.expiresMs > t else { return refuse(.expired, "expired", "the envelope has expired") }
+        // The signature binds the sender's key, so from here the bundle ID is the sender's own.
+        let id = envelope.bundleID
+        switch limits.lifetime.violation(of: envelope, nowMs: t) {
+        case nil: break
+        case .expired?: return refuse(.expired, "expired", "the envelope has expired")
+        case .createdInFuture(let ahead, let allowed)?:
+            return refuse(.createdInFuture, "created_in_future",
+                          "the envelope was created \((ahead + 999) / 1000) s in the future; the relay allows \(allowed / 1000) s of clock skew")
+        case .lifetimeTooLong(let life, let max)?:
+            return refuse(.lifetimeTooLong, "lifetime_too_long",
+                          "the envelope lives \(life / 1000) s from creation to expiry; the relay accepts at most \(max / 1000) s")
+        }
         do {
-            if try store.contains(id) {
+            switch try held(id, comparedWith: message) {
+            case .nothing: break
+            case .same:
                 metrics.sendsDuplicate += 1
-                reply(.queued, QueuedNotice(messageID: id, status: .duplicate).encoded, to: session, out: &out)
+                reply(.queued, QueuedNotice(bundleID: id, status: .duplicate).encoded, to: session, out: &out)
                 return
+            case .different:
+                // The queued one is kept and stays deliverable; only its sender could have signed this one.
+                logger.notice("sender \(Self.short(envelope.senderUserID)) sent a different envelope under queued bundle \(Self.short(id)); refused")
+                return refuse(.conflict, "conflict", "the relay holds a different envelope with this bundle ID (same sender and message ID); it keeps the first")
             }
         } catch {
             logger.error("store: lookup failed: \(error)")
@@ -368,10 +403,11 @@ public final class RelayEngine: @unchecked Sendable {
         }
         let expires = min(envelope.expiresMs, t + limits.retentionMs)
         do {
-            guard try store.insert(messageID: id, recipient: recipient, sender: sender, bundle: message, queuedMs: t, expiresMs: expires) else {
-                metrics.sendsDuplicate += 1
-                reply(.queued, QueuedNotice(messageID: id, status: .duplicate).encoded, to: session, out: &out)
-                return
+            // The lookup above found nothing and this queue is serial, so the insert cannot
+            // collide; if it does anyway, nothing is overwritten and the sender is told.
+            guard try store.insert(bundleID: id, recipient: recipient, sender: sender, bundle: message, queuedMs: t, expiresMs: expires) else {
+                logger.error("store: bundle \(Self.short(id)) appeared between lookup and insert")
+                return refuse(.internalError, "internal", "storage changed under the request; try again", retry: 1_000)
             }
         } catch {
             logger.error("store: cannot queue \(Self.short(id)): \(error)")
@@ -390,12 +426,12 @@ public final class RelayEngine: @unchecked Sendable {
             metrics.sendsQueued += 1
         }
         logger.debug("queued \(Self.short(id)) for \(Self.short(recipient)) (\(status))")
-        reply(.queued, QueuedNotice(messageID: id, status: status).encoded, to: session, out: &out)
+        reply(.queued, QueuedNotice(bundleID: id, status: status).encoded, to: session, out: &out)
     }
 
     // MARK: Poll and ack
 
-    /// Up to `limit` unleased message IDs for `users`, and how many are queued for them in all.
+    /// Up to `limit` unleased bundle IDs for `users`, and how many are queued for them in all.
     private func unleased(for users: [[UInt8]], limit: Int, nowMs t: Int64) -> (ids: [[UInt8]], total: Int) {
         var ids: [[UInt8]] = []
         var total = 0
@@ -404,7 +440,7 @@ public final class RelayEngine: @unchecked Sendable {
             guard n > 0 else { continue }
             total += n
             guard ids.count < limit else { continue }
-            let candidates = (try? store.messageIDs(for: user, nowMs: t, limit: limits.maxQueuedPerUser)) ?? []
+            let candidates = (try? store.bundleIDs(for: user, nowMs: t, limit: limits.maxQueuedPerUser)) ?? []
             for id in candidates where ids.count < limit {
                 if let until = leases[id], until > t { continue }
                 ids.append(id)
@@ -447,7 +483,7 @@ public final class RelayEngine: @unchecked Sendable {
             return
         }
         let allowed = Set(reachableUsers(of: session))
-        for id in list.messageIDs {
+        for id in list.bundleIDs {
             // Only a session that may receive a message may delete it.
             guard let recipient = try? store.recipient(of: id), allowed.contains(recipient) else { continue }
             guard (try? store.delete(id)) == true else { continue }

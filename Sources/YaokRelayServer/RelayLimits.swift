@@ -1,3 +1,5 @@
+import YaokWire
+
 /// The relay's limits and timings. Defaults follow the Ya OK design.
 public struct RelayLimits: Sendable {
     /// Messages queued for one user.
@@ -6,6 +8,14 @@ public struct RelayLimits: Sendable {
     public var maxQueuedTotal = 100_000
     /// How long a message waits at most (also capped by the envelope's own expiry).
     public var retentionMs: Int64 = 7 * 24 * 3600 * 1000
+    /// The longest `expires − created` accepted in a SEND (ERROR `lifetime too long` above
+    /// it): 7 days, the protocol's ceiling; an operator may set it lower, never higher
+    /// (``YaokWire/EnvelopeLifetime`` clamps it). Without it a throwaway key could queue
+    /// junk that never expires.
+    public var maxTTLMs: Int64 = EnvelopeLifetime.protocolMaxTTLMs
+    /// How far an envelope's `created` may be ahead of the relay's clock (ERROR `created in
+    /// the future` beyond it).
+    public var clockSkewMs: Int64 = EnvelopeLifetime.defaultClockSkewMs
     /// MSGs per POLL round.
     public var pollBatch = 10
     /// Messages one sender (envelope signer) may send per hour.
@@ -43,4 +53,7 @@ public struct RelayLimits: Sendable {
     public var maxPendingDatagrams = 10_000
 
     public init() {}
+
+    /// The lifetime rules SENDs are checked against.
+    public var lifetime: EnvelopeLifetime { EnvelopeLifetime(maxTTLMs: maxTTLMs, clockSkewMs: clockSkewMs) }
 }

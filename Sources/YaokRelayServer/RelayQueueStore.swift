@@ -1,82 +1,162 @@
+import Logging
+import YaokCrypto
 import YaokStore
+import YaokWire
 
 /// The relay's durable state on SQLCipher: queued bundles, phone → hub attachments, and
 /// the registration replay cache. Every write commits durably before it returns
 /// (`synchronous=FULL`), so QUEUED is only sent for bundles that survive a crash.
+///
+/// Queued bundles are keyed by their ``YaokCrypto/BundleID`` (schema version 2): the message
+/// ID alone is the sender's choice and visible to neighbours, so keying by it let anyone
+/// squat a victim's ID with a bundle of their own.
 ///
 /// Not thread-safe by itself beyond what ``SQLCipherDatabase`` serialises; the engine calls
 /// it from one queue.
 public final class RelayQueueStore: @unchecked Sendable {
     public let database: SQLCipherDatabase
 
-    static let migrations: [Migration] = [
-        Migration(version: 1, script: """
-            CREATE TABLE relay_queue (
-                message_id BLOB PRIMARY KEY,
-                recipient BLOB NOT NULL,
-                sender BLOB NOT NULL,
-                bundle BLOB NOT NULL,
-                queued_ms INTEGER NOT NULL,
-                expires_ms INTEGER NOT NULL
-            ) WITHOUT ROWID;
-            CREATE INDEX relay_queue_recipient ON relay_queue (recipient, queued_ms);
-            CREATE INDEX relay_queue_expiry ON relay_queue (expires_ms);
-            CREATE TABLE relay_attachments (
-                user_id BLOB PRIMARY KEY,
-                owner BLOB NOT NULL,
-                expires_ms INTEGER NOT NULL
-            ) WITHOUT ROWID;
-            CREATE TABLE relay_nonces (
-                nonce_key BLOB PRIMARY KEY,
-                expires_ms INTEGER NOT NULL
-            ) WITHOUT ROWID;
-            """),
-    ]
+    /// Version 1 of the queue, keyed by message ID. Kept verbatim: it is what older relays
+    /// created, and what version 2 migrates from (tests build an old file with it).
+    public static let version1Script = """
+        CREATE TABLE relay_queue (
+            message_id BLOB PRIMARY KEY,
+            recipient BLOB NOT NULL,
+            sender BLOB NOT NULL,
+            bundle BLOB NOT NULL,
+            queued_ms INTEGER NOT NULL,
+            expires_ms INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE INDEX relay_queue_recipient ON relay_queue (recipient, queued_ms);
+        CREATE INDEX relay_queue_expiry ON relay_queue (expires_ms);
+        CREATE TABLE relay_attachments (
+            user_id BLOB PRIMARY KEY,
+            owner BLOB NOT NULL,
+            expires_ms INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        CREATE TABLE relay_nonces (
+            nonce_key BLOB PRIMARY KEY,
+            expires_ms INTEGER NOT NULL
+        ) WITHOUT ROWID;
+        """
 
-    /// Opens the store on `database`, creating or migrating its tables.
-    public init(database: SQLCipherDatabase) throws {
-        self.database = database
-        try database.migrate(component: "relay", Self.migrations)
+    /// Rows copied per step when re-keying (bounds memory: bundles are up to 10.5 KB).
+    static let migrationBatch = 256
+
+    static func migrations(logger: Logger) -> [Migration] {
+        [
+            Migration(version: 1, script: version1Script),
+            // Version 2: the queue keyed by bundle ID, computed from each stored bundle. A row
+            // whose bundle does not parse cannot be routed or deduplicated any more: dropped,
+            // with a log line (short message ID only).
+            Migration(version: 2) { db in
+                try db.executeScript("""
+                    CREATE TABLE relay_queue_v2 (
+                        bundle_id BLOB PRIMARY KEY,
+                        recipient BLOB NOT NULL,
+                        sender BLOB NOT NULL,
+                        bundle BLOB NOT NULL,
+                        queued_ms INTEGER NOT NULL,
+                        expires_ms INTEGER NOT NULL
+                    ) WITHOUT ROWID;
+                    """, purpose: "creating the queue keyed by bundle ID")
+                let total = try db.scalar("SELECT count(*) FROM relay_queue", purpose: "counting the old queue")?.intValue ?? 0
+                var after: [UInt8] = []
+                var moved = 0, dropped = 0
+                while true {
+                    let rows = try db.query("""
+                        SELECT message_id, recipient, sender, bundle, queued_ms, expires_ms FROM relay_queue
+                        WHERE message_id > ? ORDER BY message_id LIMIT ?
+                        """, [.blob(after), .int(migrationBatch)], purpose: "reading the old queue")
+                    guard !rows.isEmpty else { break }
+                    for row in rows {
+                        let messageID = row[0].blobValue ?? []
+                        after = messageID
+                        let short = Hex.encode(messageID.prefix(4))
+                        guard let bytes = row[3].blobValue, let queued = row[4].int64Value, let expires = row[5].int64Value else {
+                            dropped += 1
+                            logger.warning("relay queue migration: dropped queued row \(short): incomplete row")
+                            continue
+                        }
+                        let envelope: Envelope
+                        do { envelope = try YaokWire.Bundle(parsing: bytes).envelope } catch {
+                            dropped += 1
+                            logger.warning("relay queue migration: dropped queued row \(short): the bundle does not parse: \(error)")
+                            continue
+                        }
+                        // Recipient and sender from the envelope itself: they are what the row was routed by.
+                        try db.execute("""
+                            INSERT OR IGNORE INTO relay_queue_v2 (bundle_id, recipient, sender, bundle, queued_ms, expires_ms)
+                            VALUES (?, ?, ?, ?, ?, ?)
+                            """, [.blob(envelope.bundleID), .blob(envelope.recipientUserID), .blob(envelope.senderUserID),
+                                  .blob(bytes), .integer(queued), .integer(expires)], purpose: "re-keying a queued bundle")
+                        moved += 1
+                    }
+                }
+                // Keys that are not blobs never compare greater than one: say so rather than lose them silently.
+                let unread = total - moved - dropped
+                if unread > 0 {
+                    dropped += unread
+                    logger.warning("relay queue migration: dropped \(unread) queued rows whose message ID is not a blob")
+                }
+                try db.executeScript("""
+                    DROP TABLE relay_queue;
+                    ALTER TABLE relay_queue_v2 RENAME TO relay_queue;
+                    CREATE INDEX relay_queue_recipient ON relay_queue (recipient, queued_ms);
+                    CREATE INDEX relay_queue_expiry ON relay_queue (expires_ms);
+                    """, purpose: "replacing the queue keyed by message ID")
+                if moved + dropped > 0 {
+                    logger.notice("relay queue migration: re-keyed \(moved) queued bundles by bundle ID, dropped \(dropped)")
+                }
+            },
+        ]
     }
 
-    /// Inserts a bundle; false when the message ID is already queued.
-    public func insert(messageID: [UInt8], recipient: [UInt8], sender: [UInt8], bundle: [UInt8], queuedMs: Int64, expiresMs: Int64) throws -> Bool {
+    /// Opens the store on `database`, creating or migrating its tables; `logger` hears about
+    /// rows a migration had to drop.
+    public init(database: SQLCipherDatabase, logger: Logger = Logger(label: "yaok-relay.store")) throws {
+        self.database = database
+        try database.migrate(component: "relay", Self.migrations(logger: logger))
+    }
+
+    /// Inserts a bundle under its bundle ID; false when that bundle ID is already queued.
+    public func insert(bundleID: [UInt8], recipient: [UInt8], sender: [UInt8], bundle: [UInt8], queuedMs: Int64, expiresMs: Int64) throws -> Bool {
         try database.withExclusiveAccess {
-            try database.execute("INSERT OR IGNORE INTO relay_queue (message_id, recipient, sender, bundle, queued_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                                 [.blob(messageID), .blob(recipient), .blob(sender), .blob(bundle), .integer(queuedMs), .integer(expiresMs)],
+            try database.execute("INSERT OR IGNORE INTO relay_queue (bundle_id, recipient, sender, bundle, queued_ms, expires_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                                 [.blob(bundleID), .blob(recipient), .blob(sender), .blob(bundle), .integer(queuedMs), .integer(expiresMs)],
                                  purpose: "queueing a bundle")
             return database.changes == 1
         }
     }
 
-    /// Whether a message ID is queued.
-    public func contains(_ messageID: [UInt8]) throws -> Bool {
-        try database.scalar("SELECT 1 FROM relay_queue WHERE message_id = ?", [.blob(messageID)], purpose: "looking up a bundle") != nil
+    /// Whether a bundle ID is queued.
+    public func contains(_ bundleID: [UInt8]) throws -> Bool {
+        try database.scalar("SELECT 1 FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a bundle") != nil
     }
 
-    /// The recipient of a queued message, or nil.
-    public func recipient(of messageID: [UInt8]) throws -> [UInt8]? {
-        try database.scalar("SELECT recipient FROM relay_queue WHERE message_id = ?", [.blob(messageID)], purpose: "looking up a recipient")?.blobValue
+    /// The recipient of a queued bundle, or nil.
+    public func recipient(of bundleID: [UInt8]) throws -> [UInt8]? {
+        try database.scalar("SELECT recipient FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a recipient")?.blobValue
     }
 
-    /// Deletes a message; true if it was there.
-    public func delete(_ messageID: [UInt8]) throws -> Bool {
+    /// Deletes a queued bundle; true if it was there.
+    public func delete(_ bundleID: [UInt8]) throws -> Bool {
         try database.withExclusiveAccess {
-            try database.execute("DELETE FROM relay_queue WHERE message_id = ?", [.blob(messageID)], purpose: "deleting an acknowledged bundle")
+            try database.execute("DELETE FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "deleting an acknowledged bundle")
             return database.changes == 1
         }
     }
 
-    /// Message IDs queued for `recipient`, oldest first.
-    public func messageIDs(for recipient: [UInt8], nowMs: Int64, limit: Int) throws -> [[UInt8]] {
-        try database.query("SELECT message_id FROM relay_queue WHERE recipient = ? AND expires_ms > ? ORDER BY queued_ms LIMIT ?",
+    /// Bundle IDs queued for `recipient`, oldest first.
+    public func bundleIDs(for recipient: [UInt8], nowMs: Int64, limit: Int) throws -> [[UInt8]] {
+        try database.query("SELECT bundle_id FROM relay_queue WHERE recipient = ? AND expires_ms > ? ORDER BY queued_ms LIMIT ?",
                            [.blob(recipient), .integer(nowMs), .int(limit)], purpose: "listing queued bundles")
             .compactMap { $0.first?.blobValue }
     }
 
     /// A queued bundle's bytes.
-    public func bundle(_ messageID: [UInt8]) throws -> [UInt8]? {
-        try database.scalar("SELECT bundle FROM relay_queue WHERE message_id = ?", [.blob(messageID)], purpose: "reading a bundle")?.blobValue
+    public func bundle(_ bundleID: [UInt8]) throws -> [UInt8]? {
+        try database.scalar("SELECT bundle FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "reading a bundle")?.blobValue
     }
 
     /// Queue length per recipient.

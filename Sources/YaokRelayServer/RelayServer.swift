@@ -240,13 +240,13 @@ public final class RelayServer: @unchecked Sendable {
 
     /// What `yaok-relay run` opens in its data directory: `relay.identity` (the long-term key,
     /// 0600, created on first run), `relay.db` (SQLCipher) and its key `relay.db.key` (0600,
-    /// or the systemd credential `yaok-relay-db-key`).
-    public static func openDataDirectory(_ dir: String) throws -> (identity: Identity, store: RelayQueueStore) {
+    /// or the systemd credential `yaok-relay-db-key`). Migrating an older queue logs to `logger`.
+    public static func openDataDirectory(_ dir: String, logger: Logger = Logger(label: "yaok-relay.store")) throws -> (identity: Identity, store: RelayQueueStore) {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let identity = try IdentityFile.loadOrCreate(path: dir + "/relay.identity")
         let key = try DatabaseKey.load(credentialName: "yaok-relay-db-key", keyFile: dir + "/relay.db.key")
         let db = try SQLCipherDatabase(path: dir + "/relay.db", key: key)
-        return (identity, try RelayQueueStore(database: db))
+        return (identity, try RelayQueueStore(database: db, logger: logger))
     }
 }
 

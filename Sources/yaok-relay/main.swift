@@ -46,6 +46,12 @@ extension YaokRelay {
         @Option(name: .customLong("sends-per-hour-per-ip"), help: "New messages accepted per hour from one IP address, whoever signed them (a hub sends for all its phones). Raise it for carrier-grade NAT.")
         var sendsPerHourPerIP = 2_000
 
+        @Option(name: .customLong("max-ttl-hours"), help: "Longest envelope lifetime (expires − created) accepted, in hours: 1 to 168 (7 days, the protocol's maximum). Lower refuses envelopes that live longer.")
+        var maxTTLHours = 168
+
+        @Option(name: .customLong("clock-skew-seconds"), help: "How far an envelope's creation time may be ahead of the relay's clock, in seconds (0 to 86400).")
+        var clockSkewSeconds = 600
+
         @Option(name: .customLong("wss-listen"), help: "Also listen for WebSocket over TLS 1.3 on this TCP address (host:port); needs --tls-cert and --tls-key.")
         var wssListen: String?
 
@@ -91,11 +97,19 @@ extension YaokRelay {
             } else if tlsCert != nil || tlsKey != nil {
                 throw ValidationError("--tls-cert and --tls-key need --wss-listen")
             }
+            guard (1...168).contains(maxTTLHours) else {
+                throw ValidationError("--max-ttl-hours must be 1 to 168 (7 days, the protocol's maximum), got \(maxTTLHours)")
+            }
+            guard (0...86_400).contains(clockSkewSeconds) else {
+                throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
+            }
             var limits = RelayLimits()
+            limits.maxTTLMs = Int64(maxTTLHours) * 3_600_000
+            limits.clockSkewMs = Int64(clockSkewSeconds) * 1000
             limits.messagesPerHour = max(1, messagesPerHour)
             limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
             limits.sendsPerHourPerIP = max(1, sendsPerHourPerIP)
-            let (identity, store) = try RelayServer.openDataDirectory(dataDir)
+            let (identity, store) = try RelayServer.openDataDirectory(dataDir, logger: logger)
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })
             // Signal handling first: a supervisor (or test) may send SIGTERM as soon as it

@@ -132,27 +132,24 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
                  done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
     final class Flag: @unchecked Sendable { var set = false; let lock = NSLock() }
     let flag = Flag()
-    let handler: @Sendable (HubSession.Event) -> Void = { event in
-        report(event, json: json)
-        if done(event) { flag.lock.withLock { flag.set = true } }
-    }
     if let relay = attach.relay {
+        let handler: @Sendable (HubSession.Event) -> Void = { event in
+            report(event, via: .relay, json: json)
+            if done(event) { flag.lock.withLock { flag.set = true } }
+        }
         guard let key = try attach.key() else { throw ValidationError("--relay needs --relay-key (pin the relay's key)") }
         let session: RelaySession
         if relay.lowercased().hasPrefix("wss://") {
             guard let pin = attach.relayTLSPin else { throw ValidationError("a wss:// relay needs --relay-tls-pin (pin its TLS key)") }
             let ws = try RelaySession.webSocket(relay, pin: pin)
-            session = RelaySession(endpoint: endpoint, relay: ws.address, relayKey: key, makeLink: ws.makeLink, onEvent: handler)
+            session = RelaySession(endpoint: endpoint, relay: ws.address, relayKey: key, makeLink: ws.makeLink, name: relay, onEvent: handler)
         } else {
             session = RelaySession(endpoint: endpoint, relay: try RelaySession.parseRelay(relay), relayKey: key, onEvent: handler)
         }
         defer { session.close() }
         try session.open()
-        session.pushOutbox()
-        let deadline = Date().addingTimeInterval(timeout)
-        while !flag.lock.withLock({ flag.set }) && Date() < deadline {
-            try session.poll(timeout: min(3, max(0.5, deadline.timeIntervalSinceNow)))
-        }
+        // Waits for the relay's pushes between paced polls; a lost datagram is retried, not fatal.
+        try session.run(until: Date().addingTimeInterval(timeout)) { flag.lock.withLock { flag.set } }
         return flag.lock.withLock { flag.set }
     }
     guard let hub = attach.hub else { throw ValidationError("give --hub or --relay") }
@@ -165,7 +162,7 @@ func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil,
     let address = try P2PHubJoin.hubAddress(hub) { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
     let finished = DispatchSemaphore(value: 0)
     let session = HubSession(endpoint: endpoint, address: address) { event in
-        report(event, json: json)
+        report(event, via: .hub, json: json)
         if done(event) { finished.signal() }
     }
     session.relayKey = relayKey
@@ -177,16 +174,19 @@ func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil,
     return ok
 }
 
-func report(_ event: HubSession.Event, json: Bool) {
+/// What a session is attached to, for the words of its events.
+enum Peer: String { case hub, relay }
+
+func report(_ event: HubSession.Event, via peer: Peer, json: Bool) {
     switch event {
-    case .connected(let hub):
-        json ? printJSON(["event": "connected", "hub": hub]) : print("connected to hub \(hub)")
+    case .connected(let name):
+        json ? printJSON(["event": "connected", peer.rawValue: name]) : print("connected to \(peer.rawValue) \(name)")
     case .disconnected(let reason):
         json ? printJSON(["event": "disconnected", "reason": reason]) : print("disconnected: \(reason)")
     case .handedOver(let id):
-        json ? printJSON(["event": "handed_over", "id": hex(id)]) : print("hub took \(hex(id).prefix(8))")
+        json ? printJSON(["event": "handed_over", "id": hex(id)]) : print("\(peer.rawValue) took \(hex(id).prefix(8))")
     case .refused(let id, let reason):
-        json ? printJSON(["event": "refused", "id": hex(id), "reason": reason]) : print("hub refused \(hex(id).prefix(8)): \(reason)")
+        json ? printJSON(["event": "refused", "id": hex(id), "reason": reason]) : print("\(peer.rawValue) refused \(hex(id).prefix(8)): \(reason)")
     case .incoming(let incoming):
         switch incoming {
         case .message(let m):

@@ -29,18 +29,6 @@ final class RelayHubEndToEndTests: XCTestCase {
         try runTool(exe, args, timeout: timeout)
     }
 
-    /// `yaok init` for Alice and Bob under `dir`, each with the other as a contact; their homes.
-    private func initAliceAndBob(_ yaok: String, in dir: String) throws -> (alice: String, bob: String) {
-        let alice = dir + "/alice", bob = dir + "/bob"
-        XCTAssertEqual(try run(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0)
-        XCTAssertEqual(try run(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0)
-        let aliceCode = try run(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
-        XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0)
-        return (alice, bob)
-    }
-
     private static func freeUDPPort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
@@ -113,7 +101,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "NOTIFY_SOCKET")
         hub.environment = env
-        FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
+        _ = FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
         let log = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
         hub.standardOutput = log
         hub.standardError = log
@@ -153,7 +141,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(bundle.hop.hopCount, 1, "the hub forwarded it")
         let plaintext = try bundle.envelope.open(with: bobIdentity)
         XCTAssertTrue(String(decoding: plaintext, as: UTF8.self).contains("hello over the uplink"))
-        try bobAtRelay.acknowledge([bundle.envelope.messageID])
+        try bobAtRelay.acknowledge([bundle.envelope.bundleID])
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
         XCTAssertEqual(relay.metric("yaok_relay_sends_pushed_total"), 1)
         // The hub's relay link is up in its status.

@@ -160,7 +160,7 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         XCTAssertEqual(try c2.registerAndWait([relay.registration(carol)]).map(\.status), [.accepted])
         let got = try c2.nextMessage(after: mark2, timeout: 5)
         XCTAssertEqual(got.bundle, bundle)
-        try c2.ack([got.messageID])
+        try c2.ack([got.bundleID])
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
     }
 

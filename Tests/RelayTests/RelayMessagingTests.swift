@@ -26,9 +26,9 @@ final class RelayMessagingTests: XCTestCase {
         XCTAssertEqual(got.bundle, bundle)
         // The relay held it durably before pushing and keeps it until the ACK.
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: bob.userID) }, 1)
-        try b.ack([got.messageID])
+        try b.ack([got.bundleID])
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
-        XCTAssertFalse(try relay.store.contains(got.messageID))
+        XCTAssertFalse(try relay.store.contains(got.bundleID))
         // Sending it again is recognised... as new, since it was delivered and deleted; but a
         // duplicate while queued is reported as such.
         let carol = Identity.generate()
@@ -54,12 +54,12 @@ final class RelayMessagingTests: XCTestCase {
         let mark = c.currentSeq()
         XCTAssertEqual(try c.registerAndWait([relay.registration(carol)]).map(\.status), [.accepted])
         var received: [[UInt8]: [UInt8]] = [:]
-        for m in try c.nextMessages(10, after: mark, timeout: 5) { received[m.messageID] = m.bundle }
+        for m in try c.nextMessages(10, after: mark, timeout: 5) { received[m.bundleID] = m.bundle }
         XCTAssertEqual(received.count, 10)
         // ...and a poll returns the other 3 (the 10 are leased, not offered twice).
         let polled = try c.pollAndWait()
         XCTAssertEqual(polled.count, 3)
-        for m in polled { received[m.messageID] = m.bundle }
+        for m in polled { received[m.bundleID] = m.bundle }
         XCTAssertTrue(Set(received.values) == Set(sent), "received \(received.count) distinct bundles, not the 13 sent")
 
         // Acknowledge all but one: they are deleted; the last is offered again after its lease.
@@ -68,7 +68,7 @@ final class RelayMessagingTests: XCTestCase {
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 1 })
         Thread.sleep(forTimeInterval: 1.1)   // let the 1 s lease run out (no event marks a lease ending)
         let again = try c.pollAndWait()
-        XCTAssertTrue(again.map(\.messageID) == [ids.last!], "re-offered \(again.count) messages")
+        XCTAssertTrue(again.map(\.bundleID) == [ids.last!], "re-offered \(again.count) messages")
         try c.ack([ids.last!])
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
         XCTAssertEqual(try c.pollAndWait().count, 0)
@@ -80,7 +80,7 @@ final class RelayMessagingTests: XCTestCase {
         let bundle = try messageBundle(from: alice, to: carol)
         _ = try a.sendAndWait(bundle: bundle)
         let m = try relay.registeredClient(mallory)
-        try m.ack([bundleMessageID(bundle)!])
+        try m.ack([BundleID.of(bundle: bundle)!])
         _ = try m.pollAndWait()   // a round trip after the ACK: it has been processed
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: carol.userID) }, 1)
     }
@@ -93,7 +93,7 @@ final class RelayMessagingTests: XCTestCase {
         XCTAssertThrowsError(try a.sendAndWait(bundle: bundle)) { error in
             guard case RelayProtocolError.refused(let notice) = error else { return XCTFail("\(error)") }
             XCTAssertEqual(notice.code, .badSignature)
-            XCTAssertEqual(notice.reference, bundleMessageID(bundle))
+            XCTAssertEqual(notice.reference, BundleID.of(bundle: bundle))
         }
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: bob.userID) }, 0)
     }
@@ -125,7 +125,7 @@ final class RelayMessagingTests: XCTestCase {
         let mark = h.currentSeq()
         XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: phone)).status, .pushed)
         let m = try h.nextMessage(after: mark, timeout: 5)
-        try h.ack([m.messageID])
+        try h.ack([m.bundleID])
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
 
         // The hub reconnects on a new session and registers only itself: the phone stays reachable.
@@ -156,7 +156,7 @@ final class RelayUserSessionTests: XCTestCase {
         XCTAssertEqual(got.count, 1)
         let bundle = try XCTUnwrap(got.first)
         XCTAssertEqual(try bundle.envelope.open(with: bob), Array("over the internet".utf8))
-        try b.acknowledge([bundle.envelope.messageID])
+        try b.acknowledge([bundle.envelope.bundleID])
         XCTAssertTrue(eventually { relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
         XCTAssertEqual(try b.receive().count, 0)
 

@@ -72,7 +72,7 @@ final class RelayPluginTests: XCTestCase {
         // Host → bundle: the relay's QUEUED comes back as a custody ack.
         let alice = Identity.generate(), bob = Identity.generate()
         let b1 = try bundle(from: alice, to: bob)
-        let id1 = bundleMessageID(b1)!
+        let id1 = BundleID.of(bundle: b1)!
         let m1 = host.mark
         XCTAssertNil(host.send(TLVRecord(.bundle, value: b1).encoded, link: link))
         let ack: [UInt8] = try host.wait("custody ack", after: m1) { e in
@@ -92,7 +92,7 @@ final class RelayPluginTests: XCTestCase {
             }
             return nil
         }
-        XCTAssertEqual(refusal, CustodyRefusal(bundleID: bundleMessageID(b4)!, reason: .rateLimited))
+        XCTAssertEqual(refusal, CustodyRefusal(bundleID: BundleID.of(bundle: b4)!, reason: .rateLimited))
 
         // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
         let phone = Identity.generate()
@@ -118,7 +118,7 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(delivered, forPhone)
         // Not deleted until the host's store says so.
         XCTAssertEqual(relay.metric("yaok_relay_acks_total"), 0)
-        XCTAssertNil(host.send(CustodyAck(bundleID: bundleMessageID(forPhone)!).frame, link: link))
+        XCTAssertNil(host.send(CustodyAck(bundleID: BundleID.of(bundle: forPhone)!).frame, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
 
         let status = host.statusJSON()
@@ -146,6 +146,74 @@ final class RelayPluginTests: XCTestCase {
             return nil
         }
         XCTAssertNotEqual(link2, link)
+    }
+
+    /// The plugin speaks bundle IDs both ways. Uploads: a squatter's bundle under the victim's
+    /// message ID and the victim's real one are two custody acks (distinct bundle IDs); a
+    /// conflicting envelope and an immortal one come back as `conflict` and `badLifetime`
+    /// refusals naming their bundle IDs. Downloads: both bundles under one message ID reach the
+    /// host, and the host's ack of the victim's bundle deletes exactly that one at the relay.
+    func testBundleIDsBothWaysThroughThePlugin() throws {
+        let relay = try RelayProcess(dataDir: tempDir())
+        defer { relay.stop() }
+        let host = try FakeHost()
+        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
+        let m0 = host.mark
+        try host.start()
+        let link: UInt64 = try host.wait("link up", after: m0) { e in
+            if case .linkUp(let id, 3, _, _) = e { return id }
+            return nil
+        }
+        /// The custody answer the host gets for `b`: the ack's bundle ID, or the refusal.
+        func answer(uploading b: [UInt8]) throws -> (ack: [UInt8]?, refusal: CustodyRefusal?) {
+            let m = host.mark
+            XCTAssertNil(host.send(TLVRecord(.bundle, value: b).encoded, link: link))
+            return try host.wait("custody answer", after: m) { e in
+                guard case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes) else { return nil }
+                if r.type == FrameType.custodyAck.rawValue { return (r.value, nil) }
+                if r.type == FrameType.custodyRefused.rawValue { return (nil, try? CustodyRefusal(parsing: r.value)) }
+                return nil
+            }
+        }
+        let alice = Identity.generate(), bob = Identity.generate(), mallory = Identity.generate()
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        func sealed(_ from: Identity, _ text: String, id: [UInt8]? = nil, ttl: Int64 = Envelope.defaultTTLMilliseconds) throws -> Envelope {
+            try Envelope.sealMessage(plaintext: Array(text.utf8), from: from, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey,
+                                     createdMs: now, ttlMs: ttl, messageID: id)
+        }
+        let real = try sealed(alice, "real")
+        let squat = try sealed(mallory, "squat", id: real.messageID)
+        XCTAssertEqual(try answer(uploading: YaokWire.Bundle(envelope: squat).encoded).ack, squat.bundleID)
+        XCTAssertEqual(try answer(uploading: YaokWire.Bundle(envelope: real).encoded).ack, real.bundleID)
+        let clash = try sealed(alice, "clash", id: real.messageID)
+        XCTAssertEqual(try answer(uploading: YaokWire.Bundle(envelope: clash).encoded).refusal, CustodyRefusal(bundleID: real.bundleID, reason: .conflict))
+        let immortal = try sealed(mallory, "forever", ttl: 1 << 62)
+        XCTAssertEqual(try answer(uploading: YaokWire.Bundle(envelope: immortal).encoded).refusal,
+                       CustodyRefusal(bundleID: immortal.bundleID, reason: .badLifetime))
+        XCTAssertEqual(relay.metric("yaok_relay_sends_refused_total{reason=\"conflict\"}"), 1)
+        XCTAssertEqual(relay.metric("yaok_relay_sends_refused_total{reason=\"lifetime_too_long\"}"), 1)
+        XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 2)
+
+        // Bob's mail comes to this hub (its phone registration): both bundles are handed over.
+        let reg = try Registration.signed(by: bob, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        let m1 = host.mark
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
+        var delivered: [[UInt8]] = []
+        _ = try host.wait("two bundles from the relay", after: m1) { e -> Bool? in
+            if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.bundle.rawValue {
+                delivered.append(r.value)
+            }
+            return delivered.count == 2 ? true : nil
+        }
+        XCTAssertEqual(Set(delivered), [YaokWire.Bundle(envelope: real).encoded, YaokWire.Bundle(envelope: squat).encoded])
+        // The host kept only the real one (the squatter is no contact of Bob's): its ack deletes that one only.
+        XCTAssertNil(host.send(CustodyAck(bundleID: real.bundleID).frame, link: link))
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 1)
+        // An ack by bare message ID names no bundle the plugin handed over: it goes nowhere.
+        XCTAssertNil(host.send(CustodyAck(bundleID: squat.messageID).frame, link: link))
+        XCTAssertEqual((host.statusJSON()["details"] as? [String: String])?["outstanding"], "1", "the squatter's bundle still awaits the host")
+        XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 1)
     }
 
     func testKeyCommandPrintsThePinThatRunUses() throws {

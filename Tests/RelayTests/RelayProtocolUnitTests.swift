@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
+import YaokWire
 
 final class RelayProtocolUnitTests: XCTestCase {
     private func pair(sessionID: UInt64 = 7) throws -> (client: SecureSession, relay: SecureSession) {
@@ -139,13 +140,44 @@ final class RelayProtocolUnitTests: XCTestCase {
         XCTAssertEqual(try RegisterRequest(parsing: RegisterRequest([reg, reg]).encoded), RegisterRequest([reg, reg]))
         let res = RegisteredResult([(user.userID, .replayed)])
         XCTAssertEqual(try RegisteredResult(parsing: res.encoded), res)
-        let q = QueuedNotice(messageID: [UInt8](repeating: 3, count: 16), status: .pushed)
+        let q = QueuedNotice(bundleID: [UInt8](repeating: 3, count: 16), status: .pushed)
         XCTAssertEqual(try QueuedNotice(parsing: q.encoded), q)
-        let e = RelayErrorNotice(code: .rateLimited, reference: q.messageID, retryAfterMs: 1500, text: "slow down")
+        let e = RelayErrorNotice(code: .rateLimited, reference: q.bundleID, retryAfterMs: 1500, text: "slow down")
         XCTAssertEqual(try RelayErrorNotice(parsing: e.encoded), e)
         XCTAssertEqual(e.description, "relay refused: rate limited: slow down (retry in 2 s)")
         XCTAssertThrowsError(try RegisterRequest(parsing: [0]))
         XCTAssertThrowsError(try AckList(parsing: [65] + [UInt8](repeating: 0, count: 65 * 16)))
+    }
+
+    /// The bundle ID read from a bundle's bytes (what clients key pending SENDs by and what the
+    /// relay's ERROR references) is the envelope's own; too short → nil, never a crash.
+    func testBundleIDReadFromBytesIsTheEnvelopes() throws {
+        let alice = Identity.generate(), bob = Identity.generate()
+        let bundle = try messageBundle(from: alice, to: bob)
+        let envelope = try YaokWire.Bundle(parsing: bundle).envelope
+        XCTAssertEqual(BundleID.of(bundle: bundle), envelope.bundleID)
+        XCTAssertEqual(envelope.bundleID, BundleID.of(senderUserID: alice.userID, messageID: envelope.messageID))
+        // Another hop header, same envelope: same bundle ID.
+        var forwarded = bundle
+        forwarded[1] = 3
+        XCTAssertEqual(BundleID.of(bundle: forwarded), envelope.bundleID)
+        XCTAssertNil(BundleID.of(bundle: Array(bundle.prefix(84))))
+        XCTAssertNotNil(BundleID.of(bundle: Array(bundle.prefix(85))))
+        XCTAssertNil(BundleID.of(bundle: []))
+    }
+
+    /// Idle polling doubles from 1 s to 30 s and starts over after traffic.
+    func testPollPacingDoublesWhileIdleAndStartsOverOnTraffic() {
+        var pacing = RelayPollPacing()
+        XCTAssertEqual((0..<8).map { _ in pacing.nextIdleInterval() }, [1_000, 2_000, 4_000, 8_000, 16_000, 30_000, 30_000, 30_000])
+        pacing.traffic()
+        XCTAssertEqual(pacing.nextIdleInterval(), 1_000)
+        XCTAssertEqual(pacing.nextIdleInterval(), 2_000)
+        var odd = RelayPollPacing()
+        odd.initialIntervalMs = 0
+        odd.maxIntervalMs = Int64.max
+        for _ in 0..<100 { XCTAssertGreaterThan(odd.nextIdleInterval(), 0) }
+        XCTAssertEqual(odd.nextIdleInterval(), Int64.max)
     }
 
     func testVectorsMatchTheDocument() throws {

@@ -104,6 +104,9 @@ final class UDPInterposer: @unchecked Sendable {
     }
 
     var clientPacketCount: Int { lock.withLock { fromClient.count } }
+
+    /// How many packets from the client matched `match` so far.
+    func packetsFromClient(_ match: (RelayPacket) -> Bool) -> Int { lock.withLock { fromClient.filter(match).count } }
 }
 
 final class RelayResetAndAddressLimitTests: XCTestCase {

@@ -94,6 +94,18 @@ final class RelayHarness {
     }
 }
 
+/// `yaok init` for Alice and Bob under `dir`, each with the other as a contact; their homes.
+func initAliceAndBob(_ yaok: String, in dir: String, file: StaticString = #filePath, line: UInt = #line) throws -> (alice: String, bob: String) {
+    let alice = dir + "/alice", bob = dir + "/bob"
+    XCTAssertEqual(try runTool(yaok, ["init", "--home", alice, "--name", "Alice"]).0, 0, file: file, line: line)
+    XCTAssertEqual(try runTool(yaok, ["init", "--home", bob, "--name", "Bob"]).0, 0, file: file, line: line)
+    let aliceCode = try runTool(yaok, ["qr", "--home", alice]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+    let bobCode = try runTool(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
+    XCTAssertEqual(try runTool(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0, file: file, line: line)
+    XCTAssertEqual(try runTool(yaok, ["contacts", "add", "--home", bob, aliceCode]).0, 0, file: file, line: line)
+    return (alice, bob)
+}
+
 func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
 /// A signed message bundle from `sender` to `recipient`.

@@ -136,7 +136,7 @@ final class RelayWebSocketTests: XCTestCase {
         XCTAssertEqual(try a.sendAndWait(bundle: toBob).status, .pushed)
         let got = try b.nextMessage(after: markB, timeout: 10)
         XCTAssertEqual(got.bundle, toBob)
-        try b.ack([got.messageID])
+        try b.ack([got.bundleID])
         XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
 
         // wss → UDP and UDP → wss.

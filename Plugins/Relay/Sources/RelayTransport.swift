@@ -12,9 +12,13 @@ import YaokWire
 /// that link map to relay requests:
 ///
 /// - host → `bundle`: SEND; the relay's QUEUED comes back as `custodyAck` (custody moved to
-///   the relay), its ERROR as `custodyRefused` (rate limited / store full / ...).
+///   the relay), its ERROR as `custodyRefused` (rate limited / store full / conflict / ...).
 /// - relay MSG → host `bundle`; the host's `custodyAck` for it → ACK to the relay, so the
 ///   relay deletes only after the hub's store committed.
+///
+/// Every ID on both sides is a ``YaokCrypto/BundleID`` (sender user ID and message ID bound
+/// together), never a bare message ID: two bundles under one message ID from different
+/// senders are two bundles, and an acknowledgement for one never deletes the other.
 /// - host → `registration` (0x07): a phone's signed ``Registration`` to carry.
 public final class RelayTransport: Transport, @unchecked Sendable {
     /// Host frame type carrying a phone's relay registration (120 bytes, see
@@ -22,7 +26,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     public static let registrationFrameType: UInt8 = FrameType.registration.rawValue
     /// Largest frame on the link: a TLV header plus the largest bundle.
     public static let linkMTU = TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength
-    /// Messages handed to the host and awaiting its custody ack, at most.
+    /// Messages handed to the host and awaiting its custody ack (by bundle ID), at most.
     static let maxAwaitingHost = 1_000
 
     private let context: TransportContext
@@ -214,7 +218,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 context.logger.warning("relay refused a phone registration (\(Hex.encode(user.prefix(4)))): \(status)")
             }
         case .queued(let notice):
-            deliver(CustodyAck(bundleID: notice.messageID).frame)
+            deliver(CustodyAck(bundleID: notice.bundleID).frame)
         case .sendFailed(let id, let error):
             guard case .refused(let notice) = error else { return }   // timeouts: the router's custody timer retries
             deliver(CustodyRefusal(bundleID: id, reason: Self.refusalReason(notice.code)).frame)
@@ -243,6 +247,8 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         case .badSignature: return .badSignature
         case .expired: return .expired
         case .malformed, .tooLarge: return .malformed
+        case .createdInFuture, .lifetimeTooLong: return .badLifetime
+        case .conflict: return .conflict
         }
     }
 

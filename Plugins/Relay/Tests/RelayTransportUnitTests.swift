@@ -17,6 +17,10 @@ final class RelayTransportUnitTests: XCTestCase {
         XCTAssertEqual(RelayTransport.refusalReason(.expired), .expired)
         XCTAssertEqual(RelayTransport.refusalReason(.malformed), .malformed)
         XCTAssertEqual(RelayTransport.refusalReason(.tooLarge), .malformed)
+        // Permanent refusals of this bundle: the router must not offer it to the relay again.
+        XCTAssertEqual(RelayTransport.refusalReason(.createdInFuture), .badLifetime)
+        XCTAssertEqual(RelayTransport.refusalReason(.lifetimeTooLong), .badLifetime)
+        XCTAssertEqual(RelayTransport.refusalReason(.conflict), .conflict)
     }
 
     func testLinkCarriesTheLargestBundleAndRegistrationFrameMatchesTheKit() {
