@@ -30,7 +30,24 @@ public enum StatusFormatter {
         out.append("")
         out.append("queue (\(r.router.policy)): queued \(q.queued), in flight \(q.inFlight), handed over \(q.handedOver), delivered \(q.delivered), expired \(q.expired); \(q.bytes) bytes")
         let c = r.router.counters
-        out.append("messages: accepted \(c.accepted), duplicates \(c.duplicates), forwarded \(c.forwarded), delivered \(c.deliveredDirect), refused \(c.refusedMalformed + c.refusedSignature + c.refusedExpired + c.refusedHopLimit + c.refusedRateLimited + c.refusedStoreFull), evicted \(r.router.store.evicted)")
+        let refused: [(String, Int)] = [
+            ("malformed", c.refusedMalformed), ("bad signature", c.refusedSignature), ("expired", c.refusedExpired),
+            ("lifetime", c.refusedLifetime), ("hop limit", c.refusedHopLimit), ("rate limited", c.refusedRateLimited),
+            ("store full", c.refusedStoreFull), ("over share", c.refusedOverShare), ("conflict", c.refusedConflict),
+        ]
+        out.append("messages: accepted \(c.accepted), duplicates \(c.duplicates), forwarded \(c.forwarded), delivered \(c.deliveredDirect), refused \(refused.reduce(0) { $0 + $1.1 }), evicted \(r.router.store.evicted)")
+        let why = refused.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
+        if !why.isEmpty { out.append("  refused: " + why.joined(separator: ", ")) }
+        let defended: [(String, Int)] = [
+            ("frames over a link's rate", c.framesRateLimited), ("frames over a link's backlog", c.framesQueueFull),
+            ("offered IDs dropped", c.offersDropped), ("unverified receipts", c.receiptsUnverified),
+            ("attachments refused", c.attachmentsRefused), ("already delivered", c.alreadyDelivered),
+        ]
+        let seen = defended.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
+        if !seen.isEmpty { out.append("  also: " + seen.joined(separator: ", ")) }
+        if r.router.store.evicted > 0 {
+            out.append("  evicted from the heaviest sender \(r.router.store.evictedHeaviestSender), from the heaviest origin \(r.router.store.evictedHeaviestOrigin)")
+        }
         if !r.router.links.isEmpty {
             out.append("links:")
             for l in r.router.links { out.append("  \(l.link)  \(l.role) \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)") }

@@ -168,6 +168,10 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertEqual(status.counters.refusedLifetime, 1)
         XCTAssertEqual(status.store.evicted, 0, "nobody else's bundle was evicted for the flood")
         XCTAssertEqual(status.queue.queued, 30 + 100 - refused)
+        // What an operator sees in `yaok-hub status`.
+        let text = StatusFormatter.text(try s.hub.status())
+        XCTAssertTrue(text.contains("over share \(refused)"), text)
+        XCTAssertTrue(text.contains("lifetime 1"), text)
 
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
         try TestSupport.waitUntil(timeout: 60, "all 30 of alice's messages delivered") {
