@@ -165,7 +165,7 @@ public final class RelaySession: @unchecked Sendable {
     /// after traffic). An unanswered poll is tried again after ``RelayPollPacing/retryMs``;
     /// only ``RelayPollPacing/maxUnanswered`` in a row end the session with
     /// ``RelaySessionError/relaySilent(polls:last:)``. `shouldStop` is checked after every
-    /// event this session reports.
+    /// poll round and every push handled (the events it looks at are reported by then).
     public func run(until deadline: Date, shouldStop: () -> Bool) throws {
         var pacing = self.pacing
         var unanswered = 0

@@ -376,7 +376,7 @@ public final class RelayEngine: @unchecked Sendable {
                 return
             case .different:
                 // The queued one is kept and stays deliverable; only its sender could have signed this one.
-                logger.notice("sender \(Self.short(envelope.senderUserID)) sent a different envelope under queued bundle \(Self.short(id)); refused")
+                logger.info("sender \(Self.short(envelope.senderUserID)) sent a different envelope under queued bundle \(Self.short(id)); refused")
                 return refuse(.conflict, "conflict", "the relay holds a different envelope with this bundle ID (same sender and message ID); it keeps the first")
             }
         } catch {
