@@ -61,6 +61,8 @@ extension Hub {
         metric("yaok_router_offers_dropped_total", "counter", "offered bundle IDs dropped at a full per-link backlog",
                [("", Double(c.offersDropped))])
         metric("yaok_router_attachments_refused_total", "counter", "attachment announcements refused", [("", Double(c.attachmentsRefused))])
+        metric("yaok_router_roles_refused_total", "counter", "links ignored because their claimed role was not authorised",
+               [("", Double(c.rolesRefused))])
         metric("yaok_store_evicted_total", "counter", "bundles evicted because the store was full, by the share they were taken from", [
             ("from=\"heaviest_sender\"", Double(report.router.store.evictedHeaviestSender)),
             ("from=\"heaviest_origin\"", Double(report.router.store.evictedHeaviestOrigin)),

@@ -71,6 +71,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var offersDropped = 0
         /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
         public var attachmentsRefused = 0
+        /// Links whose claimed role was not authorised (the relay role off the pinned relay), ignored.
+        public var rolesRefused = 0
     }
 
     final class Link {
@@ -224,6 +226,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func handleLinkUp(_ info: LinkInfo, transport: TransportHost) {
         let key = LinkKey(transport: transport.name, link: info.id)
+        // A role is the peer's claim. The relay role gets every attached phone's registration
+        // and the bundles routed to the internet, so it is honoured only on a link of the relay
+        // plugin whose proven key is the one pinned in that section (`relay_key`).
+        guard info.peerRole != .relay || Self.isPinnedRelay(info, on: transport) else {
+            counters.rolesRefused += 1
+            logger.warning("link \(key) claims the relay role but is not the pinned relay of a relay transport; ignored")
+            return
+        }
         let peerID = Hash.sha256(info.peerSigningKey)
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now())
         links[key] = link
@@ -815,6 +825,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         c.framesRateLimited += dropped.rateLimited
         c.framesQueueFull += dropped.backlogFull
         return c
+    }
+
+    /// Whether a link is the relay this hub pinned: it belongs to a transport of the relay
+    /// plugin, and its peer key is that section's `relay_key`.
+    static func isPinnedRelay(_ info: LinkInfo, on transport: TransportHost) -> Bool {
+        guard transport.section.kind == "relay", let pinned = (try? transport.section.section.hexKey("relay_key")) ?? nil else { return false }
+        return pinned == info.peerSigningKey
     }
 
     /// The first 8 hex digits of an ID: enough for an operator, not a full identifier in logs.

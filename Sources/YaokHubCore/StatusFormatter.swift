@@ -42,6 +42,7 @@ public enum StatusFormatter {
             ("frames over a link's rate", c.framesRateLimited), ("frames over a link's backlog", c.framesQueueFull),
             ("offered IDs dropped", c.offersDropped), ("unverified receipts", c.receiptsUnverified),
             ("attachments refused", c.attachmentsRefused), ("already delivered", c.alreadyDelivered),
+            ("links refused for their claimed role", c.rolesRefused),
         ]
         let seen = defended.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
         if !seen.isEmpty { out.append("  also: " + seen.joined(separator: ", ")) }

@@ -281,7 +281,32 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertEqual(try s.hub.status().router.counters.attachmentsRefused, 4)
     }
 
-    // MARK: 6. A receipt survives the receiver's crash
+    // MARK: 6. A peer claiming the relay role
+
+    func testAPeerClaimingTheRelayRoleGetsNoRegistrationsAndNoBundles() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        // Any UDP peer could say "I am the relay" and was handed every attached phone's relay
+        // registration and the bundles routed to the internet.
+        let fakeRelay = try RawPeer(identity: Identity.generate(), role: .relay, hubPort: s.port, host: "127.0.0.2")
+        try TestSupport.waitUntil(timeout: 10, "the claimed relay role refused") { try s.hub.status().router.counters.rolesRefused == 1 }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        try phone.send(TLVRecord(.registration, value: [UInt8](repeating: 0x52, count: 120)))
+        let victim = try seal("for bob, wherever he is", from: s.alice, to: s.bob)
+        try phone.send(victim)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: victim.bundleID)))
+        // The hub's periodic routing runs each second; give it two rounds, then look.
+        let status = try s.hub.status().router
+        XCTAssertFalse(status.links.contains { $0.role == "relay" }, "no relay link at the router: \(status.links)")
+        let deadline = Date().addingTimeInterval(2.5)
+        while Date() < deadline { usleep(100_000) }
+        XCTAssertTrue(fakeRelay.frames(.registration).isEmpty, "a registration went to the fake relay")
+        XCTAssertTrue(fakeRelay.receivedEnvelopes.isEmpty, "a bundle went to the fake relay")
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        XCTAssertEqual(try deliveries(of: victim.bundleID, to: bob), 1)
+    }
+
+    // MARK: 7. A receipt survives the receiver's crash
 
     func testReceiptSurvivesAReceiverKilledRightAfterStoring() throws {
         let s = try startHub()
