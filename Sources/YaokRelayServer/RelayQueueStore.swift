@@ -17,8 +17,9 @@ public final class RelayQueueStore: @unchecked Sendable {
     public let database: SQLCipherDatabase
 
     /// Version 1 of the queue, keyed by message ID. Kept verbatim: it is what older relays
-    /// created, and what version 2 migrates from (tests build an old file with it).
-    public static let version1Script = """
+    /// created, and what version 2 migrates from (the migration test keeps its own copy, so
+    /// an edit here cannot make it test something older relays never wrote).
+    static let version1Script = """
         CREATE TABLE relay_queue (
             message_id BLOB PRIMARY KEY,
             recipient BLOB NOT NULL,
