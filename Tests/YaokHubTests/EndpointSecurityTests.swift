@@ -29,7 +29,7 @@ final class EndpointSecurityTests: XCTestCase {
         let (incoming, answer) = bob.receive(bundle: try bundle("hi Bob"))
         guard case .message(let m) = incoming else { return XCTFail("\(incoming)") }
         XCTAssertEqual(m.text, "hi Bob")
-        XCTAssertEqual(answer, .custody(m.messageID))
+        XCTAssertEqual(answer, .custody(BundleID.of(senderUserID: m.senderUserID, messageID: m.messageID)), "custody names the bundle ID")
         XCTAssertEqual(try bob.store.inbox().count, 1)
         let receipts = try bob.store.outbox(states: [.pending]).filter { $0.kind == Envelope.Kind.deliveryReceipt.rawValue }
         XCTAssertEqual(receipts.count, 1, "a delivery receipt waits in the outbox")
@@ -79,6 +79,30 @@ final class EndpointSecurityTests: XCTestCase {
         XCTAssertEqual(kinds, [.badSignature, .duplicate, .replay, .wrongRecipient, .nonContact])
         // Events hold no content: nothing of the spam text is in the rows.
         XCTAssertFalse(try bob.store.securityEvents().description.contains("SPAM-CONTENT"))
+    }
+}
+
+extension EndpointSecurityTests {
+    /// A stranger's bundle under a contact's message ID, delivered first, used to mark that ID
+    /// "seen" so the contact's real message was dropped as a duplicate.
+    func testAStrangersBundleUnderAContactsMessageIDDoesNotSuppressIt() throws {
+        let id = Random.uuidV4()
+        let mallory = Identity.generate()
+        let squat = try Envelope.sealMessage(plaintext: Array("junk".utf8), from: mallory, toSigningKey: bob.identity.signingKey,
+                                             recipientKXKey: bob.identity.kxKey, createdMs: Endpoint.wallClock(), messageID: id)
+        XCTAssertEqual(bob.receive(bundle: YaokWire.Bundle(envelope: squat).encoded).0.rejectionKind, .nonContact)
+        let real = try Envelope.sealMessage(plaintext: Array("the real one".utf8), from: alice.identity, toSigningKey: bobContact.signingKey,
+                                            recipientKXKey: bobContact.kxKey, createdMs: Endpoint.wallClock(), messageID: id)
+        let (incoming, answer) = bob.receive(bundle: YaokWire.Bundle(envelope: real).encoded)
+        guard case .message(let m) = incoming else { return XCTFail("the real message was \(incoming)") }
+        XCTAssertEqual(m.text, "the real one")
+        XCTAssertEqual(answer, .custody(real.bundleID))
+        // The same envelope again is a duplicate; a lifetime over 7 days is refused.
+        guard case .duplicate = bob.receive(bundle: YaokWire.Bundle(envelope: real).encoded).0 else { return XCTFail("second copy") }
+        let immortal = try Envelope.sealMessage(plaintext: Array("forever".utf8), from: alice.identity, toSigningKey: bobContact.signingKey,
+                                                recipientKXKey: bobContact.kxKey, createdMs: Endpoint.wallClock(), ttlMs: 1 << 62)
+        XCTAssertEqual(bob.receive(bundle: YaokWire.Bundle(envelope: immortal).encoded).1, .refuse(immortal.bundleID, .badLifetime))
+        XCTAssertEqual(try bob.store.inbox().map(\.text), ["the real one"])
     }
 }
 
