@@ -235,7 +235,9 @@ step "(d) frank (MTU 23) killed while uploading three 10 KB messages, then recon
 yk $W/d-frank1.json frank listen --hub "$HUB_A?mtu=23" --timeout 150 &
 FRANK=$!
 wait_for 60 "frank connected" has_event $W/d-frank1.json connected
-sleep 1.2   # into the ~660 write requests of a frame (~1 s per 10 KB frame at MTU 23 here)
+# Killed as soon as the hub has taken the first message: the next frame is then ~660 write
+# requests (~1 s at MTU 23 here) from done, so the kill lands mid-upload whatever the load.
+wait_for 60 "frank's first message handed over" has_event $W/d-frank1.json handed_over
 pkill -KILL -P $FRANK -x yaok; wait $FRANK 2>/dev/null
 BEFORE=$(count_events $W/d-frank1.json handed_over)
 echo "handed over before the kill: $BEFORE of 3"
