@@ -48,7 +48,7 @@ let package = Package(
             "YaokCrypto",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
-        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto"]),
+        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
         .target(name: "YaokATT"),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [

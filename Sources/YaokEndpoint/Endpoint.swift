@@ -208,8 +208,7 @@ public final class Endpoint: @unchecked Sendable {
         switch Self.lifetime.violation(of: e, nowMs: t) {
         case nil: break
         case .expired?: return reject(.expired, .expired)
-        case .createdInFuture?: return reject(.replay, .badLifetime)
-        case .lifetimeTooLong?: return reject(.replay, .badLifetime)
+        case .createdInFuture?, .lifetimeTooLong?: return reject(.replay, .badLifetime)
         }
         guard let contact = try? store.contact(userID: e.senderUserID), contact.signingKey == e.senderSigningKey else {
             // Taken (so the hub stops carrying it) but not stored: not from a contact. Its

@@ -142,12 +142,12 @@ public final class EndpointStore: @unchecked Sendable {
             if tables.contains("inbox") {
                 for r in try db.query("SELECT message_id, sender, created_ms, received_ms, text FROM inbox") {
                     guard let m = r[0].blobValue, let s = r[1].blobValue, m.count == 16, s.count == 32 else { continue }
+                    let id = BundleID.of(senderUserID: s, messageID: m)
                     try db.execute("""
                         INSERT OR IGNORE INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) \
                         VALUES (?, ?, ?, ?, ?, ?)
-                        """, [.blob(BundleID.of(senderUserID: s, messageID: m)), .blob(m), .blob(s), r[2], r[3], r[4]])
-                    try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)",
-                                   [.blob(BundleID.of(senderUserID: s, messageID: m)), .integer(Int64.max)])
+                        """, [.blob(id), .blob(m), .blob(s), r[2], r[3], r[4]])
+                    try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(id), .integer(Int64.max)])
                 }
                 try db.execute("DROP TABLE inbox")
             }

@@ -93,7 +93,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var wanted: [[UInt8]] = []
         /// IDs this neighbour offered that we have not looked up yet, oldest first.
         var offered: [[UInt8]] = []
-        var offeredHead = 0
         var drainingOffers = false
         var framesIn = 0
 
@@ -186,11 +185,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     public func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {
-        let key = LinkKey(transport: transport.name, link: link)
-        queue.async {
-            self.handleLinkDown(key, reason: reason)
-            self.admission.forget(key)
-        }
+        queue.async { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
     }
 
     /// The per-link rate limit and backlog bound apply here, on the plugin's thread, before
@@ -267,6 +262,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func handleLinkDown(_ key: LinkKey, reason: String?) {
+        admission.forget(key)
         guard let link = links.removeValue(forKey: key) else { return }
         logger.info("link down \(key): \(reason ?? "no reason given")")
         let t = now()
@@ -330,12 +326,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             bundle = try YaokWire.Bundle(parsing: bytes)
         } catch WireError.hopLimitReached {
             counters.refusedHopLimit += 1
-            refuse(Self.bundleIDGuess(bytes), .hopLimit, to: link)
+            refuse(BundleID.of(bundle: bytes), .hopLimit, to: link)
             return
         } catch {
             counters.refusedMalformed += 1
             logger.debug("malformed bundle from \(link.key): \(error)")
-            refuse(Self.bundleIDGuess(bytes), .malformed, to: link)
+            refuse(BundleID.of(bundle: bytes), .malformed, to: link)
             return
         }
         let envelope = bundle.envelope
@@ -391,7 +387,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // The sender holds it, whatever happens next: never send it back on this link.
         try? store.recordPeerHas(id, peer: link.peerID)
         // A requested bundle arrived: room for the next slice of that link's offers.
-        if link.requested.removeValue(forKey: id) != nil, link.offered.count > link.offeredHead { drainOffers(link) }
+        if link.requested.removeValue(forKey: id) != nil, !link.offered.isEmpty { drainOffers(link) }
         let evicted = store.statistics
         if evicted.evicted > evictedBefore.evicted {
             let n = evicted.evicted - evictedBefore.evicted
@@ -525,7 +521,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// frame of 4,000 IDs, or a flood of them, costs bounded memory and delays only its link.
     private func handleOffer(_ value: [UInt8], from link: Link) {
         guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
-        let room = max(0, Self.maxOfferedPerLink - (link.offered.count - link.offeredHead))
+        let room = max(0, Self.maxOfferedPerLink - link.offered.count)
         if offer.bundleIDs.count > room { counters.offersDropped += offer.bundleIDs.count - room }
         link.offered.append(contentsOf: offer.bundleIDs.prefix(room))
         drainOffers(link)
@@ -538,14 +534,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let t = now()
         link.requested = link.requested.filter { $0.value > t }
         let room = Self.maxRequestedPerLink - link.requested.count
-        let pending = link.offered.count - link.offeredHead
-        guard pending > 0, room > 0 else { return }
-        let slice = Array(link.offered[link.offeredHead..<link.offeredHead + min(pending, room, Self.offerSliceSize)])
-        link.offeredHead += slice.count
-        if link.offeredHead == link.offered.count {
-            link.offered.removeAll(keepingCapacity: false)
-            link.offeredHead = 0
-        }
+        guard !link.offered.isEmpty, room > 0 else { return }
+        let slice = Array(link.offered.prefix(min(room, Self.offerSliceSize)))
+        link.offered.removeFirst(slice.count)
         let unknown: [[UInt8]]
         do {
             unknown = try store.noteOffered(slice, by: link.peerID)
@@ -563,7 +554,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if !wanted.isEmpty, let vector = try? SummaryVector(bundleIDs: wanted) {
             _ = send(TLVRecord(.request, value: vector.encoded), on: link)
         }
-        if link.offered.count > link.offeredHead {
+        if !link.offered.isEmpty {
             link.drainingOffers = true
             queue.async {
                 link.drainingOffers = false
@@ -766,7 +757,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 }
             }
             link.requested = link.requested.filter { $0.value > t }
-            if link.offered.count > link.offeredHead { drainOffers(link) }
+            if !link.offered.isEmpty { drainOffers(link) }
             // Keep windows full even when acknowledgements stopped coming.
             if link.inFlight.count <= settings.linkWindow / 2 {
                 switch link.info.peerRole {
@@ -836,14 +827,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// The first 8 hex digits of an ID: enough for an operator, not a full identifier in logs.
     static func shortID(_ id: [UInt8]) -> String { YaokPluginKit.Hex.encode(id.prefix(4)) }
-
-    /// Best effort for a bundle that does not parse: its bundle ID from the message ID and
-    /// sender key at their fixed offsets (hop header 35, then 2 and 18).
-    static func bundleIDGuess(_ bytes: [UInt8]) -> [UInt8]? {
-        let offset = HopHeader.length + 2
-        guard bytes.count >= offset + 48 else { return nil }
-        return BundleID.of(senderUserID: Hash.sha256(bytes[(offset + 16)..<(offset + 48)]), messageID: Array(bytes[offset..<offset + 16]))
-    }
 
     /// The fairness principal of a link: the transport and the remote host without its port
     /// (a device can pick ports, not so easily addresses), or the peer's key if the transport

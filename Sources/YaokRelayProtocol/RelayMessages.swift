@@ -277,7 +277,7 @@ public enum RelayErrorCode: UInt8, Sendable, CaseIterable, CustomStringConvertib
 
 /// ERROR: `code(1) reference(16) retryAfterMs(4) textLength(2) text(UTF-8, ≤ 256)`.
 /// `reference` is the bundle ID the error is about (for a refused SEND: the bundle ID read from
-/// the sent bytes, see ``YaokCrypto/BundleID/of(bundle:)``), or zeros.
+/// the sent bytes, see `BundleID.of(bundle:)`), or zeros.
 public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
     public static let maxTextLength = 256
     public let code: RelayErrorCode
@@ -321,30 +321,5 @@ public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
         var s = "relay refused: \(code): \(text)"
         if retryAfterMs > 0 { s += " (retry in \((retryAfterMs + 999) / 1000) s)" }
         return s
-    }
-}
-
-/// Reads the message ID of a bundle (hop header 35 bytes + version + kind), if long enough.
-/// Not an identity: use ``YaokCrypto/BundleID/of(bundle:)`` to compare bundles.
-public func bundleMessageID(_ bundle: [UInt8]) -> [UInt8]? {
-    let offset = HopHeader.length + 2
-    guard bundle.count >= offset + 16 else { return nil }
-    return Array(bundle[offset..<offset + 16])
-}
-
-extension BundleID {
-    /// Offset of the sender's signing key in a bundle: hop header, version, kind, message ID.
-    static let senderKeyOffsetInBundle = HopHeader.length + 2 + 16
-
-    /// The bundle ID of a bundle's envelope, read from its fixed offsets (message ID at 37,
-    /// sender key at 53) without parsing or verifying the rest; nil if the bytes are too short.
-    ///
-    /// For matching answers to requests (a client's pending SENDs, the reference of a relay's
-    /// ERROR about bytes that may not even parse). Equal to ``YaokWire/Envelope/bundleID`` of
-    /// a bundle that parses; never a reason to trust the bytes.
-    public static func of(bundle: [UInt8]) -> [UInt8]? {
-        let key = senderKeyOffsetInBundle
-        guard let messageID = bundleMessageID(bundle), bundle.count >= key + 32 else { return nil }
-        return of(senderUserID: Hash.sha256(Array(bundle[key..<key + 32])), messageID: messageID)
     }
 }

@@ -336,8 +336,7 @@ public final class RelayEngine: @unchecked Sendable {
     /// byte for byte after the 35-byte hop header, which every hub rewrites.
     private func held(_ bundleID: [UInt8], comparedWith message: [UInt8]) throws -> Held {
         guard let queued = try store.bundle(bundleID) else { return .nothing }
-        let h = HopHeader.length
-        return queued.count == message.count && queued[h...] == message[h...] ? .same : .different
+        return YaokWire.Bundle.sameEnvelope(queued, message) ? .same : .different
     }
 
     private func handleSend(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {

@@ -1,4 +1,5 @@
 import YaokCrypto
+import YaokWire
 
 /// The hub's store of carried bundles: accept with dedupe, retry scheduling with backoff,
 /// custody states, a per-peer "already has it" table, expiry and a size cap.
@@ -63,7 +64,7 @@ public final class BundleStore: @unchecked Sendable {
         var statsDelta = StoreStatistics()
         let result: AcceptResult = try database.transaction {
             if let held = try database.query(SQL.heldBytes, [.blob(b.bundleID)], purpose: "checking for a duplicate bundle").first {
-                if let heldBytes = held[0].blobValue, !Self.sameEnvelope(heldBytes, b.bytes) {
+                if let heldBytes = held[0].blobValue, !YaokWire.Bundle.sameEnvelope(heldBytes, b.bytes) {
                     try bumpCounter("conflicts", by: 1)
                     statsDelta.conflicts = 1
                     return .conflict
@@ -76,7 +77,7 @@ public final class BundleStore: @unchecked Sendable {
                 statsDelta.duplicatesDropped = 1
                 return .duplicate
             }
-            if b.kind == Self.messageKind,
+            if b.kind == Envelope.Kind.message.rawValue,
                try database.scalar(SQL.deliveryReceiptHeld, [.blob(b.bundleID), .blob(b.destination)],
                                    purpose: "looking for a held delivery receipt") != nil {
                 try insert(b, state: .delivered, bytes: nil, nowMs: nowMs)
@@ -112,17 +113,6 @@ public final class BundleStore: @unchecked Sendable {
         }
         addStatistics(statsDelta)
         return result
-    }
-
-    /// Envelope kind of a message (receipts are 2 and 3), as on the wire.
-    static let messageKind: UInt8 = 1
-    /// The hop header in front of the envelope in stored bytes; it changes hop by hop.
-    static let hopHeaderLength = 35
-
-    /// Whether two stored bundles carry the same envelope (their hop headers may differ).
-    static func sameEnvelope(_ a: [UInt8], _ b: [UInt8]) -> Bool {
-        guard a.count >= hopHeaderLength, b.count >= hopHeaderLength else { return a == b }
-        return a[hopHeaderLength...] == b[hopHeaderLength...]
     }
 
     private func insert(_ b: NewBundle, state: BundleState, bytes: [UInt8]?, nowMs: Int64) throws {
@@ -163,20 +153,21 @@ public final class BundleStore: @unchecked Sendable {
         while freed < needed {
             guard let heaviest = usage.max(by: { $0.value < $1.value }), heaviest.value > 0 else { return nil }
             if own.contains(where: { usage[$0, default: 0] >= heaviest.value }) { return nil }
+            // Victims already chosen are still in the table (nothing is deleted until the plan
+            // holds), so read one row more than were taken and skip those.
             let rows: [[SQLValue]]
             switch heaviest.key {
             case .sender(let who):
                 rows = try database.query(SQL.victimsOfSender, [.blob(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
-                bySender += 1
             case .origin(let who):
                 rows = try database.query(SQL.victimsOfOrigin, [.text(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
-                byOrigin += 1
             }
             guard let row = rows.first(where: { r in r[0].blobValue.map { !taken.contains($0) } ?? false }),
                   let id = row[0].blobValue, let vsize = row[1].int64Value, let sender = row[2].blobValue else {
-                usage[heaviest.key] = 0  // its bytes are all in flight: not evictable
+                usage[heaviest.key] = 0  // nothing of it is evictable (all in flight)
                 continue
             }
+            if case .sender = heaviest.key { bySender += 1 } else { byOrigin += 1 }
             taken.insert(id)
             victims.append((id, vsize))
             freed += vsize

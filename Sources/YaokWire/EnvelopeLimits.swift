@@ -11,6 +11,34 @@ extension Envelope {
     }
 }
 
+extension BundleID {
+    /// Offsets in an encoded bundle: the message ID after the hop header, version and kind;
+    /// the sender's signing key right after it.
+    static let messageIDOffsetInBundle = HopHeader.length + 2
+    static let senderKeyOffsetInBundle = messageIDOffsetInBundle + 16
+
+    /// The bundle ID of a bundle's envelope, read from its fixed offsets (message ID at 37,
+    /// sender key at 53) without parsing or verifying the rest; nil if the bytes are too short.
+    ///
+    /// For matching answers to requests (a client's pending SENDs, the reference of a relay's
+    /// ERROR or a hub's custody refusal about bytes that may not even parse). Equal to
+    /// ``Envelope/bundleID`` of a bundle that parses; never a reason to trust the bytes.
+    public static func of(bundle: [UInt8]) -> [UInt8]? {
+        let (id, key) = (messageIDOffsetInBundle, senderKeyOffsetInBundle)
+        guard bundle.count >= key + 32 else { return nil }
+        return of(senderUserID: Hash.sha256(Array(bundle[key..<key + 32])), messageID: Array(bundle[id..<id + 16]))
+    }
+}
+
+extension Bundle {
+    /// Whether two encoded bundles carry the same envelope: every byte after the hop header,
+    /// which each hub rewrites. Bytes too short to hold a hop header are compared whole.
+    public static func sameEnvelope(_ a: [UInt8], _ b: [UInt8]) -> Bool {
+        guard a.count >= HopHeader.length, b.count >= HopHeader.length else { return a == b }
+        return a[HopHeader.length...] == b[HopHeader.length...]
+    }
+}
+
 /// How long an envelope may live, checked by every hub, the relay and the endpoint before
 /// anything is stored. An envelope's times are the sender's claims: without these bounds a
 /// throwaway key could make junk that never expires, or a tombstone that never goes away.

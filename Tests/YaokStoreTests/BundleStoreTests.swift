@@ -300,6 +300,8 @@ final class BundleStoreTests: XCTestCase {
         for n in 4...8 { try s2.markInFlight(bundleID(n), link: "x", nowMs: 0) }
         XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.2.1"), nowMs: 0), .stored)
         for n in 4...8 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
+        // Every eviction is counted under the share it was taken from.
+        XCTAssertEqual(s2.statistics.evictedHeaviestSender + s2.statistics.evictedHeaviestOrigin, s2.statistics.evicted)
         // Evicted bundles are forgotten (not tombstones).
         XCTAssertEqual(try s2.counts()[.expired], 0)
         XCTAssertEqual(try s2.counts()[.delivered], 0)
