@@ -11,12 +11,7 @@ final class RelayHubEndToEndTests: XCTestCase {
     private var cleanup: [() -> Void] = []
     override func tearDown() { for c in cleanup.reversed() { c() } }
 
-    private func tempDir() throws -> String {
-        let d = NSTemporaryDirectory() + "yaok-relay-e2e-" + Hex.encode(Random.bytes(6))
-        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        cleanup.append { try? FileManager.default.removeItem(atPath: d) }
-        return d
-    }
+    private func tempDir() throws -> String { try makeTemporaryDirectory("yaok-relay-e2e-", cleanup: &cleanup) }
 
     private func product(_ name: String) throws -> String {
         let path = RelayProcess.productsDirectory + "/" + name

@@ -12,12 +12,7 @@ final class RelayListenTests: XCTestCase {
     private var cleanup: [() -> Void] = []
     override func tearDown() { for c in cleanup.reversed() { c() } }
 
-    private func tempDir() throws -> String {
-        let d = NSTemporaryDirectory() + "yaok-relay-listen-" + Hex.encode(Random.bytes(6))
-        try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        cleanup.append { try? FileManager.default.removeItem(atPath: d) }
-        return d
-    }
+    private func tempDir() throws -> String { try makeTemporaryDirectory("yaok-relay-listen-", cleanup: &cleanup) }
 
     private var yaok: String { RelayProcess.productsDirectory + "/yaok" }
 

@@ -106,6 +106,15 @@ func initAliceAndBob(_ yaok: String, in dir: String, file: StaticString = #fileP
     return (alice, bob)
 }
 
+/// A fresh 0700 directory under the system's temporary directory; removing it is appended
+/// to `cleanup` (which the test runs in reverse at tear-down, after its processes stop).
+func makeTemporaryDirectory(_ prefix: String, cleanup: inout [() -> Void]) throws -> String {
+    let d = NSTemporaryDirectory() + prefix + Hex.encode(Random.bytes(6))
+    try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+    cleanup.append { try? FileManager.default.removeItem(atPath: d) }
+    return d
+}
+
 func nowMs() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
 /// A signed message bundle from `sender` to `recipient`.
