@@ -398,6 +398,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         switch result {
         case .stored:
             counters.accepted += 1
+            logger.debug("stored bundle \(Self.shortID(id)) from \(link.key)")
             _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
             if envelope.kind != .message { handleReceipt(envelope) }
             if let b = try? store.bundle(id) { route(b) }
