@@ -39,11 +39,10 @@ let package = Package(
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
-        .systemLibrary(name: "CSodium", pkgConfig: "libsodium", providers: [.apt(["libsodium-dev"])]),
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
-        .target(name: "YaokCrypto", dependencies: ["CSodium"]),
+        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
         .target(name: "YaokWire", dependencies: [
             "YaokCrypto",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
@@ -63,7 +62,7 @@ let package = Package(
             "YaokHubCore", "YaokATT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
-        .target(name: "YaokRelayProtocol", dependencies: ["YaokCrypto", "YaokWire", "CSodium"]),
+        .target(name: "YaokRelayProtocol", dependencies: ["YaokCrypto", "YaokWire", .product(name: "CSodium", package: "PluginAPI")]),
         // The relay's messages over WebSocket + TLS 1.3 (server listener and pinned client).
         .target(name: "YaokRelayWebSocket", dependencies: [
             "YaokRelayProtocol", "YaokCrypto",
@@ -128,7 +127,7 @@ let package = Package(
         .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
-        .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto"]),
+        .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore"]),

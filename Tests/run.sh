@@ -7,8 +7,9 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 bash packaging/dev-setup.sh || exit 1
-# Tools the script suites use (packaging tests: debootstrap, patchelf, nspawn, sqlcipher).
-test_tools=(debootstrap patchelf systemd-container sqlcipher)
+# Tools the script suites use (packaging tests: debootstrap, patchelf, nspawn, sqlcipher;
+# the secure-link interop check: python3-cryptography).
+test_tools=(debootstrap patchelf systemd-container sqlcipher python3-cryptography)
 missing=()
 for p in "${test_tools[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -56,6 +57,7 @@ run_suite() {
   if [ $rc -eq 0 ]; then passed=$((passed + 1)); elif [ $rc -eq 77 ]; then echo "(skipped)"; else failed=$((failed + 1)); fi
 }
 
+run_suite "interop: secure-link vectors recomputed by an independent implementation (Python cryptography)" python3 Tests/interop/secure_link_vectors.py
 run_suite "fuzzing: every parser for 5 s" bash Tests/Fuzz/run.sh 5
 run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local)" bash Plugins/Mesh/Tests/netns/run.sh
 

@@ -307,8 +307,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
         case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkChallenge, .linkProof, .linkClose: break
-        case nil:
+        case .pong, .linkClose: break
+        case .linkIdentity, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
+            // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1
             logger.debug("unknown frame type 0x\(String(record.type, radix: 16)) on \(key)")
         }

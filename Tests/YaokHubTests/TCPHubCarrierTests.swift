@@ -105,9 +105,8 @@ private final class SilentHub: @unchecked Sendable {
         defer { close(c) }
         var tv = timeval(tv_sec: 1, tv_usec: 0)
         setsockopt(c, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        let hs = LinkHandshake(identity: identity, role: .hub, clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+        let hs = SecureLink(identity: identity, role: .hub, isInitiator: false, channel: .stream)
         func write(_ bytes: [UInt8]) { _ = bytes.withUnsafeBytes { send(c, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
-        write(hs.challengeFrame())
         var decoder = TLVStreamDecoder()
         var buffer = [UInt8](repeating: 0, count: 4096)
         while lock.withLock({ running }) {
@@ -115,8 +114,9 @@ private final class SilentHub: @unchecked Sendable {
             if n == 0 { return }
             if n < 0 { if errno == EAGAIN || errno == EINTR { continue } else { return } }
             guard let frames = try? decoder.feed(buffer[0..<n]) else { return }
-            for frame in frames where !hs.isComplete {
-                if let reply = try? hs.handle(TLVRecord(parsing: frame)) { write(reply) }
+            for frame in frames where !hs.isEstablished {
+                guard let record = try? TLVRecord(parsing: frame), let outputs = try? hs.receive(record) else { continue }
+                for case .send(let reply) in outputs { write(reply) }
             }
         }
     }

@@ -122,17 +122,12 @@ final class HostFrameTests: XCTestCase {
         XCTAssertEqual(try AttachmentAnnouncement(parsing: empty.encoded).verified(), empty)
     }
 
-    func testIdentityRunsTheLinkHandshake() throws {
-        let a = LinkHandshake(identity: Fixed.sender, role: .endpoint, clock: { 1 })
-        let b = LinkHandshake(identity: Fixed.hub, role: .hub, clock: { 2 })
-        let ca = try TLVRecord(parsing: a.challengeFrame())
-        let cb = try TLVRecord(parsing: b.challengeFrame())
-        let pb = try XCTUnwrap(try b.handle(ca))
-        let pa = try XCTUnwrap(try a.handle(cb))
-        XCTAssertNil(try a.handle(TLVRecord(parsing: pb)))
-        XCTAssertNil(try b.handle(TLVRecord(parsing: pa)))
-        XCTAssertTrue(a.isComplete && b.isComplete)
-        XCTAssertEqual(a.peer?.signingKey, Fixed.hub.signingKey)
-        XCTAssertEqual(b.peer?.kxKey, Fixed.sender.kxKey)
+    func testIdentityRunsTheSecureLink() throws {
+        let a = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .stream)
+        let b = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
+        let (pa, pb) = try SecureLinkPair.establish(a, b)
+        XCTAssertEqual(pa.signingKey, Fixed.hub.signingKey)
+        XCTAssertEqual(pb.kxKey, Fixed.sender.kxKey)
+        XCTAssertEqual(pb.role, .endpoint)
     }
 }

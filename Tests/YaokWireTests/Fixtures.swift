@@ -16,7 +16,9 @@ enum Fixed {
     static let receiptID: [UInt8] = hex("a0a1a2a3a4a5468788898a8b8c8d8e8f")
     static let createdMs: Int64 = 1_767_225_600_000 // 2026-01-01T00:00:00Z
     static let plaintext = Array("Ya OK!".utf8)
-    static let linkChallenge = [UInt8](repeating: 0x09, count: 32)
+    /// Link handshake ephemeral secrets (initiator, responder).
+    static let linkInitiatorEphemeral = [UInt8](repeating: 0x0a, count: 32)
+    static let linkResponderEphemeral = [UInt8](repeating: 0x0b, count: 32)
 
     static func message() throws -> Envelope {
         try Envelope.sealMessage(plaintext: plaintext, from: sender, toSigningKey: recipient.signingKey,

@@ -21,9 +21,18 @@ enum ComputedVectors {
         let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
                                                            userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
         let chunks = try Chunker.split(ack.frame, chunkSize: 12)
-        // The hub answers an endpoint's challenge of 32 × 0x09 at the created time.
-        let handshake = LinkHandshake(identity: Fixed.hub, role: .hub, clock: { Fixed.createdMs })
-        let proof = try handshake.handle(TLVRecord(.linkChallenge, value: Fixed.linkChallenge)) ?? []
+        // The sender's phone (initiator) links to the hub over a stream carrier with fixed ephemerals.
+        let phone = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .stream,
+                               ephemeralSecret: Fixed.linkInitiatorEphemeral)
+        let hubSide = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream,
+                                 ephemeralSecret: Fixed.linkResponderEphemeral)
+        let hello = try phone.hello()
+        guard case .send(let reply)? = try hubSide.receive(TLVRecord(parsing: hello)).first,
+              case .send(let identityFrame)? = try phone.receive(TLVRecord(parsing: reply)).first else {
+            throw SecureLinkError.unexpected("vector handshake did not produce its messages")
+        }
+        _ = try hubSide.receive(TLVRecord(parsing: identityFrame))
+        let sealedAck = try hubSide.seal(ack.frame)
         return [
             ("senderSigningKey", Hex.encode(Fixed.sender.signingKey)),
             ("senderKXKey", Hex.encode(Fixed.sender.kxKey)),
@@ -47,8 +56,11 @@ enum ComputedVectors {
             ("custodyRefusalFrame", Hex.encode(refusal.frame)),
             ("summaryFrame", Hex.encode(summary.frame())),
             ("attachmentFrame", Hex.encode(attachment.frame)),
-            ("linkChallengeFrame", Hex.encode(TLVRecord(.linkChallenge, value: Fixed.linkChallenge).encoded)),
-            ("linkProofFrame", Hex.encode(proof)),
+            ("linkHelloFrame", Hex.encode(hello)),
+            ("linkReplyFrame", Hex.encode(reply)),
+            ("linkIdentityFrame", Hex.encode(identityFrame)),
+            ("linkHandshakeHash", Hex.encode(phone.handshakeHash)),
+            ("sealedCustodyAckFrame", Hex.encode(sealedAck)),
             ("chunk0", Hex.encode(chunks[0])),
             ("chunk1", Hex.encode(chunks[1])),
             ("chunk2", Hex.encode(chunks[2])),

@@ -31,7 +31,9 @@ extension VectorTests {
             "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
             "custodyRefusalFrame": Vectors.custodyRefusalFrame, "summaryFrame": Vectors.summaryFrame,
             "attachmentFrame": Vectors.attachmentFrame,
-            "linkChallengeFrame": Vectors.linkChallengeFrame, "linkProofFrame": Vectors.linkProofFrame,
+            "linkHelloFrame": Vectors.linkHelloFrame, "linkReplyFrame": Vectors.linkReplyFrame,
+            "linkIdentityFrame": Vectors.linkIdentityFrame, "linkHandshakeHash": Vectors.linkHandshakeHash,
+            "sealedCustodyAckFrame": Vectors.sealedCustodyAckFrame,
             "chunk0": Vectors.chunk0, "chunk1": Vectors.chunk1, "chunk2": Vectors.chunk2,
         ]
     }

@@ -23,7 +23,7 @@ if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
   D=$BUILD/debug
   mkdir -p "$(dirname "$PHONE")"
   swiftc -g -o "$PHONE" "$REPO/Tests/vmlab/ble-phone.swift" -I "$D/Modules" \
-    -Xcc -fmodule-map-file="$REPO/Sources/CSodium/module.modulemap" \
+    -Xcc -fmodule-map-file="$REPO/Sources/PluginAPI/Sources/CSodium/module.modulemap" \
     -Xcc -fmodule-map-file="$REPO/Sources/CBluetooth/module.modulemap" \
     -Xcc -fmodule-map-file="$D/CYaokPlugin.build/module.modulemap" \
     -Xcc -I"$REPO/Sources/PluginAPI/Sources/CYaokPlugin/include" \

@@ -72,6 +72,10 @@ public final class BLEHubClient {
     private let timeoutMs: Int32
     private var reassembler = ChunkReassembler()
     private var pendingFrames: [[UInt8]] = []
+    /// The secure session with the hub; once established, frames are sealed and opened here.
+    private var link: SecureLink?
+    /// Notifications that were not sealed for this session (dropped).
+    public private(set) var refusedFrames = 0
     private var buffer = [UInt8](repeating: 0, count: 1024)
 
     /// Connects from adapter `adapter` (e.g. "hci0") to the hub at `hub` (public LE address by
@@ -116,38 +120,46 @@ public final class BLEHubClient {
 
     deinit { close(fd) }
 
-    /// Subscribes to TX and runs the handshake as `role` with `identity`; returns the proved hub.
+    /// Subscribes to TX and, once the subscription is acknowledged, runs the kit's secure link
+    /// handshake as `role` with `identity` (the phone initiates); returns the proved hub.
     public func handshake(identity: LinkIdentity, role: PeerRole = .endpoint,
                           clock: @escaping @Sendable () -> Int64) throws -> AuthenticatedPeer {
-        let hs = LinkHandshake(identity: identity, role: role, clock: clock)
+        let hs = SecureLink(identity: identity, role: role, isInitiator: true, channel: .stream)
+        link = nil
         // A predecessor on this LE link (ATT is a fixed channel: a phone reconnecting within the
         // controller's disconnect timeout gets the same link) may have died mid-frame: drop its
         // partial frame at the hub before our first chunk.
         try request([ATTOpcode.writeRequest] + le16(handles.control) + [YaokGATT.controlResetReassembly], expect: ATTOpcode.writeResponse)
         try request([ATTOpcode.writeRequest] + le16(handles.txCCCD) + [0x01, 0x00], expect: ATTOpcode.writeResponse)
-        try send(hs.challengeFrame())
-        while !hs.isComplete {
+        try sendRaw(hs.hello())
+        while !hs.isEstablished {
             let frame = try receive()
             let record: TLVRecord
             do { record = try TLVRecord(parsing: frame) } catch { throw BLEClientError.handshake("\(error)") }
             do {
-                if let reply = try hs.handle(record) { try send(reply) }
+                for case .send(let reply) in try hs.receive(record) { try sendRaw(reply) }
             } catch let e as BLEClientError {
                 throw e
             } catch {
                 throw BLEClientError.handshake("\(error)")
             }
         }
-        guard let hub = hs.peer else { throw BLEClientError.handshake("no proof from the hub") }
+        guard let hub = hs.peer else { throw BLEClientError.handshake("no identity from the hub") }
         guard hub.role == .hub, Array(advertisedIdentity.dropFirst().prefix(32)) == hub.signingKey else {
             throw BLEClientError.handshake("the proved key differs from the hub's Identity characteristic")
         }
+        link = hs
         peer = hub
         return hub
     }
 
-    /// Sends one frame as chunked RX Write Requests (each acknowledged: flow control).
+    /// Seals one frame and sends it as chunked RX Write Requests (each acknowledged: flow control).
     public func send(_ frame: [UInt8]) throws {
+        guard let link else { throw BLEClientError.handshake("no secure session yet") }
+        try sendRaw(link.seal(frame))
+    }
+
+    private func sendRaw(_ frame: [UInt8]) throws {
         for chunk in try BLELinkSession.chunks(of: frame, attMTU: mtu) {
             try request([ATTOpcode.writeRequest] + le16(handles.rx) + chunk, expect: ATTOpcode.writeResponse)
         }
@@ -303,7 +315,18 @@ public final class BLEHubClient {
             guard u16(pdu, 1) == handles.tx else { return }
             traffic.notifications += 1
             do {
-                if let frame = try reassembler.add(Array(pdu[3...]), now: monotonicNanoseconds()) { pendingFrames.append(frame) }
+                if let frame = try reassembler.add(Array(pdu[3...]), now: monotonicNanoseconds()) {
+                    if let link {
+                        // Only frames sealed for this session reach the caller.
+                        if let record = try? TLVRecord(parsing: frame), case .frame(let inner)? = try? link.receive(record).first {
+                            pendingFrames.append(inner)
+                        } else {
+                            refusedFrames += 1
+                        }
+                    } else {
+                        pendingFrames.append(frame)
+                    }
+                }
             } catch {
                 throw BLEClientError.protocolViolation("bad TX chunk: \(error)")
             }

@@ -1,7 +1,7 @@
 import YaokPluginKit
 
-/// One connected central: chunk reassembly, the link handshake, and framing of outgoing
-/// frames. Pure logic (no sockets): the transport feeds it RX writes and sends what it returns.
+/// One connected central: chunk reassembly, the kit's ``SecureLink`` (the hub responds),
+/// and sealing and framing of outgoing frames. Pure logic (no sockets): the transport feeds it RX writes and sends what it returns.
 /// Not thread-safe: the transport only touches it on the ATT poll thread.
 final class BLELinkSession {
     enum State: Equatable { case connected, handshaking, up, closed }
@@ -28,9 +28,8 @@ final class BLELinkSession {
     private(set) var state: State = .connected
     private(set) var peer: AuthenticatedPeer?
     private var reassembler: ChunkReassembler
-    private var handshake: LinkHandshake
+    private var link: SecureLink
     private let identity: LinkIdentity
-    private let clock: @Sendable () -> Int64
     private let acceptedRoles: Set<PeerRole>
 
     init(id: LinkID, remote: String, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64,
@@ -40,20 +39,21 @@ final class BLELinkSession {
         self.remote = remote
         self.connectedAt = connectedAt
         self.reassembler = ChunkReassembler(timeoutNanoseconds: reassemblyTimeoutNanoseconds)
-        self.handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
+        self.link = SecureLink(identity: identity, role: .hub, isInitiator: false, channel: .stream)
         self.identity = identity
-        self.clock = clock
         self.acceptedRoles = acceptedRoles
     }
 
-    /// The central enabled TX notifications: send our challenge (once).
+    /// The central enabled TX notifications. The hub sends nothing of its own: the phone
+    /// starts the handshake with its hello once its CCCD write is acknowledged, so a phone
+    /// stack that ignores notifications until the subscription is confirmed never misses one.
     func notificationsEnabled() -> Output {
-        var out = Output()
-        guard state == .connected else { return out }
-        state = .handshaking
-        out.framesToSend.append(handshake.challengeFrame())
-        return out
+        if state == .connected { state = .handshaking }
+        return Output()
     }
+
+    /// Seals a frame for the central (only once the link is up).
+    func seal(_ frame: [UInt8]) throws -> [UInt8] { try link.seal(frame) }
 
     /// One RX write (a chunk) at monotonic time `now`.
     func received(chunk: [UInt8], now: UInt64) -> Output {
@@ -67,36 +67,39 @@ final class BLELinkSession {
             out.drop = "bad chunk: \(error)"
             return out
         }
-        if state == .up {
+        guard let record = try? TLVRecord(parsing: frame) else {
+            out.drop = "a frame that is not one TLV record"
+            return out
+        }
+        if state == .up && record.type == FrameType.linkHello.rawValue {
             // ATT is a fixed channel: a phone that closed its socket and connects again within
-            // the controller's disconnect timeout reuses this LE link, so its fresh handshake
-            // arrives here. Start over instead of passing the challenge to the host as data.
-            guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.linkChallenge.rawValue else {
-                out.framesReceived.append(frame)
-                return out
-            }
-            handshake = LinkHandshake(identity: identity, role: .hub, clock: clock)
+            // the controller's disconnect timeout reuses this LE link, so its fresh hello
+            // arrives here. Start over: the old session's keys die with it.
+            link = SecureLink(identity: identity, role: .hub, isInitiator: false, channel: .stream)
             peer = nil
             state = .handshaking
             out.restarted = true
-            out.framesToSend.append(handshake.challengeFrame())
         }
-        // Before the link is up only handshake records are accepted.
         do {
-            let record = try TLVRecord(parsing: frame)
-            // A central may answer-before-subscribing; our own challenge then follows on subscribe.
-            if let reply = try handshake.handle(record) { out.framesToSend.append(reply) }
-            if let peer = handshake.peer, handshake.isComplete, state != .up {
-                guard acceptedRoles.contains(peer.role) else {
-                    out.drop = HandshakeError.unexpectedRole(peer.role).description
-                    return out
+            for output in try link.receive(record) {
+                switch output {
+                case .send(let reply):
+                    out.framesToSend.append(reply)
+                case .established(let peer):
+                    guard acceptedRoles.contains(peer.role) else {
+                        out.drop = "the central proved role \(peer.role), which this link does not accept"
+                        return out
+                    }
+                    self.peer = peer
+                    state = .up
+                    out.authenticated = peer
+                case .frame(let inner):
+                    if inner[0] == FrameType.linkIdentity.rawValue { continue }
+                    out.framesReceived.append(inner)
                 }
-                self.peer = peer
-                state = .up
-                out.authenticated = peer
             }
         } catch {
-            out.drop = "handshake failed: \(error)"
+            out.drop = state == .up ? "a frame not sealed for this session: \(error)" : "handshake failed: \(error)"
         }
         return out
     }

@@ -18,6 +18,8 @@ import YaokPluginKit
 public final class BLETransport: Transport, @unchecked Sendable {
     /// The link cost reported to the router (BLE is slow and short-range).
     public static let linkCost = 20
+    /// Largest frame a BLE link carries: a reassembled frame holds one sealed record.
+    public static let linkMTU = ChunkReassembler.defaultMaxFrameSize - SecureLink.overhead
     /// A central must complete the link handshake within this many seconds of connecting.
     public static let handshakeTimeoutSeconds: UInt64 = 30
     /// How often stale partial frames and handshake timeouts are checked.
@@ -147,11 +149,15 @@ public final class BLETransport: Transport, @unchecked Sendable {
         lock.unlock()
         guard let server else { throw TransportError.notRunning }
         guard isUp else { throw TransportError.unknownLink(link) }
-        let limit = ChunkReassembler.defaultMaxFrameSize
+        let limit = Self.linkMTU
         guard frame.count <= limit else { throw TransportError.frameTooLarge(size: frame.count, mtu: limit) }
         let sent = server.onPollThread { [self] () -> String? in
             guard let session = sessions[link], session.state == .up else { return "link \(link) is not up" }
-            return sendFrame(frame, on: ATTConnectionID(rawValue: link), server: server)
+            do {
+                return sendFrame(try session.seal(frame), on: ATTConnectionID(rawValue: link), server: server)
+            } catch {
+                return "cannot seal: \(error)"
+            }
         }
         switch sent {
         case .none: throw TransportError.failed("the BLE I/O thread did not respond")
@@ -276,7 +282,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
             peersSeen.insert(peer.signingKey)
             lock.unlock()
             context.events.linkUp(LinkInfo(id: session.id, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
-                                           peerRole: peer.role, mtu: ChunkReassembler.defaultMaxFrameSize,
+                                           peerRole: peer.role, mtu: Self.linkMTU,
                                            cost: Self.linkCost, kind: "ble", remote: session.remote))
             context.events.statusChanged()
         }

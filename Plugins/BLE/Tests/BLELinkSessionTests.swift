@@ -18,7 +18,7 @@ private struct UnsigningIdentity: LinkIdentity {
 }
 
 /// An identity whose "signature" is its key plus a checksum of the message: lets the state
-/// machine run whole handshakes without libsodium (which this test target does not link).
+/// machine run whole handshakes with stand-in signatures (the Noise part is real).
 /// Real Ed25519 handshakes run in Tests/vmlab/ble-test.sh.
 private struct ChecksumIdentity: LinkIdentity {
     let signingKey: [UInt8]
@@ -51,13 +51,13 @@ final class BLELinkSessionTests: XCTestCase {
         return out
     }
 
-    /// Runs `phone`'s side of the handshake against the hub's frames in `fromHub`; returns the hub's last output.
-    private func handshake(_ phone: LinkHandshake, with s: BLELinkSession, fromHub: [[UInt8]]) throws -> BLELinkSession.Output {
-        var last = try deliver(phone.challengeFrame(), to: s)
-        var queue = fromHub + last.framesToSend
+    /// Runs `phone`'s side of the secure link handshake against the session; returns the hub's last output.
+    private func handshake(_ phone: SecureLink, with s: BLELinkSession) throws -> BLELinkSession.Output {
+        var last = try deliver(phone.hello(), to: s)
+        var queue = last.framesToSend
         while let frame = queue.first {
             queue.removeFirst()
-            if let reply = try phone.handle(TLVRecord(parsing: frame)) {
+            for case .send(let reply) in try phone.receive(TLVRecord(parsing: frame)) {
                 last = try deliver(reply, to: s)
                 queue += last.framesToSend
             }
@@ -65,36 +65,43 @@ final class BLELinkSessionTests: XCTestCase {
         return last
     }
 
+    private func phone(_ seed: UInt8) -> SecureLink {
+        SecureLink(identity: ChecksumIdentity(seed), role: .endpoint, isInitiator: true, channel: .stream)
+    }
+
     func testReconnectOverTheSameATTChannelRestartsTheHandshake() throws {
         let s = BLELinkSession(id: 3, remote: "x", identity: ChecksumIdentity(1), clock: { 1_000 },
                                reassemblyTimeoutNanoseconds: 1_000_000_000)
-        let first = LinkHandshake(identity: ChecksumIdentity(2), role: .endpoint, clock: { 1_000 })
-        let up = try handshake(first, with: s, fromHub: s.notificationsEnabled().framesToSend)
+        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty, "the hub notifies nothing before the phone's hello")
+        let first = phone(2)
+        let up = try handshake(first, with: s)
         XCTAssertEqual(up.authenticated?.signingKey, ChecksumIdentity(2).signingKey)
         XCTAssertFalse(up.restarted)
         XCTAssertEqual(s.state, .up)
-        XCTAssertTrue(first.isComplete)
+        XCTAssertTrue(first.isEstablished)
         let data = TLVRecord(type: 0x01, value: [1, 2, 3]).encoded
-        XCTAssertEqual(try deliver(data, to: s).framesReceived, [data])
+        XCTAssertEqual(try deliver(first.seal(data), to: s).framesReceived, [data])
+        // The same data in clear is refused: after the handshake only sealed frames count.
+        XCTAssertNotNil(try deliver(data, to: s).drop)
 
         // A second phone process on the same LE link: subscribing again changes nothing, its
-        // challenge restarts the handshake (old link down, new proof brings it up).
-        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty)
-        let second = LinkHandshake(identity: ChecksumIdentity(4), role: .endpoint, clock: { 1_000 })
-        let restart = try deliver(second.challengeFrame(), to: s)
+        // hello restarts the handshake (old link down, new identity brings it up).
+        let s2 = BLELinkSession(id: 4, remote: "x", identity: ChecksumIdentity(1), clock: { 1_000 },
+                                reassemblyTimeoutNanoseconds: 1_000_000_000)
+        _ = try handshake(phone(2), with: s2)
+        XCTAssertTrue(s2.notificationsEnabled().framesToSend.isEmpty)
+        let second = phone(4)
+        let restart = try deliver(second.hello(), to: s2)
         XCTAssertTrue(restart.restarted)
         XCTAssertNil(restart.authenticated)
-        XCTAssertTrue(restart.framesReceived.isEmpty, "a challenge is not data")
-        XCTAssertEqual(restart.framesToSend.map { try? TLVRecord(parsing: $0).type },
-                       [FrameType.linkChallenge.rawValue, FrameType.linkProof.rawValue])
-        XCTAssertEqual(s.state, .handshaking)
+        XCTAssertTrue(restart.framesReceived.isEmpty, "a hello is not data")
+        XCTAssertEqual(restart.framesToSend.map { try? TLVRecord(parsing: $0).type }, [FrameType.linkReply.rawValue])
+        XCTAssertEqual(s2.state, .handshaking)
         var last = BLELinkSession.Output()
-        for frame in restart.framesToSend {
-            if let reply = try second.handle(TLVRecord(parsing: frame)) { last = try deliver(reply, to: s) }
-        }
+        for case .send(let reply) in try second.receive(TLVRecord(parsing: restart.framesToSend[0])) { last = try deliver(reply, to: s2) }
         XCTAssertEqual(last.authenticated?.signingKey, ChecksumIdentity(4).signingKey)
-        XCTAssertEqual(s.state, .up)
-        XCTAssertTrue(second.isComplete)
+        XCTAssertEqual(s2.state, .up)
+        XCTAssertTrue(second.isEstablished)
     }
 
     private func session() -> BLELinkSession {
@@ -102,26 +109,22 @@ final class BLELinkSessionTests: XCTestCase {
                        reassemblyTimeoutNanoseconds: 1_000_000_000)
     }
 
-    func testSubscribeSendsOneChallenge() throws {
+    /// Bumble found the old hub notifying its challenge before answering the CCCD write; now the
+    /// hub notifies nothing until the phone, subscribed and acknowledged, sends its hello.
+    func testSubscribeSendsNothing() throws {
         let s = session()
-        let out = s.notificationsEnabled()
-        XCTAssertEqual(out.framesToSend.count, 1)
-        let record = try TLVRecord(parsing: out.framesToSend[0])
-        XCTAssertEqual(FrameType(rawValue: record.type), .linkChallenge)
-        XCTAssertEqual(record.value.count, 32)
+        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty)
         XCTAssertEqual(s.state, .handshaking)
-        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty, "a second subscribe must not re-challenge")
+        XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty)
     }
 
-    func testMalformedProofDropsTheLink() throws {
+    func testAVersionOnePeerIsRefusedWithAReason() throws {
         let s = session()
         _ = s.notificationsEnabled()
-        let proof = TLVRecord(.linkProof, value: [UInt8](repeating: 0, count: 10)).encoded
-        let chunks = try Chunker.split(proof, chunkSize: 20)
+        let challenge = TLVRecord(type: 0x10, value: [UInt8](repeating: 0, count: 32)).encoded
         var out = BLELinkSession.Output()
-        for c in chunks { out = s.received(chunk: c, now: 0) }
-        XCTAssertNotNil(out.drop)
-        XCTAssertTrue(out.drop?.contains("proof must be") ?? false, out.drop ?? "")
+        for c in try Chunker.split(challenge, chunkSize: 20) { out = s.received(chunk: c, now: 0) }
+        XCTAssertTrue(out.drop?.contains("link version 1") ?? false, out.drop ?? "")
         XCTAssertNil(out.authenticated)
         XCTAssertNotEqual(s.state, .up)
     }
@@ -129,7 +132,7 @@ final class BLELinkSessionTests: XCTestCase {
     func testDataBeforeHandshakeIsRefused() throws {
         let s = session()
         _ = s.notificationsEnabled()
-        let data = TLVRecord(type: 0x10, value: [1, 2, 3]).encoded
+        let data = TLVRecord(type: 0x01, value: [1, 2, 3]).encoded
         let out = s.received(chunk: try Chunker.split(data, chunkSize: 20)[0], now: 0)
         XCTAssertTrue(out.framesReceived.isEmpty)
         XCTAssertNotNil(out.drop)

@@ -109,7 +109,7 @@ public final class MeshEngine: @unchecked Sendable {
     }
 
     /// Largest frame: a whole TLV record.
-    public static let mtu = TLVRecord.headerLength + TLVRecord.maxValueLength
+    public static let mtu = SecureLink.maxFrameLength
 
     public let settings: MeshSettings
     private let identity: LinkIdentity
@@ -257,7 +257,7 @@ public final class MeshEngine: @unchecked Sendable {
         let needWake: Bool = try lock.withLock {
             guard running else { throw TransportError.notRunning }
             guard let s = sessions[link], s.state == .up else { throw TransportError.unknownLink(link) }
-            guard s.queue.push(frame) else {
+            guard let sealed = try? s.link.seal(frame), s.queue.push(sealed) else {
                 counters.queueFull += 1
                 throw TransportError.failed("outbound queue of link \(link) is full (\(s.queue.count) frames, \(s.queue.byteCount) bytes; limits \(settings.queueFrames) frames, \(settings.queueBytes >> 20) MB)")
             }
@@ -398,10 +398,9 @@ public final class MeshEngine: @unchecked Sendable {
 
     private func shutdownAll() {
         lock.withLock {
-            let goodbye = TLVRecord(.linkClose, value: []).encoded
             for s in sessions.values {
                 if s.state == .up {
-                    if !s.isMidFrame { _ = goodbye.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
+                    if !s.isMidFrame, let goodbye = try? s.link.seal(TLVRecord(.linkClose, value: []).encoded) { _ = goodbye.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } }
                     pending.append(.down(s.id, "transport stopped"))
                 }
                 shutdown(s.fd, Int32(SHUT_RDWR))
@@ -430,7 +429,7 @@ public final class MeshEngine: @unchecked Sendable {
         nextLinkID += 1
         let s = MeshSession(
             id: id, fd: fd, outbound: outbound, remote: remote, target: target, state: state,
-            handshake: LinkHandshake(identity: identity, role: .hub, clock: wallClockMs),
+            link: SecureLink(identity: identity, role: .hub, isInitiator: outbound, channel: .stream),
             queue: OutboundQueue(maxFrames: settings.queueFrames, maxBytes: settings.queueBytes),
             limiter: RateLimiter(perSecond: settings.maxFramesPerSecond, nowNs: monotonicNs()), nowMs: nowMs)
         sessions[id] = s
@@ -440,9 +439,14 @@ public final class MeshEngine: @unchecked Sendable {
     private func beginHandshake(_ s: MeshSession) {
         s.state = .handshaking
         s.stateSinceMs = nowMs
-        let challenge = s.handshake.challengeFrame()
-        s.ourNonce = Array(challenge.dropFirst(TLVRecord.headerLength))
-        s.queueControl(challenge)
+        // The dialler speaks first; the accepting side only answers (a connection costs it no signature).
+        guard s.outbound else { return }
+        do {
+            s.queueControl(try s.link.hello())
+        } catch {
+            close(s, reason: "cannot start the handshake with \(s.remote): \(error)", level: .warning, goodbye: false)
+            return
+        }
         flush(s)
     }
 
@@ -542,55 +546,54 @@ public final class MeshEngine: @unchecked Sendable {
     }
 
     private func handle(_ frame: [UInt8], on s: MeshSession) {
-        guard let type = frame.first else { return }
+        guard let record = try? TLVRecord(parsing: frame) else { return }
         if s.state == .up {
             s.limiter.spend(1)
-            switch FrameType(rawValue: type) {
+            let inner: [UInt8]
+            do {
+                guard case .frame(let f)? = try s.link.receive(record).first else { return }
+                inner = f
+            } catch {
+                // Anything not sealed with this session's key (in clear, forged, replayed) ends a stream.
+                counters.droppedBeforeHandshake += 1
+                misbehaved(s, "sent a frame that is not sealed for this session: \(error)")
+                return
+            }
+            switch FrameType(rawValue: inner[0]) {
             case .ping:
-                s.queueControl(TLVRecord(.pong, value: Array(frame.dropFirst(TLVRecord.headerLength))).encoded)
-            case .pong:
+                s.queueSealedControl(TLVRecord(.pong, value: Array(inner.dropFirst(TLVRecord.headerLength))).encoded)
+            case .pong, .linkIdentity:
                 break
             case .linkClose:
                 close(s, reason: "\(s.remote) closed the link", level: .info, goodbye: false)
-            case .linkChallenge, .linkProof:
-                // A finished handshake is never re-run on the same TCP session.
-                counters.droppedBeforeHandshake += 1
             default:
                 counters.framesIn += 1
-                counters.bytesIn += UInt64(frame.count)
-                if type == FrameType.bundle.rawValue, let key = s.peerKey {
+                counters.bytesIn += UInt64(inner.count)
+                if inner[0] == FrameType.bundle.rawValue, let key = s.peerKey {
                     counters.bundlesIn += 1
                     bundlesByPeer[Self.shortKey(key), default: (0, 0)].0 += 1
                 }
-                pending.append(.frame(frame, s.id))
+                pending.append(.frame(inner, s.id))
             }
             return
         }
-        switch FrameType(rawValue: type) {
-        case .linkChallenge, .linkProof:
-            guard let record = try? TLVRecord(parsing: frame) else { return }
-            if record.type == FrameType.linkChallenge.rawValue { s.peerNonce = record.value }
-            do {
-                if let reply = try s.handshake.handle(record) { s.queueControl(reply) }
-            } catch {
-                counters.handshakeFailures += 1
-                close(s, reason: "handshake with \(s.remote) failed: \(error)", level: .warning)
-                return
+        do {
+            for out in try s.link.receive(record) {
+                switch out {
+                case .send(let reply): s.queueControl(reply)
+                case .established(let peer): handshakeCompleted(s, peer)
+                case .frame: break
+                }
             }
-            if s.handshake.isComplete { handshakeCompleted(s) }
-        case .linkClose:
-            close(s, reason: "\(s.remote) closed the connection during the handshake", level: .info, goodbye: false)
-        default:
-            counters.droppedBeforeHandshake += 1
-            s.droppedBeforeHandshake += 1
-            if s.droppedBeforeHandshake > 16 {
-                misbehaved(s, "sent \(s.droppedBeforeHandshake) frames before completing the handshake")
-            }
+            flush(s)
+        } catch {
+            counters.handshakeFailures += 1
+            close(s, reason: "handshake with \(s.remote) failed: \(error)", level: .warning, goodbye: false)
         }
     }
 
-    private func handshakeCompleted(_ s: MeshSession) {
-        guard let peer = s.handshake.peer else { return }
+    private func handshakeCompleted(_ s: MeshSession, _ peer: AuthenticatedPeer) {
+        guard sessions[s.id] != nil else { return }
         let key = peer.signingKey
         if key == identity.signingKey {
             // Dialled ourselves: find the outbound half (its local address is this session's remote)
@@ -622,13 +625,15 @@ public final class MeshEngine: @unchecked Sendable {
         }
         if let existingID = upByKey[key], let existing = sessions[existingID] {
             counters.duplicatesClosed += 1
-            // An existing link that has not answered for two keepalive rounds is presumed dead (the
-            // peer restarted without a goodbye, e.g. power loss): the fresh session replaces it, as
-            // the peer, which has no other session, keeps it too. Otherwise both hubs apply the rank.
+            // Both sessions are authenticated by the same key, so only that hub can have made them.
+            // A silent existing link is presumed dead (the peer restarted without a goodbye). Between
+            // two live ones both hubs keep the one dialled by the lower key; two dialled by the same
+            // hub mean it redialled, so the newer one is kept.
             let existingSilent = nowMs - existing.lastHeardMs > 2 * settings.keepaliveMs
+            let (newRank, oldRank) = (s.rank(ourKey: identity.signingKey), existing.rank(ourKey: identity.signingKey))
             if existingSilent {
                 close(existing, reason: "replaced by session \(s.id): nothing heard on it for \(nowMs - existing.lastHeardMs) ms", level: .info)
-            } else if s.rank(ourKey: identity.signingKey).lexicographicallyPrecedes(existing.rank(ourKey: identity.signingKey)) {
+            } else if newRank <= oldRank {
                 close(existing, reason: "replaced by session \(s.id) with the same hub (duplicate-session tie-break)", level: .info)
             } else {
                 close(s, reason: "duplicate session with hub \(Self.shortKey(key)); keeping link \(existing.id)", level: .debug)
@@ -660,8 +665,7 @@ public final class MeshEngine: @unchecked Sendable {
     private func close(_ s: MeshSession, reason: String, level: LogLevel, goodbye: Bool = true, misbehaving: Bool = false) {
         guard sessions.removeValue(forKey: s.id) != nil else { return }
         let wasUp = s.state == .up
-        if goodbye && s.state != .connecting && !s.isMidFrame {
-            let bye = TLVRecord(.linkClose, value: []).encoded
+        if goodbye && s.state == .up && !s.isMidFrame, let bye = try? s.link.seal(TLVRecord(.linkClose, value: []).encoded) {
             _ = bye.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }
         shutdown(s.fd, Int32(SHUT_RDWR))
@@ -727,7 +731,7 @@ public final class MeshEngine: @unchecked Sendable {
                 } else if now - s.lastHeardMs >= settings.keepaliveMs && now - s.lastPingMs >= settings.keepaliveMs {
                     // Pinged on what we *hear*, not what we send: a link carrying traffic one way only
                     // must still hear pongs, or the sending side would time it out.
-                    s.queueControl(TLVRecord(.ping, value: []).encoded)
+                    s.queueSealedControl(TLVRecord(.ping, value: []).encoded)
                     s.lastPingMs = now
                     flush(s)
                 }

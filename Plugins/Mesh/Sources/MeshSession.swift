@@ -1,6 +1,6 @@
 import YaokPluginKit
 
-/// One TCP connection to another hub: handshake state, TLV reader, bounded writer queue.
+/// One TCP connection to another hub: its secure link session, TLV reader, bounded writer queue.
 /// Owned by ``MeshEngine`` and touched only under its lock.
 final class MeshSession {
     enum State: String {
@@ -22,7 +22,8 @@ final class MeshSession {
     var state: State
     /// When the current state began (monotonic ms), for the connect and handshake timeouts.
     var stateSinceMs: Int64
-    let handshake: LinkHandshake
+    /// The kit's secure session; the dialler is the initiator. Every frame after the handshake is sealed.
+    let link: SecureLink
     var decoder = TLVStreamDecoder()
     var queue: OutboundQueue
     var writeBuffer: [UInt8] = []
@@ -30,10 +31,6 @@ final class MeshSession {
     var lastHeardMs: Int64
     var lastSentMs: Int64
     var lastPingMs: Int64 = 0
-    /// The challenge nonce this side sent, and the one the peer sent: the dialler's nonce
-    /// breaks ties between duplicate sessions identically on both hubs.
-    var ourNonce: [UInt8] = []
-    var peerNonce: [UInt8] = []
     var limiter: RateLimiter
     var throttledThisSecond = false
     var throttledSeconds = 0
@@ -46,7 +43,7 @@ final class MeshSession {
     var hasBacklog: Bool { backlogHead < backlog.count }
 
     init(id: LinkID, fd: Int32, outbound: Bool, remote: MeshAddress, target: MeshEngine.TargetKey?, state: State,
-         handshake: LinkHandshake, queue: OutboundQueue, limiter: RateLimiter, nowMs: Int64) {
+         link: SecureLink, queue: OutboundQueue, limiter: RateLimiter, nowMs: Int64) {
         self.id = id
         self.fd = fd
         self.outbound = outbound
@@ -54,14 +51,14 @@ final class MeshSession {
         self.target = target
         self.state = state
         self.stateSinceMs = nowMs
-        self.handshake = handshake
+        self.link = link
         self.queue = queue
         self.limiter = limiter
         self.lastHeardMs = nowMs
         self.lastSentMs = nowMs
     }
 
-    var peerKey: [UInt8]? { handshake.peer?.signingKey }
+    var peerKey: [UInt8]? { link.peer?.signingKey }
 
     /// Whether bytes wait to be written.
     var hasPendingWrite: Bool { writeOffset < writeBuffer.count || !queue.isEmpty }
@@ -69,7 +66,13 @@ final class MeshSession {
     /// Whether a frame is half written (then a goodbye frame would corrupt the stream).
     var isMidFrame: Bool { writeOffset < writeBuffer.count }
 
-    /// Queues a control frame (handshake, ping, pong) regardless of the data bounds' fullness.
+    /// Seals a frame (ping, pong) and queues it as control. Nothing is sent in clear after the handshake.
+    func queueSealedControl(_ frame: [UInt8]) {
+        guard let sealed = try? link.seal(frame) else { return }
+        queueControl(sealed)
+    }
+
+    /// Queues a control record (handshake, sealed ping or pong) regardless of the data bounds' fullness.
     func queueControl(_ frame: [UInt8]) {
         if !queue.push(frame) {
             // A full data queue must not stall the handshake or keepalive: put it on the write buffer.
@@ -80,13 +83,13 @@ final class MeshSession {
         }
     }
 
-    /// The tie-break rank among duplicate sessions with the same peer: lower is kept.
-    /// Sessions dialled by the hub with the lower Ed25519 key come first; then the dialler's nonce.
-    func rank(ourKey: [UInt8]) -> [UInt8] {
-        guard let peerKey else { return [0xff] }
+    /// The tie-break rank among two authenticated sessions with the same peer: lower is kept.
+    /// Sessions dialled by the hub with the lower Ed25519 key come first. It depends only on the
+    /// two proven keys, never on a value the peer chose, and both hubs compute the same.
+    func rank(ourKey: [UInt8]) -> Int {
+        guard let peerKey else { return 2 }
         let diallerKey = outbound ? ourKey : peerKey
         let lowerKey = ourKey.lexicographicallyPrecedes(peerKey) ? ourKey : peerKey
-        let diallerNonce = outbound ? ourNonce : peerNonce
-        return [diallerKey == lowerKey ? 0 : 1] + diallerNonce
+        return diallerKey == lowerKey ? 0 : 1
     }
 }

@@ -122,11 +122,16 @@ final class MeshEngineTests: XCTestCase {
         let r = EventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
-        XCTAssertTrue(peer.write(TLVRecord(.linkChallenge, value: [UInt8](repeating: 5, count: 32)).encoded))
-        // A proof that claims Bob's key but is signed by someone else.
-        var proof: [UInt8] = [UInt8(PeerRole.hub.rawValue)] + bob.signingKey + bob.kxKey + [UInt8](repeating: 0, count: 8)
-        proof += FakeIdentity.checksum(key: FakeIdentity(seed: 3).signingKey, message: proof)
-        XCTAssertTrue(peer.write(TLVRecord(.linkProof, value: proof).encoded))
+        // An identity that claims Bob's key but is signed by someone else.
+        struct Impostor: LinkIdentity {
+            let claimed: FakeIdentity, signer: FakeIdentity
+            var signingKey: [UInt8] { claimed.signingKey }
+            var kxKey: [UInt8] { claimed.kxKey }
+            func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
+            func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
+            func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
+        }
+        _ = peer.handshake(as: Impostor(claimed: bob, signer: FakeIdentity(seed: 3)), role: .hub)
         XCTAssertTrue(peer.waitForClose())
         XCTAssertEqual(r.snapshot.ups.count, 0)
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
@@ -141,7 +146,7 @@ final class MeshEngineTests: XCTestCase {
         let flood = Thread {
             let frame = TLVRecord(.summary, value: [0]).encoded
             for _ in 0..<2_000 {
-                guard peer.write(frame) else { return }
+                guard peer.send(frame) else { return }
                 usleep(5_000)  // 200 frames/s against a limit of 10
             }
         }

@@ -132,6 +132,7 @@ final class RawPeer {
     let fd: Int32
     var decoder = TLVStreamDecoder()
     var pending: [[UInt8]] = []
+    var link: SecureLink?
 
     init(port: UInt16, host: String = "127.0.0.1") throws {
         let address = MeshAddress(host: host, port: port)
@@ -148,7 +149,7 @@ final class RawPeer {
         bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) } == bytes.count
     }
 
-    /// The next record, or nil on EOF / error / 5 s timeout.
+    /// The next record (opened, once the secure session is up), or nil on EOF / error / 5 s timeout.
     func readRecord() -> TLVRecord? {
         var buf = [UInt8](repeating: 0, count: 65_536)
         while pending.isEmpty {
@@ -156,21 +157,31 @@ final class RawPeer {
             guard n > 0, let frames = try? decoder.feed(buf[0..<n]) else { return nil }
             pending += frames
         }
-        return try? TLVRecord(parsing: pending.removeFirst())
+        guard let record = try? TLVRecord(parsing: pending.removeFirst()) else { return nil }
+        guard let link, link.isEstablished else { return record }
+        guard case .frame(let inner)? = try? link.receive(record).first else { return nil }
+        return try? TLVRecord(parsing: inner)
     }
 
-    /// Runs the mutual handshake as `identity` with `role`; true when both directions completed.
-    func handshake(as identity: FakeIdentity, role: PeerRole) -> Bool {
-        let hs = LinkHandshake(identity: identity, role: role, clock: { Int64(Date().timeIntervalSince1970 * 1000) })
-        guard write(hs.challengeFrame()) else { return false }
-        while !hs.isComplete {
+    /// Seals a frame for the engine (after ``handshake(as:role:)``).
+    func send(_ frame: [UInt8]) -> Bool {
+        guard let sealed = try? link?.seal(frame) else { return false }
+        return write(sealed)
+    }
+
+    /// Runs the secure link handshake as initiator with `identity` and `role`; true when it completed.
+    func handshake(as identity: LinkIdentity, role: PeerRole) -> Bool {
+        let hs = SecureLink(identity: identity, role: role, isInitiator: true, channel: .stream)
+        guard let hello = try? hs.hello(), write(hello) else { return false }
+        while !hs.isEstablished {
             guard let record = readRecord() else { return false }
             do {
-                if let reply = try hs.handle(record), !write(reply) { return false }
+                for case .send(let reply) in try hs.receive(record) where !write(reply) { return false }
             } catch {
                 return false
             }
         }
+        link = hs
         return true
     }
 

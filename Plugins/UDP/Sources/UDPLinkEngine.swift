@@ -1,12 +1,19 @@
 import Foundation
 import YaokPluginKit
 
-/// Moves TLV records as UDP datagrams (one record per datagram) and runs the
-/// link handshake per remote address.
+/// Moves TLV records as UDP datagrams (one sealed record per datagram) and runs the
+/// kit's ``SecureLink`` per remote address.
 ///
 /// Used by the hub's `udp` plugin (role hub) and by the `yaok` endpoint (role
 /// endpoint) as its client side. A remote address becomes a link once its
-/// identity proof verifies; it goes down after `idleTimeout` without traffic.
+/// handshake completes; it goes down after `idleTimeout` without authenticated traffic.
+///
+/// Denial of service: a hello is answered with a stateless cookie first (``LinkCookies``),
+/// so a forged source address costs no state, no signature and no reply larger than its
+/// datagram. Half-open handshakes are capped (`maxPending`, one per address); established
+/// sessions are capped (`maxSessions`) with a slot always kept for each configured peer and at
+/// most `maxSessionsPerKey` per peer key. A live session is never displaced by a new handshake
+/// unless that handshake authenticates the same peer key (the peer restarted).
 public final class UDPLinkEngine: @unchecked Sendable {
     /// Callbacks from the engine. Called on the engine's thread.
     public struct Events: Sendable {
@@ -28,6 +35,16 @@ public final class UDPLinkEngine: @unchecked Sendable {
     public struct Counters: Sendable {
         public var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
         public var dropped: UInt64 = 0, handshakeFailures: UInt64 = 0
+        /// Cookie replies sent (hellos from addresses not yet validated).
+        public var cookiesSent: UInt64 = 0
+        /// Sealed frames refused: forged, altered, replayed, or for no session.
+        public var sealedRefused: UInt64 = 0
+        /// Handshakes refused for lack of a slot (pending or established).
+        public var slotsRefused: UInt64 = 0
+        /// Completed handshakes that tried to take over a live session with another key.
+        public var takeoversRefused: UInt64 = 0
+        /// Records from peers speaking another link version.
+        public var versionRefused: UInt64 = 0
     }
 
     /// Largest record carried in one datagram.
@@ -43,12 +60,16 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private let idleTimeoutMs: Int64
     private let keepaliveMs: Int64
     private let maxSessions: Int
+    private let maxPending: Int
+    private let maxSessionsPerKey = 4
+    private let cookies: LinkCookies
 
     private let lock = NSLock()
     private var fd: Int32 = -1
     private var running = false
     private var thread: Thread?
     private var sessions: [SocketAddress: Session] = [:]
+    private var lastVersionLogMs: Int64 = -60_000
     private var byLink: [LinkID: SocketAddress] = [:]
     private var nextLinkID: LinkID = 1
     private var counters = Counters()
@@ -57,22 +78,29 @@ public final class UDPLinkEngine: @unchecked Sendable {
     final class Session {
         let address: SocketAddress
         let linkID: LinkID
-        var handshake: LinkHandshake
+        /// The live session once up; before that, the handshake in progress.
+        var link: SecureLink
+        /// A new handshake beside a live session; it replaces `link` only if it proves the same key.
+        var pending: SecureLink?
+        var pendingSinceMs: Int64 = 0
         var up = false
         var lastHeardMs: Int64
-        var lastChallengeMs: Int64 = 0
+        /// Last authenticated frame from the peer.
+        var lastAuthenticMs: Int64
+        var lastHelloMs: Int64 = 0
         var lastPingMs: Int64 = 0
-        init(address: SocketAddress, linkID: LinkID, handshake: LinkHandshake, now: Int64) {
+        init(address: SocketAddress, linkID: LinkID, link: SecureLink, now: Int64) {
             self.address = address
             self.linkID = linkID
-            self.handshake = handshake
+            self.link = link
             self.lastHeardMs = now
+            self.lastAuthenticMs = now
         }
     }
 
     public init(identity: LinkIdentity, role: PeerRole, listen: SocketAddress, staticPeers: [SocketAddress],
                 clock: @escaping @Sendable () -> Int64,
-                idleTimeoutMs: Int64 = 45_000, keepaliveMs: Int64 = 10_000, maxSessions: Int = 256) {
+                idleTimeoutMs: Int64 = 45_000, keepaliveMs: Int64 = 10_000, maxSessions: Int = 256, maxPending: Int = 64) {
         self.identity = identity
         self.role = role
         self.listen = listen
@@ -81,6 +109,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
         self.idleTimeoutMs = idleTimeoutMs
         self.keepaliveMs = keepaliveMs
         self.maxSessions = maxSessions
+        self.maxPending = maxPending
+        self.cookies = LinkCookies(clock: clock)
     }
 
     /// The bound local address (useful when listening on port 0).
@@ -119,29 +149,33 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Stops the receive thread, reports every link down and closes the socket.
     public func stop() {
-        let (fd, links, addresses): (Int32, [LinkID], [SocketAddress]) = lock.withLock {
+        let (fd, links, goodbyes): (Int32, [LinkID], [(SocketAddress, [UInt8])]) = lock.withLock {
             guard running else { return (-1, [], []) }
             running = false
             let up = sessions.values.filter(\.up)
+            let goodbyes = up.compactMap { s in (try? s.link.seal(TLVRecord(.linkClose, value: []).encoded)).map { (s.address, $0) } }
             sessions.removeAll()
             byLink.removeAll()
-            return (self.fd, up.map(\.linkID), up.map(\.address))
+            return (self.fd, up.map(\.linkID), goodbyes)
         }
         guard fd >= 0 else { return }
         // Say goodbye so peers drop the link now instead of after the idle timeout.
-        for address in addresses { try? sendDatagram(TLVRecord(.linkClose, value: []).encoded, to: address, fd: fd) }
+        for (address, bytes) in goodbyes { try? sendDatagram(bytes, to: address, fd: fd) }
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
         for id in links { events.linkDown(id, "transport stopped") }
     }
 
-    /// Sends one record to an up link.
+    /// Seals one record and sends it to an up link.
     public func send(_ frame: [UInt8], to link: LinkID) throws {
         guard frame.count <= Self.mtu else { throw TransportError.frameTooLarge(size: frame.count, mtu: Self.mtu) }
-        let (fd, address): (Int32, SocketAddress?) = lock.withLock { (self.fd, byLink[link]) }
+        let (fd, address, sealed): (Int32, SocketAddress?, [UInt8]?) = try lock.withLock {
+            guard let address = byLink[link], let s = sessions[address], s.up else { return (self.fd, nil, nil) }
+            return (self.fd, address, try s.link.seal(frame))
+        }
         guard fd >= 0 else { throw TransportError.notRunning }
-        guard let address else { throw TransportError.unknownLink(link) }
-        try sendDatagram(frame, to: address, fd: fd)
+        guard let address, let sealed else { throw TransportError.unknownLink(link) }
+        try sendDatagram(sealed, to: address, fd: fd)
     }
 
     public var counterSnapshot: Counters { lock.withLock { counters } }
@@ -186,14 +220,24 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
     }
 
-    private func session(for address: SocketAddress, now: Int64) -> Session? {
-        if let s = sessions[address] { return s }
-        guard sessions.count < maxSessions else { return nil }
-        let id = nextLinkID
-        nextLinkID += 1
-        let s = Session(address: address, linkID: id, handshake: LinkHandshake(identity: identity, role: role, clock: clock), now: now)
-        sessions[address] = s
-        return s
+    private func newLink(initiator: Bool) -> SecureLink {
+        SecureLink(identity: identity, role: role, isInitiator: initiator, channel: .datagram)
+    }
+
+    private var pendingCount: Int { sessions.values.filter { !$0.up || $0.pending != nil }.count }
+
+    /// Whether a new established session for `key` at `address` fits, keeping a slot for every configured peer.
+    private func hasSlot(for key: [UInt8], at address: SocketAddress) -> Bool {
+        let established = sessions.values.filter(\.up)
+        if established.filter({ $0.link.peer?.signingKey == key }).count >= maxSessionsPerKey { return false }
+        if staticPeers.contains(address) { return true }
+        let reserved = staticPeers.filter { sessions[$0]?.up != true }.count
+        return established.count + reserved < maxSessions
+    }
+
+    private func linkInfo(_ s: Session, _ peer: AuthenticatedPeer) -> LinkInfo {
+        LinkInfo(id: s.linkID, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
+                 peerRole: peer.role, mtu: Self.mtu, cost: 10, kind: "udp", remote: s.address.description)
     }
 
     private func receive(_ datagram: [UInt8], from address: SocketAddress, fd: Int32) {
@@ -204,90 +248,200 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
         var replies: [[UInt8]] = []
         var upInfo: LinkInfo?
-        var deliver: LinkID?
-        var failure: String?
+        var deliver: [UInt8]?
+        var linkForDelivery: LinkID = 0
+        var logLine: String?
         var closed: LinkID?
         lock.withLock {
             counters.framesIn += 1
             counters.bytesIn += UInt64(datagram.count)
-            guard let s = session(for: address, now: now) else { counters.dropped += 1; return }
-            s.lastHeardMs = now
-            switch FrameType(rawValue: record.type) {
-            case .linkChallenge, .linkProof:
-                if record.type == FrameType.linkChallenge.rawValue && s.lastChallengeMs == 0 {
-                    // The peer started the conversation: challenge it too.
-                    replies.append(s.handshake.challengeFrame())
-                    s.lastChallengeMs = now
+            if FrameType.retiredHandshakeTypes.contains(record.type) {
+                // A version-1 peer: tell it (4 bytes, never more than it sent) and say so, at most every 10 s.
+                counters.versionRefused += 1
+                replies.append(SecureLink.versionRecord())
+                if now - lastVersionLogMs >= 10_000 {
+                    lastVersionLogMs = now
+                    logLine = "\(address) speaks link version 1, which is retired; it must be upgraded to link version \(SecureLink.version)"
                 }
+                return
+            }
+            switch FrameType(rawValue: record.type) {
+            case .linkHello:
+                switch cookies.admit(record, from: Array(address.description.utf8)) {
+                case .drop:
+                    counters.dropped += 1
+                    return
+                case .reply(let r):
+                    if r.first == FrameType.linkCookie.rawValue { counters.cookiesSent += 1 } else { counters.versionRefused += 1 }
+                    replies.append(r)
+                    return
+                case .admit:
+                    break
+                }
+                let existing = sessions[address]
+                if let s = existing, !s.up, s.link.isInitiator, s.link.state == .awaitingReply {
+                    // Both ends dialled at once: the hello with the lower ephemeral key wins, the same on both sides.
+                    let theirs = Array(record.value[1..<33])
+                    if s.link.ephemeralKey.lexicographicallyPrecedes(theirs) { return }
+                }
+                if let s = existing, s.up {
+                    guard s.pending == nil || now - s.pendingSinceMs > 5_000 else { counters.slotsRefused += 1; return }
+                    let fresh = newLink(initiator: false)
+                    do {
+                        for case .send(let r) in try fresh.receive(record) { replies.append(r) }
+                        s.pending = fresh
+                        s.pendingSinceMs = now
+                    } catch {
+                        counters.handshakeFailures += 1
+                    }
+                    return
+                }
+                guard existing != nil || pendingCount < maxPending else { counters.slotsRefused += 1; return }
+                let s = existing.map { old -> Session in
+                    old.link = newLink(initiator: false)
+                    return old
+                } ?? makeSession(address, link: newLink(initiator: false), now: now)
+                s.lastHeardMs = now
                 do {
-                    if let reply = try s.handshake.handle(record) { replies.append(reply) }
-                    if !s.up, let peer = s.handshake.peer {
-                        s.up = true
-                        byLink[s.linkID] = address
-                        upInfo = LinkInfo(id: s.linkID, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
-                                          peerRole: peer.role, mtu: Self.mtu, cost: 10, kind: "udp", remote: address.description)
+                    for case .send(let r) in try s.link.receive(record) { replies.append(r) }
+                } catch {
+                    counters.handshakeFailures += 1
+                    sessions[address] = nil
+                    logLine = "handshake with \(address) failed: \(error)"
+                }
+            case .linkCookie, .linkReply, .linkVersion:
+                guard let s = sessions[address] else { counters.dropped += 1; return }
+                let target = s.up ? s.pending : s.link
+                guard let link = target, link.isInitiator else { counters.dropped += 1; return }
+                do {
+                    for out in try link.receive(record) {
+                        switch out {
+                        case .send(let r): replies.append(r)
+                        case .established(let peer): upInfo = established(s, link: link, peer: peer, now: now, log: &logLine)
+                        case .frame: break
+                        }
                     }
                 } catch {
                     counters.handshakeFailures += 1
-                    failure = "handshake with \(address) failed: \(error)"
-                    if !s.up { sessions[address] = nil }
+                    if case SecureLinkError.unsupportedVersion = error { counters.versionRefused += 1 }
+                    logLine = "handshake with \(address) failed: \(error)"
+                    if s.up { s.pending = nil } else { sessions[address] = nil }
                 }
-            case .ping where s.up:
-                replies.append(TLVRecord(.pong, value: record.value).encoded)
-            case .pong:
-                break
-            case .linkClose:
-                sessions[address] = nil
-                if s.up {
-                    byLink[s.linkID] = nil
-                    closed = s.linkID
+            case .sealed:
+                guard let s = sessions[address] else { counters.sealedRefused += 1; return }
+                var outputs: [SecureLink.Output]?
+                var from = s.link
+                if s.link.state != .initial && !(s.link.isInitiator && s.link.state == .awaitingReply) {
+                    outputs = try? s.link.receive(record)
                 }
-            default:
-                if s.up {
-                    deliver = s.linkID
-                } else {
-                    counters.dropped += 1
-                    // Traffic from an unknown peer (e.g. we restarted): ask it to prove itself again.
-                    if now - s.lastChallengeMs >= 1_000 {
-                        replies.append(s.handshake.challengeFrame())
-                        s.lastChallengeMs = now
+                if outputs == nil, let p = s.pending, p.state == .awaitingIdentity || p.isEstablished {
+                    outputs = try? p.receive(record)
+                    from = p
+                }
+                guard let outputs else { counters.sealedRefused += 1; return }
+                s.lastHeardMs = now
+                s.lastAuthenticMs = now
+                for out in outputs {
+                    switch out {
+                    case .send(let r): replies.append(r)
+                    case .established(let peer): upInfo = established(s, link: from, peer: peer, now: now, log: &logLine)
+                    case .frame(let inner):
+                        guard s.up, from === s.link else { continue }
+                        switch FrameType(rawValue: inner[0]) {
+                        case .ping:
+                            if let pong = try? s.link.seal(TLVRecord(.pong, value: Array(inner[3...])).encoded) { replies.append(pong) }
+                        case .pong, .linkIdentity:
+                            break
+                        case .linkClose:
+                            sessions[address] = nil
+                            byLink[s.linkID] = nil
+                            closed = s.linkID
+                        default:
+                            deliver = inner
+                            linkForDelivery = s.linkID
+                        }
                     }
                 }
+            default:
+                // Anything in clear outside the handshake (a spoofed custody ack or link close) is refused.
+                counters.dropped += 1
             }
         }
-        if let failure { events.log(failure) }
+        if let logLine { events.log(logLine) }
         if let closed { events.linkDown(closed, "peer closed the link") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }
         if let upInfo { events.linkUp(upInfo) }
-        if let deliver { events.frame(datagram, deliver) }
+        if let deliver { events.frame(deliver, linkForDelivery) }
     }
 
-    /// Timers: (re)challenge static peers, keep links alive, expire idle ones.
+    private func makeSession(_ address: SocketAddress, link: SecureLink, now: Int64) -> Session {
+        let s = Session(address: address, linkID: nextLinkID, link: link, now: now)
+        nextLinkID += 1
+        sessions[address] = s
+        return s
+    }
+
+    /// A handshake completed on `link` for session `s`. Returns the link to report up, if any. Under the lock.
+    private func established(_ s: Session, link: SecureLink, peer: AuthenticatedPeer, now: Int64, log: inout String?) -> LinkInfo? {
+        s.lastAuthenticMs = now
+        if s.up {
+            // A second handshake beside a live session: only the same proven key may replace it (the peer restarted).
+            s.pending = nil
+            guard link !== s.link else { return nil }
+            guard s.link.peer?.signingKey == peer.signingKey else {
+                counters.takeoversRefused += 1
+                log = "refused a new session from \(s.address) with another key while the link with the current one is live"
+                return nil
+            }
+            s.link = link
+            return nil
+        }
+        guard hasSlot(for: peer.signingKey, at: s.address) else {
+            counters.slotsRefused += 1
+            sessions[s.address] = nil
+            log = "no session slot for \(s.address)"
+            return nil
+        }
+        s.link = link
+        s.up = true
+        byLink[s.linkID] = s.address
+        return linkInfo(s, peer)
+    }
+
+    /// Timers: dial configured peers, keep links alive, re-handshake a silent one, expire idle ones.
     private func tick(_ fd: Int32) {
         let now = clock()
         var toSend: [([UInt8], SocketAddress)] = []
         var down: [(LinkID, String)] = []
         lock.withLock {
             for peer in staticPeers {
-                guard let s = session(for: peer, now: now) else { continue }
-                if !s.up && now - s.lastChallengeMs >= 2_000 {
-                    s.handshake = LinkHandshake(identity: identity, role: role, clock: clock)
-                    toSend.append((s.handshake.challengeFrame(), peer))
-                    s.lastChallengeMs = now
+                let s = sessions[peer] ?? makeSession(peer, link: newLink(initiator: true), now: now)
+                if !s.up && now - s.lastHelloMs >= 2_000 {
+                    s.link = newLink(initiator: true)
+                    if let hello = try? s.link.hello() { toSend.append((hello, peer)) }
+                    s.lastHelloMs = now
                     s.lastHeardMs = now
+                } else if s.up && s.link.isInitiator && now - s.lastAuthenticMs > keepaliveMs + 5_000 && now - s.lastHelloMs >= 2_000 {
+                    // Pings go unanswered: the peer may have restarted. Handshake again beside the live session.
+                    let fresh = newLink(initiator: true)
+                    if let hello = try? fresh.hello() { toSend.append((hello, peer)) }
+                    s.pending = fresh
+                    s.pendingSinceMs = now
+                    s.lastHelloMs = now
                 }
             }
             for (address, s) in sessions {
-                if now - s.lastHeardMs > idleTimeoutMs {
+                if now - s.lastHeardMs > idleTimeoutMs || (!s.up && now - s.lastHeardMs > 10_000 && !staticPeers.contains(address)) {
                     sessions[address] = nil
                     if s.up {
                         byLink[s.linkID] = nil
                         down.append((s.linkID, "no traffic for \(idleTimeoutMs / 1000) s"))
                     }
-                } else if s.up && now - max(s.lastPingMs, s.lastHeardMs) >= keepaliveMs {
+                } else if s.up && now - max(s.lastPingMs, s.lastAuthenticMs) >= keepaliveMs {
                     s.lastPingMs = now
-                    toSend.append((TLVRecord(.ping, value: []).encoded, address))
+                    if let ping = try? s.link.seal(TLVRecord(.ping, value: []).encoded) { toSend.append((ping, address)) }
                 }
+                if let p = s.pending, now - s.pendingSinceMs > 10_000, !p.isEstablished { s.pending = nil }
             }
         }
         for (bytes, address) in toSend { try? sendDatagram(bytes, to: address, fd: fd) }

@@ -89,7 +89,12 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                             details: ["listen": engine.boundAddress?.description ?? engine.listen.description,
                                       "static_peers": engine.staticPeers.map(\.description).joined(separator: ","),
                                       "dropped_datagrams": String(c.dropped),
-                                      "handshake_failures": String(c.handshakeFailures)])
+                                      "handshake_failures": String(c.handshakeFailures),
+                                      "cookies_sent": String(c.cookiesSent),
+                                      "sealed_refused": String(c.sealedRefused),
+                                      "slots_refused": String(c.slotsRefused),
+                                      "takeovers_refused": String(c.takeoversRefused),
+                                      "version_refused": String(c.versionRefused)])
         }
     }
 }

@@ -5,7 +5,7 @@ import Foundation
 import YaokPluginKit
 
 /// The TCP side of the group: accepts phones on the group owner's address, runs the kit's
-/// ``LinkHandshake`` (phones must prove role endpoint), then moves TLV records back to back.
+/// kit's ``SecureLink`` as responder (phones must prove role endpoint), then moves sealed TLV records back to back.
 ///
 /// One poll thread owns the listener and every session. State sits behind one lock; host
 /// callbacks are collected under it and delivered after it is released, in order, so a link's
@@ -63,14 +63,15 @@ public final class LinkServer: @unchecked Sendable {
         public var rateLimited: UInt64 = 0, rateLimitDisconnects: UInt64 = 0
     }
 
-    /// Largest frame: a whole TLV record.
-    public static let mtu = TLVRecord.headerLength + TLVRecord.maxValueLength
+    /// Largest frame: a whole TLV record that still fits one sealed record.
+    public static let mtu = SecureLink.maxFrameLength
 
     final class Session {
         let id: LinkID
         let fd: Int32
         let remote: String
-        let handshake: LinkHandshake
+        /// The kit's secure session (the phone initiates); every frame after it is sealed.
+        let link: SecureLink
         var decoder = TLVStreamDecoder()
         var up = false
         var peerKey: [UInt8] = []
@@ -90,8 +91,8 @@ public final class LinkServer: @unchecked Sendable {
         var throttledSinceMs: Int64?
         var lastThrottledMs: Int64 = 0
         var hasBacklog: Bool { backlogHead < backlog.count }
-        init(id: LinkID, fd: Int32, remote: String, handshake: LinkHandshake, nowMs: Int64) {
-            self.id = id; self.fd = fd; self.remote = remote; self.handshake = handshake
+        init(id: LinkID, fd: Int32, remote: String, link: SecureLink, nowMs: Int64) {
+            self.id = id; self.fd = fd; self.remote = remote; self.link = link
             sinceMs = nowMs; lastHeardMs = nowMs
         }
         var hasPendingWrite: Bool { writeOffset < writeBuffer.count || outHead < out.count }
@@ -182,8 +183,9 @@ public final class LinkServer: @unchecked Sendable {
                 counters.queueFull += 1
                 throw TransportError.failed("outbound queue of link \(link) is full (\(s.out.count - s.outHead) frames, \(s.outBytes) bytes)")
             }
-            s.out.append(frame)
-            s.outBytes += frame.count
+            let sealed = try s.link.seal(frame)
+            s.out.append(sealed)
+            s.outBytes += sealed.count
             counters.framesOut += 1
             counters.bytesOut += UInt64(frame.count)
         }
@@ -271,11 +273,11 @@ public final class LinkServer: @unchecked Sendable {
                 pending.append(.log("refused \(remote): \(settings.maxSessions) sessions already open (max_sessions)"))
                 continue
             }
-            let hs = LinkHandshake(identity: identity, role: .hub, clock: wallClockMs)
-            let s = Session(id: nextID, fd: fd, remote: remote, handshake: hs, nowMs: nowMs)
+            // The phone speaks first; until it does, a connection costs no signature and no bytes.
+            let link = SecureLink(identity: identity, role: .hub, isInitiator: false, channel: .stream)
+            let s = Session(id: nextID, fd: fd, remote: remote, link: link, nowMs: nowMs)
             nextID += 1
             sessions[s.id] = s
-            s.writeBuffer = hs.challengeFrame()
         }
     }
 
@@ -336,38 +338,38 @@ public final class LinkServer: @unchecked Sendable {
     }
 
     private func handle(_ frame: [UInt8], from s: Session) {
-        let type = frame[0]
-        if !s.up {
-            guard type == FrameType.linkChallenge.rawValue || type == FrameType.linkProof.rawValue,
-                  let record = try? TLVRecord(parsing: frame) else {
-                counters.handshakeFailures += 1
-                closeSession(s, reason: "\(s.remote) sent record type 0x\(String(type, radix: 16)) before the handshake", goodbye: false)
-                return
-            }
-            do {
-                if let reply = try s.handshake.handle(record) { s.out.append(reply); s.outBytes += reply.count }
-            } catch {
-                counters.handshakeFailures += 1
-                closeSession(s, reason: "handshake with \(s.remote) failed: \(error)", goodbye: false)
-                return
-            }
-            if s.handshake.isComplete, let peer = s.handshake.peer { linkUp(s, peer) }
+        guard let record = try? TLVRecord(parsing: frame) else { return }
+        let outputs: [SecureLink.Output]
+        do {
+            outputs = try s.link.receive(record)
+        } catch {
+            counters.handshakeFailures += 1
+            closeSession(s, reason: s.up ? "\(s.remote) sent a frame not sealed for this session: \(error)" : "handshake with \(s.remote) failed: \(error)", goodbye: false)
             return
         }
-        switch FrameType(rawValue: type) {
-        case .ping:
-            let pong = TLVRecord(.pong, value: []).encoded
-            s.out.append(pong); s.outBytes += pong.count
-        case .pong:
-            break
-        case .linkClose:
-            closeSession(s, reason: "\(s.remote) said goodbye", goodbye: false)
-        case .linkChallenge, .linkProof:
-            break // a late handshake record: harmless
-        default:
-            counters.framesIn += 1
-            counters.bytesIn += UInt64(frame.count)
-            pending.append(.frame(frame, s.id))
+        for out in outputs {
+            switch out {
+            case .send(let reply):
+                // Before the handshake the server sends exactly one reply: nothing to bound beyond that.
+                s.out.append(reply); s.outBytes += reply.count
+            case .established(let peer):
+                linkUp(s, peer)
+            case .frame(let inner):
+                switch FrameType(rawValue: inner[0]) {
+                case .ping:
+                    // Pongs share the link's queue bounds: a peer that pings faster than it reads gets none.
+                    guard s.out.count - s.outHead < settings.queueFrames, let pong = try? s.link.seal(TLVRecord(.pong, value: []).encoded) else { continue }
+                    s.out.append(pong); s.outBytes += pong.count
+                case .pong, .linkIdentity:
+                    break
+                case .linkClose:
+                    closeSession(s, reason: "\(s.remote) said goodbye", goodbye: false)
+                default:
+                    counters.framesIn += 1
+                    counters.bytesIn += UInt64(inner.count)
+                    pending.append(.frame(inner, s.id))
+                }
+            }
         }
     }
 
@@ -427,8 +429,7 @@ public final class LinkServer: @unchecked Sendable {
 
     private func closeSession(_ s: Session, reason: String, goodbye: Bool) {
         guard sessions.removeValue(forKey: s.id) != nil else { return }
-        if goodbye && s.writeOffset >= s.writeBuffer.count {
-            let bye = TLVRecord(.linkClose, value: []).encoded
+        if goodbye && s.up && s.writeOffset >= s.writeBuffer.count, let bye = try? s.link.seal(TLVRecord(.linkClose, value: []).encoded) {
             _ = bye.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
         }
         shutdown(s.fd, Int32(SHUT_RDWR))

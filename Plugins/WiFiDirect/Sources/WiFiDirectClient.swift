@@ -5,8 +5,8 @@ import Foundation
 import YaokPluginKit
 
 /// The phone side of a Wi-Fi Direct link, for `yaok` on Linux (and tests): connects to the
-/// hub's TCP port on the group owner's address, runs the handshake as role endpoint, then
-/// moves TLV records. Blocking calls with timeouts; one caller thread at a time for
+/// hub's TCP port on the group owner's address, runs the kit's ``SecureLink`` as initiator
+/// (role endpoint), then moves sealed TLV records. Blocking calls with timeouts; one caller thread at a time for
 /// receiving, ``send(_:)`` may be called from another.
 public final class WiFiDirectClient: @unchecked Sendable {
     /// The hub, as its handshake proved it.
@@ -16,6 +16,7 @@ public final class WiFiDirectClient: @unchecked Sendable {
     private var decoder = TLVStreamDecoder()
     private var ready: [[UInt8]] = []
     private let sendLock = NSLock()
+    private let link: SecureLink
     private let readTimeoutMs: Int32
     /// When the hub last sent anything (pongs included): a link whose group vanished under it
     /// gives no error, only silence, so callers compare this with their ping interval.
@@ -30,24 +31,24 @@ public final class WiFiDirectClient: @unchecked Sendable {
         fd = try TCPSockets.connect(host: host, port: port, timeoutMs: Int32(connectTimeout * 1000))
         remote = "\(host):\(port)"
         readTimeoutMs = Int32(readTimeout * 1000)
-        let hs = LinkHandshake(identity: identity, role: role, clock: clock)
+        let hs = SecureLink(identity: identity, role: role, isInitiator: true, channel: .stream)
+        link = hs
         let deadline = Date().addingTimeInterval(connectTimeout)
         do {
-            try Self.write(fd, hs.challengeFrame())
-            while !hs.isComplete {
+            try Self.write(fd, hs.hello())
+            while !hs.isEstablished {
                 let left = deadline.timeIntervalSinceNow
                 guard left > 0 else { throw TransportError.failed("the hub at \(host):\(port) did not complete the handshake within \(connectTimeout) s") }
                 guard let frame = try Self.readFrame(fd, &decoder, &ready, timeoutMs: Int32(left * 1000)) else {
                     throw TransportError.failed("the hub at \(host):\(port) did not complete the handshake within \(connectTimeout) s")
                 }
-                if frame.first == FrameType.linkClose.rawValue { throw TransportError.failed("the hub at \(host):\(port) refused the link") }
-                if let reply = try hs.handle(TLVRecord(parsing: frame)) { try Self.write(fd, reply) }
+                for case .send(let reply) in try hs.receive(TLVRecord(parsing: frame)) { try Self.write(fd, reply) }
             }
         } catch {
             Glibc.close(fd)
             throw error
         }
-        guard let peer = hs.peer else { Glibc.close(fd); throw TransportError.failed("handshake ended without a proof") }
+        guard let peer = hs.peer else { Glibc.close(fd); throw TransportError.failed("handshake ended without an identity") }
         guard peer.role == .hub else {
             Glibc.close(fd)
             throw TransportError.failed("\(host):\(port) proved role \(peer.role), not hub")
@@ -61,18 +62,18 @@ public final class WiFiDirectClient: @unchecked Sendable {
     public func close() {
         sendLock.withLock {
             guard fd >= 0 else { return }
-            try? Self.write(fd, TLVRecord(.linkClose, value: []).encoded)
+            if let bye = try? link.seal(TLVRecord(.linkClose, value: []).encoded) { try? Self.write(fd, bye) }
             Glibc.close(fd)
             fd = -1
         }
     }
 
-    /// Sends one TLV record (blocking until the kernel takes it).
+    /// Seals and sends one TLV record (blocking until the kernel takes it).
     public func send(_ frame: [UInt8]) throws {
         guard frame.count <= LinkServer.mtu else { throw TransportError.frameTooLarge(size: frame.count, mtu: LinkServer.mtu) }
         try sendLock.withLock {
             guard fd >= 0 else { throw TransportError.notRunning }
-            try Self.write(fd, frame)
+            try Self.write(fd, link.seal(frame))
         }
     }
 
@@ -83,7 +84,9 @@ public final class WiFiDirectClient: @unchecked Sendable {
         while true {
             let left = deadline.timeIntervalSinceNow
             guard left > 0 else { return nil }
-            guard let frame = try Self.readFrame(fd, &decoder, &ready, timeoutMs: Int32(left * 1000)) else { return nil }
+            guard let record = try Self.readFrame(fd, &decoder, &ready, timeoutMs: Int32(left * 1000)) else { return nil }
+            // Only frames sealed for this session count; anything else means the stream is not the hub's.
+            guard case .frame(let frame)? = try link.receive(TLVRecord(parsing: record)).first else { continue }
             lastHeard = Date()
             switch FrameType(rawValue: frame[0]) {
             case .ping: try send(TLVRecord(.pong, value: []).encoded)

@@ -62,16 +62,28 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case request = 0x06
     /// A phone's signed relay registration, carried by its hub to the relay.
     case registration = 0x07
-    /// Link handshake: a fresh 32-byte challenge.
-    case linkChallenge = 0x10
-    /// Link handshake: signed proof of identity answering the peer's challenge.
-    case linkProof = 0x11
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
     case pong = 0x13
     /// The sender is closing the link (graceful goodbye); the receiver reports it down.
     case linkClose = 0x14
+    /// Secure link: the initiator's proof of identity, the first sealed frame it sends.
+    case linkIdentity = 0x15
+    /// Secure link, in clear: handshake message 1 (version, ephemeral key, cookie, padding).
+    case linkHello = 0x20
+    /// Secure link, in clear: a datagram responder's stateless cookie (answers a hello without one).
+    case linkCookie = 0x21
+    /// Secure link, in clear: handshake message 2 (ephemeral key, encrypted signed identity).
+    case linkReply = 0x22
+    /// Secure link: one frame sealed with the session's key for this direction.
+    case sealed = 0x23
+    /// Secure link, in clear: "I do not speak your link version"; the value lists the versions spoken.
+    case linkVersion = 0x24
+
+    /// Types of the retired version-1 link handshake (challenge 0x10, proof 0x11): a peer that
+    /// sends them is refused with ``linkVersion``.
+    public static let retiredHandshakeTypes: Set<UInt8> = [0x10, 0x11]
 }
 
 /// TLV parsing errors.
