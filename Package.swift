@@ -88,7 +88,8 @@ let package = Package(
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
-        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore"]),
+        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP",
+                                                     .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .executableTarget(name: "yaok", dependencies: [
             "YaokEndpoint",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),

@@ -3,6 +3,8 @@ import YaokCrypto
 import YaokEndpoint
 import YaokStore
 import YaokWire
+import YaokPluginKit
+import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
 // in tests. Usage: yaok-bench [--messages N] [--hub-binary PATH] [--plugin-dir DIR]
@@ -43,6 +45,57 @@ for size in [200, 10_240] {
 }
 let signed = try Envelope.sealMessage(plaintext: Array("x".utf8), from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey, createdMs: 1)
 measure("Ed25519 signature verification", iterations: 10_000, unit: "sig/s") { _ = signed.verifySignature() }
+
+print("== secure link session (Noise NN + Ed25519 identities; Docs/protocol.md §5)")
+func cpuSeconds() -> Double {
+    var u = rusage()
+    getrusage(RUSAGE_SELF, &u)
+    return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
+}
+func inMemoryHandshake() throws -> (SecureLink, SecureLink) {
+    let i = SecureLink(identity: alice, role: .endpoint, isInitiator: true, channel: .stream)
+    let r = SecureLink(identity: bob, role: .hub, isInitiator: false, channel: .stream)
+    guard case .send(let reply)? = try r.receive(TLVRecord(parsing: i.hello())).first,
+          case .send(let identityFrame)? = try i.receive(TLVRecord(parsing: reply)).first else { fatalError("handshake") }
+    _ = try r.receive(TLVRecord(parsing: identityFrame))
+    return (i, r)
+}
+let handshakes = 500
+let cpu0 = cpuSeconds()
+try measure("handshake, both ends in one process (2 X25519 + 2 sign + 2 verify)", iterations: handshakes, unit: "links/s") { _ = try inMemoryHandshake() }
+print(String(format: "  CPU per link, both ends together: %.0f µs", (cpuSeconds() - cpu0) / Double(handshakes) * 1e6))
+let (sender, receiver) = try inMemoryHandshake()
+for size in [236, 1_200, 10_500] {
+    let frame = TLVRecord(.bundle, value: [UInt8](repeating: 0x42, count: size - 3)).encoded
+    try measure("seal + open a \(size) B frame", iterations: 20_000, unit: "frames/s") {
+        _ = try receiver.receive(TLVRecord(parsing: sender.seal(frame)))
+    }
+}
+print("  bytes added per frame: \(SecureLink.overhead) (UDP datagram, TCP stream); BLE: the same, plus 4 bytes per extra chunk")
+// Over real sockets: two UDP engines on loopback, cookie round included.
+do {
+    var times: [Double] = []
+    for _ in 0..<20 {
+        let up = DispatchSemaphore(value: 0)
+        let server = UDPLinkEngine(identity: bob, role: .hub, listen: SocketAddress(host: "127.0.0.1", port: 0), staticPeers: [],
+                                   clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+        try server.start()
+        let client = UDPLinkEngine(identity: alice, role: .endpoint, listen: SocketAddress(host: "127.0.0.1", port: 0),
+                                   staticPeers: [server.boundAddress!], clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+        client.events = .init(linkUp: { _ in up.signal() }, linkDown: { _, _ in }, frame: { _, _ in }, log: { _ in })
+        let t0 = DispatchTime.now().uptimeNanoseconds
+        try client.start()
+        guard up.wait(timeout: .now() + 5) == .success else { print("  UDP link did not come up"); break }
+        times.append(Double(DispatchTime.now().uptimeNanoseconds - t0) / 1e6)
+        client.stop()
+        server.stop()
+    }
+    times.sort()
+    if !times.isEmpty {
+        print(String(format: "UDP link up over loopback (hello, cookie, hello, reply, identity): median %.2f ms, max %.2f ms (%d links)",
+                     times[times.count / 2], times.last!, times.count))
+    }
+}
 
 print("== store (SQLCipher, durable commits)")
 let rate = try BundleStoreBenchmark.acceptRate(count: 2000)

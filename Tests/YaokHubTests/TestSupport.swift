@@ -252,3 +252,45 @@ final class RawPeer: @unchecked Sendable {
 
     deinit { engine.stop() }
 }
+
+/// A hub process with its UDP transport on a free loopback port, and two users.
+struct UDPHubSetup {
+    let hub: HubProcess
+    let port: UInt16
+    let alice = Identity.generate(), bob = Identity.generate()
+}
+
+/// Starting a hub, sealing messages and counting deliveries, for the attack tests
+/// (DeliveryIntegrityTests, LinkSecurityTests).
+extension XCTestCase {
+    func startHub(router: String = "", extra: String = "") throws -> UDPHubSetup {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port, extra: extra)
+            .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5" + router)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        try hub.waitReady()
+        return UDPHubSetup(hub: hub, port: port)
+    }
+
+    func seal(_ text: String, from sender: Identity, to recipient: Identity, ttl: Int64 = 3_600_000,
+              messageID: [UInt8]? = nil, size: Int? = nil) throws -> Envelope {
+        let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
+        return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
+                                        createdMs: Clock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
+    }
+
+    /// Attaches `bob` and waits until the bundle `id` has arrived; then acknowledges every
+    /// bundle as a phone would, waits a little longer and returns how often `id` came.
+    func deliveries(of id: [UInt8], to bob: RawPeer, settle: TimeInterval = 1.5) throws -> Int {
+        try TestSupport.waitUntil(timeout: 20, "bundle \(Hex.encode(id.prefix(4))) delivered") {
+            bob.receivedEnvelopes.contains { $0.bundleID == id }
+        }
+        for e in bob.receivedEnvelopes { try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded)) }
+        // A second copy would come within the custody timeout's resend; none may.
+        let deadline = Date().addingTimeInterval(settle)
+        while Date() < deadline { usleep(100_000) }
+        return bob.receivedEnvelopes.filter { $0.bundleID == id }.count
+    }
+
+}

@@ -137,6 +137,40 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
     }
 
+    /// Round 1's keyless takeover: an attacker got a genuine neighbour's proof and presented it
+    /// with a tie-break nonce of its choosing, and the hub dropped its real neighbour. Now a
+    /// proof is bound to its own session: an attacker claiming Bob's key while Bob's link is up
+    /// is closed, the live link is untouched, and nothing is closed as a "duplicate".
+    func testAClaimedKeyCannotDisplaceTheLiveLink() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        let realBob = try RawPeer(port: port)
+        XCTAssertTrue(realBob.handshake(as: bob, role: .hub))
+        r.wait("Bob's link up") { $0.ups.count == 1 }
+        struct Claimant: LinkIdentity {
+            let claimed: FakeIdentity, signer: FakeIdentity
+            var signingKey: [UInt8] { claimed.signingKey }
+            var kxKey: [UInt8] { claimed.kxKey }
+            func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
+            func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
+            func randomBytes(_ count: Int) -> [UInt8] { [UInt8](repeating: 0, count: count) }
+        }
+        for _ in 0..<3 {
+            let mallory = try RawPeer(port: port)
+            _ = mallory.handshake(as: Claimant(claimed: bob, signer: FakeIdentity(seed: 9)), role: .hub)
+            XCTAssertTrue(mallory.waitForClose(), "the claimant is closed")
+        }
+        XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 3)
+        XCTAssertEqual(engine.snapshot.counters.duplicatesClosed, 0)
+        XCTAssertTrue(r.snapshot.downs.isEmpty, "Bob's link never went down")
+        // And it still carries frames both ways.
+        XCTAssertTrue(realBob.send(TLVRecord(.summary, value: [0, 0]).encoded))
+        r.wait("Bob's frame delivered") { $0.frames.count == 1 }
+        try engine.send(TLVRecord(.summary, value: [0, 0]).encoded, to: r.snapshot.ups[0].id)
+        XCTAssertEqual(realBob.readRecord()?.type, FrameType.summary.rawValue)
+    }
+
     func testAFloodingPeerIsThrottledThenDisconnected() throws {
         let r = EventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_frames_per_second": .int(10)]), r)

@@ -41,6 +41,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
         public var sealedRefused: UInt64 = 0
         /// Handshakes refused for lack of a slot (pending or established).
         public var slotsRefused: UInt64 = 0
+        /// Half-open handshakes dropped to make room for newer ones.
+        public var halfOpenEvicted: UInt64 = 0
         /// Completed handshakes that tried to take over a live session with another key.
         public var takeoversRefused: UInt64 = 0
         /// Records from peers speaking another link version.
@@ -62,6 +64,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private let maxSessions: Int
     private let maxPending: Int
     private let maxSessionsPerKey = 4
+    private let maxPendingPerHost = 8
     private let cookies: LinkCookies
 
     private let lock = NSLock()
@@ -85,6 +88,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var pendingSinceMs: Int64 = 0
         var up = false
         var lastHeardMs: Int64
+        let createdMs: Int64
         /// Last authenticated frame from the peer.
         var lastAuthenticMs: Int64
         var lastHelloMs: Int64 = 0
@@ -94,6 +98,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
             self.linkID = linkID
             self.link = link
             self.lastHeardMs = now
+            self.createdMs = now
             self.lastAuthenticMs = now
         }
     }
@@ -179,6 +184,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
     }
 
     public var counterSnapshot: Counters { lock.withLock { counters } }
+    /// Sessions held (up or half-open): what a flood could try to fill.
+    public var sessionCount: Int { lock.withLock { sessions.count } }
     public var lastErrorSnapshot: String? { lock.withLock { lastError } }
     /// Remote addresses whose link is up.
     public var upLinks: [(LinkID, SocketAddress)] { lock.withLock { sessions.values.filter(\.up).map { ($0.linkID, $0.address) } } }
@@ -224,7 +231,20 @@ public final class UDPLinkEngine: @unchecked Sendable {
         SecureLink(identity: identity, role: role, isInitiator: initiator, channel: .datagram)
     }
 
-    private var pendingCount: Int { sessions.values.filter { !$0.up || $0.pending != nil }.count }
+    /// Makes room for one more half-open handshake from `address`, or says there is none: at
+    /// most `maxPendingPerHost` per IP address (ports are free to an attacker, addresses less
+    /// so); when all `maxPending` are taken, the oldest half-open one gives way, so a flood of
+    /// validated hellos delays an honest handshake by at most its own round trip instead of
+    /// locking it out. Configured peers are never evicted. Under the lock.
+    private func roomForHalfOpen(from address: SocketAddress) -> Bool {
+        let halfOpen = sessions.values.filter { !$0.up && !staticPeers.contains($0.address) }
+        guard halfOpen.filter({ $0.address.host == address.host }).count < maxPendingPerHost else { return false }
+        if halfOpen.count >= maxPending, let oldest = halfOpen.min(by: { $0.createdMs < $1.createdMs }) {
+            sessions[oldest.address] = nil
+            counters.halfOpenEvicted += 1
+        }
+        return true
+    }
 
     /// Whether a new established session for `key` at `address` fits, keeping a slot for every configured peer.
     private func hasSlot(for key: [UInt8], at address: SocketAddress) -> Bool {
@@ -296,7 +316,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     }
                     return
                 }
-                guard existing != nil || pendingCount < maxPending else { counters.slotsRefused += 1; return }
+                guard existing != nil || roomForHalfOpen(from: address) else { counters.slotsRefused += 1; return }
                 let s = existing.map { old -> Session in
                     old.link = newLink(initiator: false)
                     return old

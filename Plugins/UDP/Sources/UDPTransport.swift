@@ -93,6 +93,8 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                                       "cookies_sent": String(c.cookiesSent),
                                       "sealed_refused": String(c.sealedRefused),
                                       "slots_refused": String(c.slotsRefused),
+                                      "half_open_evicted": String(c.halfOpenEvicted),
+                                      "sessions": String(engine.sessionCount),
                                       "takeovers_refused": String(c.takeoversRefused),
                                       "version_refused": String(c.versionRefused)])
         }

@@ -1,0 +1,274 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokWire
+@testable import YaokHubCore
+
+/// A UDP interposer on loopback: the victim dials it instead of the hub; it forwards both
+/// ways, records every datagram (a passive capture of the link), and can drop, inject and
+/// replay as an attacker on the path would. To the hub, what it injects comes from the
+/// victim's address.
+final class UDPTap: @unchecked Sendable {
+    let fd: Int32
+    let port: UInt16
+    private let hub: SocketAddress
+    private let lock = NSLock()
+    private var victim: sockaddr_in?
+    private var running = true
+    private(set) var captured: [(fromVictim: Bool, bytes: [UInt8])] = []
+    /// Hub → victim datagrams for which this returns true are dropped.
+    var dropFromHub: @Sendable ([UInt8]) -> Bool = { _ in false }
+
+    init(hubPort: UInt16) throws {
+        hub = SocketAddress(host: "127.0.0.1", port: hubPort)
+        fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        var addr = SocketAddress(host: "127.0.0.1", port: 0).sockaddr
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        var bound = sockaddr_in()
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        port = UInt16(bigEndian: bound.sin_port)
+        var tv = timeval(tv_sec: 0, tv_usec: 200_000)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        Thread.detachNewThread { [self] in run() }
+    }
+
+    func stop() {
+        lock.withLock { running = false }
+    }
+
+    var snapshot: [(fromVictim: Bool, bytes: [UInt8])] { lock.withLock { captured } }
+
+    private func run() {
+        var buffer = [UInt8](repeating: 0, count: 65_536)
+        while lock.withLock({ running }) {
+            var from = sockaddr_in()
+            var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+            let n = buffer.withUnsafeMutableBytes { b in
+                withUnsafeMutablePointer(to: &from) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, b.baseAddress, b.count, 0, $0, &len) } }
+            }
+            guard n > 0 else { continue }
+            let bytes = Array(buffer[0..<n])
+            let fromHub = SocketAddress(from) == hub
+            let (target, drop): (sockaddr_in?, Bool) = lock.withLock {
+                captured.append((!fromHub, bytes))
+                if fromHub { return (victim, dropFromHub(bytes)) }
+                victim = from
+                return (hub.sockaddr, false)
+            }
+            if var t = target, !drop { send(bytes, to: &t) }
+        }
+        close(fd)
+    }
+
+    private func send(_ bytes: [UInt8], to target: inout sockaddr_in) {
+        _ = withUnsafePointer(to: &target) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+    }
+
+    /// Sends `bytes` to the hub from the victim's address (as the hub sees it).
+    func inject(_ bytes: [UInt8]) {
+        var h = hub.sockaddr
+        send(bytes, to: &h)
+    }
+}
+
+/// Issue 14's link attacks, re-enacted against a real hub process over UDP. Each asserts
+/// that the victim's message arrives exactly once and that the attack is refused and counted.
+final class LinkSecurityTests: XCTestCase {
+    private func udpDetail(_ hub: HubProcess, _ key: String) throws -> Int {
+        let udp = try XCTUnwrap(try hub.status().transports.first { $0.kind == "udp" })
+        return Int(udp.status.details[key] ?? "") ?? -1
+    }
+
+    private func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard needle.count <= haystack.count else { return false }
+        for i in 0...(haystack.count - needle.count) where haystack[i] == needle[0] {
+            if Array(haystack[i..<(i + needle.count)]) == needle { return true }
+        }
+        return false
+    }
+
+    /// A passive listener on the link sees no key, user ID, message ID or bundle ID: every
+    /// datagram after the two handshake messages is a sealed record.
+    func testAPassiveCaptureShowsNoKeyIDOrRecipient() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let tap = try UDPTap(hubPort: s.port)
+        defer { tap.stop() }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: tap.port)
+        let message = try seal("the plan", from: s.alice, to: s.bob)
+        try phone.send(message)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        try TestSupport.waitUntil(timeout: 20, "bob got the message") { bob.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
+
+        let capture = tap.snapshot
+        XCTAssertGreaterThanOrEqual(capture.count, 5, "hello, cookie, hello, reply, sealed frames")
+        let secrets: [(String, [UInt8])] = [
+            ("the sender's signing key", s.alice.signingKey), ("the sender's X25519 key", s.alice.kxKey),
+            ("the sender's user ID", s.alice.userID), ("the recipient's user ID", s.bob.userID),
+            ("the recipient's signing key", s.bob.signingKey),
+            ("the message ID", message.messageID), ("the bundle ID", message.bundleID),
+            ("the hub's user ID", try XCTUnwrap(Hex.decode(try s.hub.status().hub.id))),
+        ]
+        for (what, bytes) in secrets {
+            for (fromVictim, datagram) in capture {
+                XCTAssertFalse(contains(datagram, Array(bytes.prefix(8))), "\(what) in clear \(fromVictim ? "from the phone" : "from the hub")")
+            }
+        }
+        let types = Set(capture.map { $0.bytes[0] })
+        XCTAssertTrue(types.isSubset(of: [FrameType.linkHello.rawValue, FrameType.linkCookie.rawValue,
+                                          FrameType.linkReply.rawValue, FrameType.sealed.rawValue]), "types on the air: \(types)")
+    }
+
+    /// An attacker on the path (it relays the phone's handshake, so the hub's session is
+    /// with the real phone) drops the hub's frames and forges, in clear and from the phone's
+    /// address, a custody ack and a link close, then replays the phone's sealed frames. The
+    /// hub takes none of it: the message stays in custody, the link stays up, and the phone
+    /// gets the message exactly once when the path clears.
+    func testAManInTheMiddleCanNeitherAckNorCloseNorReplay() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        let tap = try UDPTap(hubPort: s.port)
+        defer { tap.stop() }
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: tap.port)
+        tap.dropFromHub = { $0.first == FrameType.sealed.rawValue }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let message = try seal("only for bob", from: s.alice, to: s.bob)
+        try phone.send(message)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
+        // The hub has pushed the bundle towards bob (and the tap dropped it).
+        try TestSupport.waitUntil(timeout: 10, "the bundle in flight to bob") { try s.hub.status().router.queue.inFlight >= 1 }
+
+        let sealedRefusedBefore = try udpDetail(s.hub, "sealed_refused")
+        let droppedBefore = try udpDetail(s.hub, "dropped_datagrams")
+        tap.inject(TLVRecord(.custodyAck, value: CustodyAck(bundleID: message.bundleID).encoded).encoded)
+        tap.inject(TLVRecord(.linkClose, value: []).encoded)
+        let replays = tap.snapshot.filter { $0.fromVictim && $0.bytes.first == FrameType.sealed.rawValue }.map(\.bytes)
+        XCTAssertFalse(replays.isEmpty)
+        for r in replays { tap.inject(r) }
+        try TestSupport.waitUntil(timeout: 10, "the forgeries counted") {
+            try udpDetail(s.hub, "dropped_datagrams") >= droppedBefore + 2
+                && udpDetail(s.hub, "sealed_refused") >= sealedRefusedBefore + replays.count
+        }
+        let status = try s.hub.status()
+        XCTAssertEqual(status.router.queue.delivered, 0, "a forged ack ends nothing")
+        XCTAssertEqual(status.router.counters.receiptsUnverified, 0)
+        XCTAssertEqual(status.transports.first { $0.kind == "udp" }?.status.links, 2, "a forged link close closes nothing")
+
+        // The path clears: the hub's retransmission reaches bob over the same, still-live session.
+        tap.dropFromHub = { _ in false }
+        XCTAssertEqual(try deliveries(of: message.bundleID, to: bob, settle: 1.5), 1)
+        try TestSupport.waitUntil(timeout: 10, "bob's real ack accepted") { try s.hub.status().router.queue.inFlight == 0 }
+    }
+
+    /// Many one-off datagrams from many source addresses: 3-byte junk and cookie-less hellos.
+    /// The hub keeps no state for them, answers junk with nothing and hellos with less than
+    /// they sent, and a configured peer still links.
+    func testAFloodFromManyAddressesHoldsNoSlotsAndReflectsLessThanItSends() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        var sockets: [Int32] = []
+        defer { sockets.forEach { close($0) } }
+        var sent = 0
+        let hub = SocketAddress(host: "127.0.0.1", port: s.port)
+        for i in 0..<300 {
+            let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+            sockets.append(fd)
+            var tv = timeval(tv_sec: 0, tv_usec: 1_000)
+            setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+            let probe = SecureLink(identity: Identity.generate(), role: .hub, isInitiator: true, channel: .datagram)
+            let datagram = i % 2 == 0 ? [UInt8](repeating: 0x20, count: 3) : try probe.hello()
+            var to = hub.sockaddr
+            _ = withUnsafePointer(to: &to) { a in
+                a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                    datagram.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+                }
+            }
+            sent += datagram.count
+        }
+        try TestSupport.waitUntil(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
+        var received = 0
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        for fd in sockets {
+            while true {
+                let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT)) }
+                if n <= 0 { break }
+                received += n
+            }
+        }
+        print("flood: \(sent) bytes sent from 300 addresses, \(received) bytes answered (ratio \(String(format: "%.2f", Double(received) / Double(sent))))")
+        XCTAssertGreaterThan(received, 0, "hellos are answered (with cookies)")
+        XCTAssertLessThanOrEqual(received, sent, "no amplification")
+        XCTAssertEqual(try udpDetail(s.hub, "sessions"), 0, "no state for unvalidated addresses")
+
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let message = try seal("still here", from: s.alice, to: s.bob)
+        try phone.send(message)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
+    }
+
+    /// Validated but never-finished handshakes from many ports cannot lock out an honest peer:
+    /// at most 8 per IP address, and the oldest half-open one gives way when all are taken.
+    func testHalfOpenHandshakesCannotLockOutAnHonestPeer() throws {
+        let s = try startHub()
+        defer { s.hub.stop() }
+        var peers: [UDPLinkEngineProbe] = []
+        for host in ["127.0.0.3", "127.0.0.4"] {
+            for _ in 0..<40 { peers.append(try UDPLinkEngineProbe(host: host, hubPort: s.port)) }
+        }
+        defer { peers.forEach { $0.close() } }
+        for p in peers { p.helloWithCookie() }
+        try TestSupport.waitUntil(timeout: 10, "the per-address cap refused most") { try udpDetail(s.hub, "slots_refused") >= 60 }
+        XCTAssertLessThanOrEqual(try udpDetail(s.hub, "sessions"), 16)
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let message = try seal("through the flood", from: s.alice, to: s.bob)
+        try phone.send(message)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
+    }
+}
+
+/// An initiator that completes the cookie round and sends its padded hello, then goes silent:
+/// a half-open handshake as cheap as an attacker can make one.
+final class UDPLinkEngineProbe {
+    let fd: Int32
+    let hub: SocketAddress
+    let link = SecureLink(identity: Identity.generate(), role: .hub, isInitiator: true, channel: .datagram)
+
+    init(host: String, hubPort: UInt16) throws {
+        hub = SocketAddress(host: "127.0.0.1", port: hubPort)
+        fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        var addr = SocketAddress(host: host, port: 0).sockaddr
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard rc == 0 else { throw TransportError.system(call: "bind \(host)", errno: errno) }
+        var tv = timeval(tv_sec: 2, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+    }
+
+    func close() { Glibc.close(fd) }
+
+    private func send(_ bytes: [UInt8]) {
+        var to = hub.sockaddr
+        _ = withUnsafePointer(to: &to) { a in
+            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+        }
+    }
+
+    /// Hello, cookie, hello with the cookie; the reply is read and ignored.
+    func helloWithCookie() {
+        guard let hello = try? link.hello() else { return }
+        send(hello)
+        var buffer = [UInt8](repeating: 0, count: 2048)
+        let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+        guard n > 0, let record = try? TLVRecord(parsing: Array(buffer[0..<n])),
+              case .send(let again)? = try? link.receive(record).first else { return }
+        send(again)
+    }
+}
