@@ -140,6 +140,13 @@ public final class RelayQueueStore: @unchecked Sendable {
         try database.scalar("SELECT recipient FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a recipient")?.blobValue
     }
 
+    /// The recipient and the sender of a queued bundle, or nil.
+    public func recipientAndSender(of bundleID: [UInt8]) throws -> (recipient: [UInt8], sender: [UInt8])? {
+        let rows = try database.query("SELECT recipient, sender FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a recipient")
+        guard let row = rows.first, let r = row[0].blobValue, let s = row[1].blobValue else { return nil }
+        return (r, s)
+    }
+
     /// Deletes a queued bundle; true if it was there.
     public func delete(_ bundleID: [UInt8]) throws -> Bool {
         try database.withExclusiveAccess {
@@ -158,6 +165,15 @@ public final class RelayQueueStore: @unchecked Sendable {
     /// A queued bundle's bytes.
     public func bundle(_ bundleID: [UInt8]) throws -> [UInt8]? {
         try database.scalar("SELECT bundle FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "reading a bundle")?.blobValue
+    }
+
+    /// Queued bundles per envelope sender (the per-sender share of the total).
+    public func countsBySender() throws -> [[UInt8]: Int] {
+        var out: [[UInt8]: Int] = [:]
+        for row in try database.query("SELECT sender, count(*) FROM relay_queue GROUP BY sender", purpose: "counting senders") {
+            if let r = row[0].blobValue, let n = row[1].intValue { out[r] = n }
+        }
+        return out
     }
 
     /// Queue length per recipient.

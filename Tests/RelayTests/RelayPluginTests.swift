@@ -96,7 +96,8 @@ final class RelayPluginTests: XCTestCase {
 
         // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
         let phone = Identity.generate()
-        let reg = try Registration.signed(by: phone, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let reg = try Registration.carried(by: phone, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: now, untilMs: now + 3_600_000)
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
 
@@ -106,8 +107,8 @@ final class RelayPluginTests: XCTestCase {
         let internetUser = RelayClient(configuration: cfg)
         defer { internetUser.stop() }
         try internetUser.connect()
-        XCTAssertEqual(try internetUser.registerAndWait([Registration.signed(by: dave, relaySigningKey: relay.key,
-                                                                             timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]).map(\.status), [.accepted])
+        XCTAssertEqual(try internetUser.registerAndWait([Registration.owner(dave, relaySigningKey: relay.key, channel: XCTUnwrap(internetUser.channelBinding),
+                                                                           timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]).map(\.status), [.accepted])
         let forPhone = try bundle(from: dave, to: phone)
         let m5 = host.mark
         XCTAssertEqual(try internetUser.sendAndWait(bundle: forPhone).status, .pushed)
@@ -195,7 +196,8 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 2)
 
         // Bob's mail comes to this hub (its phone registration): both bundles are handed over.
-        let reg = try Registration.signed(by: bob, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        let t = Int64(Date().timeIntervalSince1970 * 1000)
+        let reg = try Registration.carried(by: bob, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: t, untilMs: t + 3_600_000)
         let m1 = host.mark
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
         var delivered: [[UInt8]] = []
