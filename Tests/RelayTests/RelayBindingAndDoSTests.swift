@@ -47,6 +47,11 @@ final class RawRelaySession {
         secure = try SecureSession(side: .client, sessionID: reply.sessionID, ours: eph, theirs: r.relayEphemeralKey)
     }
 
+    /// Seals `message` as `type` and sends it without waiting for an answer.
+    func post(_ type: RelayPacketType, _ message: [UInt8]) throws {
+        udp.send(try XCTUnwrap(secure).seal(type, message), port: port)
+    }
+
     /// Seals `message` as `type` and returns the first sealed answer's (type, plaintext).
     func request(_ type: RelayPacketType, _ message: [UInt8]) throws -> (RelayPacketType, [UInt8])? {
         let s = try XCTUnwrap(secure)
@@ -301,6 +306,48 @@ final class RelayBindingAndDoSTests: XCTestCase {
     }
 
     // MARK: Shares
+
+    /// One address prefix may hold only its share of the session table: past it, HELLOs from
+    /// that prefix get no session (counted), while sessions stay available to others.
+    func testOneAddressPrefixCannotTakeTheSessionTable() throws {
+        var limits = RelayLimits()
+        limits.maxSessionsPerPrefix = 3
+        limits.cookieHellosPerSecond = Int.max
+        relay = try RelayHarness(limits: limits)
+        var replies = 0
+        for _ in 0..<5 {
+            let raw = RawRelaySession(port: relay.port, pin: relay.identity.signingKey)
+            if raw.exchange(raw.helloBytes, tries: 5, accept: { $0.type == .helloReply }) != nil { replies += 1 }
+        }
+        XCTAssertEqual(replies, 3)
+        XCTAssertGreaterThanOrEqual(relay.server.metricsSnapshot().droppedPrefixShare, 2)
+        XCTAssertEqual(relay.server.withEngine { $0.sessionCount(fromPrefixOf: .udp(try! SocketAddress(ipAddress: "127.0.0.1", port: 1))) }, 3)
+    }
+
+    /// One address prefix's sessions share its part of the reassembly budget: partial
+    /// messages beyond it are dropped (counted) and the buffered bytes stay within it.
+    func testOneAddressPrefixCannotTakeTheReassemblyBudget() throws {
+        var limits = RelayLimits()
+        limits.maxReassemblyBytesPerPrefix = 5_000
+        limits.cookieHellosPerSecond = Int.max
+        relay = try RelayHarness(limits: limits)
+        var sessions: [RawRelaySession] = []
+        for _ in 0..<3 {
+            let raw = RawRelaySession(port: relay.port, pin: relay.identity.signingKey)
+            let reply = try XCTUnwrap(raw.exchange(raw.helloBytes) { $0.type == .helloReply })
+            try raw.accept(reply.packet)
+            sessions.append(raw)
+        }
+        // First fragments (of 9) of six messages, 1,425 bytes each, over three sessions.
+        for (i, raw) in sessions.enumerated() {
+            for k in 0..<2 {
+                let f = Fragment(fragmentID: UInt32(10 * i + k + 1), index: 0, count: 9, innerType: .send, chunk: [UInt8](repeating: 0x55, count: 1_425))
+                try raw.post(.fragment, f.encoded)
+            }
+        }
+        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().fragmentsDropped >= 3 }, "fragments beyond the prefix's share are dropped")
+        XCTAssertEqual(relay.server.withEngine { $0.reassemblyBufferedBytes }, 3 * 1_425)
+    }
 
     /// One sender cannot take the global queue: past its share it is refused `relay full`
     /// (reason sender_share) while the queue still has room for others.

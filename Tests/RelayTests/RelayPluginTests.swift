@@ -100,6 +100,19 @@ final class RelayPluginTests: XCTestCase {
         let reg = try Registration.carried(by: phone, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: now, untilMs: now + 3_600_000)
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
+        // The plugin carries only v2 registrations naming this hub: one naming another hub and
+        // a v1 record (a bearer token) are dropped before the relay sees them, so the relay
+        // counts no refusal by the time it accepts the next good one.
+        let wrongCollector = try Registration.carried(by: Identity.generate(), relaySigningKey: relay.key, collector: Identity.generate().signingKey,
+                                                      timestampMs: now, untilMs: now + 3_600_000)
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: wrongCollector.encoded).encoded, link: link))
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: [UInt8](repeating: 1, count: Registration.v1Length)).encoded, link: link))
+        let another = try Registration.carried(by: Identity.generate(), relaySigningKey: relay.key, collector: host.identity.signingKey,
+                                               timestampMs: now, untilMs: now + 3_600_000)
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: another.encoded).encoded, link: link))
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 3 })
+        XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"collector_mismatch\"}"))
+        XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"v1\"}"))
 
         let dave = Identity.generate()
         var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
