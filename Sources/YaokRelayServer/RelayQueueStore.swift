@@ -110,6 +110,15 @@ public final class RelayQueueStore: @unchecked Sendable {
                     logger.notice("relay queue migration: re-keyed \(moved) queued bundles by bundle ID, dropped \(dropped)")
                 }
             },
+            // Version 3: registrations v2. Attachments recorded from v1 registrations (bearer
+            // tokens: "owner" was whoever registered first on the session, possibly an
+            // attacker) are forgotten; hubs re-carry their phones' v2 registrations within
+            // minutes (phones renew every 4 minutes while linked).
+            Migration(version: 3) { db in
+                let n = try db.scalar("SELECT count(*) FROM relay_attachments", purpose: "counting v1 attachments")?.intValue ?? 0
+                try db.execute("DELETE FROM relay_attachments", purpose: "forgetting attachments made from v1 registrations")
+                if n > 0 { logger.notice("relay registration migration: forgot \(n) phone attachments made from v1 registrations") }
+            },
         ]
     }
 
