@@ -180,6 +180,12 @@ public final class HubSession: @unchecked Sendable {
     /// (the relay's pinned Ed25519 key): a fresh signed registration goes with every connect.
     public var relayKey: [UInt8]?
     private var lastRegistrationMs: Int64 = 0
+    /// The hub's signing key from the link handshake: the collector our relay registration
+    /// names, so only this hub may collect our mail from the relay.
+    private var hubSigningKey: [UInt8]?
+    /// How long a carried registration lets the hub collect (the relay caps it at 7 days and
+    /// remembers it for at most 24 h; we renew every few minutes while linked).
+    static let registrationLifetimeMs: Int64 = 24 * 3_600_000
     /// The relay accepts a registration within ±5 minutes of its timestamp: renew before that.
     static let registrationRefreshMs: Int64 = 240_000
     /// Items sent before waiting for acknowledgements.
@@ -288,8 +294,9 @@ public final class HubSession: @unchecked Sendable {
     /// Sends a fresh relay registration through the hub (when a relay key is set).
     private func register() {
         let t = endpoint.now()
-        guard let relayKey, link != nil,
-              let registration = try? Registration.signed(by: endpoint.identity, relaySigningKey: relayKey, timestampMs: t) else { return }
+        guard let relayKey, link != nil, let hubSigningKey,
+              let registration = try? Registration.carried(by: endpoint.identity, relaySigningKey: relayKey, collector: hubSigningKey,
+                                                           timestampMs: t, untilMs: t + Self.registrationLifetimeMs) else { return }
         lastRegistrationMs = t
         send(TLVRecord(.registration, value: registration.encoded))
     }
@@ -324,6 +331,7 @@ public final class HubSession: @unchecked Sendable {
     private func linkUp(_ info: LinkInfo) {
         guard info.peerRole == .hub else { return }
         link = info.id
+        hubSigningKey = info.peerSigningKey
         inFlight.removeAll()
         onEvent(.connected(hub: info.remote ?? hub.description))
         register()

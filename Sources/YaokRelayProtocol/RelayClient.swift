@@ -98,8 +98,9 @@ public final class RelayClient: @unchecked Sendable {
     public let configuration: Configuration
     /// Where events go. Set before ``start()``.
     public var onEvent: @Sendable (Event) -> Void = { _ in }
-    /// Fresh registrations to send after every (re)connect, e.g. the hub's own.
-    public var registrationProvider: (@Sendable () -> [Registration])?
+    /// Fresh registrations to send after every (re)connect, e.g. the hub's own owner
+    /// registration signed for the new session's ``ChannelBinding`` (passed in).
+    public var registrationProvider: (@Sendable (ChannelBinding) -> [Registration])?
 
     private let lock = NSLock()
     private let condition = NSCondition()
@@ -118,6 +119,9 @@ public final class RelayClient: @unchecked Sendable {
     private var counters = Counters()
     private var lastErrorText: String?
     private var lastSyncMs: Int64?
+    private var binding: ChannelBinding?
+    /// The relay's last cookie for our address (Docs §2.1), repeated in HELLOs until connected.
+    private var cookie: [UInt8]?
     /// Recent events for the blocking helpers (bounded).
     private var eventLog: [(seq: Int, event: Event)] = []
     private var eventSeq = 0
@@ -171,6 +175,9 @@ public final class RelayClient: @unchecked Sendable {
     public var lastError: String? { lock.withLock { lastErrorText } }
     /// When the last poll round finished (wall clock ms).
     public var lastSync: Int64? { lock.withLock { lastSyncMs } }
+    /// The current session's channel binding (what an owner ``Registration`` signs); nil
+    /// before the first handshake.
+    public var channelBinding: ChannelBinding? { lock.withLock { binding } }
     /// Sends waiting for QUEUED.
     public var outstandingSends: Int { lock.withLock { pendingSends.count } }
 
@@ -429,11 +436,11 @@ public final class RelayClient: @unchecked Sendable {
             case .stopped: return
             case .handshaking(let eph, let next, let delay):
                 guard now >= next else { return }
-                sendRaw((try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: eph.publicKey).encoded).encoded()) ?? [])
+                sendRaw(helloDatagram(eph))
                 state = .handshaking(ephemeral: eph, nextAttemptMs: now + delay, delayMs: min(delay * 2, configuration.maxHandshakeRetryMs))
             case .connected(let session):
                 if let r = rehandshake, now >= r.nextAttemptMs {
-                    sendRaw((try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: r.ephemeral.publicKey).encoded).encoded()) ?? [])
+                    sendRaw(helloDatagram(r.ephemeral))
                     rehandshake = (r.ephemeral, now + r.delayMs, min(r.delayMs * 2, configuration.maxHandshakeRetryMs))
                 }
                 if let sent = pingSentMs, now - sent > configuration.pingTimeoutMs {
@@ -472,6 +479,23 @@ public final class RelayClient: @unchecked Sendable {
         for id in failed { emit(.sendFailed(bundleID: id, error: .timeout("QUEUED after \(configuration.maxAttempts) attempts"))) }
     }
 
+    /// A HELLO for `eph`, with the relay's cookie if we hold one. Caller holds `lock`.
+    private func helloDatagram(_ eph: EphemeralKX) -> [UInt8] {
+        (try? RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: eph.publicKey, cookie: cookie).encoded).encoded()) ?? []
+    }
+
+    /// A COOKIE_REPLY answering our current HELLO: keep the cookie and send the HELLO again at
+    /// once. A reply that does not echo our key was not made by whoever saw our HELLO: dropped.
+    /// Caller holds `lock`.
+    private func acceptCookie(_ packet: RelayPacket, ephemeral: EphemeralKX) {
+        guard let reply = try? CookieReply(parsing: packet.payload), reply.answers(clientKey: ephemeral.publicKey) else {
+            counters.dropped += 1
+            return
+        }
+        cookie = reply.cookie
+        sendRaw(helloDatagram(ephemeral))
+    }
+
     private func handle(_ datagram: [UInt8]) {
         let now = configuration.clock()
         guard let packet = try? RelayPacket(parsing: datagram) else {
@@ -479,11 +503,15 @@ public final class RelayClient: @unchecked Sendable {
             return
         }
         var events: [Event] = []
-        var provider: (@Sendable () -> [Registration])?
+        var provider: (@Sendable (ChannelBinding) -> [Registration])?
         lock.withLock {
             counters.packetsIn += 1
             counters.bytesIn += UInt64(datagram.count)
             switch (packet.type, state) {
+            case (.cookieReply, .handshaking(let eph, _, _)):
+                acceptCookie(packet, ephemeral: eph)
+            case (.cookieReply, .connected) where rehandshake != nil:
+                acceptCookie(packet, ephemeral: rehandshake!.ephemeral)
             case (.helloReply, .handshaking(let eph, _, _)):
                 if acceptHelloReply(packet, ephemeral: eph, now: now, events: &events) { provider = registrationProvider }
             case (.helloReply, .connected) where rehandshake != nil:
@@ -530,8 +558,8 @@ public final class RelayClient: @unchecked Sendable {
         }
         // Registrations go out before `.connected` is reported, so a SEND made in reaction
         // to it reaches the relay after them.
-        if let provider {
-            let regs = provider()
+        if let provider, let b = lock.withLock({ binding }) {
+            let regs = provider(b)
             if !regs.isEmpty { try? register(regs) }
         }
         for e in events { emit(e) }
@@ -545,6 +573,8 @@ public final class RelayClient: @unchecked Sendable {
             try reply.verify(pinnedKey: configuration.relaySigningKey, sessionID: packet.sessionID, clientKey: ephemeral.publicKey)
             let session = try SecureSession(side: .client, sessionID: packet.sessionID, ours: ephemeral, theirs: reply.relayEphemeralKey)
             state = .connected(session)
+            binding = ChannelBinding(sessionID: packet.sessionID, clientKey: ephemeral.publicKey, relayEphemeralKey: reply.relayEphemeralKey)
+            cookie = nil
             lastHeardMs = now
             pingSentMs = nil
             counters.handshakes += 1

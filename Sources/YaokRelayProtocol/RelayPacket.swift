@@ -79,6 +79,8 @@ public enum RelayPacketType: UInt8, Sendable, CaseIterable, CustomStringConverti
     case helloReply = 0x02
     /// Relay → client, cleartext: "I do not know this session" (e.g. after a restart): handshake again.
     case reset = 0x03
+    /// Relay → client under load: a stateless cookie to repeat in the HELLO (Docs §2.1).
+    case cookieReply = 0x04
     /// Signed user registrations.
     case register = 0x10
     /// Per-registration results.
@@ -105,7 +107,7 @@ public enum RelayPacketType: UInt8, Sendable, CaseIterable, CustomStringConverti
     /// Whether packets of this type are sealed with the session keys.
     public var isSealed: Bool {
         switch self {
-        case .hello, .helloReply, .reset: return false
+        case .hello, .helloReply, .reset, .cookieReply: return false
         default: return true
         }
     }
@@ -115,6 +117,7 @@ public enum RelayPacketType: UInt8, Sendable, CaseIterable, CustomStringConverti
         case .hello: return "HELLO"
         case .helloReply: return "HELLO_REPLY"
         case .reset: return "RESET"
+        case .cookieReply: return "COOKIE_REPLY"
         case .register: return "REGISTER"
         case .registered: return "REGISTERED"
         case .send: return "SEND"

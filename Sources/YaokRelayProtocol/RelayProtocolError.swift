@@ -35,6 +35,9 @@ public enum RelayProtocolError: Error, Sendable, Equatable, CustomStringConverti
     case tlsPinMismatch(expected: [UInt8], got: [UInt8])
     /// TLS or WebSocket set-up failed for another reason (version, protocol, upgrade refused).
     case tlsFailed(String)
+    /// A registration (or REGISTER) in the refused v1 format (a bearer token; see
+    /// Docs/relay-protocol.md §3).
+    case registrationV1
 
     /// Whether the relay's identity could not be trusted (retrying will not help until the config changes).
     public var isTrustFailure: Bool {
@@ -68,8 +71,12 @@ public enum RelayProtocolError: Error, Sendable, Equatable, CustomStringConverti
         case .tlsPinMismatch(let expected, let got):
             return "relay TLS certificate pin mismatch: expected SPKI SHA-256 \(Self.short(expected)), got \(Self.short(got))"
         case .tlsFailed(let what): return "relay TLS/WebSocket connection failed: \(what)"
+        case .registrationV1: return Self.registrationV1Text
         }
     }
+
+    /// What the relay answers a v1 REGISTER with (ERROR `malformed`, which v1 clients parse).
+    public static let registrationV1Text = "registration format v1 is refused: it was a bearer token; this relay needs yaok-relay-register-v2 (channel- or collector-bound); update the client"
 
     /// The first 4 bytes of a key as hex followed by an ellipsis: enough to compare, short in logs.
     static func short(_ key: [UInt8]) -> String { Hex.encode(key.prefix(4)) + "…" }

@@ -89,8 +89,9 @@ public final class RelayUserSession: @unchecked Sendable {
             default: break
             }
         }
-        client.registrationProvider = {
-            (try? Registration.signed(by: identity, relaySigningKey: relayKey, timestampMs: clock())).map { [$0] } ?? []
+        // A user on its own session registers as its owner, bound to this session's channel.
+        client.registrationProvider = { channel in
+            (try? Registration.owner(identity, relaySigningKey: relayKey, channel: channel, timestampMs: clock())).map { [$0] } ?? []
         }
     }
 

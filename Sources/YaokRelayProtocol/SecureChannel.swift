@@ -136,20 +136,104 @@ public final class SecureSession: @unchecked Sendable {
     }
 }
 
-/// The HELLO payload: the client's ephemeral kx key, zero-padded so a HELLO is never smaller
-/// than the HELLO_REPLY it provokes (no amplification).
+/// The HELLO payload: the client's ephemeral kx key, then a cookie (16 bytes, zeros when the
+/// client has none; Docs/relay-protocol.md §2.1), zero-padded so a HELLO is never smaller
+/// than the HELLO_REPLY or COOKIE_REPLY it provokes (no amplification).
 public struct Hello: Sendable, Equatable {
     public static let length = 192
     public let clientKey: [UInt8]
+    /// The relay's cookie for this client's address, or nil.
+    public let cookie: [UInt8]?
 
-    public init(clientKey: [UInt8]) { self.clientKey = clientKey }
+    public init(clientKey: [UInt8], cookie: [UInt8]? = nil) {
+        self.clientKey = clientKey
+        self.cookie = cookie?.count == RelayCookie.length ? cookie : nil
+    }
 
     public init(parsing payload: [UInt8]) throws {
         guard payload.count == Self.length else { throw RelayProtocolError.badLength(what: "HELLO", detail: "must be \(Self.length) bytes, got \(payload.count)") }
         clientKey = Array(payload[0..<32])
+        let c = Array(payload[32..<48])
+        cookie = c.allSatisfy { $0 == 0 } ? nil : c
     }
 
-    public var encoded: [UInt8] { clientKey + [UInt8](repeating: 0, count: Self.length - 32) }
+    public var encoded: [UInt8] {
+        clientKey + (cookie ?? [UInt8](repeating: 0, count: RelayCookie.length)) + [UInt8](repeating: 0, count: Self.length - 32 - RelayCookie.length)
+    }
+}
+
+/// COOKIE_REPLY payload: `echo(16) cookie(16)`. `echo` is the first 16 bytes of the HELLO's
+/// client key, so a client takes cookies only from someone who saw its HELLO.
+public struct CookieReply: Sendable, Equatable {
+    public static let length = 32
+    public let echo: [UInt8]
+    public let cookie: [UInt8]
+
+    public init(clientKey: [UInt8], cookie: [UInt8]) {
+        echo = Array(clientKey.prefix(16))
+        self.cookie = cookie
+    }
+
+    public init(parsing payload: [UInt8]) throws {
+        guard payload.count == Self.length else { throw RelayProtocolError.badLength(what: "COOKIE_REPLY", detail: "must be \(Self.length) bytes, got \(payload.count)") }
+        echo = Array(payload[0..<16])
+        cookie = Array(payload[16..<32])
+    }
+
+    public var encoded: [UInt8] { echo + cookie }
+
+    /// Whether this reply answers a HELLO with `clientKey`.
+    public func answers(clientKey: [UInt8]) -> Bool { constantTimeEqual(echo, Array(clientKey.prefix(16))) }
+}
+
+/// The relay's stateless HELLO cookie: BLAKE2b-128 keyed with a secret that changes every
+/// ``rotationMs``, over `"yaok-relay-cookie-v1" || source IP || source port`. Valid with the
+/// current or the previous secret. Not thread-safe (the relay engine's queue owns it).
+public struct RelayCookie: Sendable {
+    public static let length = 16
+    public static let context = Array("yaok-relay-cookie-v1".utf8)
+    public static let rotationMs: Int64 = 120_000
+    private var current: [UInt8]
+    private var previous: [UInt8]
+    private var rotatedMs: Int64
+
+    public init(nowMs: Int64) {
+        current = Random.bytes(32)
+        previous = Random.bytes(32)
+        rotatedMs = nowMs
+    }
+
+    /// Secrets and time fixed (test vectors).
+    public init(secret: [UInt8], previous: [UInt8], rotatedMs: Int64) {
+        current = secret
+        self.previous = previous
+        self.rotatedMs = rotatedMs
+    }
+
+    static func mac(secret: [UInt8], address: [UInt8]) -> [UInt8] {
+        Blake2b.hash(context + address, length: length, key: secret)
+    }
+
+    private mutating func rotate(nowMs: Int64) {
+        guard nowMs - rotatedMs >= Self.rotationMs else { return }
+        // After two rotations without traffic the previous secret is stale too.
+        previous = nowMs - rotatedMs >= 2 * Self.rotationMs ? Random.bytes(32) : current
+        current = Random.bytes(32)
+        rotatedMs = nowMs
+    }
+
+    /// The cookie for `address` (IP bytes followed by the 2-byte port).
+    public mutating func cookie(for address: [UInt8], nowMs: Int64) -> [UInt8] {
+        rotate(nowMs: nowMs)
+        return Self.mac(secret: current, address: address)
+    }
+
+    /// Whether `cookie` was made for `address` with the current or the previous secret.
+    public mutating func verify(_ cookie: [UInt8], for address: [UInt8], nowMs: Int64) -> Bool {
+        rotate(nowMs: nowMs)
+        return constantTimeEqual(cookie, Self.mac(secret: current, address: address))
+            || constantTimeEqual(cookie, Self.mac(secret: previous, address: address))
+    }
 }
 
 /// The HELLO_REPLY payload: `relayEphemeralKey(32) relaySigningKey(32) relayKXKey(32) signature(64)`.

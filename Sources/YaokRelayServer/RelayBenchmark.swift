@@ -100,6 +100,12 @@ public enum RelayBenchmark {
         limits.sendsPerHourPerIP = 1_000_000_000
         limits.maxRegistrations = max(limits.maxRegistrations, clients + 100)
         limits.leaseMs = 500
+        // Every client is on 127.0.0.1 and one sender may queue much: lift the shares.
+        limits.maxSessionsPerPrefix = limits.maxSessions
+        limits.maxQueuedPerSender = limits.maxQueuedTotal
+        limits.maxQueuedPerPrefix = limits.maxQueuedTotal
+        limits.maxReassemblyBytesPerPrefix = limits.maxReassemblyBytes
+        limits.cookieHellosPerSecond = Int.max
         let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                      now: { Int64(Date().timeIntervalSince1970 * 1000) })
         var configuration = RelayServer.Configuration(host: "127.0.0.1", port: 0)
@@ -161,7 +167,8 @@ public enum RelayBenchmark {
             }
             try c.connect(timeout: 20)
             let mine = stride(from: k, to: clients, by: sessionCount).map { users[$0] }
-            let regs = try mine.map { try Registration.signed(by: $0, relaySigningKey: identity.signingKey, timestampMs: now()) }
+            guard let channel = c.channelBinding else { throw Failure.incomplete("no channel binding after connect") }
+            let regs = try mine.map { try Registration.owner($0, relaySigningKey: identity.signingKey, channel: channel, timestampMs: now()) }
             let r = try c.registerAndWait(regs, timeout: 60)
             guard r.count == mine.count, r.allSatisfy({ $0.status == .accepted }) else { throw Failure.incomplete("registration refused") }
             connections.append(c)
@@ -217,7 +224,8 @@ public enum RelayBenchmark {
             defer { c.stop() }
             try c.connect(timeout: 20)
             let mark = c.currentSeq()
-            _ = try c.registerAndWait([Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: now())], timeout: 20)
+            guard let channel = c.channelBinding else { throw Failure.incomplete("no channel binding after connect") }
+            _ = try c.registerAndWait([Registration.owner(user, relaySigningKey: identity.signingKey, channel: channel, timestampMs: now())], timeout: 20)
             let expected = offlineMessages / offline.count + (offline.firstIndex { $0.userID == user.userID }! < offlineMessages % offline.count ? 1 : 0)
             var pending = try c.nextMessages(min(limits.pollBatch, expected), after: mark, timeout: 20).map(\.bundleID)
             var rounds = 0

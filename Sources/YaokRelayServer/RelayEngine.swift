@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import YaokCrypto
 import YaokRelayProtocol
+import YaokRelayWebSocket
 import YaokWire
 
 /// The relay's logic, independent of sockets: datagram in → datagrams out.
@@ -25,19 +26,31 @@ public final class RelayEngine: @unchecked Sendable {
         let createdMs: Int64
         var lastHeardMs: Int64
         var authenticated = false
-        /// Users registered directly on this session; the first is its owner.
+        /// What an owner registration on this session must sign (Docs §2, "Channel binding").
+        let binding: ChannelBinding
+        /// The address prefix the session was opened from: its session, reassembly shares are
+        /// charged there (kept fixed so the accounting balances when a client roams).
+        let prefix: AddressPrefix
+        /// The session's authenticated owners' user IDs: users whose owner registration signed
+        /// this session's channel binding. Only they, and users whose collector is one of
+        /// them, may receive, poll and ACK here.
         var users: [[UInt8]] = []
+        /// The owners' Ed25519 keys (what a carried registration's collector must equal).
+        var ownerKeys: Set<[UInt8]> = []
+        /// Users whose carried registrations were accepted here (the per-session limit).
+        var carried: Set<[UInt8]> = []
         var reassembler = Reassembler(maxPartial: 4)
         /// Registration nonces accepted here (a retransmitted REGISTER is answered again, not refused).
         var nonceKeys: Set<[UInt8]> = []
-        init(id: UInt64, address: RelayPeer, secure: SecureSession, nowMs: Int64) {
+        init(id: UInt64, address: RelayPeer, secure: SecureSession, binding: ChannelBinding, prefix: AddressPrefix, nowMs: Int64) {
             self.id = id
             self.address = address
             self.secure = secure
+            self.binding = binding
+            self.prefix = prefix
             self.createdMs = nowMs
             self.lastHeardMs = nowMs
         }
-        var owner: [UInt8]? { users.first }
     }
 
     public let identity: Identity
@@ -58,16 +71,29 @@ public final class RelayEngine: @unchecked Sendable {
     private var queuedTotal = 0
     /// Pushed/polled bundles (by bundle ID) not to offer again before the lease ends.
     private var leases: [[UInt8]: Int64] = [:]
-    private var ipBuckets: BucketMap<String>
-    private var helloBuckets: BucketMap<String>
+    private var ipBuckets: BucketMap<AddressPrefix>
+    private var helloBuckets: BucketMap<AddressPrefix>
     private var senderBuckets: BucketMap<[UInt8]>
-    /// New messages accepted per IP address (SEND), on top of the per-sender limit: keyless
-    /// identities are free to make, so one address cannot multiply its hourly budget.
-    private var sendIPBuckets: BucketMap<String>
-    private var registrationBuckets: BucketMap<String>
+    /// New messages accepted per address prefix (SEND), on top of the per-sender limit:
+    /// keyless identities are free to make, so one network cannot multiply its hourly budget.
+    private var sendIPBuckets: BucketMap<AddressPrefix>
+    private var registrationBuckets: BucketMap<AddressPrefix>
     private var lastSweepMs: Int64 = 0
     /// Bytes buffered in all sessions' reassemblers (kept up to date on every change).
     private var reassemblyBytes = 0
+    /// The same, per address prefix (its share of ``RelayLimits/maxReassemblyBytes``).
+    private var reassemblyPerPrefix: [AddressPrefix: Int] = [:]
+    /// Sessions per address prefix (its share of ``RelayLimits/maxSessions``).
+    private var sessionsPerPrefix: [AddressPrefix: Int] = [:]
+    /// Queued bundles per envelope sender (persisted in the queue's `sender` column).
+    private var queuedPerSender: [[UInt8]: Int] = [:]
+    /// Queued bundles per source prefix, for bundles queued since this start (the queue does
+    /// not store addresses): bundle ID → (prefix, expiry), and the counts.
+    private var queuedSource: [[UInt8]: (prefix: AddressPrefix, expiresMs: Int64)] = [:]
+    private var queuedPerPrefix: [AddressPrefix: Int] = [:]
+    /// The stateless HELLO cookie (Docs §2.1) and the HELLO rate that decides "under load".
+    private var cookies: RelayCookie
+    private var helloLoad = HelloLoad()
     public private(set) var metrics = RelayMetrics()
 
     /// Loads queue counts, attachments and the nonce cache from the store.
@@ -79,6 +105,7 @@ public final class RelayEngine: @unchecked Sendable {
         self.logger = logger
         self.now = now
         let t = now()
+        cookies = RelayCookie(nowMs: t)
         ipBuckets = BucketMap(capacity: Double(limits.packetsPerSecondPerIP * 2), perMs: Double(limits.packetsPerSecondPerIP) / 1000, maxKeys: 65_536)
         helloBuckets = BucketMap(capacity: Double(limits.hellosPerSecondPerIP * 2), perMs: Double(limits.hellosPerSecondPerIP) / 1000, maxKeys: 65_536)
         registrationBuckets = BucketMap(capacity: Double(limits.registrationsPerMinutePerIP * 5),
@@ -87,12 +114,16 @@ public final class RelayEngine: @unchecked Sendable {
         sendIPBuckets = BucketMap(capacity: Double(limits.sendsPerHourPerIP), perMs: Double(limits.sendsPerHourPerIP) / 3_600_000, maxKeys: 65_536)
         queuedPerUser = try store.countsByRecipient()
         queuedTotal = queuedPerUser.values.reduce(0, +)
+        queuedPerSender = try store.countsBySender()
         attachments = try store.attachments(nowMs: t)
         for (user, a) in attachments { attachedTo[a.owner, default: []].insert(user) }
         nonces = try store.nonces(nowMs: t)
     }
 
     static func short(_ id: [UInt8]) -> String { Hex.encode(id.prefix(4)) }
+
+    /// The key per-address limits use for `peer`.
+    func prefix(of peer: RelayPeer) -> AddressPrefix { AddressPrefix(peer.remote, ipv6PrefixLength: limits.ipv6PrefixLength) }
 
     // MARK: Datagrams
 
@@ -119,6 +150,7 @@ public final class RelayEngine: @unchecked Sendable {
                 queuedPerUser = counts
                 queuedTotal = counts.values.reduce(0, +)
             }
+            if let senders = try? store.countsBySender() { queuedPerSender = senders }
             return []
         }
     }
@@ -133,7 +165,7 @@ public final class RelayEngine: @unchecked Sendable {
         let t = now()
         metrics.datagramsIn += 1
         guard datagram.count <= RelayPacket.maxDatagramLength else { metrics.droppedOversized += 1; return [] }
-        let ip = address.ip
+        let ip = prefix(of: address)
         if ipBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return [] }
         let packet: RelayPacket
         do { packet = try RelayPacket(parsing: datagram) } catch { metrics.droppedMalformed += 1; return [] }
@@ -149,11 +181,37 @@ public final class RelayEngine: @unchecked Sendable {
         return out
     }
 
-    private func handleHello(_ packet: RelayPacket, from address: RelayPeer, ip: String, nowMs t: Int64, out: inout [Output]) {
+    /// Whether HELLOs must carry a cookie now (Docs §2.1): more than
+    /// ``RelayLimits/cookieHellosPerSecond`` HELLOs in the current or the previous second
+    /// (0: always), or half of the session table in use.
+    public func isUnderLoad(nowMs t: Int64) -> Bool {
+        limits.cookieHellosPerSecond == 0 || helloLoad.rate(nowMs: t) > limits.cookieHellosPerSecond
+            || sessions.count >= limits.maxSessions / 2
+    }
+
+    private func handleHello(_ packet: RelayPacket, from address: RelayPeer, ip: AddressPrefix, nowMs t: Int64, out: inout [Output]) {
         guard let hello = try? Hello(parsing: packet.payload) else { metrics.droppedMalformed += 1; return }
         if helloBuckets.take(ip, nowMs: t) != nil { metrics.droppedRateLimited += 1; return }
+        helloLoad.count(nowMs: t)
+        // A UDP source address proves nothing; under load a HELLO must first show that it
+        // receives our packets (a cookie for its address). The answer is stateless, unsigned
+        // and a quarter of the HELLO's size. TCP+TLS already proved a WebSocket peer's address.
+        if case .udp(let remote) = address, isUnderLoad(nowMs: t) {
+            let input = AddressPrefix.cookieInput(remote)
+            if let c = hello.cookie, cookies.verify(c, for: input, nowMs: t) {
+                metrics.cookiesAccepted += 1
+            } else {
+                let reply = CookieReply(clientKey: hello.clientKey, cookie: cookies.cookie(for: input, nowMs: t))
+                guard let bytes = try? RelayPacket(type: .cookieReply, sessionID: 0, counter: 0, payload: reply.encoded).encoded() else { return }
+                metrics.cookiesSent += 1
+                out.append(Output(peer: address, bytes: bytes))
+                return
+            }
+        }
         if sessions.count >= limits.maxSessions { sweepSessions(nowMs: t) }
         guard sessions.count < limits.maxSessions else { metrics.droppedOverload += 1; return }
+        // One network may hold only its share of the session table.
+        guard sessionsPerPrefix[ip, default: 0] < limits.maxSessionsPerPrefix else { metrics.droppedPrefixShare += 1; return }
         var id: UInt64 = 0
         while id == 0 || sessions[id] != nil { id = UInt64.random(in: 1...UInt64.max) }
         let eph = EphemeralKX.generate()
@@ -161,7 +219,9 @@ public final class RelayEngine: @unchecked Sendable {
             metrics.droppedMalformed += 1
             return
         }
-        sessions[id] = Session(id: id, address: address, secure: secure, nowMs: t)
+        let binding = ChannelBinding(sessionID: id, clientKey: hello.clientKey, relayEphemeralKey: eph.publicKey)
+        sessions[id] = Session(id: id, address: address, secure: secure, binding: binding, prefix: ip, nowMs: t)
+        sessionsPerPrefix[ip, default: 0] += 1
         let reply = HelloReply.make(sessionID: id, clientKey: hello.clientKey, relayEphemeralKey: eph.publicKey, relay: identity)
         guard let bytes = try? RelayPacket(type: .helloReply, sessionID: id, counter: 0, payload: reply.encoded).encoded() else { return }
         metrics.handshakes += 1
@@ -197,10 +257,15 @@ public final class RelayEngine: @unchecked Sendable {
         if type == .fragment {
             guard let f = try? Fragment(parsing: plaintext) else { metrics.droppedMalformed += 1; return }
             if reassemblyBytes + f.chunk.count > limits.maxReassemblyBytes { metrics.fragmentsDropped += 1; return }
+            // One network's sessions may hold only their share of the reassembly budget.
+            if reassemblyPerPrefix[session.prefix, default: 0] + f.chunk.count > limits.maxReassemblyBytesPerPrefix {
+                metrics.fragmentsDropped += 1
+                return
+            }
             let (droppedBefore, bytesBefore) = (session.reassembler.dropped, session.reassembler.bufferedBytes)
             let whole = session.reassembler.add(f, nowMs: t)
             metrics.fragmentsDropped += UInt64(session.reassembler.dropped - droppedBefore)
-            reassemblyBytes += session.reassembler.bufferedBytes - bytesBefore
+            chargeReassembly(session, session.reassembler.bufferedBytes - bytesBefore)
             guard let whole else { return }
             (type, message) = whole
         }
@@ -208,7 +273,7 @@ public final class RelayEngine: @unchecked Sendable {
         case .register: handleRegister(message, session: session, nowMs: t, out: &out)
         case .send: handleSend(message, session: session, nowMs: t, out: &out)
         case .poll: handlePoll(session: session, nowMs: t, out: &out)
-        case .ack: handleAck(message, session: session, out: &out)
+        case .ack: handleAck(message, session: session, nowMs: t, out: &out)
         case .ping: reply(.pong, message, to: session, out: &out)
         case .pong: break
         default: metrics.droppedMalformed += 1
@@ -244,6 +309,16 @@ public final class RelayEngine: @unchecked Sendable {
     }
 
     private func handleRegister(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
+        if RegisterRequest.isVersion1(message) {
+            // v1 registrations were bearer tokens. Answer with an ERROR a v1 client can parse
+            // and show (it could not parse the new REGISTERED statuses).
+            let n = UInt64(message[0])
+            metrics.registrationsRefused += n
+            metrics.registrationsRefusedByReason["v1", default: 0] += n
+            logger.notice("refused a v1 REGISTER (\(n) registrations)")
+            error(.malformed, RelayProtocolError.registrationV1Text, to: session, out: &out)
+            return
+        }
         guard let request = try? RegisterRequest(parsing: message) else {
             error(.malformed, "REGISTER could not be parsed", to: session, out: &out)
             return
@@ -259,6 +334,7 @@ public final class RelayEngine: @unchecked Sendable {
                 newlyReachable.append(user)
             } else {
                 metrics.registrationsRefused += 1
+                metrics.registrationsRefusedByReason[status.metricReason, default: 0] += 1
                 logger.info("registration of \(Self.short(user)) refused: \(status)")
             }
         }
@@ -267,48 +343,62 @@ public final class RelayEngine: @unchecked Sendable {
         for user in newlyReachable { pushQueued(for: user, to: session, nowMs: t, out: &out) }
     }
 
+    /// Checks and records one registration. The binding checks come before the replay cache,
+    /// so a registration refused here (e.g. a captured carried registration presented on an
+    /// attacker's session) does not use up its nonce: its genuine hub can still carry it.
     private func register(_ reg: Registration, user: [UInt8], session: Session, nowMs t: Int64) -> RegistrationStatus {
         guard reg.verifySignature(relaySigningKey: identity.signingKey) else { return .badSignature }
         guard abs(reg.timestampMs - t) <= limits.registrationWindowMs else { return .staleTimestamp }
+        var collector: [UInt8]?
+        switch reg.kind {
+        case .owner:
+            guard constantTimeEqual(reg.binding, session.binding.bytes) else { return .wrongChannel }
+        case .carried:
+            guard reg.untilMs > t, reg.untilMs - reg.timestampMs <= Registration.maxCarriedLifetimeMs else { return .badUntil }
+            guard session.ownerKeys.contains(reg.binding) else { return .collectorMismatch }
+            collector = Identity.userID(forSigningKey: reg.binding)
+        }
         let nonceKey = Hash.sha256(reg.userSigningKey + reg.nonce)
         if session.nonceKeys.contains(nonceKey) { return .accepted }   // a retransmitted REGISTER
         if let expiry = nonces[nonceKey], expiry > t { return .replayed }
-        let already = session.users.contains(user)
+        let already = collector == nil ? session.users.contains(user) : session.carried.contains(user)
         if !already {
-            let ip = session.address.ip
-            guard registrationBuckets.take(ip, nowMs: t) == nil else { return .tooManyRegistrations }
-            guard session.users.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
+            guard registrationBuckets.take(prefix(of: session.address), nowMs: t) == nil else { return .tooManyRegistrations }
+            guard session.users.count + session.carried.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
             guard hasRoomForAnotherUser || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
         }
         // Remember the nonce for the whole window on both sides of the timestamp.
         let expiry = reg.timestampMs + limits.registrationWindowMs + 1
+        let attachmentExpiry = min(reg.untilMs, t + limits.attachmentTTLMs)
         do {
             try store.saveNonce(nonceKey, expiresMs: expiry)
-            if let owner = session.owner, owner != user {
-                try store.saveAttachment(user: user, owner: owner, expiresMs: t + limits.attachmentTTLMs)
-            }
+            if let collector { try store.saveAttachment(user: user, owner: collector, expiresMs: attachmentExpiry) }
         } catch {
             logger.error("store: cannot record a registration: \(error)")
             return .tooManyRegistrations
         }
         nonces[nonceKey] = expiry
         session.nonceKeys.insert(nonceKey)
-        if let owner = session.owner, owner != user {
+        if let collector {
             if let old = attachments[user] { attachedTo[old.owner]?.remove(user) }
-            attachments[user] = (owner, t + limits.attachmentTTLMs)
-            attachedTo[owner, default: []].insert(user)
-        }
-        if !already {
+            attachments[user] = (collector, attachmentExpiry)
+            attachedTo[collector, default: []].insert(user)
+            session.carried.insert(user)
+        } else if !already {
             session.users.append(user)
+            session.ownerKeys.insert(reg.userSigningKey)
             userSessions[user, default: []].insert(session.id)
         }
         return .accepted
     }
 
-    /// Users this session may receive and acknowledge for: its own and those attached to its owner(s).
-    private func reachableUsers(of session: Session) -> [[UInt8]] {
+    /// Users this session may receive and acknowledge for: its authenticated owners, and the
+    /// users whose unexpired collector permission names one of them.
+    private func reachableUsers(of session: Session, nowMs t: Int64) -> [[UInt8]] {
         var set = Set(session.users)
-        for u in session.users { set.formUnion(attachedTo[u] ?? []) }
+        for u in session.users {
+            for a in attachedTo[u] ?? [] where (attachments[a]?.expiresMs ?? 0) > t { set.insert(a) }
+        }
         return Array(set)
     }
 
@@ -383,7 +473,8 @@ public final class RelayEngine: @unchecked Sendable {
             return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
         }
         let sender = envelope.senderUserID
-        if let wait = sendIPBuckets.take(session.address.ip, nowMs: t) {
+        let source = prefix(of: session.address)
+        if let wait = sendIPBuckets.take(source, nowMs: t) {
             logger.notice("an address exceeded \(limits.sendsPerHourPerIP) messages per hour")
             return refuse(.rateLimited, "rate_limited_ip",
                           "rate limit: \(limits.sendsPerHourPerIP) messages per hour from one address; retry in \((wait + 999) / 1000) s", retry: wait)
@@ -400,6 +491,14 @@ public final class RelayEngine: @unchecked Sendable {
         guard queuedTotal < limits.maxQueuedTotal else {
             return refuse(.relayFull, "relay_full", "the relay holds its maximum of \(limits.maxQueuedTotal) messages", retry: 3_600_000)
         }
+        // Shares of the total, so one sender or one network cannot fill it for everyone.
+        guard queuedPerSender[sender, default: 0] < limits.maxQueuedPerSender else {
+            return refuse(.relayFull, "sender_share", "this sender holds its share (\(limits.maxQueuedPerSender)) of the relay's queue", retry: 3_600_000)
+        }
+        guard queuedPerPrefix[source, default: 0] < limits.maxQueuedPerPrefix else {
+            logger.notice("an address prefix holds its share of the queue")
+            return refuse(.relayFull, "prefix_share", "this address prefix holds its share (\(limits.maxQueuedPerPrefix)) of the relay's queue", retry: 3_600_000)
+        }
         let expires = min(envelope.expiresMs, t + limits.retentionMs)
         do {
             // The lookup above found nothing and this queue is serial, so the insert cannot
@@ -414,6 +513,9 @@ public final class RelayEngine: @unchecked Sendable {
         }
         queuedPerUser[recipient, default: 0] += 1
         queuedTotal += 1
+        queuedPerSender[sender, default: 0] += 1
+        queuedSource[id] = (source, expires)
+        queuedPerPrefix[source, default: 0] += 1
         var status = QueuedNotice.Status.queued
         if let target = self.session(reaching: recipient, nowMs: t) {
             leases[id] = t + limits.leaseMs
@@ -471,26 +573,56 @@ public final class RelayEngine: @unchecked Sendable {
             return
         }
         metrics.polls += 1
-        let (ids, total) = unleased(for: reachableUsers(of: session), limit: limits.pollBatch, nowMs: t)
+        let (ids, total) = unleased(for: reachableUsers(of: session, nowMs: t), limit: limits.pollBatch, nowMs: t)
         let sent = deliver(ids, to: session, nowMs: t, out: &out)
         reply(.noMessages, PollDone(remaining: UInt32(clamping: max(0, total - sent))).encoded, to: session, out: &out)
     }
 
-    private func handleAck(_ message: [UInt8], session: Session, out: inout [Output]) {
+    private func handleAck(_ message: [UInt8], session: Session, nowMs t: Int64, out: inout [Output]) {
         guard let list = try? AckList(parsing: message) else {
             error(.malformed, "ACK could not be parsed", to: session, out: &out)
             return
         }
-        let allowed = Set(reachableUsers(of: session))
+        let allowed = Set(reachableUsers(of: session, nowMs: t))
         for id in list.bundleIDs {
+            guard let held = try? store.recipientAndSender(of: id) else { continue }
             // Only a session that may receive a message may delete it.
-            guard let recipient = try? store.recipient(of: id), allowed.contains(recipient) else { continue }
+            guard allowed.contains(held.recipient) else {
+                metrics.acksRefused += 1
+                logger.notice("ACK of \(Self.short(id)) refused: its recipient is not reachable on this session")
+                continue
+            }
             guard (try? store.delete(id)) == true else { continue }
             leases[id] = nil
             metrics.acks += 1
             queuedTotal = max(0, queuedTotal - 1)
-            let left = queuedPerUser[recipient, default: 1] - 1
-            queuedPerUser[recipient] = left > 0 ? left : nil
+            Self.decrement(&queuedPerUser, held.recipient)
+            Self.decrement(&queuedPerSender, held.sender)
+            if let source = queuedSource.removeValue(forKey: id) { Self.decrement(&queuedPerPrefix, source.prefix) }
+        }
+    }
+
+    static func decrement<K: Hashable>(_ counts: inout [K: Int], _ key: K) {
+        let left = counts[key, default: 1] - 1
+        counts[key] = left > 0 ? left : nil
+    }
+
+    /// Adds `delta` bytes to the reassembly totals, global and for the session's prefix.
+    private func chargeReassembly(_ session: Session, _ delta: Int) {
+        guard delta != 0 else { return }
+        reassemblyBytes += delta
+        let left = reassemblyPerPrefix[session.prefix, default: 0] + delta
+        reassemblyPerPrefix[session.prefix] = left > 0 ? left : nil
+    }
+
+    /// Forgets a session: its registrations' live routes, its reassembly and session shares.
+    private func removeSession(_ id: UInt64, _ s: Session) {
+        sessions[id] = nil
+        chargeReassembly(s, -s.reassembler.bufferedBytes)
+        Self.decrement(&sessionsPerPrefix, s.prefix)
+        for u in s.users {
+            userSessions[u]?.remove(id)
+            if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
         }
     }
 
@@ -512,16 +644,11 @@ public final class RelayEngine: @unchecked Sendable {
             let stale = t - s.lastHeardMs >= limits.staleAfterMs
             let neverAuthenticated = !s.authenticated && t - s.createdMs >= limits.handshakeTimeoutMs
             if stale || neverAuthenticated {
-                sessions[id] = nil
-                reassemblyBytes -= s.reassembler.bufferedBytes
-                for u in s.users {
-                    userSessions[u]?.remove(id)
-                    if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
-                }
+                removeSession(id, s)
             } else {
                 let before = s.reassembler.bufferedBytes
                 s.reassembler.expire(nowMs: t)
-                reassemblyBytes -= before - s.reassembler.bufferedBytes
+                chargeReassembly(s, s.reassembler.bufferedBytes - before)
             }
         }
     }
@@ -534,6 +661,7 @@ public final class RelayEngine: @unchecked Sendable {
                 metrics.expired += UInt64(n)
                 queuedPerUser = try store.countsByRecipient()
                 queuedTotal = queuedPerUser.values.reduce(0, +)
+                queuedPerSender = try store.countsBySender()
                 logger.info("expired \(n) queued messages")
             }
         } catch {
@@ -544,6 +672,10 @@ public final class RelayEngine: @unchecked Sendable {
             attachedTo[a.owner]?.remove(user)
         }
         nonces = nonces.filter { $0.value > t }
+        for (id, source) in queuedSource where source.expiresMs <= t {
+            queuedSource[id] = nil
+            Self.decrement(&queuedPerPrefix, source.prefix)
+        }
         senderBuckets.prune(nowMs: t)
         sendIPBuckets.prune(nowMs: t)
         registrationBuckets.prune(nowMs: t)
@@ -555,14 +687,7 @@ public final class RelayEngine: @unchecked Sendable {
     /// reach them any more, so a push must not pick them. UDP peers are never closed.
     public func peerClosed(_ peer: RelayPeer) {
         guard case .webSocket = peer else { return }
-        for (id, s) in sessions where s.address == peer {
-            sessions[id] = nil
-            reassemblyBytes -= s.reassembler.bufferedBytes
-            for u in s.users {
-                userSessions[u]?.remove(id)
-                if userSessions[u]?.isEmpty == true { userSessions[u] = nil }
-            }
-        }
+        for (id, s) in sessions where s.address == peer { removeSession(id, s) }
     }
 
     /// Metrics with current gauges.
@@ -580,4 +705,39 @@ public final class RelayEngine: @unchecked Sendable {
 
     /// Messages queued for `user` (tests, status).
     public func queuedCount(for user: [UInt8]) -> Int { queuedPerUser[user, default: 0] }
+
+    /// Messages queued that `sender` signed (tests, status).
+    public func queuedCount(fromSender sender: [UInt8]) -> Int { queuedPerSender[sender, default: 0] }
+
+    /// Messages queued since this start that came from `peer`'s address prefix (tests, status).
+    public func queuedCount(fromPrefixOf peer: RelayPeer) -> Int { queuedPerPrefix[prefix(of: peer), default: 0] }
+
+    /// Sessions opened from `peer`'s address prefix (tests, status).
+    public func sessionCount(fromPrefixOf peer: RelayPeer) -> Int { sessionsPerPrefix[prefix(of: peer), default: 0] }
+}
+
+/// HELLOs counted in one-second windows: the rate that decides whether the relay is under
+/// load (Docs §2.1). The larger of the current and the previous window counts, so the state
+/// does not flap at each window's start.
+struct HelloLoad {
+    private var windowStartMs: Int64 = 0
+    private var current = 0
+    private var previous = 0
+
+    private mutating func roll(nowMs t: Int64) {
+        guard t - windowStartMs >= 1_000 else { return }
+        previous = t - windowStartMs >= 2_000 ? 0 : current
+        current = 0
+        windowStartMs = t
+    }
+
+    mutating func count(nowMs t: Int64) {
+        roll(nowMs: t)
+        current += 1
+    }
+
+    mutating func rate(nowMs t: Int64) -> Int {
+        roll(nowMs: t)
+        return max(current, previous)
+    }
 }

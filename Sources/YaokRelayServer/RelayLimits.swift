@@ -1,3 +1,4 @@
+import YaokRelayWebSocket
 import YaokWire
 
 /// The relay's limits and timings. Defaults follow the Ya OK design.
@@ -49,6 +50,20 @@ public struct RelayLimits: Sendable {
     public var attachmentTTLMs: Int64 = 24 * 3600 * 1000
     /// Bytes held in fragment reassembly across all sessions.
     public var maxReassemblyBytes = 16 << 20
+    /// Limits "per address" are kept per IPv4 address and per IPv6 prefix of this length
+    /// (``AddressPrefix``; 32...128).
+    public var ipv6PrefixLength = AddressPrefix.defaultIPv6PrefixLength
+    /// Above this many HELLOs per second (all addresses together) a HELLO needs a cookie
+    /// (Docs §2.1); 0 = always. Half of ``maxSessions`` in use also counts as load.
+    public var cookieHellosPerSecond = 100
+    /// Sessions one address prefix may hold.
+    public var maxSessionsPerPrefix = 2_000
+    /// Queued bundles one envelope sender may hold (its share of ``maxQueuedTotal``).
+    public var maxQueuedPerSender = 1_000
+    /// Queued bundles sent from one address prefix (its share of ``maxQueuedTotal``).
+    public var maxQueuedPerPrefix = 10_000
+    /// Reassembly bytes one address prefix's sessions may hold (share of ``maxReassemblyBytes``).
+    public var maxReassemblyBytesPerPrefix = 1 << 20
     /// Datagrams waiting for the engine; more are dropped.
     public var maxPendingDatagrams = 10_000
 

@@ -13,6 +13,16 @@ public struct RelayMetrics: Sendable, Equatable {
     public var resetsSent: UInt64 = 0
     public var registrationsAccepted: UInt64 = 0
     public var registrationsRefused: UInt64 = 0
+    /// Refused registrations by reason (``RegistrationStatus/metricReason``, or "v1").
+    public var registrationsRefusedByReason: [String: UInt64] = [:]
+    /// ACKs naming a queued bundle whose recipient the session may not receive for.
+    public var acksRefused: UInt64 = 0
+    /// COOKIE_REPLYs sent (HELLOs without a valid cookie while under load).
+    public var cookiesSent: UInt64 = 0
+    /// HELLOs with a valid cookie while under load.
+    public var cookiesAccepted: UInt64 = 0
+    /// HELLOs dropped because their address prefix holds its share of the sessions.
+    public var droppedPrefixShare: UInt64 = 0
     public var sendsQueued: UInt64 = 0
     public var sendsPushed: UInt64 = 0
     public var sendsDuplicate: UInt64 = 0
@@ -41,13 +51,19 @@ public struct RelayMetrics: Sendable, Equatable {
         counter("datagrams_in_total", "Datagrams received.", datagramsIn)
         counter("datagrams_out_total", "Datagrams sent.", datagramsOut)
         for (reason, v) in [("malformed", droppedMalformed), ("oversized", droppedOversized), ("rate_limited", droppedRateLimited),
-                            ("unauthenticated", droppedUnauthenticated), ("replayed", droppedReplayed), ("overload", droppedOverload)] {
+                            ("unauthenticated", droppedUnauthenticated), ("replayed", droppedReplayed), ("overload", droppedOverload),
+                            ("prefix_share", droppedPrefixShare)] {
             counter("dropped_total", "Datagrams dropped, by reason.", v, [("reason", reason)])
         }
         counter("handshakes_total", "Completed handshakes (HELLO_REPLY sent).", handshakes)
         counter("resets_total", "RESETs sent for unknown sessions.", resetsSent)
         counter("registrations_accepted_total", "Registrations accepted.", registrationsAccepted)
-        counter("registrations_refused_total", "Registrations refused.", registrationsRefused)
+        for (reason, v) in registrationsRefusedByReason.sorted(by: { $0.key < $1.key }) {
+            counter("registrations_refused_total", "Registrations refused, by reason.", v, [("reason", reason)])
+        }
+        counter("acks_refused_total", "ACKs of bundles the session may not receive (not deleted).", acksRefused)
+        counter("cookies_sent_total", "COOKIE_REPLYs sent under load.", cookiesSent)
+        counter("cookies_accepted_total", "HELLOs with a valid cookie under load.", cookiesAccepted)
         counter("sends_queued_total", "Bundles queued for an offline recipient.", sendsQueued)
         counter("sends_pushed_total", "Bundles queued and pushed to an online recipient at once.", sendsPushed)
         counter("sends_duplicate_total", "SENDs of a message already held.", sendsDuplicate)

@@ -110,6 +110,15 @@ public final class RelayQueueStore: @unchecked Sendable {
                     logger.notice("relay queue migration: re-keyed \(moved) queued bundles by bundle ID, dropped \(dropped)")
                 }
             },
+            // Version 3: registrations v2. Attachments recorded from v1 registrations (bearer
+            // tokens: "owner" was whoever registered first on the session, possibly an
+            // attacker) are forgotten; hubs re-carry their phones' v2 registrations within
+            // minutes (phones renew every 4 minutes while linked).
+            Migration(version: 3) { db in
+                let n = try db.scalar("SELECT count(*) FROM relay_attachments", purpose: "counting v1 attachments")?.intValue ?? 0
+                try db.execute("DELETE FROM relay_attachments", purpose: "forgetting attachments made from v1 registrations")
+                if n > 0 { logger.notice("relay registration migration: forgot \(n) phone attachments made from v1 registrations") }
+            },
         ]
     }
 
@@ -140,6 +149,13 @@ public final class RelayQueueStore: @unchecked Sendable {
         try database.scalar("SELECT recipient FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a recipient")?.blobValue
     }
 
+    /// The recipient and the sender of a queued bundle, or nil.
+    public func recipientAndSender(of bundleID: [UInt8]) throws -> (recipient: [UInt8], sender: [UInt8])? {
+        let rows = try database.query("SELECT recipient, sender FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a recipient")
+        guard let row = rows.first, let r = row[0].blobValue, let s = row[1].blobValue else { return nil }
+        return (r, s)
+    }
+
     /// Deletes a queued bundle; true if it was there.
     public func delete(_ bundleID: [UInt8]) throws -> Bool {
         try database.withExclusiveAccess {
@@ -158,6 +174,15 @@ public final class RelayQueueStore: @unchecked Sendable {
     /// A queued bundle's bytes.
     public func bundle(_ bundleID: [UInt8]) throws -> [UInt8]? {
         try database.scalar("SELECT bundle FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "reading a bundle")?.blobValue
+    }
+
+    /// Queued bundles per envelope sender (the per-sender share of the total).
+    public func countsBySender() throws -> [[UInt8]: Int] {
+        var out: [[UInt8]: Int] = [:]
+        for row in try database.query("SELECT sender, count(*) FROM relay_queue GROUP BY sender", purpose: "counting senders") {
+            if let r = row[0].blobValue, let n = row[1].intValue { out[r] = n }
+        }
+        return out
     }
 
     /// Queue length per recipient.

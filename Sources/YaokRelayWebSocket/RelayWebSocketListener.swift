@@ -27,6 +27,8 @@ public final class RelayWebSocketListener: @unchecked Sendable {
         /// New connections accepted per minute from one IP address (each costs the relay a
         /// TLS handshake; token bucket, burst = this); more are closed at accept.
         public var connectionsPerMinutePerIP = 120
+        /// IPv6 connections are limited per prefix of this length (IPv4: per address).
+        public var ipv6PrefixLength = AddressPrefix.defaultIPv6PrefixLength
         /// A connection must finish TLS and the upgrade within this time.
         public var upgradeTimeout: TimeAmount = .seconds(10)
         /// A connection that sends nothing this long is closed (clients PING every 60 s).
@@ -73,8 +75,9 @@ public final class RelayWebSocketListener: @unchecked Sendable {
     private var open = 0
     private var nextID: UInt64 = 1
     private var counters = Counters()
-    /// New connections per IP address (the relay engine's bucket map).
-    private var acceptBuckets: BucketMap<String>
+    /// New connections per address prefix (IPv4 address or IPv6 /64 by default; the relay
+    /// engine's bucket map).
+    private var acceptBuckets: BucketMap<AddressPrefix>
 
     /// Loads the certificate and key (the key file must be 0600) and builds the TLS 1.3 context.
     public init(configuration: Configuration, group: EventLoopGroup, onPacket: @escaping PacketHandler, onClose: @escaping CloseHandler) throws {
@@ -193,7 +196,8 @@ public final class RelayWebSocketListener: @unchecked Sendable {
     /// limit. Called with the lock held.
     private func admitRate(_ remote: SocketAddress?) -> Bool {
         let nowMs = Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
-        return acceptBuckets.take(remote?.ipAddress ?? "?", nowMs: nowMs) == nil
+        guard let remote else { return false }
+        return acceptBuckets.take(AddressPrefix(remote, ipv6PrefixLength: configuration.ipv6PrefixLength), nowMs: nowMs) == nil
     }
 
     fileprivate func frameReceived(id: UInt64, remote: SocketAddress, bytes: [UInt8]) { onPacket(id, remote, bytes) }

@@ -70,6 +70,27 @@ extension YaokRelay {
         @Option(name: .customLong("wss-connections-per-minute-per-ip"), help: "New WebSocket/TLS connections accepted per minute from one IP address (each costs a TLS handshake).")
         var wssConnectionsPerMinutePerIP = 120
 
+        @Option(name: .customLong("ipv6-prefix"), help: "Per-address limits apply to each IPv4 address and to each IPv6 prefix of this length (32 to 128).")
+        var ipv6Prefix = AddressPrefix.defaultIPv6PrefixLength
+
+        @Option(name: .customLong("cookie-hellos-per-second"), help: "Above this many HELLOs per second in all, a HELLO must first return a stateless cookie (0 = always).")
+        var cookieHellosPerSecond = RelayLimits().cookieHellosPerSecond
+
+        @Option(name: .customLong("max-sessions"), help: "Sessions at once; at half of them HELLOs need a cookie.")
+        var maxSessions = RelayLimits().maxSessions
+
+        @Option(name: .customLong("sessions-per-prefix"), help: "Sessions one address prefix may hold.")
+        var sessionsPerPrefix = RelayLimits().maxSessionsPerPrefix
+
+        @Option(name: .customLong("queue-share-per-sender"), help: "Queued messages one sender may hold.")
+        var queueSharePerSender = RelayLimits().maxQueuedPerSender
+
+        @Option(name: .customLong("queue-share-per-prefix"), help: "Queued messages sent from one address prefix (since the relay started).")
+        var queueSharePerPrefix = RelayLimits().maxQueuedPerPrefix
+
+        @Option(name: .customLong("reassembly-share-per-prefix"), help: "Bytes of fragment reassembly one address prefix may hold.")
+        var reassemblySharePerPrefix = RelayLimits().maxReassemblyBytesPerPrefix
+
         @Option(name: .customLong("log-level"), help: "trace, debug, info, notice, warning, error.")
         var logLevel = "info"
 
@@ -92,6 +113,7 @@ extension YaokRelay {
                 ws.path = wssPath
                 ws.maxConnections = max(1, maxWSSConnections)
                 ws.connectionsPerMinutePerIP = max(1, wssConnectionsPerMinutePerIP)
+                ws.ipv6PrefixLength = ipv6Prefix
                 cfg.webSocket = ws
                 pin = try SPKIPin.sha256(certificateFile: tlsCert)
             } else if tlsCert != nil || tlsKey != nil {
@@ -100,6 +122,10 @@ extension YaokRelay {
             guard (1...168).contains(maxTTLHours) else {
                 throw ValidationError("--max-ttl-hours must be 1 to 168 (7 days, the protocol's maximum), got \(maxTTLHours)")
             }
+            guard AddressPrefix.ipv6PrefixRange.contains(ipv6Prefix) else {
+                throw ValidationError("--ipv6-prefix must be 32 to 128, got \(ipv6Prefix)")
+            }
+            guard cookieHellosPerSecond >= 0 else { throw ValidationError("--cookie-hellos-per-second must be 0 or more") }
             guard (0...86_400).contains(clockSkewSeconds) else {
                 throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
             }
@@ -109,6 +135,13 @@ extension YaokRelay {
             limits.messagesPerHour = max(1, messagesPerHour)
             limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
             limits.sendsPerHourPerIP = max(1, sendsPerHourPerIP)
+            limits.ipv6PrefixLength = ipv6Prefix
+            limits.cookieHellosPerSecond = cookieHellosPerSecond
+            limits.maxSessions = max(2, maxSessions)
+            limits.maxSessionsPerPrefix = max(1, sessionsPerPrefix)
+            limits.maxQueuedPerSender = max(1, queueSharePerSender)
+            limits.maxQueuedPerPrefix = max(1, queueSharePerPrefix)
+            limits.maxReassemblyBytesPerPrefix = max(12_288, reassemblySharePerPrefix)
             let (identity, store) = try RelayServer.openDataDirectory(dataDir, logger: logger)
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })

@@ -34,7 +34,8 @@ final class RelayEngineFuzzTests: XCTestCase {
 
         // Register a user so SEND/POLL/ACK paths run too.
         let user = Identity.generate()
-        let reg = try Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: nowMs())
+        let channel = ChannelBinding(sessionID: replyPacket.sessionID, clientKey: eph.publicKey, relayEphemeralKey: reply.relayEphemeralKey)
+        let reg = try Registration.owner(user, relaySigningKey: identity.signingKey, channel: channel, timestampMs: nowMs())
         _ = engine.handle(try session.seal(.register, RegisterRequest([reg]).encoded), from: from)
 
         let sealedTypes = RelayPacketType.allCases.filter(\.isSealed)

@@ -33,7 +33,7 @@ final class RelayHandshakeAndRegistrationTests: XCTestCase {
         let user = Identity.generate()
         let c = relay.client()
         try c.connect()
-        let reg = try relay.registration(user)
+        let reg = try relay.registration(user, on: c)
         XCTAssertEqual(try c.registerAndWait([reg]).map(\.status), [.accepted])
         // The same registration again on the same session (a lost REGISTERED) is accepted again.
         XCTAssertEqual(try c.registerAndWait([reg]).map(\.status), [.accepted])
@@ -47,25 +47,27 @@ final class RelayHandshakeAndRegistrationTests: XCTestCase {
         try c.connect()
 
         // Forged: claims the user's key, signed by someone else.
-        let forged = try Registration.make(relaySigningKey: relay.identity.signingKey, userSigningKey: user.signingKey,
-                                           timestampMs: nowMs(), sign: attacker.sign)
+        let channel = try XCTUnwrap(c.channelBinding)
+        let forged = try Registration.make(kind: .owner, relaySigningKey: relay.identity.signingKey, userSigningKey: user.signingKey,
+                                           timestampMs: nowMs(), binding: channel.bytes, untilMs: 0, sign: attacker.sign)
         // Unsigned: zero signature.
-        let good = try relay.registration(user)
-        let unsigned = Registration(userSigningKey: user.signingKey, timestampMs: good.timestampMs, nonce: good.nonce,
-                                    signature: [UInt8](repeating: 0, count: 64))
+        let good = try relay.registration(user, on: c)
+        let unsigned = Registration(kind: .owner, userSigningKey: user.signingKey, timestampMs: good.timestampMs, nonce: good.nonce,
+                                    binding: channel.bytes, untilMs: 0, signature: [UInt8](repeating: 0, count: 64))
         // Signed for another relay.
-        let otherRelay = try Registration.signed(by: user, relaySigningKey: SigningKeyPair.generate().publicKey, timestampMs: nowMs())
+        let otherRelay = try Registration.owner(user, relaySigningKey: SigningKeyPair.generate().publicKey, channel: channel, timestampMs: nowMs())
         // Stale: six minutes old; and six minutes in the future.
-        let stale = try relay.registration(user, timestampMs: nowMs() - 6 * 60_000)
-        let future = try relay.registration(user, timestampMs: nowMs() + 6 * 60_000)
+        let stale = try relay.registration(user, on: c, timestampMs: nowMs() - 6 * 60_000)
+        let future = try relay.registration(user, on: c, timestampMs: nowMs() + 6 * 60_000)
         let results = try c.registerAndWait([forged, unsigned, otherRelay, stale, future])
         XCTAssertEqual(results.map(\.status), [.badSignature, .badSignature, .badSignature, .staleTimestamp, .staleTimestamp])
 
-        // Replayed: a registration accepted on one session is refused on another.
+        // An owner registration accepted on one session is refused on another: it signs the
+        // first session's channel binding.
         XCTAssertEqual(try c.registerAndWait([good]).map(\.status), [.accepted])
         let other = relay.client()
         try other.connect()
-        XCTAssertEqual(try other.registerAndWait([good]).map(\.status), [.replayed])
+        XCTAssertEqual(try other.registerAndWait([good]).map(\.status), [.wrongChannel])
         XCTAssertEqual(relay.server.metricsSnapshot().registrationsRefused, 6)
     }
 

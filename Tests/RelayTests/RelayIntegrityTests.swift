@@ -63,7 +63,7 @@ final class RelayIntegrityTests: XCTestCase {
         let b = relay.client()
         try b.connect()
         let mark = b.currentSeq()
-        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob, on: b)]).map(\.status), [.accepted])
         let got = try b.nextMessages(2, after: mark, timeout: 5)
         XCTAssertEqual(Set(got.map(\.bundleID)), [real.bundleID, squat.bundleID])
         XCTAssertEqual(got.filter { $0.bundle == bundle(real) }.count, 1)
@@ -100,7 +100,7 @@ final class RelayIntegrityTests: XCTestCase {
         let b = relay.client()
         try b.connect()
         let mark = b.currentSeq()
-        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob, on: b)]).map(\.status), [.accepted])
         let got = try b.nextMessage(after: mark, timeout: 5)
         XCTAssertEqual(got.bundle, bundle(first))
         XCTAssertEqual(try b.pollAndWait().count, 0, "leased, and nothing else queued")
@@ -141,7 +141,7 @@ final class RelayIntegrityTests: XCTestCase {
         let b = relay.client()
         try b.connect()
         let mark = b.currentSeq()
-        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob, on: b)]).map(\.status), [.accepted])
         let got = try b.nextMessages(2, after: mark, timeout: 5)
         XCTAssertEqual(got.filter { $0.bundleID == real.bundleID }.count, 1)
         XCTAssertFalse(got.contains { [immortal.bundleID, justOver.bundleID, future.bundleID].contains($0.bundleID) })
@@ -217,13 +217,17 @@ final class RelayIntegrityTests: XCTestCase {
             let broken = [UInt8](repeating: 0xB7, count: 16)
             try db.execute(insert, [.blob(broken), .blob(bob.userID), .blob(alice.userID), .blob(Array(bundle(forBob).prefix(100))),
                                     .integer(t), .integer(t + 3_600_000)])
+            // A phone attachment made from a v1 (bearer) registration: forgotten by the upgrade.
+            try db.execute("INSERT INTO relay_attachments (user_id, owner, expires_ms) VALUES (?, ?, ?)",
+                           [.blob(carol.userID), .blob(alice.userID), .integer(t + 3_600_000)])
             db.close()
         }
 
         // Opening it with the new store migrates it (and says what it dropped).
         let log = LogCapture()
         let (_, store) = try RelayServer.openDataDirectory(dir, logger: Logger(label: "migration-test") { _ in log })
-        XCTAssertEqual(try store.database.schemaVersion(component: "relay"), 2)
+        XCTAssertEqual(try store.database.schemaVersion(component: "relay"), 3)
+        XCTAssertTrue(try store.attachments(nowMs: t).isEmpty, "attachments from v1 registrations survive the upgrade")
         XCTAssertEqual(try store.countsByRecipient(), [bob.userID: 1, carol.userID: 1])
         XCTAssertEqual(try store.bundle(forBob.bundleID), bundle(forBob))
         XCTAssertTrue(try store.contains(forCarol.bundleID))
@@ -231,6 +235,7 @@ final class RelayIntegrityTests: XCTestCase {
         let lines = log.lines
         XCTAssertTrue(lines.contains { $0.contains("dropped queued row b7b7b7b7") && $0.contains("does not parse") }, "\(lines)")
         XCTAssertTrue(lines.contains { $0.contains("re-keyed 2 queued bundles by bundle ID, dropped 1") }, "\(lines)")
+        XCTAssertTrue(lines.contains { $0.contains("forgot 1 phone attachments made from v1 registrations") }, "\(lines)")
         XCTAssertFalse(lines.joined().contains(Hex.encode(bob.userID)), "a full ID in the log")
         store.database.close()
 
@@ -240,7 +245,7 @@ final class RelayIntegrityTests: XCTestCase {
         let b = relay.client()
         try b.connect()
         let mark = b.currentSeq()
-        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob, on: b)]).map(\.status), [.accepted])
         let got = try b.nextMessage(after: mark, timeout: 5)
         XCTAssertEqual(got.bundleID, forBob.bundleID)
         XCTAssertEqual(try YaokWire.Bundle(parsing: got.bundle).envelope.open(with: bob), Array("queued before the upgrade".utf8))

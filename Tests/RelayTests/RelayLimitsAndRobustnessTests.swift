@@ -52,9 +52,9 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         relay = try RelayHarness(limits: limits)
         let c = relay.client()
         try c.connect()
-        let regs = try (0..<10).map { _ in try relay.registration(Identity.generate()) }
+        let regs = try (0..<10).map { _ in try relay.registration(Identity.generate(), on: c) }
         XCTAssertEqual(try c.registerAndWait(regs).map(\.status), Array(repeating: .accepted, count: 10))
-        let more = try c.registerAndWait([relay.registration(Identity.generate())])
+        let more = try c.registerAndWait([relay.registration(Identity.generate(), on: c)])
         XCTAssertEqual(more.map(\.status), [.tooManyRegistrations])
     }
 
@@ -65,13 +65,14 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         let hub = relay.client()
         try hub.connect()
         // The hub owns its session; the phone registered on it is attached to the hub.
-        let hubAndPhone = try [relay.registration(Identity.generate()), relay.registration(Identity.generate())]
+        let hubID = Identity.generate()
+        let hubAndPhone = try [relay.registration(hubID, on: hub), relay.carried(Identity.generate(), collector: hubID)]
         XCTAssertEqual(try hub.registerAndWait(hubAndPhone).map(\.status), [.accepted, .accepted])
         let other = relay.client()
         try other.connect()
         // Two distinct users so far: a third fits, a fourth does not.
-        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.accepted])
-        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.tooManyRegistrations])
+        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate(), on: other)]).map(\.status), [.accepted])
+        XCTAssertEqual(try other.registerAndWait([relay.registration(Identity.generate(), on: other)]).map(\.status), [.tooManyRegistrations])
     }
 
     func testMalformedAndOversizedDatagramsAreCountedAndDropped() throws {
@@ -132,9 +133,9 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         let a = try relay.registeredClient(alice)
         let bundle = try messageBundle(from: alice, to: carol)
         XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .queued)
-        let carolReg = try relay.registration(carol)
         let carolClient = relay.client()
         try carolClient.connect()
+        let carolReg = try relay.registration(carol, on: carolClient)
         let mark = carolClient.currentSeq()
         XCTAssertEqual(try carolClient.registerAndWait([carolReg]).map(\.status), [.accepted])
         _ = try carolClient.nextMessage(after: mark, timeout: 5)   // pushed, not acked
@@ -152,12 +153,13 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         }
         XCTAssertTrue(event)
 
-        // Carol's old registration cannot be replayed after the restart (nonce cache persisted).
+        // Carol's old registration is worthless on a new session (bound to the old channel),
+        // and a carried one cannot be replayed after the restart (nonce cache persisted).
         let c2 = relay.client()
         try c2.connect()
-        XCTAssertEqual(try c2.registerAndWait([carolReg]).map(\.status), [.replayed])
+        XCTAssertEqual(try c2.registerAndWait([carolReg]).map(\.status), [.wrongChannel])
         let mark2 = c2.currentSeq()
-        XCTAssertEqual(try c2.registerAndWait([relay.registration(carol)]).map(\.status), [.accepted])
+        XCTAssertEqual(try c2.registerAndWait([relay.registration(carol, on: c2)]).map(\.status), [.accepted])
         let got = try c2.nextMessage(after: mark2, timeout: 5)
         XCTAssertEqual(got.bundle, bundle)
         try c2.ack([got.bundleID])

@@ -52,7 +52,7 @@ final class RelayMessagingTests: XCTestCase {
         let c = relay.client()
         try c.connect()
         let mark = c.currentSeq()
-        XCTAssertEqual(try c.registerAndWait([relay.registration(carol)]).map(\.status), [.accepted])
+        XCTAssertEqual(try c.registerAndWait([relay.registration(carol, on: c)]).map(\.status), [.accepted])
         var received: [[UInt8]: [UInt8]] = [:]
         for m in try c.nextMessages(10, after: mark, timeout: 5) { received[m.bundleID] = m.bundle }
         XCTAssertEqual(received.count, 10)
@@ -120,7 +120,7 @@ final class RelayMessagingTests: XCTestCase {
         let hub = Identity.generate(), phone = Identity.generate(), alice = Identity.generate()
         let h = try relay.registeredClient(hub)
         // The phone signs once; the hub carries it.
-        XCTAssertEqual(try h.registerAndWait([relay.registration(phone)]).map(\.status), [.accepted])
+        XCTAssertEqual(try h.registerAndWait([relay.carried(phone, collector: hub)]).map(\.status), [.accepted])
         let a = try relay.registeredClient(alice)
         let mark = h.currentSeq()
         XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: phone)).status, .pushed)

@@ -96,9 +96,23 @@ final class RelayPluginTests: XCTestCase {
 
         // A phone's registration, carried by the hub (frame 0x07): mail for the phone reaches the hub.
         let phone = Identity.generate()
-        let reg = try Registration.signed(by: phone, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        let reg = try Registration.carried(by: phone, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: now, untilMs: now + 3_600_000)
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
         XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
+        // The plugin carries only v2 registrations naming this hub: one naming another hub and
+        // a v1 record (a bearer token) are dropped before the relay sees them, so the relay
+        // counts no refusal by the time it accepts the next good one.
+        let wrongCollector = try Registration.carried(by: Identity.generate(), relaySigningKey: relay.key, collector: Identity.generate().signingKey,
+                                                      timestampMs: now, untilMs: now + 3_600_000)
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: wrongCollector.encoded).encoded, link: link))
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: [UInt8](repeating: 1, count: Registration.v1Length)).encoded, link: link))
+        let another = try Registration.carried(by: Identity.generate(), relaySigningKey: relay.key, collector: host.identity.signingKey,
+                                               timestampMs: now, untilMs: now + 3_600_000)
+        XCTAssertNil(host.send(TLVRecord(type: 0x07, value: another.encoded).encoded, link: link))
+        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_registrations_accepted_total") == 3 })
+        XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"collector_mismatch\"}"))
+        XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"v1\"}"))
 
         let dave = Identity.generate()
         var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
@@ -106,8 +120,8 @@ final class RelayPluginTests: XCTestCase {
         let internetUser = RelayClient(configuration: cfg)
         defer { internetUser.stop() }
         try internetUser.connect()
-        XCTAssertEqual(try internetUser.registerAndWait([Registration.signed(by: dave, relaySigningKey: relay.key,
-                                                                             timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]).map(\.status), [.accepted])
+        XCTAssertEqual(try internetUser.registerAndWait([Registration.owner(dave, relaySigningKey: relay.key, channel: XCTUnwrap(internetUser.channelBinding),
+                                                                           timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]).map(\.status), [.accepted])
         let forPhone = try bundle(from: dave, to: phone)
         let m5 = host.mark
         XCTAssertEqual(try internetUser.sendAndWait(bundle: forPhone).status, .pushed)
@@ -195,7 +209,8 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 2)
 
         // Bob's mail comes to this hub (its phone registration): both bundles are handed over.
-        let reg = try Registration.signed(by: bob, relaySigningKey: relay.key, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+        let t = Int64(Date().timeIntervalSince1970 * 1000)
+        let reg = try Registration.carried(by: bob, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: t, untilMs: t + 3_600_000)
         let m1 = host.mark
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
         var delivered: [[UInt8]] = []

@@ -135,7 +135,11 @@ final class RelayProtocolUnitTests: XCTestCase {
 
     func testMessageRoundTrips() throws {
         let user = Identity.generate()
-        let reg = try Registration.signed(by: user, relaySigningKey: Identity.generate().signingKey, timestampMs: 123)
+        let reg = try Registration.owner(user, relaySigningKey: Identity.generate().signingKey, channel: ChannelBinding(bytes: Random.bytes(32)), timestampMs: 123)
+        let carried = try Registration.carried(by: user, relaySigningKey: Identity.generate().signingKey, collector: Identity.generate().signingKey,
+                                               timestampMs: 123, untilMs: 456)
+        XCTAssertEqual(try Registration(parsing: carried.encoded), carried)
+        XCTAssertEqual(carried.encoded.count, Registration.length)
         XCTAssertEqual(try Registration(parsing: reg.encoded), reg)
         XCTAssertEqual(try RegisterRequest(parsing: RegisterRequest([reg, reg]).encoded), RegisterRequest([reg, reg]))
         let res = RegisteredResult([(user.userID, .replayed)])
@@ -197,7 +201,14 @@ final class RelayProtocolUnitTests: XCTestCase {
         let relay = try SecureSession(side: .relay, sessionID: RelayVectorInputs.sessionID, ours: relayEph, theirs: clientEph.publicKey)
         let ping = try RelayPacket(parsing: Hex.decode(v["ping_counter_1"]!)!)
         XCTAssertEqual(try relay.open(ping), [0, 0, 1, 0x8b, 0xcf, 0xe5, 0x68, 0x00])
-        let reg = try Registration(parsing: Hex.decode(v["registration"]!)!)
-        XCTAssertTrue(reg.verifySignature(relaySigningKey: try RelayVectorInputs.relay().signingKey))
+        for name in ["registration_owner", "registration_carried"] {
+            let reg = try Registration(parsing: Hex.decode(v[name]!)!)
+            XCTAssertTrue(reg.verifySignature(relaySigningKey: try RelayVectorInputs.relay().signingKey), name)
+        }
+        let owner = try Registration(parsing: Hex.decode(v["registration_owner"]!)!)
+        XCTAssertEqual(owner.binding, try RelayVectorInputs.channel().bytes)
+        let carried = try Registration(parsing: Hex.decode(v["registration_carried"]!)!)
+        XCTAssertEqual(carried.collectorSigningKey, try RelayVectorInputs.hub().signingKey)
+        XCTAssertLessThanOrEqual(Hex.decode(v["cookie_reply"]!)!.count, Hex.decode(v["hello"]!)!.count)
     }
 }

@@ -129,10 +129,12 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
             if case .connected(let id, _) = e { return id }
             return nil
         }
-        XCTAssertEqual(try c.registerAndWait([relay.registration(user)]).map(\.status), [.accepted])
+        XCTAssertEqual(try c.registerAndWait([relay.registration(user, on: c)]).map(\.status), [.accepted])
         // Like the plugin and RelayUserSession: fresh registrations after every handshake.
         let harness = relay!
-        c.registrationProvider = { (try? harness.registration(user)).map { [$0] } ?? [] }
+        c.registrationProvider = { channel in
+            (try? Registration.owner(user, relaySigningKey: harness.identity.signingKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
+        }
         return (c, proxy, session)
     }
 
@@ -206,7 +208,9 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         let alice = Identity.generate(), bob = Identity.generate()
         let a = try relay.registeredClient(alice)
         let harness = relay!
-        a.registrationProvider = { (try? harness.registration(alice)).map { [$0] } ?? [] }
+        a.registrationProvider = { channel in
+            (try? Registration.owner(alice, relaySigningKey: harness.identity.signingKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
+        }
         let mark = a.currentSeq()
         try relay.restart()
         let toBob = try messageBundle(from: alice, to: bob)

@@ -78,13 +78,22 @@ final class RelayHarness {
     func registeredClient(_ user: Identity, file: StaticString = #filePath, line: UInt = #line) throws -> RelayClient {
         let c = client()
         try c.connect(timeout: 10)
-        let results = try c.registerAndWait([registration(user)])
+        let results = try c.registerAndWait([registration(user, on: c)])
         XCTAssertEqual(results.map(\.status), [.accepted], file: file, line: line)
         return c
     }
 
-    func registration(_ user: Identity, timestampMs: Int64? = nil) throws -> Registration {
-        try Registration.signed(by: user, relaySigningKey: identity.signingKey, timestampMs: timestampMs ?? nowMs())
+    /// An owner registration of `user` bound to `client`'s current session.
+    func registration(_ user: Identity, on client: RelayClient, timestampMs: Int64? = nil) throws -> Registration {
+        let channel = try XCTUnwrap(client.channelBinding, "the client has no session yet")
+        return try Registration.owner(user, relaySigningKey: identity.signingKey, channel: channel, timestampMs: timestampMs ?? nowMs())
+    }
+
+    /// A registration `user` (a phone) gives the hub `collector` to carry.
+    func carried(_ user: Identity, collector: Identity, timestampMs: Int64? = nil, untilMs: Int64? = nil) throws -> Registration {
+        let t = timestampMs ?? nowMs()
+        return try Registration.carried(by: user, relaySigningKey: identity.signingKey, collector: collector.signingKey,
+                                        timestampMs: t, untilMs: untilMs ?? t + 3_600_000)
     }
 
     func tearDown() {

@@ -124,10 +124,10 @@ final class RelayWebSocketTests: XCTestCase {
         let alice = Identity.generate(), bob = Identity.generate(), carol = Identity.generate()
         let a = wssClient()
         try connect(a)
-        XCTAssertEqual(try a.registerAndWait([relay.registration(alice)]).map(\.status), [.accepted])
+        XCTAssertEqual(try a.registerAndWait([relay.registration(alice, on: a)]).map(\.status), [.accepted])
         let b = wssClient()
         try connect(b)
-        XCTAssertEqual(try b.registerAndWait([relay.registration(bob)]).map(\.status), [.accepted])
+        XCTAssertEqual(try b.registerAndWait([relay.registration(bob, on: b)]).map(\.status), [.accepted])
         let c = try relay.registeredClient(carol)   // UDP
 
         // wss → wss, pushed at once.
@@ -242,7 +242,7 @@ final class RelayWebSocketTests: XCTestCase {
     func testClosingTheConnectionForgetsItsSession() throws {
         let c = wssClient()
         try connect(c)
-        XCTAssertEqual(try c.registerAndWait([relay.registration(Identity.generate())]).map(\.status), [.accepted])
+        XCTAssertEqual(try c.registerAndWait([relay.registration(Identity.generate(), on: c)]).map(\.status), [.accepted])
         XCTAssertEqual(relay.server.metricsSnapshot().sessions, 1)
         c.stop()
         XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().sessions == 0 })

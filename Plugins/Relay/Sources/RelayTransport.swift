@@ -94,10 +94,12 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         self.client = RelayClient(configuration: cfg)
         let identity = context.identity
         let relayKey = key
-        client.registrationProvider = {
-            guard let reg = try? Registration.make(relaySigningKey: relayKey, userSigningKey: identity.signingKey,
-                                                   timestampMs: clock.nowMilliseconds(), nonce: identity.randomBytes(16),
-                                                   sign: identity.sign) else { return [] }
+        // The hub owns its session: its registration is bound to the session's channel, so it
+        // is worthless anywhere else (a fake relay that receives it cannot replay it).
+        client.registrationProvider = { channel in
+            guard let reg = try? Registration.owner(userSigningKey: identity.signingKey, relaySigningKey: relayKey, channel: channel,
+                                                    timestampMs: clock.nowMilliseconds(), nonce: identity.randomBytes(16),
+                                                    sign: identity.sign) else { return [] }
             return [reg]
         }
         client.onEvent = { [weak self] event in self?.handle(event) }
@@ -149,9 +151,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             case .ping:
                 context.events.frameReceived(TLVRecord(.pong, value: record.value).encoded, on: id)
             default:
-                if record.type == Self.registrationFrameType {
-                    try carry(Registration(parsing: record.value))
-                }
+                if record.type == Self.registrationFrameType { carry(record.value) }
                 // Other host frames (offers, attachments) mean nothing to the relay.
             }
         } catch let e as RelayProtocolError {
@@ -260,7 +260,8 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             // E.g. our clock was off (±5 min window): try again with a fresh registration.
             timerQueue.asyncAfter(deadline: .now() + 30) { [weak self] in
                 guard let self, self.lock.withLock({ self.running && !self.registered }),
-                      let regs = self.client.registrationProvider?() else { return }
+                      let channel = self.client.channelBinding,
+                      let regs = self.client.registrationProvider?(channel) else { return }
                 try? self.client.register(regs)
             }
             return
@@ -309,14 +310,31 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         context.events.frameReceived(frame, on: id)
     }
 
-    /// Carries a phone's registration now, or when the hub is next registered.
-    private func carry(_ registration: Registration) throws {
+    /// Carries a phone's registration now, or when the hub is next registered. Only a v2
+    /// registration carried for this hub is worth sending: the relay refuses anything else
+    /// (v1 bearer tokens, owner registrations, another hub as collector), so those are
+    /// dropped here with a log line naming the phone's ID prefix.
+    private func carry(_ value: [UInt8]) {
+        let registration: Registration
+        do {
+            registration = try Registration(parsing: value)
+        } catch {
+            // The user key sits at offset 0 in v1, 1 in v2: name the phone by its ID prefix.
+            let keyOffset = value.count == Registration.v1Length ? 0 : 1
+            let who = value.count >= keyOffset + 32 ? Hex.encode(Hash.sha256(Array(value[keyOffset..<keyOffset + 32])).prefix(4)) : "?"
+            context.logger.warning("not carrying a phone registration (\(who)): \(error)")
+            return
+        }
+        guard registration.collectorSigningKey == context.identity.signingKey else {
+            context.logger.warning("not carrying a phone registration (\(Hex.encode(registration.userID.prefix(4)))): it does not name this hub as collector")
+            return
+        }
         let now = lock.withLock { () -> Bool in
             if registered { return true }
             if pendingRegistrations.count < 512 { pendingRegistrations.append(registration) }
             return false
         }
-        if now { try client.register([registration]) }
+        if now { try? client.register([registration]) }
     }
 
     private func pollIfUp() {
