@@ -49,7 +49,7 @@ measure("Ed25519 signature verification", iterations: 10_000, unit: "sig/s") { _
 print("== secure link session (Noise NN + Ed25519 identities; Docs/protocol.md §5)")
 func cpuSeconds() -> Double {
     var u = rusage()
-    getrusage(RUSAGE_SELF, &u)
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
     return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
 }
 func inMemoryHandshake() throws -> (SecureLink, SecureLink) {

@@ -22,15 +22,16 @@ final class UDPTap: @unchecked Sendable {
 
     init(hubPort: UInt16) throws {
         hub = SocketAddress(host: "127.0.0.1", port: hubPort)
-        fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        let sock = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         var addr = SocketAddress(host: "127.0.0.1", port: 0).sockaddr
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(sock, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         var bound = sockaddr_in()
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        port = UInt16(bigEndian: bound.sin_port)
+        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(sock, $0, &len) } }
         var tv = timeval(tv_sec: 0, tv_usec: 200_000)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        fd = sock
+        port = UInt16(bigEndian: bound.sin_port)
         Thread.detachNewThread { [self] in run() }
     }
 
@@ -114,7 +115,7 @@ final class LinkSecurityTests: XCTestCase {
             ("the sender's user ID", s.alice.userID), ("the recipient's user ID", s.bob.userID),
             ("the recipient's signing key", s.bob.signingKey),
             ("the message ID", message.messageID), ("the bundle ID", message.bundleID),
-            ("the hub's user ID", try XCTUnwrap(Hex.decode(try s.hub.status().hub.id))),
+            ("the hub's user ID", try XCTUnwrap(YaokPluginKit.Hex.decode(try s.hub.status().hub.id))),
         ]
         for (what, bytes) in secrets {
             for (fromVictim, datagram) in capture {
@@ -242,12 +243,13 @@ final class UDPLinkEngineProbe {
 
     init(host: String, hubPort: UInt16) throws {
         hub = SocketAddress(host: "127.0.0.1", port: hubPort)
-        fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        let sock = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         var addr = SocketAddress(host: host, port: 0).sockaddr
-        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(sock, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard rc == 0 else { throw TransportError.system(call: "bind \(host)", errno: errno) }
         var tv = timeval(tv_sec: 2, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        setsockopt(sock, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        fd = sock
     }
 
     func close() { Glibc.close(fd) }

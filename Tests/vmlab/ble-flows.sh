@@ -13,6 +13,11 @@
 # (d) frank killed (SIGKILL) while uploading three 10 KB messages at MTU 23, then grace killed
 #     while receiving them; both reconnect at once (over the same LE link if it is still up,
 #     which the hub handles by restarting the link handshake) and nothing is lost.
+# (e) the headline use: alice's phone over BLE -> hub A -> the relay (yaok-relay in this VM on
+#     loopback, reached over wss:// with its TLS key and relay key pinned) -> dana, an internet
+#     user (`yaok --relay wss://...`), and dana's answer back the same way, with delivery
+#     receipts both ways; every hop over the authenticated sessions (secure link on BLE, the
+#     relay's channel with a registration bound to hub A's key).
 #
 # Identities, contacts and the queued messages of (c) and (d) are made on the host
 # (`ble-flows.sh --prepare`, run by ble-test.sh) so the slow guest only runs the sessions.
@@ -29,14 +34,21 @@ RING="p1 p2 p3 p4 p5"
 prepare() {
   [ -x "$Y" ] || { echo "BLE_FLOWS=FAIL: build $Y first"; exit 1; }
   rm -rf "$HOMES"; mkdir -p "$HOMES"
-  for u in alice bob frank grace $RING; do
+  for u in alice bob frank grace dana $RING; do
     "$Y" init --home "$HOMES/$u" --name "$u" > /dev/null || { echo "BLE_FLOWS=FAIL: yaok init $u"; exit 1; }
   done
   befriend() {
     "$Y" contacts add --home "$HOMES/$1" "$("$Y" qr --home "$HOMES/$2")" > /dev/null
     "$Y" contacts add --home "$HOMES/$2" "$("$Y" qr --home "$HOMES/$1")" > /dev/null
   }
-  befriend alice bob; befriend frank grace
+  befriend alice bob; befriend frank grace; befriend alice dana
+  # The relay of (e): its identity and a self-signed TLS certificate, pinned by hub A and dana.
+  mkdir -p "$HOMES/relay" "$HOMES/relay-tls"; chmod 700 "$HOMES/relay" "$HOMES/relay-tls"
+  "$D/yaok-relay" key --data-dir "$HOMES/relay" > "$HOMES/relay.key" || { echo "BLE_FLOWS=FAIL: yaok-relay key"; exit 1; }
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 30 -subj /CN=yaok-relay-vm \
+    -keyout "$HOMES/relay-tls/key.pem" -out "$HOMES/relay-tls/cert.pem" 2>/dev/null || { echo "BLE_FLOWS=FAIL: openssl"; exit 1; }
+  chmod 600 "$HOMES/relay-tls/key.pem"
+  "$D/yaok-relay" tls-pin --cert "$HOMES/relay-tls/cert.pem" > "$HOMES/relay.pin" || { echo "BLE_FLOWS=FAIL: yaok-relay tls-pin"; exit 1; }
   for i in 1 2 3 4 5; do
     next=p$(( i % 5 + 1 ))
     befriend "p$i" "$next" 2>/dev/null   # each pair once (p5-p1 closes the ring)
@@ -63,12 +75,14 @@ check() {
   if "$@"; then echo "ok   - $what"; else echo "FAIL - $what"; FAILS=$((FAILS + 1)); fi
 }
 die() { echo "BLE_FLOWS=FAIL: $*"; exit 1; }
-for f in yaok yaok-hub libyaok-plugin-ble.so libyaok-plugin-mesh.so; do [ -e "$D/$f" ] || die "$D/$f is missing"; done
+for f in yaok yaok-hub yaok-relay libyaok-plugin-ble.so libyaok-plugin-mesh.so libyaok-plugin-relay.so; do [ -e "$D/$f" ] || die "$D/$f is missing"; done
 [ -d "$HOMES/p5" ] || die "no prepared identities in $HOMES (run ble-flows.sh --prepare on the host)"
 
 W=/tmp/bleflows; rm -rf $W; mkdir -p $W/plugins
 cp -a "$HOMES" $W/homes
-install -m 0755 "$D/libyaok-plugin-ble.so" "$D/libyaok-plugin-mesh.so" $W/plugins/
+install -m 0755 "$D/libyaok-plugin-ble.so" "$D/libyaok-plugin-mesh.so" "$D/libyaok-plugin-relay.so" $W/plugins/
+RELAY_KEY=$(cat $W/homes/relay.key); RELAY_PIN=$(cat $W/homes/relay.pin)
+RELAY_URL=wss://127.0.0.1:7443
 HUBPIDS=()
 OUT=$REPO/Tests/vmlab/out/ble-flows
 cleanup() {   # also keeps the outputs and hub logs for the host (in out/ble-flows)
@@ -78,10 +92,11 @@ cleanup() {   # also keeps the outputs and hub logs for the host (in out/ble-flo
   mkdir -p "$OUT"; rm -f "$OUT"/*
   cp -f $W/*.json "$OUT/" 2>/dev/null
   for h in hubA hubB; do cp -f $W/$h/hub.log "$OUT/$h.log" 2>/dev/null; done
+  cp -f $W/relay.log "$OUT/relay.log" 2>/dev/null
 }
 trap cleanup EXIT
 
-hub_up() {   # hub_up NAME ADAPTER MESH_PORT PEER_PORT
+hub_up() {   # hub_up NAME ADAPTER MESH_PORT PEER_PORT [relay]
   mkdir -p $W/$1/data; chmod 700 $W/$1/data
   cat > $W/$1/hub.yaml <<YAML
 hub:
@@ -105,6 +120,14 @@ transports:
     peers: ["127.0.0.1:$4"]
     keepalive_s: 2
     idle_timeout_s: 10
+YAML
+  [ "${5:-}" = relay ] && cat >> $W/$1/hub.yaml <<YAML
+  relay:
+    enabled: true
+    address: $RELAY_URL
+    tls_spki_sha256: $RELAY_PIN
+    relay_key: $RELAY_KEY
+    poll_interval_s: 1
 YAML
   "$D/yaok-hub" run --config $W/$1/hub.yaml > $W/$1/hub.log 2>&1 &
   HUBPIDS+=($!)
@@ -138,8 +161,14 @@ for i in 2 3 4 5 6 7 8 9 10; do hciconfig hci$i up || die "cannot bring hci$i up
 A0=$(bdaddr hci0); A1=$(bdaddr hci1)
 echo "hub A on hci0 = $A0, hub B on hci1 = $A1"
 
-step "two hubs: BLE each, linked by the mesh transport on loopback"
-hub_up hubA hci0 7813 7823
+step "the relay: yaok-relay on loopback, UDP and WebSocket over TLS 1.3"
+cp -a $W/homes/relay $W/relay
+"$D/yaok-relay" run --listen 127.0.0.1:7900 --data-dir $W/relay --wss-listen 127.0.0.1:7443 \
+  --tls-cert $W/homes/relay-tls/cert.pem --tls-key $W/homes/relay-tls/key.pem > $W/relay.log 2>&1 &
+HUBPIDS+=($!)
+
+step "two hubs: BLE each, linked by the mesh transport on loopback; hub A also has the relay"
+hub_up hubA hci0 7813 7823 relay
 hub_up hubB hci1 7823 7813
 wait_for 60 "hub A's BLE" ble_running hubA || { tail -20 $W/hubA/hub.log; die "hub A: BLE not running"; }
 wait_for 60 "hub B's BLE" ble_running hubB || { tail -20 $W/hubB/hub.log; die "hub B: BLE not running"; }
@@ -277,6 +306,31 @@ pkill -TERM -P $GRACE -x yaok; wait $GRACE 2>/dev/null
 sort $W/homes/frank.sent > $W/frank-sent
 check "grace's inbox holds exactly frank's three messages, once each" cmp -s $W/grace-inbox $W/frank-sent
 grep -E 'new link handshake|mid-frame|partial frame' $W/hubB/hub.log | tail -3
+
+step "(e) alice ($HUB_A) -> hub A -> relay (wss://, in this VM) -> dana on the internet, and back"
+relay_linked() { [ "$(transport hubA relay | jq -r .links)" = 1 ]; }
+check "hub A's relay link is up (pinned relay key and TLS key)" wait_for 60 "hub A's relay link" relay_linked
+transport hubA relay | jq -c '{state, links, details: {transport: .details.transport, registered: .details.registered}}'
+RELAY_ARGS=(--relay "$RELAY_URL" --relay-key "$RELAY_KEY" --relay-tls-pin "$RELAY_PIN")
+yk $W/e-dana.json dana listen "${RELAY_ARGS[@]}" --count 1 --timeout 150 &
+DANA=$!
+wait_for 60 "dana connected to the relay" has_event $W/e-dana.json connected
+yk $W/e-alice.json alice send dana "hello dana, from a phone over BLE" --hub "$HUB_A" --wait-delivered --timeout 150
+check "alice's send to dana over BLE and the relay was delivered (dana's receipt came back)" [ $? = 0 ]
+wait $DANA; check "dana's yaok listen (internet, wss://) got the message" [ $? = 0 ]
+check "dana got alice's text" has $W/e-dana.json '.event=="message" and .text=="hello dana, from a phone over BLE"'
+check "alice got dana's delivery receipt" has_event $W/e-alice.json delivered
+# Back: dana answers over the relay; hub A holds alice's registration (bound to hub A's key)
+# and the relay pushes to hub A, which delivers to alice over BLE.
+yk $W/e2-alice.json alice listen --hub "$HUB_A" --count 1 --timeout 150 &
+ALICE=$!
+wait_for 60 "alice connected to hub A" has_event $W/e2-alice.json connected
+yk $W/e2-dana.json dana send alice "hello alice, from the internet" "${RELAY_ARGS[@]}" --wait-delivered --timeout 150
+check "dana's answer was delivered to alice's phone (her receipt came back over BLE and the relay)" [ $? = 0 ]
+wait $ALICE; check "alice's yaok listen over BLE got dana's answer" [ $? = 0 ]
+check "alice got dana's text" has $W/e2-alice.json '.event=="message" and .text=="hello alice, from the internet"'
+check "dana got alice's delivery receipt" has_event $W/e2-dana.json delivered
+[ $FAILS = 0 ] || { json $W/e-*.json $W/e2-*.json | tail -20; tail -20 $W/relay.log; grep -i relay $W/hubA/hub.log | tail -20; }
 
 step "flows done"
 for h in hubA hubB; do transport $h ble | jq -c '{hub: "'$h'", state, links, peers, frames_in, frames_out}'; done

@@ -110,6 +110,8 @@ public final class MeshEngine: @unchecked Sendable {
 
     /// Largest frame: a whole TLV record.
     public static let mtu = SecureLink.maxFrameLength
+    /// Inbound sessions one IP address may hold at once.
+    static let maxInboundPerHost = 4
 
     public let settings: MeshSettings
     private let identity: LinkIdentity
@@ -453,11 +455,19 @@ public final class MeshEngine: @unchecked Sendable {
     private func acceptConnections(_ listener: Int32) {
         for _ in 0..<32 {
             guard let (fd, remote) = Sockets.accept(listener) else { return }
-            guard sessions.count < settings.maxSessions else {
+            // Slots are kept for configured peers we have no session with (we dial them whatever
+            // the count), and one address may hold only a few inbound sessions: throwaway keys
+            // from one machine cannot fill the table.
+            let reserved = targets.filter { if case .configured = $0.key { return $0.value.sessionID == nil && !$0.value.isSelf }; return false }.count
+            let fromSameHost = sessions.values.filter { !$0.outbound && $0.remote.host == remote.host }.count
+            guard sessions.count + reserved < settings.maxSessions, fromSameHost < Self.maxInboundPerHost else {
                 counters.refusedFull += 1
                 // Warn on the 1st, 2nd, 4th, 8th... refusal: a connection flood must not flood the log.
                 if counters.refusedFull & (counters.refusedFull - 1) == 0 {
-                    pending.append(.log(.warning, "refused a connection from \(remote): \(sessions.count) sessions is the limit (max_sessions); \(counters.refusedFull) refused so far"))
+                    let why = fromSameHost >= Self.maxInboundPerHost
+                        ? "\(fromSameHost) sessions from that address is the limit"
+                        : "\(sessions.count) sessions and \(reserved) kept for configured peers is the limit (max_sessions)"
+                    pending.append(.log(.warning, "refused a connection from \(remote): \(why); \(counters.refusedFull) refused so far"))
                 }
                 Glibc.close(fd)
                 continue
@@ -769,7 +779,8 @@ public final class MeshEngine: @unchecked Sendable {
                 targets[key]?.nextAttemptMs = now + 1_000
                 continue
             }
-            guard sessions.count < settings.maxSessions else { return }
+            // Configured peers are always dialled (their slots are kept); discovered ones only with room.
+            if case .discovered = key, sessions.count >= settings.maxSessions { continue }
             dial(key)
         }
     }

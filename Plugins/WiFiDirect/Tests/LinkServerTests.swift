@@ -30,10 +30,10 @@ final class LinkServerTests: XCTestCase {
         XCTAssertEqual(up.peerSigningKey, phone.signingKey)
         XCTAssertEqual(up.peerKXKey, phone.kxKey)
         XCTAssertEqual(up.peerRole, .endpoint)
-        XCTAssertEqual(up.mtu, 65_538)
+        XCTAssertEqual(up.mtu, 65_511, "the largest frame one sealed record carries")
         XCTAssertEqual(up.cost, 5)
 
-        let sizes = [0, 1, 100, 65_535, 3, 40_000]
+        let sizes = [0, 1, 100, LinkServer.mtu - 3, 3, 40_000]
         let toHub = sizes.enumerated().map { TLVRecord(.bundle, value: [UInt8](repeating: UInt8($0.offset), count: $0.element)).encoded }
         for f in toHub { try client.send(f) }
         r.wait("frames at the hub") { $0.frames.count == toHub.count }
@@ -48,7 +48,7 @@ final class LinkServerTests: XCTestCase {
         try client.ping() // answered inside the server; not a frame for the host
         XCTAssertThrowsError(try server.send([1, 0, 0], to: 7)) { XCTAssertEqual($0 as? TransportError, .unknownLink(7)) }
         XCTAssertThrowsError(try server.send([UInt8](repeating: 0, count: 65_539), to: 40)) {
-            XCTAssertEqual($0 as? TransportError, .frameTooLarge(size: 65_539, mtu: 65_538))
+            XCTAssertEqual($0 as? TransportError, .frameTooLarge(size: 65_539, mtu: LinkServer.mtu))
         }
         client.close()
         r.wait("link down on goodbye") { $0.downs.count == 1 }
