@@ -634,7 +634,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         do {
             if link.info.peerRole == .hub && !link.trusted {
                 // An untrusted hub's claim to hold a bundle is remembered for its link only.
-                unknown = try slice.filter { try store.bundle($0) == nil }
+                unknown = try store.unknownIDs(slice)
                 noteUntrustedHolds(slice.filter { !unknown.contains($0) }, on: link)
             } else {
                 unknown = try store.noteOffered(slice, by: link.peerID)
