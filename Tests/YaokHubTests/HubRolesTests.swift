@@ -93,7 +93,7 @@ final class HubRolesTests: XCTestCase {
         let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
         try waitOffered(victim.bundleID, to: trusty, "the listed hub")
         XCTAssertEqual(try linkTrust(s, trustyKey), "listed")
-        XCTAssertFalse(trusty.frames(.attachment).isEmpty, "a trusted hub hears our attachments")
+        try TestSupport.waitUntil(timeout: 5, "a trusted hub hears our attachments") { !trusty.frames(.attachment).isEmpty }
         XCTAssertTrue(mallory.frames(.summary).isEmpty, "no offers to an untrusted hub")
         XCTAssertTrue(mallory.frames(.attachment).isEmpty, "no attachment announcements to an untrusted hub")
         XCTAssertTrue(mallory.receivedEnvelopes.isEmpty, "no bundles to an untrusted hub")
@@ -210,6 +210,56 @@ final class HubRolesTests: XCTestCase {
     }
 
     final class HubIdentityHolder: @unchecked Sendable { var identity: Identity? }
+
+    /// Two real hubs in one network, linked over UDP, each holding a certificate: they
+    /// trust each other and carry alice's message from one to bob on the other. A third,
+    /// uncertified hub linked to the first gets nothing.
+    func testTwoCertifiedHubsCarryMailAndAnUncertifiedOneGetsNone() throws {
+        let network = SigningKeyPair.generate()
+        let now = Clock.nowMilliseconds()
+        let plugins = try TestSupport.pluginDirectory(self)
+        let exe = try TestSupport.product("yaok-hub")
+        func makeHub(port: UInt16, peers: [UInt16], certified: Bool) throws -> (HubProcess, Identity) {
+            let dir = try TestSupport.temporaryDirectory(self)
+            try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            let identity = try IdentityFile.loadOrCreate(path: dir + "/data/identity.key")
+            var router = ["hub_trust: network", "network_key: \(Hex.encode(network.publicKey))"]
+            if certified {
+                let cert = try HubCertificate.issue(networkKey: network, hubKey: identity.signingKey, notBeforeMs: now - 60_000, notAfterMs: now + 86_400_000)
+                try Data(cert.encoded).write(to: URL(fileURLWithPath: dir + "/data/hub.cert"))
+                router.append("hub_certificate: hub.cert")
+            }
+            let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port, peers: peers)
+                .replacingOccurrences(of: "custody_timeout_s: 5", with: (["custody_timeout_s: 5"] + router).joined(separator: "\n  "))
+            let hub = try HubProcess(dir: dir, config: config, executable: exe)
+            try hub.waitReady()
+            return (hub, identity)
+        }
+        let portA = HubProcessTests.freePort(), portB = HubProcessTests.freePort(), portC = HubProcessTests.freePort()
+        let (hubB, idB) = try makeHub(port: portB, peers: [], certified: true)
+        defer { hubB.stop() }
+        let (hubC, idC) = try makeHub(port: portC, peers: [], certified: false)
+        defer { hubC.stop() }
+        let (hubA, idA) = try makeHub(port: portA, peers: [portB, portC], certified: true)
+        defer { hubA.stop() }
+        func trust(_ hub: HubProcess, _ of: Identity) throws -> String? {
+            try hub.status().router.links.first { $0.peer == Hex.encode(of.userID.prefix(4)) }?.trust
+        }
+        try TestSupport.waitUntil(timeout: 20, "A and B certified to each other") { try trust(hubA, idB) == "certified" && trust(hubB, idA) == "certified" }
+        try TestSupport.waitUntil(timeout: 10, "C untrusted at A") { try trust(hubA, idC) == "untrusted" }
+
+        let alice = Identity.generate(), bob = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: portA)
+        let message = try seal("across the network", from: alice, to: bob)
+        try submit(message, via: phone)
+        try TestSupport.waitUntil(timeout: 20, "B took custody from A") { try hubA.status().router.queue.handedOver == 1 }
+        let bobPhone = try RawPeer(identity: bob, role: .endpoint, hubPort: portB)
+        try TestSupport.waitUntil(timeout: 20, "bob gets the message at B") { bobPhone.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
+        XCTAssertEqual(try bobPhone.receivedEnvelopes.first { $0.bundleID == message.bundleID }?.open(with: bob), Array("across the network".utf8))
+        let c = try hubC.status().router
+        XCTAssertEqual(c.queue.queued + c.queue.inFlight + c.queue.handedOver, 0, "the uncertified hub got the bundle")
+        XCTAssertEqual(try hubA.status().router.counters.certificatesAccepted, 1)
+    }
 
     // MARK: endpoint
 
