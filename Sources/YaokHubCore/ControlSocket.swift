@@ -5,8 +5,23 @@ import Logging
 ///
 /// `{"command":"status"}` → `{"ok":true,"result":{...}}` or `{"ok":false,"error":"..."}`.
 /// The socket file has mode 0660 so the service user's group (operators) may use it.
+///
+/// Bounded: one thread serves every connection with `poll`; at most ``maxConnections``
+/// are open at once (a new one closes the oldest that has not finished its request line),
+/// each gets ``requestTimeoutMs`` to send at most ``maxRequestBytes``. A client that
+/// connects and says nothing costs a descriptor for a moment, never a thread, so a flood of
+/// idle connections cannot keep `yaok-hub status` from being answered.
 public final class ControlServer: @unchecked Sendable {
     public typealias Handler = @Sendable (_ command: String) -> Result<Data, ControlError>
+
+    /// Connections served at once; more close the oldest waiting one.
+    public static let maxConnections = 32
+    /// Longest request line read.
+    public static let maxRequestBytes = 4096
+    /// Time a client has to send its request line.
+    public static let requestTimeoutMs: Int64 = 2000
+    /// Time a response write may block (a client that stops reading).
+    public static let writeTimeoutSeconds = 2
 
     public let path: String
     private let handler: Handler
@@ -15,6 +30,8 @@ public final class ControlServer: @unchecked Sendable {
     private var thread: Thread?
     private let lock = NSLock()
     private var closed = false
+    /// Written to by `stop` to wake the serving thread.
+    private var wake: (read: Int32, write: Int32) = (-1, -1)
 
     public init(path: String, logger: Logger, handler: @escaping Handler) {
         self.path = path
@@ -31,7 +48,7 @@ public final class ControlServer: @unchecked Sendable {
             }
             unlink(path)
         }
-        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
         guard fd >= 0 else { throw ControlError.system("socket", errno) }
         var addr = try ControlClient.address(path)
         let rc = withUnsafePointer(to: &addr) {
@@ -39,9 +56,14 @@ public final class ControlServer: @unchecked Sendable {
         }
         guard rc == 0 else { let e = errno; close(fd); throw ControlError.system("bind \(path)", e) }
         chmod(path, 0o660)
-        guard listen(fd, 16) == 0 else { let e = errno; close(fd); throw ControlError.system("listen", e) }
+        guard listen(fd, 64) == 0 else { let e = errno; close(fd); throw ControlError.system("listen", e) }
+        var pipeFDs: [Int32] = [-1, -1]
+        guard pipe(&pipeFDs) == 0 else { let e = errno; close(fd); throw ControlError.system("pipe", e) }
+        for p in pipeFDs { Self.setFlags(p) }
         self.fd = fd
-        let thread = Thread { [weak self] in self?.acceptLoop(fd) }
+        self.wake = (pipeFDs[0], pipeFDs[1])
+        let wakeRead = pipeFDs[0]
+        let thread = Thread { [weak self] in self?.serveLoop(fd, wake: wakeRead) }
         thread.name = "yaok-control"
         self.thread = thread
         thread.start()
@@ -53,44 +75,123 @@ public final class ControlServer: @unchecked Sendable {
             guard !closed else { return }
             closed = true
             shutdown(fd, Int32(SHUT_RDWR))
-            close(fd)
+            var one: UInt8 = 1
+            if wake.write >= 0 { _ = write(wake.write, &one, 1) }
             unlink(path)
         }
     }
 
-    private func acceptLoop(_ fd: Int32) {
-        while true {
-            let client = accept(fd, nil, nil)
-            if client < 0 {
+    /// One connection waiting for its request line.
+    private struct Pending {
+        var fd: Int32
+        var deadlineMs: Int64
+        var request: [UInt8] = []
+    }
+
+    private func serveLoop(_ listener: Int32, wake: Int32) {
+        var pending: [Pending] = []
+        defer {
+            for p in pending { close(p.fd) }
+            close(listener)
+            close(wake)
+            lock.withLock {
+                close(self.wake.write)
+                self.wake.write = -1
+            }
+        }
+        while !lock.withLock({ closed }) {
+            let now = Self.monotonicMs()
+            // Clients that took too long get nothing: they were idle or trickling.
+            pending.removeAll { p in
+                if p.deadlineMs <= now { close(p.fd); return true }
+                return false
+            }
+            var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
+            fds += pending.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
+            let nextDeadline = pending.map(\.deadlineMs).min().map { max(0, $0 - now) } ?? 1000
+            let n = poll(&fds, nfds_t(fds.count), Int32(min(nextDeadline, 1000)))
+            if n < 0 {
                 if errno == EINTR { continue }
-                if lock.withLock({ closed }) { return }
-                logger.warning("control socket accept failed: \(String(cString: strerror(errno)))")
+                logger.warning("control socket poll failed: \(String(cString: strerror(errno)))")
                 return
             }
-            // Requests are tiny and answered from memory; serve each on its own thread so a
-            // stuck client cannot block others.
-            _ = fcntl(client, F_SETFD, FD_CLOEXEC)
-            Thread.detachNewThread { [handler] in
-                Self.serve(client, handler: handler)
+            if fds[1].revents != 0 { return }
+            // Requests first, then new connections, so a flood of connects cannot starve a
+            // client that has already written its line.
+            var finished = Set<Int32>()
+            for (i, p) in pending.enumerated() where fds[i + 2].revents != 0 {
+                if readRequest(&pending[i]) { finished.insert(p.fd) }
+            }
+            pending.removeAll { finished.contains($0.fd) }
+            if fds[0].revents != 0 { acceptSome(listener, into: &pending) }
+        }
+    }
+
+    /// Accepts what is waiting (a bounded number per turn). A client whose line is already
+    /// there is answered at once; the others wait, oldest closed first when full.
+    private func acceptSome(_ listener: Int32, into pending: inout [Pending]) {
+        for _ in 0..<Self.maxConnections {
+            let client = accept(listener, nil, nil)
+            if client >= 0 { Self.setFlags(client) }
+            if client < 0 {
+                if errno == EINTR { continue }
+                if errno != EAGAIN && errno != EWOULDBLOCK && !lock.withLock({ closed }) {
+                    logger.warning("control socket accept failed: \(String(cString: strerror(errno)))")
+                }
+                return
+            }
+            var p = Pending(fd: client, deadlineMs: Self.monotonicMs() + Self.requestTimeoutMs)
+            if readRequest(&p) { continue }
+            if pending.count >= Self.maxConnections {
+                close(pending.removeFirst().fd)
+            }
+            pending.append(p)
+        }
+    }
+
+    /// Reads what is there; when the line is complete (or too long, or the peer closed),
+    /// answers, closes and returns true.
+    private func readRequest(_ p: inout Pending) -> Bool {
+        var buf = [UInt8](repeating: 0, count: 1024)
+        while true {
+            let n = read(p.fd, &buf, buf.count)
+            if n < 0 {
+                if errno == EINTR { continue }
+                if errno == EAGAIN || errno == EWOULDBLOCK { return false }
+                close(p.fd)
+                return true
+            }
+            if n == 0 { close(p.fd); return true }
+            p.request += buf[0..<n]
+            if p.request.contains(UInt8(ascii: "\n")) || p.request.count >= Self.maxRequestBytes {
+                respond(p.fd, request: p.request)
+                close(p.fd)
+                return true
             }
         }
     }
 
-    static func serve(_ client: Int32, handler: Handler) {
-        defer { close(client) }
-        var tv = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(client, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var request = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 1024)
-        while request.count < 4096 {
-            let n = read(client, &buf, buf.count)
-            if n <= 0 { break }
-            request += buf[0..<n]
-            if request.contains(UInt8(ascii: "\n")) { break }
+    private func respond(_ client: Int32, request: [UInt8]) {
+        let out = Self.response(to: request, handler: handler)
+        // The response goes out blocking but bounded: a client that stops reading is dropped.
+        let flags = fcntl(client, F_GETFL)
+        _ = fcntl(client, F_SETFL, flags & ~O_NONBLOCK)
+        var tv = timeval(tv_sec: Self.writeTimeoutSeconds, tv_usec: 0)
+        setsockopt(client, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var written = 0
+        while written < out.count {
+            let n = out.withUnsafeBytes { write(client, $0.baseAddress! + written, out.count - written) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return }
+            written += n
         }
+    }
+
+    static func response(to request: [UInt8], handler: Handler) -> Data {
         let line = String(decoding: request.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
         var response: [String: Any]
-        if let obj = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+        if request.contains(UInt8(ascii: "\n")),
+           let obj = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
            let command = obj["command"] as? String {
             switch handler(command) {
             case .success(let data):
@@ -100,11 +201,23 @@ public final class ControlServer: @unchecked Sendable {
                 response = ["ok": false, "error": error.description]
             }
         } else {
-            response = ["ok": false, "error": "expected one JSON line like {\"command\":\"status\"}"]
+            response = ["ok": false, "error": "expected one JSON line (at most \(maxRequestBytes) bytes) like {\"command\":\"status\"}"]
         }
         var out = (try? JSONSerialization.data(withJSONObject: response, options: [.sortedKeys])) ?? Data()
         out.append(UInt8(ascii: "\n"))
-        _ = out.withUnsafeBytes { write(client, $0.baseAddress, $0.count) }
+        return out
+    }
+
+    /// Close-on-exec and non-blocking.
+    static func setFlags(_ fd: Int32) {
+        _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
+        _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
+    }
+
+    static func monotonicMs() -> Int64 {
+        var ts = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &ts)
+        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }
 

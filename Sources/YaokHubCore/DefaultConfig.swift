@@ -69,6 +69,26 @@ router:
   max_ttl_h: 168
   # How many seconds an envelope's creation time may be ahead of this clock.
   clock_skew_s: 600
+  # Which neighbouring hubs are trusted. A trusted hub exchanges bundles, and
+  # its custody acknowledgement ends ours. Untrusted hubs:
+  #   open     may exchange bundles, but handing one over never ends our custody
+  #            (we keep it, and keep offering it, until a verified delivery receipt);
+  #   list     get nothing (no bundles, offers or hearing) unless in trusted_hubs;
+  #   network  get nothing unless they present a certificate signed by
+  #            network_key (or are in trusted_hubs).
+  # Without this key a hub runs open, as earlier versions did. This file says
+  # list so that a new install hands nothing to a hub nobody vouched for: add
+  # your hubs' keys, or set up a network key, to link hubs.
+  hub_trust: list
+  # Ed25519 public keys of trusted hubs, 64 hex digits each (on that hub:
+  # `yaok-hub identity --json`, field signingKey).
+  trusted_hubs: []
+  # The network's public key, from `yaok-hub network-key init FILE` (run where
+  # the operator keeps the key, not on a hub). Needed by hub_trust: network.
+  # network_key: <64 hex digits>
+  # This hub's certificate from `yaok-hub cert issue`, sent to every hub peer
+  # right after the link comes up. Relative paths are inside data_dir.
+  # hub_certificate: hub.cert
 
 metrics:
   # Prometheus /metrics over HTTP. Off by default; keep it on localhost.
@@ -85,11 +105,16 @@ transports:
     listen: 0.0.0.0:7811
     # Other hubs to link with, as host:port.
     peers: []
+    # Roles a peer may claim here (a host key, not the plugin's): endpoint
+    # (phones) and hub. Default [endpoint]: a stranger on the field Wi-Fi may
+    # not pose as a hub. To link hubs over UDP, say [endpoint, hub].
+    peer_roles: [endpoint]
 
   # Phones attach over Bluetooth LE: GATT server on the adapter (Plugins/BLE).
   ble:
     enabled: true
     adapter: hci0
+    peer_roles: [endpoint]
 
   # Phones attach over Wi-Fi Direct as group owner (Plugins/WiFiDirect).
   wifi-direct:
@@ -99,6 +124,8 @@ transports:
   # Hub-to-hub store-and-forward mesh over IP (Plugins/Mesh).
   mesh:
     enabled: true
+    # The mesh links hubs only (default [hub]).
+    peer_roles: [hub]
 
   # The internet relay, when an uplink exists (Plugins/Relay). Needs the
   # relay's address and pinned public key before it can be enabled.

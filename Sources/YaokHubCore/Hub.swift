@@ -52,15 +52,51 @@ public final class Hub: @unchecked Sendable {
         database = try SQLCipherDatabase(path: Paths.resolve("store.db", in: dataDir), key: key)
         store = try BundleStore(database: database, sizeCapBytes: config.store.sizeCapBytes)
         metrics = MetricsRegistry()
-        router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config), policy: Self.policy(config), logger: logger)
+        let certificate = Self.ownCertificate(config, identity: identity, dataDirectory: dataDir, logger: logger)
+        router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config, certificate: certificate),
+                        policy: Self.policy(config), logger: logger)
         pluginDirectories = config.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : config.pluginDirs
         catalog = PluginLoader.scan(directories: pluginDirectories, logger: logger)
     }
 
-    static func routerSettings(_ c: HubConfig) -> Router.Settings {
+    static func routerSettings(_ c: HubConfig, certificate: [UInt8]?) -> Router.Settings {
         Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
                         senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs,
-                        lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs))
+                        lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs),
+                        trust: c.router.hubTrust, ownCertificate: certificate)
+    }
+
+    /// This hub's certificate (`router.hub_certificate`), if configured and usable. A missing,
+    /// unreadable or foreign certificate is logged and not sent: the hub still runs, and
+    /// peers in network trust give it nothing, which the log explains.
+    static func ownCertificate(_ c: HubConfig, identity: Identity, dataDirectory: String, logger: Logger) -> [UInt8]? {
+        if c.router.hubTrust.mode == .list && c.router.hubTrust.trustedHubs.isEmpty {
+            logger.notice("hub_trust: list with no trusted_hubs: hub peers get no bundles until their keys are listed")
+        }
+        guard let file = c.router.hubTrust.certificateFile else { return nil }
+        let path = Paths.resolve(file, in: dataDirectory)
+        guard let data = FileManager.default.contents(atPath: path) else {
+            logger.error("hub_certificate \(path) cannot be read; not sending a certificate")
+            return nil
+        }
+        do {
+            let cert = try HubCertificate(parsing: [UInt8](data))
+            guard cert.hubKey == identity.signingKey else {
+                logger.error("hub_certificate \(path) was issued for another hub key; not sending it")
+                return nil
+            }
+            guard cert.signatureVerifies else {
+                logger.error("hub_certificate \(path): the network key's signature does not verify; not sending it")
+                return nil
+            }
+            let now = Clock.nowMilliseconds()
+            if now > cert.notAfterMs { logger.warning("hub_certificate \(path) has expired; peers will refuse it") }
+            if now < cert.notBeforeMs { logger.warning("hub_certificate \(path) is not valid yet") }
+            return cert.encoded
+        } catch {
+            logger.error("hub_certificate \(path): \(error); not sending it")
+            return nil
+        }
     }
 
     static func policy(_ c: HubConfig) -> RoutingPolicy {
@@ -191,7 +227,8 @@ public final class Hub: @unchecked Sendable {
                     }
                     return d
                 }
-                router.update(settings: Self.routerSettings(newConfig), policy: Self.policy(newConfig))
+                let certificate = Self.ownCertificate(newConfig, identity: identity, dataDirectory: dataDirectory, logger: logger)
+                router.update(settings: Self.routerSettings(newConfig, certificate: certificate), policy: Self.policy(newConfig))
                 applyTransports(newConfig)
                 config = newConfig
             }
@@ -204,7 +241,8 @@ public final class Hub: @unchecked Sendable {
     private func applyTransports(_ newConfig: HubConfig) {
         let wanted = Dictionary(uniqueKeysWithValues: newConfig.transports.filter(\.enabled).map { ($0.name, $0) })
         for (name, host) in transports {
-            if let section = wanted[name], section.kind == host.section.kind, section.settings == host.section.settings { continue }
+            if let section = wanted[name], section.kind == host.section.kind, section.settings == host.section.settings,
+               section.peerRoles == host.section.peerRoles { continue }
             logger.info("stopping transport \(name)")
             host.shutdown()
             router.forgetLinks(of: name)

@@ -50,6 +50,35 @@ public struct HubConfig: Sendable, Equatable {
         public var maxTTLMs: Int64 = EnvelopeLifetime.protocolMaxTTLMs
         /// How far ahead of our clock an envelope's `created` may be.
         public var clockSkewMs: Int64 = EnvelopeLifetime.defaultClockSkewMs
+        /// Which hub peers are trusted and what the others get (`router.hub_trust` and friends).
+        public var hubTrust = HubTrustSettings()
+    }
+
+    /// `router.hub_trust`, `router.trusted_hubs`, `router.network_key`, `router.hub_certificate`.
+    public struct HubTrustSettings: Sendable, Equatable {
+        /// What a hub peer that is not trusted gets.
+        public enum Mode: String, Sendable, Equatable, Codable {
+            /// Untrusted hubs exchange bundles, but handing one over never ends our custody.
+            case open
+            /// Only hubs in `trusted_hubs` (or with a valid certificate) get anything.
+            case list
+            /// Only hubs with a certificate signed by `network_key` (or listed) get anything.
+            case network
+        }
+        public var mode: Mode = .open
+        /// Ed25519 public keys (32 bytes each) of hubs trusted by name.
+        public var trustedHubs: [[UInt8]] = []
+        /// The operator's network Ed25519 public key; hubs presenting its certificate are trusted.
+        public var networkKey: [UInt8]?
+        /// This hub's own certificate file (relative paths are inside the data directory).
+        public var certificateFile: String?
+
+        public init(mode: Mode = .open, trustedHubs: [[UInt8]] = [], networkKey: [UInt8]? = nil, certificateFile: String? = nil) {
+            self.mode = mode
+            self.trustedHubs = trustedHubs
+            self.networkKey = networkKey
+            self.certificateFile = certificateFile
+        }
     }
 
     public struct MetricsSettings: Sendable, Equatable {
@@ -64,6 +93,9 @@ public struct HubConfig: Sendable, Equatable {
         /// The plugin kind that serves it (`plugin:` key, default: the name).
         public var kind: String
         public var enabled: Bool
+        /// Roles a peer may claim on this transport (`peer_roles`, host-level; the plugin never
+        /// sees the key). The relay role is governed by `relay_key` pinning instead.
+        public var peerRoles: Set<PeerRole>
         /// The whole section as the plugin will see it.
         public var section: ConfigSection
 
@@ -107,7 +139,7 @@ extension HubConfig {
         try store?.allowOnly(["key_file", "size_cap_mb", "vacuum_interval_h"])
         let router = try top.mapping("router")
         try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s",
-                                  "max_ttl_h", "clock_skew_s"])
+                                  "max_ttl_h", "clock_skew_s", "hub_trust", "trusted_hubs", "network_key", "hub_certificate"])
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
 
@@ -131,7 +163,8 @@ extension HubConfig {
                 senderEnvelopesPerMinute: try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) ?? 600,
                 custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000,
                 maxTTLMs: Int64(try router?.int("max_ttl_h", range: 1...168) ?? 168) * 3_600_000,
-                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...86_400) ?? 600) * 1000),
+                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...86_400) ?? 600) * 1000,
+                hubTrust: try router.map(hubTrust) ?? HubTrustSettings()),
             metrics: MetricsSettings(
                 enabled: try metrics?.bool("enabled") ?? false,
                 listen: try metrics?.string("listen") ?? "127.0.0.1:9478"),
@@ -146,6 +179,8 @@ extension HubConfig {
                 }
                 var entries: [String: ConfigSection.Entry] = [:]
                 try flatten(node, prefix: "", path: path, into: &entries)
+                // Host-level keys are taken out before the plugin sees the section.
+                let rolesEntry = entries.removeValue(forKey: "peer_roles")
                 let section = ConfigSection(path: path, line: line, entries: entries)
                 guard section.value("enabled") != nil else {
                     throw section.error("enabled", "is required (true or false)")
@@ -157,10 +192,74 @@ extension HubConfig {
                                         "plugin kind \"\(kind)\" must be 1-32 lower-case letters, digits, '-' or '_'")
                 }
                 kinds[name] = kind
-                config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, section: section))
+                let roles = try peerRoles(rolesEntry, path: path, kind: kind)
+                config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, peerRoles: roles, section: section))
             }
         }
         return config
+    }
+
+    /// The roles a transport kind accepts when `peer_roles` is absent: hubs on the
+    /// hub-to-hub mesh, phones everywhere else. A hub link over UDP (or any other
+    /// phone-facing transport) must be configured with `peer_roles: [endpoint, hub]`.
+    public static func defaultPeerRoles(kind: String) -> Set<PeerRole> {
+        kind == "mesh" ? [.hub] : [.endpoint]
+    }
+
+    static func peerRoles(_ entry: ConfigSection.Entry?, path: String, kind: String) throws -> Set<PeerRole> {
+        guard let entry else { return defaultPeerRoles(kind: kind) }
+        let keyPath = "\(path).peer_roles"
+        guard case .list(let items) = entry.value, !items.isEmpty else {
+            throw ConfigError(keyPath: keyPath, line: entry.line, message: "expected a non-empty list of roles: endpoint, hub")
+        }
+        var roles = Set<PeerRole>()
+        for item in items {
+            switch item {
+            case .string("endpoint"): roles.insert(.endpoint)
+            case .string("hub"): roles.insert(.hub)
+            case .string("relay"):
+                throw ConfigError(keyPath: keyPath, line: entry.line,
+                                  message: "the relay role is not listed here: it is honoured only from the relay pinned by `relay_key`")
+            default:
+                throw ConfigError(keyPath: keyPath, line: entry.line, message: "\"\(item)\" is not a role; use endpoint and/or hub")
+            }
+        }
+        return roles
+    }
+
+    static func hubTrust(_ router: MappingReader) throws -> HubTrustSettings {
+        var t = HubTrustSettings()
+        if let mode = try router.choice("hub_trust", ["open", "list", "network"]) { t.mode = HubTrustSettings.Mode(rawValue: mode) ?? .open }
+        if let keys = try router.strings("trusted_hubs") {
+            t.trustedHubs = try keys.map { hex in
+                guard let key = Self.hexKey(hex) else {
+                    throw router.error("trusted_hubs", "\"\(hex.prefix(70))\" is not an Ed25519 public key (64 hex digits)")
+                }
+                return key
+            }
+        }
+        if let hex = try router.string("network_key"), !hex.isEmpty {
+            guard let key = Self.hexKey(hex) else { throw router.error("network_key", "expected an Ed25519 public key (64 hex digits)") }
+            t.networkKey = key
+        }
+        t.certificateFile = try router.string("hub_certificate").flatMap { $0.isEmpty ? nil : $0 }
+        if t.mode == .network && t.networkKey == nil {
+            throw router.error(router.entry("hub_trust") != nil ? "hub_trust" : "network_key", "hub_trust: network needs `network_key`")
+        }
+        return t
+    }
+
+    /// 64 hex digits (either case) as 32 bytes.
+    static func hexKey(_ s: String) -> [UInt8]? {
+        let hex = Array(s.utf8)
+        guard hex.count == 64 else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        for i in stride(from: 0, to: 64, by: 2) {
+            guard let b = UInt8(String(decoding: hex[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
+            out.append(b)
+        }
+        return out
     }
 
     /// Flattens nested mappings into dotted keys, keeping each value's line.

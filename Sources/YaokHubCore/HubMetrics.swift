@@ -63,6 +63,19 @@ extension Hub {
         metric("yaok_router_attachments_refused_total", "counter", "attachment announcements refused", [("", Double(c.attachmentsRefused))])
         metric("yaok_router_roles_refused_total", "counter", "links ignored because their claimed role was not authorised",
                [("", Double(c.rolesRefused))])
+        metric("yaok_router_certificates_total", "counter", "hub certificates received, by outcome", [
+            ("outcome=\"accepted\"", Double(c.certificatesAccepted)), ("outcome=\"refused\"", Double(c.certificatesRefused)),
+        ])
+        metric("yaok_router_untrusted_hub_frames_refused_total", "counter", "frames from untrusted hubs dropped under list/network trust",
+               [("", Double(c.untrustedHubFramesRefused))])
+        metric("yaok_router_untrusted_handovers_total", "counter", "custody acknowledgements from untrusted hubs (custody kept)",
+               [("", Double(c.untrustedHandOvers))])
+        metric("yaok_router_frames_refused_for_role_total", "counter", "frames the link's role does not allow (offers, requests from endpoints)",
+               [("", Double(c.framesRefusedForRole))])
+        var byRoleAndTrust: [String: Int] = [:]
+        for l in report.router.links { byRoleAndTrust["role=\"\(l.role)\",trust=\"\(l.trust ?? "n/a")\"", default: 0] += 1 }
+        metric("yaok_router_links", "gauge", "links at the router by peer role and (hubs) trust",
+               byRoleAndTrust.sorted { $0.key < $1.key }.map { ($0.key, Double($0.value)) })
         metric("yaok_store_evicted_total", "counter", "bundles evicted because the store was full, by the share they were taken from", [
             ("from=\"heaviest_sender\"", Double(report.router.store.evictedHeaviestSender)),
             ("from=\"heaviest_origin\"", Double(report.router.store.evictedHeaviestOrigin)),

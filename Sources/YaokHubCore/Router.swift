@@ -27,8 +27,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var linkWindow: Int
         /// Envelope lifetime rules (maximum TTL, clock skew) checked before anything is stored.
         public var lifetime: EnvelopeLifetime
+        /// Which hub peers are trusted, and what the others get.
+        public var trust: HubConfig.HubTrustSettings
+        /// This hub's own certificate (``HubCertificate`` bytes), sent on every hub link.
+        public var ownCertificate: [UInt8]?
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
-                    linkWindow: Int = 64, lifetime: EnvelopeLifetime = EnvelopeLifetime()) {
+                    linkWindow: Int = 64, lifetime: EnvelopeLifetime = EnvelopeLifetime(),
+                    trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil) {
+            self.trust = trust
+            self.ownCertificate = ownCertificate
             self.linkWindow = linkWindow
             self.lifetime = lifetime
             self.hopLimit = hopLimit
@@ -71,8 +78,23 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var offersDropped = 0
         /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
         public var attachmentsRefused = 0
-        /// Links whose claimed role was not authorised (the relay role off the pinned relay), ignored.
+        /// Links whose claimed role was not authorised (the relay role off the pinned relay, or a
+        /// role the transport's `peer_roles` does not list), ignored.
         public var rolesRefused = 0
+        /// Hub certificates that did not verify (wrong network, wrong hub key, outside their
+        /// validity, bad signature, malformed, or sent by a non-hub).
+        public var certificatesRefused = 0
+        /// Hub certificates that verified and made a hub link trusted.
+        public var certificatesAccepted = 0
+        /// Frames an untrusted hub sent under `hub_trust: list|network` (bundles, offers,
+        /// requests, registrations), dropped.
+        public var untrustedHubFramesRefused = 0
+        /// Custody acknowledgements from untrusted hubs (`hub_trust: open`): the bundle stayed ours.
+        public var untrustedHandOvers = 0
+        /// Frames the link's role does not allow (offers and requests from an endpoint), dropped.
+        public var framesRefusedForRole = 0
+        /// Bundles the router declined to send to an endpoint they are not addressed to.
+        public var endpointMisroutesPrevented = 0
     }
 
     final class Link {
@@ -95,6 +117,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var offered: [[UInt8]] = []
         var drainingOffers = false
         var framesIn = 0
+        /// Hub links: the peer's key is in `trusted_hubs`.
+        var listed = false
+        /// Hub links: the peer presented a valid certificate, valid until this time.
+        var certifiedUntilMs: Int64?
+        /// Hub links: trusted by list or certificate. Only a trusted hub's custody ends ours.
+        var trusted: Bool { listed || certifiedUntilMs != nil }
+        /// Bundles an untrusted hub acknowledged or claimed: not offered to it again, but
+        /// never recorded in the store (its word counts for nothing elsewhere).
+        var untrustedHolds = Set<[UInt8]>()
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
             self.key = key
@@ -173,8 +204,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     public func update(settings: Settings, policy: RoutingPolicy) {
         admission.setRate(settings.linkFramesPerSecond)
         queue.async {
+            let networkChanged = settings.trust.networkKey != self.settings.trust.networkKey
             self.settings = settings
             self.policy = policy
+            for link in self.links.values where link.info.peerRole == .hub {
+                let before = link.trusted
+                link.listed = settings.trust.trustedHubs.contains(link.info.peerSigningKey)
+                if networkChanged { link.certifiedUntilMs = nil }
+                if !before && link.trusted { self.becameTrusted(link) }
+            }
         }
     }
 
@@ -230,6 +268,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return
         }
         let peerID = Hash.sha256(info.peerSigningKey)
+        // A phone-facing transport carries phones only unless its section says otherwise
+        // (`peer_roles`): a hub role there would be given offers and custody.
+        guard info.peerRole == .relay || transport.section.peerRoles.contains(info.peerRole) else {
+            counters.rolesRefused += 1
+            let allowed = transport.section.peerRoles.map(\.description).sorted().joined(separator: ", ")
+            logger.warning("link \(key) from \(Self.shortID(peerID)) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
+            return
+        }
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now())
         links[key] = link
         logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
@@ -238,8 +284,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             pushPending(to: link)
             announceAttachments()
         case .hub:
-            offerAll(to: link)
-            sendAttachmentAnnouncement(to: link)
+            link.listed = settings.trust.trustedHubs.contains(info.peerSigningKey)
+            // Our certificate goes first, so a peer in network mode can trust us before it offers.
+            if let cert = settings.ownCertificate { _ = send(TLVRecord(type: HostFrameType.hubCertificate, value: cert), on: link) }
+            if mayExchange(with: link) {
+                offerAll(to: link)
+                sendAttachmentAnnouncement(to: link)
+            } else {
+                logger.notice("hub \(Self.shortID(peerID)) on \(key) is not trusted (hub_trust: \(settings.trust.mode.rawValue)); it gets nothing until it is")
+            }
         case .relay:
             for endpoint in links.values where endpoint.info.peerRole == .endpoint {
                 if let r = registrations[endpoint.peerID] { _ = send(TLVRecord(.registration, value: r), on: link) }
@@ -296,6 +349,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         } catch {
             counters.refusedMalformed += 1
             logger.debug("malformed frame on \(key): \(error)")
+            return
+        }
+        if record.type == HostFrameType.hubCertificate {
+            handleCertificate(record.value, from: link)
+            return
+        }
+        if !mayExchange(with: link) {
+            // An untrusted hub under list/network trust: keep-alives only, until it proves itself.
+            switch FrameType(rawValue: record.type) {
+            case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
+            case .pong, .linkChallenge, .linkProof, .linkClose, .custodyAck, .custodyRefused: break
+            case .attachment: counters.attachmentsRefused += 1
+            default: counters.untrustedHubFramesRefused += 1
+            }
             return
         }
         switch FrameType(rawValue: record.type) {
@@ -385,8 +452,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             refuse(id, .storeFull, to: link)
             return
         }
-        // The sender holds it, whatever happens next: never send it back on this link.
-        try? store.recordPeerHas(id, peer: link.peerID)
+        // The sender holds it, whatever happens next: never send it back on this link. (An
+        // untrusted hub's holding is remembered for its link only; see ``Link/untrustedHolds``.)
+        if link.info.peerRole == .hub && !link.trusted {
+            noteUntrustedHolds([id], on: link)
+        } else {
+            try? store.recordPeerHas(id, peer: link.peerID)
+        }
         // A requested bundle arrived: room for the next slice of that link's offers.
         if link.requested.removeValue(forKey: id) != nil, !link.offered.isEmpty { drainOffers(link) }
         let evicted = store.statistics
@@ -459,6 +531,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard link.inFlight.removeValue(forKey: id) != nil else { return }
         link.resends[id] = nil
         let t = now()
+        if link.info.peerRole == .hub && !link.trusted {
+            // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
+            // to queued, stays eligible for every other route, and only a verified delivery
+            // receipt ends it. Nothing is recorded in the store, so this hub's word neither
+            // uses up a spray-and-wait copy nor stops an offer to anybody else.
+            counters.untrustedHandOvers += 1
+            noteUntrustedHolds([id], on: link)
+            failAttemptIfStillInFlight(id, nowMs: t)
+            logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
+            if link.inFlight.count <= settings.linkWindow / 2 { sendWanted(on: link) }
+            onChange?()
+            return
+        }
         do {
             try store.recordPeerHas(id, peer: link.peerID)
             guard let b = try store.bundle(id) else { return }
@@ -496,7 +581,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             failAttemptIfStillInFlight(id, nowMs: now())
         default:
             // The neighbour will never take it: treat it as holding it so we stop offering.
-            try? store.recordPeerHas(id, peer: link.peerID)
+            if link.info.peerRole == .hub && !link.trusted {
+                noteUntrustedHolds([id], on: link)
+            } else {
+                try? store.recordPeerHas(id, peer: link.peerID)
+            }
             failAttemptIfStillInFlight(id, nowMs: now())
         }
     }
@@ -522,6 +611,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// An offer is queued per link and looked up in slices (see ``drainOffers(_:)``), so one
     /// frame of 4,000 IDs, or a flood of them, costs bounded memory and delays only its link.
     private func handleOffer(_ value: [UInt8], from link: Link) {
+        // A phone pushes its bundles; an offer from it would make the hub record it as holding
+        // other people's bundles (fewer spray-and-wait copies, no offers to it).
+        guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
         guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
         let room = max(0, Self.maxOfferedPerLink - link.offered.count)
         if offer.bundleIDs.count > room { counters.offersDropped += offer.bundleIDs.count - room }
@@ -541,7 +633,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         link.offered.removeFirst(slice.count)
         let unknown: [[UInt8]]
         do {
-            unknown = try store.noteOffered(slice, by: link.peerID)
+            if link.info.peerRole == .hub && !link.trusted {
+                // An untrusted hub's claim to hold a bundle is remembered for its link only.
+                unknown = try store.unknownIDs(slice)
+                noteUntrustedHolds(slice.filter { !unknown.contains($0) }, on: link)
+            } else {
+                unknown = try store.noteOffered(slice, by: link.peerID)
+            }
         } catch {
             logger.error("store: looking up an offer from \(link.key): \(error)")
             return
@@ -571,7 +669,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleRequest(_ value: [UInt8], from link: Link) {
         guard let request = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
         // Only hubs and the relay take bundles by request; a phone gets its own mail pushed.
-        guard link.info.peerRole != .endpoint else { counters.refusedMalformed += 1; return }
+        guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
         let room = max(0, Self.maxWantedPerLink - link.wanted.count)
         link.wanted.append(contentsOf: request.bundleIDs.prefix(room))
         sendWanted(on: link)
@@ -590,6 +688,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func offer(_ ids: [[UInt8]], to link: Link) {
+        guard mayExchange(with: link) else { return }
         for chunk in stride(from: 0, to: ids.count, by: SummaryVector.maxCount) {
             let part = Array(ids[chunk..<min(ids.count, chunk + SummaryVector.maxCount)])
             guard let vector = try? SummaryVector(bundleIDs: part) else { continue }
@@ -617,8 +716,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func chosenHops(for b: StoredBundle) -> [LinkKey] {
         let attachedHub = announcements.first { $0.value.users.contains(b.destination) }?.key
         let candidates: [NeighbourCandidate] = links.values.compactMap { link in
-            guard link.info.peerRole != .endpoint else { return nil }
-            let holds = (try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false
+            guard link.info.peerRole != .endpoint, mayExchange(with: link) else { return nil }
+            let holds = link.untrustedHolds.contains(b.bundleID) || ((try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false)
             return NeighbourCandidate(key: link.key, role: link.info.peerRole, peerID: link.peerID, cost: link.info.cost,
                                       holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
@@ -650,6 +749,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func transmit(_ listed: StoredBundle, on link: Link) -> Bool {
         guard link.inFlight.count < settings.linkWindow else { return false }
         guard link.inFlight[listed.bundleID] == nil else { return true }
+        // A phone receives only its own mail, whatever asked for this send.
+        guard link.info.peerRole != .endpoint || listed.destination == link.peerID else {
+            counters.endpointMisroutesPrevented += 1
+            logger.error("refused to send \(Self.shortID(listed.bundleID)) to endpoint \(Self.shortID(link.peerID)): not its mail")
+            return true
+        }
+        // Nothing goes to a hub we do not trust under list/network trust.
+        guard mayExchange(with: link) else { return true }
         guard let b = listed.bytes.isEmpty ? (try? store.bundle(listed.bundleID)) ?? nil : listed, !b.bytes.isEmpty else { return true }
         let t = now()
         var outgoing = b.bytes
@@ -711,7 +818,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func announceAttachments() {
         guard let a = makeAnnouncement() else { return }
-        for link in links.values where link.info.peerRole == .hub {
+        for link in links.values where link.info.peerRole == .hub && mayExchange(with: link) {
             _ = send(TLVRecord(.attachment, value: a.encoded), on: link)
         }
     }
@@ -737,6 +844,57 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         announcements[hub] = (Set(a.userIDs), a.timestampMs)
     }
 
+    // MARK: Hub trust
+
+    /// Whether bundles, offers and announcements may cross this link: always for endpoints
+    /// and the relay; for a hub, if it is trusted or `hub_trust` is `open`.
+    private func mayExchange(with link: Link) -> Bool {
+        link.info.peerRole != .hub || link.trusted || settings.trust.mode == .open
+    }
+
+    /// Largest number of bundle IDs remembered per untrusted link.
+    static let maxUntrustedHolds = 20_000
+
+    private func noteUntrustedHolds(_ ids: [[UInt8]], on link: Link) {
+        for id in ids where link.untrustedHolds.count < Self.maxUntrustedHolds { link.untrustedHolds.insert(id) }
+    }
+
+    /// A hub's certificate: it names the hub key this link proved, is signed by the
+    /// configured network key and is valid now (give or take the clock skew). The frame
+    /// arrives over the link itself, so naming the proven key binds it to this peer.
+    private func handleCertificate(_ value: [UInt8], from link: Link) {
+        guard link.info.peerRole == .hub else {
+            counters.certificatesRefused += 1
+            return
+        }
+        // A network we are not part of: the certificate means nothing here, and is no fault.
+        guard let network = settings.trust.networkKey else { return }
+        let cert: HubCertificate
+        do {
+            cert = try HubCertificate(parsing: value)
+            try cert.check(networkKey: network, hubKey: link.info.peerSigningKey, nowMs: now(), clockSkewMs: settings.lifetime.clockSkewMs)
+        } catch {
+            counters.certificatesRefused += 1
+            logger.warning("certificate from hub \(Self.shortID(link.peerID)) on \(link.key) refused: \(error)")
+            return
+        }
+        let before = link.trusted
+        link.certifiedUntilMs = cert.notAfterMs
+        counters.certificatesAccepted += 1
+        logger.info("hub \(Self.shortID(link.peerID)) on \(link.key) presented a valid certificate; trusted")
+        if !before { becameTrusted(link) }
+        onChange?()
+    }
+
+    /// A hub link just became trusted: if it got nothing so far, it now gets what a trusted
+    /// hub gets at link up. (Under open trust it had the offers already.)
+    private func becameTrusted(_ link: Link) {
+        link.untrustedHolds.removeAll()
+        guard settings.trust.mode != .open else { return }
+        offerAll(to: link)
+        sendAttachmentAnnouncement(to: link)
+    }
+
     // MARK: Timers
 
     /// Resends on a live link before a timeout counts as a failed attempt (with backoff):
@@ -746,6 +904,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func tick() {
         let t = now()
         for link in links.values {
+            if let until = link.certifiedUntilMs, t - settings.lifetime.clockSkewMs > until {
+                link.certifiedUntilMs = nil
+                logger.notice("hub \(Self.shortID(link.peerID)) on \(link.key): its certificate expired; no longer trusted")
+            }
             for (id, deadline) in link.inFlight where deadline <= t {
                 link.inFlight[id] = nil
                 counters.custodyTimeouts += 1
@@ -806,7 +968,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 counters: countersWithAdmission(),
                 links: links.values.sorted { $0.key.description < $1.key.description }.map {
                     RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
-                                          kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count)
+                                          kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0))
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
         }
@@ -818,6 +980,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         c.framesRateLimited += dropped.rateLimited
         c.framesQueueFull += dropped.backlogFull
         return c
+    }
+
+    static func trustLabel(_ link: Link) -> String? {
+        guard link.info.peerRole == .hub else { return nil }
+        return link.listed ? "listed" : link.certifiedUntilMs != nil ? "certified" : "untrusted"
     }
 
     /// Whether a link is the relay this hub pinned: it belongs to a transport of the relay
@@ -861,6 +1028,8 @@ public struct RouterStatus: Sendable, Codable, Equatable {
         public var link, role, peer, kind: String
         public var remote: String?
         public var inFlight: Int
+        /// Hub links: `listed` (trusted_hubs), `certified` (network certificate) or `untrusted`.
+        public var trust: String?
     }
     public struct Delivery: Sendable, Codable, Equatable {
         public var destination: String

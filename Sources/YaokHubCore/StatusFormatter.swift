@@ -43,6 +43,10 @@ public enum StatusFormatter {
             ("offered IDs dropped", c.offersDropped), ("unverified receipts", c.receiptsUnverified),
             ("attachments refused", c.attachmentsRefused), ("already delivered", c.alreadyDelivered),
             ("links refused for their claimed role", c.rolesRefused),
+            ("certificates refused", c.certificatesRefused), ("frames from untrusted hubs refused", c.untrustedHubFramesRefused),
+            ("hand-overs to untrusted hubs (custody kept)", c.untrustedHandOvers),
+            ("frames refused for the link's role", c.framesRefusedForRole),
+            ("sends to the wrong endpoint prevented", c.endpointMisroutesPrevented),
         ]
         let seen = defended.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
         if !seen.isEmpty { out.append("  also: " + seen.joined(separator: ", ")) }
@@ -50,8 +54,12 @@ public enum StatusFormatter {
             out.append("  evicted from the heaviest sender \(r.router.store.evictedHeaviestSender), from the heaviest origin \(r.router.store.evictedHeaviestOrigin)")
         }
         if !r.router.links.isEmpty {
-            out.append("links:")
-            for l in r.router.links { out.append("  \(l.link)  \(l.role) \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)") }
+            var byRole: [String: Int] = [:]
+            for l in r.router.links { byRole[l.trust.map { "\(l.role) (\($0))" } ?? l.role, default: 0] += 1 }
+            out.append("links: " + byRole.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
+            for l in r.router.links {
+                out.append("  \(l.link)  \(l.role)\(l.trust.map { " (\($0))" } ?? "") \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)")
+            }
         }
         if !r.router.lastDelivery.isEmpty {
             out.append("last delivery:")

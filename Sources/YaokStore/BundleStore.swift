@@ -356,6 +356,15 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
+    /// The IDs among `ids` that the store does not hold, in one read transaction. Unlike
+    /// ``noteOffered(_:by:)`` nothing is recorded: for offers from a peer whose word must not
+    /// count (an untrusted hub).
+    public func unknownIDs(_ ids: [[UInt8]]) throws -> [[UInt8]] {
+        try database.transaction {
+            try ids.filter { try database.scalar(SQL.exists, [.blob($0)], purpose: "looking up an offered bundle") == nil }
+        }
+    }
+
     /// Whether `peer` is known to hold the bundle.
     public func peerHas(_ id: [UInt8], peer: [UInt8]) throws -> Bool {
         try database.scalar(SQL.peerHas, [.blob(id), .blob(peer)], purpose: "checking a peer's bundles") != nil

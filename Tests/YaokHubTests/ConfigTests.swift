@@ -92,3 +92,58 @@ final class ConfigTests: XCTestCase {
         }
     }
 }
+
+/// `router.hub_trust` and friends, and the host-level `peer_roles` of a transport.
+final class HubTrustConfigTests: XCTestCase {
+    func testTrustKeysParseAndBadValuesNameKeyAndLine() throws {
+        let key = String(repeating: "ab", count: 32)
+        let c = try HubConfig.parse(yaml: "router:\n  hub_trust: network\n  network_key: \(key)\n  trusted_hubs: [\"\(key)\"]\n  hub_certificate: hub.cert\n", source: "t")
+        XCTAssertEqual(c.router.hubTrust.mode, .network)
+        XCTAssertEqual(c.router.hubTrust.networkKey, [UInt8](repeating: 0xab, count: 32))
+        XCTAssertEqual(c.router.hubTrust.trustedHubs, [[UInt8](repeating: 0xab, count: 32)])
+        XCTAssertEqual(c.router.hubTrust.certificateFile, "hub.cert")
+        XCTAssertEqual(try HubConfig.parse(yaml: "hub:\n  name: x\n", source: "t").router.hubTrust.mode, .open, "absent: open, as before")
+        XCTAssertEqual(try DefaultConfig.load().router.hubTrust.mode, .list, "the packaged default trusts no hub by default")
+
+        let cases: [(String, String, Int)] = [
+            ("router:\n  hub_trust: everyone\n", "router.hub_trust", 2),
+            ("router:\n  hub_trust: network\n", "router.hub_trust", 2),
+            ("router:\n  policy: epidemic\n  trusted_hubs: [\"abc\"]\n", "router.trusted_hubs", 3),
+            ("router:\n  network_key: 1234\n", "router.network_key", 2),
+            ("transports:\n  udp:\n    enabled: true\n    peer_roles: [relay]\n", "transports.udp.peer_roles", 4),
+            ("transports:\n  udp:\n    enabled: true\n    peer_roles: [phone]\n", "transports.udp.peer_roles", 4),
+            ("transports:\n  udp:\n    enabled: true\n    peer_roles: []\n", "transports.udp.peer_roles", 4),
+        ]
+        for (yaml, path, line) in cases {
+            XCTAssertThrowsError(try HubConfig.parse(yaml: yaml, source: "t"), yaml) { error in
+                XCTAssertEqual((error as? ConfigError)?.keyPath, path, "\(error)")
+                XCTAssertEqual((error as? ConfigError)?.line, line, "\(error)")
+            }
+        }
+    }
+
+    func testPeerRolesDefaultsAndTheKeyStaysOutOfThePluginSection() throws {
+        let yaml = """
+        transports:
+          udp:
+            enabled: true
+            peer_roles: [endpoint, hub]
+          ble:
+            enabled: true
+          mesh:
+            enabled: true
+          wifi-direct:
+            enabled: true
+            plugin: wifidirect
+        """
+        let c = try HubConfig.parse(yaml: yaml, source: "t")
+        XCTAssertEqual(c.transport(named: "udp")?.peerRoles, [.endpoint, .hub])
+        XCTAssertNil(c.transport(named: "udp")?.section.value("peer_roles"), "plugins reject keys they do not know")
+        XCTAssertEqual(c.transport(named: "ble")?.peerRoles, [.endpoint])
+        XCTAssertEqual(c.transport(named: "wifi-direct")?.peerRoles, [.endpoint])
+        XCTAssertEqual(c.transport(named: "mesh")?.peerRoles, [.hub])
+        let packaged = try DefaultConfig.load()
+        XCTAssertEqual(packaged.transport(named: "udp")?.peerRoles, [.endpoint])
+        XCTAssertEqual(packaged.transport(named: "mesh")?.peerRoles, [.hub])
+    }
+}

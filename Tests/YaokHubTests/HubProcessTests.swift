@@ -8,8 +8,10 @@ final class HubProcessTests: XCTestCase {
     /// A UDP port that was free a moment ago on loopback.
     static func freePort() -> UInt16 { TestSupport.freePort(type: Int32(SOCK_DGRAM.rawValue)) }
 
-    /// A hub config in `dir`; `extra` is appended under `transports:`.
-    static func config(dir: String, pluginDirs: [String], udpPort: UInt16?, peers: [UInt16] = [], extra: String = "") -> String {
+    /// A hub config in `dir`; `extra` is appended under `transports:`. Test hubs link to each
+    /// other (and to raw peers posing as hubs) over UDP, so its `peer_roles` allows both.
+    static func config(dir: String, pluginDirs: [String], udpPort: UInt16?, peers: [UInt16] = [], extra: String = "",
+                       udpPeerRoles: String = "[endpoint, hub]") -> String {
         var s = """
         hub:
           name: test-hub
@@ -29,6 +31,7 @@ final class HubProcessTests: XCTestCase {
                 listen: 127.0.0.1:\(udpPort)
                 peers: [\(peers.map { "\"127.0.0.1:\($0)\"" }.joined(separator: ", "))]
                 keepalive_s: 1
+                peer_roles: \(udpPeerRoles)
 
             """
         }

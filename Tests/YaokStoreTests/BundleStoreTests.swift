@@ -39,6 +39,15 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(7)))
     }
 
+    func testUnknownIDsRecordsNobodyAsHolder() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 5_000), .stored)
+        XCTAssertEqual(try store.unknownIDs([bundleID(1), bundleID(2)]), [bundleID(2)])
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 0, "an untrusted offer is not a holder")
+        XCTAssertEqual(try store.noteOffered([bundleID(1), bundleID(2)], by: userID(6)), [bundleID(2)])
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 1, "a trusted offer is")
+    }
+
     func testReopenKeepsBundlesAndStatistics() throws {
         let dir = try makeTempDirectory(self)
         do {
