@@ -286,7 +286,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .hub:
             link.listed = settings.trust.trustedHubs.contains(info.peerSigningKey)
             // Our certificate goes first, so a peer in network mode can trust us before it offers.
-            if let cert = settings.ownCertificate { _ = send(TLVRecord(type: HostFrameType.hubCertificate, value: cert), on: link) }
+            if let cert = settings.ownCertificate { _ = send(TLVRecord(.hubCertificate, value: cert), on: link) }
             if mayExchange(with: link) {
                 offerAll(to: link)
                 sendAttachmentAnnouncement(to: link)
@@ -351,7 +351,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.debug("malformed frame on \(key): \(error)")
             return
         }
-        if record.type == HostFrameType.hubCertificate {
+        if record.type == FrameType.hubCertificate.rawValue {
             handleCertificate(record.value, from: link)
             return
         }
@@ -359,7 +359,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             // An untrusted hub under list/network trust: keep-alives only, until it proves itself.
             switch FrameType(rawValue: record.type) {
             case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
-            case .pong, .linkChallenge, .linkProof, .linkClose, .custodyAck, .custodyRefused: break
+            case .pong, .linkClose, .custodyAck, .custodyRefused: break
             case .attachment: counters.attachmentsRefused += 1
             default: counters.untrustedHubFramesRefused += 1
             }
@@ -374,7 +374,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
         case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkClose: break
+        case .pong, .linkClose, .hubCertificate: break
         case .linkIdentity, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1

@@ -2,13 +2,6 @@ import Foundation
 import YaokCrypto
 import YaokPluginKit
 
-/// Host frame types defined by the host (not the plugin kit): values the router reads
-/// with `TLVRecord(type:value:)` because ``YaokPluginKit/FrameType`` belongs to the kit.
-public enum HostFrameType {
-    /// A hub's certificate (``HubCertificate``), sent on a hub link right after link up.
-    public static let hubCertificate: UInt8 = 0x08
-}
-
 /// A network operator's statement that a hub key belongs to the network, for a time.
 ///
 /// Layout (145 bytes, integers big-endian):
@@ -75,8 +68,8 @@ public struct HubCertificate: Sendable, Equatable {
 
     public var encoded: [UInt8] { signedFields + signature }
 
-    /// The whole TLV frame (``HostFrameType/hubCertificate``).
-    public var frame: [UInt8] { TLVRecord(type: HostFrameType.hubCertificate, value: encoded).encoded }
+    /// The whole TLV frame (``YaokPluginKit/FrameType/hubCertificate``).
+    public var frame: [UInt8] { TLVRecord(.hubCertificate, value: encoded).encoded }
 
     /// Whether the network key's signature verifies (says nothing about which network or when).
     public var signatureVerifies: Bool {

@@ -12,7 +12,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 1. Forged receipts
 
     func testForgedReceiptFromAThrowawayKeySuppressesNothing() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
@@ -64,7 +64,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 2. ID squatting
 
     func testMessageIDSquattingAndConflictingContent() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
@@ -103,7 +103,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 3. Immortal junk against a capped store
 
     func testJunkFromThrowawayKeysCannotEvictAQueuedQueue() throws {
-        let s = try startHub(extra: "store:\n  size_cap_mb: 1\n")
+        let s = try startUDPHub(extra: "store:\n  size_cap_mb: 1\n")
         defer { s.hub.stop() }
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         var victims: [Envelope] = []
@@ -151,7 +151,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 4. Summary flood
 
     func testSummaryFloodDegradesOnlyTheFloodingLink() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let pid = s.hub.process.processIdentifier
         let rssBefore = Self.rssKiB(pid)
@@ -214,7 +214,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 5. Attachment-table poisoning
 
     func testPoisonedAttachmentAnnouncementsAreRefused() throws {
-        let s = try startHub(router: "\n  policy: spray-and-wait\n  spray_copies: 1")
+        let s = try startUDPHub(router: "\n  policy: spray-and-wait\n  spray_copies: 1")
         defer { s.hub.stop() }
         let malloryKey = Identity.generate()
         let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
@@ -248,7 +248,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 6. A peer claiming the relay role
 
     func testAPeerClaimingTheRelayRoleGetsNoRegistrationsAndNoBundles() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         // Any UDP peer could say "I am the relay" and was handed every attached phone's relay
         // registration and the bundles routed to the internet.
@@ -273,7 +273,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     // MARK: 7. A receipt survives the receiver's crash
 
     func testReceiptSurvivesAReceiverKilledRightAfterStoring() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let dir = try TestSupport.temporaryDirectory(self)
         let (alice, bob) = try MessagePathTests.initPair(dir)

@@ -97,7 +97,7 @@ final class LinkSecurityTests: XCTestCase {
     /// A passive listener on the link sees no key, user ID, message ID or bundle ID: every
     /// datagram after the two handshake messages is a sealed record.
     func testAPassiveCaptureShowsNoKeyIDOrRecipient() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let tap = try UDPTap(hubPort: s.port)
         defer { tap.stop() }
@@ -133,7 +133,7 @@ final class LinkSecurityTests: XCTestCase {
     /// hub takes none of it: the message stays in custody, the link stays up, and the phone
     /// gets the message exactly once when the path clears.
     func testAManInTheMiddleCanNeitherAckNorCloseNorReplay() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         let tap = try UDPTap(hubPort: s.port)
         defer { tap.stop() }
@@ -172,7 +172,7 @@ final class LinkSecurityTests: XCTestCase {
     /// The hub keeps no state for them, answers junk with nothing and hellos with less than
     /// they sent, and a configured peer still links.
     func testAFloodFromManyAddressesHoldsNoSlotsAndReflectsLessThanItSends() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         var sockets: [Int32] = []
         defer { sockets.forEach { close($0) } }
@@ -217,7 +217,7 @@ final class LinkSecurityTests: XCTestCase {
     /// Validated but never-finished handshakes from many ports cannot lock out an honest peer:
     /// at most 8 per IP address, and the oldest half-open one gives way when all are taken.
     func testHalfOpenHandshakesCannotLockOutAnHonestPeer() throws {
-        let s = try startHub()
+        let s = try startUDPHub()
         defer { s.hub.stop() }
         var peers: [UDPLinkEngineProbe] = []
         for host in ["127.0.0.3", "127.0.0.4"] {

@@ -263,7 +263,7 @@ struct UDPHubSetup {
 /// Starting a hub, sealing messages and counting deliveries, for the attack tests
 /// (DeliveryIntegrityTests, LinkSecurityTests).
 extension XCTestCase {
-    func startHub(router: String = "", extra: String = "") throws -> UDPHubSetup {
+    func startUDPHub(router: String = "", extra: String = "") throws -> UDPHubSetup {
         let dir = try TestSupport.temporaryDirectory(self)
         let port = HubProcessTests.freePort()
         let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port, extra: extra)

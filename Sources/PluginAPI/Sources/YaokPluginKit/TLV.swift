@@ -62,6 +62,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case request = 0x06
     /// A phone's signed relay registration, carried by its hub to the relay.
     case registration = 0x07
+    /// A hub's certificate signed by its network's key, sent on a hub link right after link up.
+    case hubCertificate = 0x08
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
