@@ -105,18 +105,7 @@ public enum IdentityFile {
         defer { if tmpExists { unlink(tmp) } }
         do {
             defer { close(fd) }
-            // The umask can only remove bits, but be explicit.
-            guard fchmod(fd, 0o600) == 0 else { throw IdentityFileError.system(call: "fchmod", path: tmp, errno: errno) }
-            var written = 0
-            while written < contents.count {
-                let n = contents.withUnsafeBytes { write(fd, $0.baseAddress! + written, contents.count - written) }
-                if n < 0 {
-                    if errno == EINTR { continue }
-                    throw IdentityFileError.system(call: "write", path: tmp, errno: errno)
-                }
-                written += n
-            }
-            guard fsync(fd) == 0 else { throw IdentityFileError.system(call: "fsync", path: tmp, errno: errno) }
+            if let failed = writeSecret(contents, to: fd) { throw IdentityFileError.system(call: failed.call, path: tmp, errno: failed.errno) }
         }
         if link(tmp, path) != 0 {
             let err = errno
@@ -130,6 +119,23 @@ public enum IdentityFile {
         }
         syncDirectory(of: path)
         return identity
+    }
+
+    /// Writes a secret file's contents to a freshly created descriptor: mode 0600 (the umask can
+    /// only remove bits, but be explicit), every byte, then fsync. Returns the call that failed.
+    static func writeSecret(_ contents: [UInt8], to fd: Int32) -> (call: String, errno: Int32)? {
+        guard fchmod(fd, 0o600) == 0 else { return ("fchmod", errno) }
+        var written = 0
+        while written < contents.count {
+            let n = contents.withUnsafeBytes { write(fd, $0.baseAddress! + written, contents.count - written) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                return ("write", errno)
+            }
+            written += n
+        }
+        guard fsync(fd) == 0 else { return ("fsync", errno) }
+        return nil
     }
 
     /// Makes the new directory entry durable; best effort.

@@ -32,17 +32,9 @@ public enum NetworkKeyFile {
             close(fd)
             if !complete { unlink(path) }
         }
-        guard fchmod(fd, 0o600) == 0 else { throw NetworkKeyFileError.system(call: "fchmod", path: path, errno: errno) }
-        var written = 0
-        while written < contents.count {
-            let n = contents.withUnsafeBytes { write(fd, $0.baseAddress! + written, contents.count - written) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw NetworkKeyFileError.system(call: "write", path: path, errno: errno)
-            }
-            written += n
+        if let failed = IdentityFile.writeSecret(contents, to: fd) {
+            throw NetworkKeyFileError.system(call: failed.call, path: path, errno: failed.errno)
         }
-        guard fsync(fd) == 0 else { throw NetworkKeyFileError.system(call: "fsync", path: path, errno: errno) }
         complete = true
         return pair
     }
