@@ -315,21 +315,25 @@ RELAY_ARGS=(--relay "$RELAY_URL" --relay-key "$RELAY_KEY" --relay-tls-pin "$RELA
 yk $W/e-dana.json dana listen "${RELAY_ARGS[@]}" --count 1 --timeout 150 &
 DANA=$!
 wait_for 60 "dana connected to the relay" has_event $W/e-dana.json connected
-yk $W/e-alice.json alice send dana "hello dana, from a phone over BLE" --hub "$HUB_A" --wait-delivered --timeout 150
+# --relay-key: the phone pins the relay and signs a registration naming hub A's key (proven by
+# the BLE link session) as the one collector of her internet mail; hub A carries it.
+yk $W/e-alice.json alice send dana "hello dana, from a phone over BLE" --hub "$HUB_A" --relay-key "$RELAY_KEY" --wait-delivered --timeout 150
 check "alice's send to dana over BLE and the relay was delivered (dana's receipt came back)" [ $? = 0 ]
 wait $DANA; check "dana's yaok listen (internet, wss://) got the message" [ $? = 0 ]
 check "dana got alice's text" has $W/e-dana.json '.event=="message" and .text=="hello dana, from a phone over BLE"'
-check "alice got dana's delivery receipt" has_event $W/e-alice.json delivered
+EID=$(events $W/e-alice.json queued | jq -r .id)
+check "alice got dana's delivery receipt" has $W/e-alice.json ".event==\"delivered\" and .id==\"$EID\""
 # Back: dana answers over the relay; hub A holds alice's registration (bound to hub A's key)
 # and the relay pushes to hub A, which delivers to alice over BLE.
-yk $W/e2-alice.json alice listen --hub "$HUB_A" --count 1 --timeout 150 &
+yk $W/e2-alice.json alice listen --hub "$HUB_A" --relay-key "$RELAY_KEY" --count 1 --timeout 150 &
 ALICE=$!
 wait_for 60 "alice connected to hub A" has_event $W/e2-alice.json connected
 yk $W/e2-dana.json dana send alice "hello alice, from the internet" "${RELAY_ARGS[@]}" --wait-delivered --timeout 150
 check "dana's answer was delivered to alice's phone (her receipt came back over BLE and the relay)" [ $? = 0 ]
 wait $ALICE; check "alice's yaok listen over BLE got dana's answer" [ $? = 0 ]
 check "alice got dana's text" has $W/e2-alice.json '.event=="message" and .text=="hello alice, from the internet"'
-check "dana got alice's delivery receipt" has_event $W/e2-dana.json delivered
+E2ID=$(events $W/e2-dana.json queued | jq -r .id)
+check "dana got alice's delivery receipt" has $W/e2-dana.json ".event==\"delivered\" and .id==\"$E2ID\""
 [ $FAILS = 0 ] || { json $W/e-*.json $W/e2-*.json | tail -20; tail -20 $W/relay.log; grep -i relay $W/hubA/hub.log | tail -20; }
 
 step "flows done"
