@@ -62,7 +62,7 @@ func inMemoryHandshake() throws -> (SecureLink, SecureLink) {
 }
 let handshakes = 500
 let cpu0 = cpuSeconds()
-try measure("handshake, both ends in one process (2 X25519 + 2 sign + 2 verify)", iterations: handshakes, unit: "links/s") { _ = try inMemoryHandshake() }
+try measure("handshake, both ends (2 X25519, 2 sign, 2 verify)", iterations: handshakes, unit: "links/s") { _ = try inMemoryHandshake() }
 print(String(format: "  CPU per link, both ends together: %.0f µs", (cpuSeconds() - cpu0) / Double(handshakes) * 1e6))
 let (sender, receiver) = try inMemoryHandshake()
 for size in [236, 1_200, 10_500] {
