@@ -5,6 +5,16 @@ import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
 
+/// Sends one datagram from `fd` to an IPv4 address (the attack tests' raw sends).
+func sendDatagram(_ fd: Int32, _ bytes: [UInt8], to address: sockaddr_in) {
+    var target = address
+    _ = withUnsafePointer(to: &target) { a in
+        a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
+            bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        }
+    }
+}
+
 /// A UDP interposer on loopback: the victim dials it instead of the hub; it forwards both
 /// ways, records every datagram (a passive capture of the link), and can drop, inject and
 /// replay as an attacker on the path would. To the hub, what it injects comes from the
@@ -58,24 +68,13 @@ final class UDPTap: @unchecked Sendable {
                 victim = from
                 return (hub.sockaddr, false)
             }
-            if var t = target, !drop { send(bytes, to: &t) }
+            if let t = target, !drop { sendDatagram(fd, bytes, to: t) }
         }
         close(fd)
     }
 
-    private func send(_ bytes: [UInt8], to target: inout sockaddr_in) {
-        _ = withUnsafePointer(to: &target) { a in
-            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-        }
-    }
-
     /// Sends `bytes` to the hub from the victim's address (as the hub sees it).
-    func inject(_ bytes: [UInt8]) {
-        var h = hub.sockaddr
-        send(bytes, to: &h)
-    }
+    func inject(_ bytes: [UInt8]) { sendDatagram(fd, bytes, to: hub.sockaddr) }
 }
 
 /// Issue 14's link attacks, re-enacted against a real hub process over UDP. Each asserts
@@ -185,12 +184,7 @@ final class LinkSecurityTests: XCTestCase {
             setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
             let probe = SecureLink(identity: Identity.generate(), role: .hub, isInitiator: true, channel: .datagram)
             let datagram = i % 2 == 0 ? [UInt8](repeating: 0x20, count: 3) : try probe.hello()
-            var to = hub.sockaddr
-            _ = withUnsafePointer(to: &to) { a in
-                a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                    datagram.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-                }
-            }
+            sendDatagram(fd, datagram, to: hub.sockaddr)
             sent += datagram.count
         }
         try TestSupport.waitUntil(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
@@ -254,14 +248,7 @@ final class UDPLinkEngineProbe {
 
     func close() { Glibc.close(fd) }
 
-    private func send(_ bytes: [UInt8]) {
-        var to = hub.sockaddr
-        _ = withUnsafePointer(to: &to) { a in
-            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
-        }
-    }
+    private func send(_ bytes: [UInt8]) { sendDatagram(fd, bytes, to: hub.sockaddr) }
 
     /// Hello, cookie, hello with the cookie; the reply is read and ignored.
     func helloWithCookie() {

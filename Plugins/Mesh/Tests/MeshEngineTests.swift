@@ -123,15 +123,7 @@ final class MeshEngineTests: XCTestCase {
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         // An identity that claims Bob's key but is signed by someone else.
-        struct Impostor: LinkIdentity {
-            let claimed: FakeIdentity, signer: FakeIdentity
-            var signingKey: [UInt8] { claimed.signingKey }
-            var kxKey: [UInt8] { claimed.kxKey }
-            func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
-            func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
-            func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
-        }
-        _ = peer.handshake(as: Impostor(claimed: bob, signer: FakeIdentity(seed: 3)), role: .hub)
+        _ = peer.handshake(as: ClaimedIdentity(claimed: bob, signer: FakeIdentity(seed: 3)), role: .hub)
         XCTAssertTrue(peer.waitForClose())
         XCTAssertEqual(r.snapshot.ups.count, 0)
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
@@ -148,17 +140,9 @@ final class MeshEngineTests: XCTestCase {
         let realBob = try RawPeer(port: port)
         XCTAssertTrue(realBob.handshake(as: bob, role: .hub))
         r.wait("Bob's link up") { $0.ups.count == 1 }
-        struct Claimant: LinkIdentity {
-            let claimed: FakeIdentity, signer: FakeIdentity
-            var signingKey: [UInt8] { claimed.signingKey }
-            var kxKey: [UInt8] { claimed.kxKey }
-            func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
-            func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
-            func randomBytes(_ count: Int) -> [UInt8] { [UInt8](repeating: 0, count: count) }
-        }
         for _ in 0..<3 {
             let mallory = try RawPeer(port: port)
-            _ = mallory.handshake(as: Claimant(claimed: bob, signer: FakeIdentity(seed: 9)), role: .hub)
+            _ = mallory.handshake(as: ClaimedIdentity(claimed: bob, signer: FakeIdentity(seed: 9)), role: .hub)
             XCTAssertTrue(mallory.waitForClose(), "the claimant is closed")
         }
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 3)

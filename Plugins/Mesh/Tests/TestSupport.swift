@@ -3,6 +3,16 @@ import XCTest
 import YaokPluginKit
 @testable import YaokTransportMesh
 
+/// An attacker's identity: presents `claimed`'s keys but can only sign as `signer`.
+struct ClaimedIdentity: LinkIdentity {
+    let claimed: FakeIdentity, signer: FakeIdentity
+    var signingKey: [UInt8] { claimed.signingKey }
+    var kxKey: [UInt8] { claimed.kxKey }
+    func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
+    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
+    func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
+}
+
 /// A stand-in identity for unit tests: NOT cryptography. Its "signature" is a keyed
 /// checksum anyone can compute; it only lets the engine's handshake and beacon
 /// plumbing run without the host's libsodium. Real Ed25519 signatures are exercised
