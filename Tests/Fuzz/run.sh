@@ -26,7 +26,7 @@ if [ "$#" -gt 0 ]; then harnesses=("$@"); else harnesses=("${all_harnesses[@]}")
 mods="$out/modules"
 mkdir -p "$mods" "$out/bin" "$out/artifacts" "$out/cmaps/CYaokPlugin"
 # Sanitizers and coverage for every Swift module, so the fuzzer sees edges in the parsers.
-flags=(-O -parse-as-library -package-name YaokHub -sanitize=fuzzer,address -I "$mods" -I "$repo/Sources/CSodium" -I "$out/cmaps/CYaokPlugin")
+flags=(-O -parse-as-library -package-name YaokHub -sanitize=fuzzer,address -I "$mods" -I "$repo/Sources/PluginAPI/Sources/CSodium" -I "$out/cmaps/CYaokPlugin")
 
 cat > "$out/cmaps/CYaokPlugin/module.modulemap" <<MAP
 module CYaokPlugin {
