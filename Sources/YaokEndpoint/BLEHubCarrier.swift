@@ -12,7 +12,6 @@ import YaokTransportBLE
 final class BLEHubCarrier: @unchecked Sendable {
     let target: BLEHubTarget
     let identity: LinkIdentity
-    let clock: @Sendable () -> Int64
     private let lock = NSLock()
     private var running = false
     private var connected = false
@@ -30,10 +29,9 @@ final class BLEHubCarrier: @unchecked Sendable {
     /// Silence after which the carrier pings the hub.
     static let pingAfterSeconds = 15
 
-    init(target: BLEHubTarget, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64) {
+    init(target: BLEHubTarget, identity: LinkIdentity) {
         self.target = target
         self.identity = identity
-        self.clock = clock
     }
 
     deinit {
@@ -97,7 +95,7 @@ final class BLEHubCarrier: @unchecked Sendable {
                     return true
                 }
                 guard keep else { return }
-                let hub = try c.handshake(identity: identity, role: .endpoint, clock: clock)
+                let hub = try c.handshake(identity: identity, role: .endpoint)
                 lock.withLock {
                     connected = true
                     outgoing.removeAll()

@@ -234,7 +234,7 @@ public final class HubSession: @unchecked Sendable {
                     let joined = try P2PHubJoin.join(target, log: log)
                     return (joined.host, joined.port)
                 }, log: log)
-            case .ble(let target): carrier = BLEHubCarrier(target: target, identity: endpoint.identity, clock: now)
+            case .ble(let target): carrier = BLEHubCarrier(target: target, identity: endpoint.identity)
             case .udp: preconditionFailure("handled above")
             }
             engine = nil

@@ -72,10 +72,7 @@ do {
     print("identity characteristic: \(hex(client.advertisedIdentity))")
     let me = SodiumIdentity()
     print("phone signing key: \(hex(me.signingKey))")
-    let peer = try client.handshake(identity: me, role: .endpoint) {
-        var ts = timespec(); clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
-    }
+    let peer = try client.handshake(identity: me, role: .endpoint)
     print("HANDSHAKE_OK hub=\(hex(peer.signingKey)) role=\(peer.role)")
     let tUp = nowMs()
     print(String(format: "BENCH link: connect+MTU+discovery+Identity %.0f ms, subscribe+handshake %.0f ms, %d ATT round trips",

@@ -122,8 +122,7 @@ public final class BLEHubClient {
 
     /// Subscribes to TX and, once the subscription is acknowledged, runs the kit's secure link
     /// handshake as `role` with `identity` (the phone initiates); returns the proved hub.
-    public func handshake(identity: LinkIdentity, role: PeerRole = .endpoint,
-                          clock: @escaping @Sendable () -> Int64) throws -> AuthenticatedPeer {
+    public func handshake(identity: LinkIdentity, role: PeerRole = .endpoint) throws -> AuthenticatedPeer {
         let hs = SecureLink(identity: identity, role: role, isInitiator: true, channel: .stream)
         link = nil
         // A predecessor on this LE link (ATT is a fixed channel: a phone reconnecting within the

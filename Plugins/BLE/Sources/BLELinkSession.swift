@@ -32,7 +32,7 @@ final class BLELinkSession {
     private let identity: LinkIdentity
     private let acceptedRoles: Set<PeerRole>
 
-    init(id: LinkID, remote: String, identity: LinkIdentity, clock: @escaping @Sendable () -> Int64,
+    init(id: LinkID, remote: String, identity: LinkIdentity,
          reassemblyTimeoutNanoseconds: UInt64, connectedAt: UInt64 = 0,
          acceptedRoles: Set<PeerRole> = [.endpoint, .hub]) {
         self.id = id

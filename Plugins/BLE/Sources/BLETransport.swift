@@ -230,7 +230,6 @@ public final class BLETransport: Transport, @unchecked Sendable {
         let clock = context.clock
         let session = BLELinkSession(
             id: id.rawValue, remote: "central", identity: context.identity,
-            clock: { clock.nowMilliseconds() },
             reassemblyTimeoutNanoseconds: UInt64(config.reassemblyTimeoutSeconds) * 1_000_000_000,
             connectedAt: clock.monotonicNanoseconds())
         sessions[id.rawValue] = session

@@ -70,7 +70,7 @@ final class BLELinkSessionTests: XCTestCase {
     }
 
     func testReconnectOverTheSameATTChannelRestartsTheHandshake() throws {
-        let s = BLELinkSession(id: 3, remote: "x", identity: ChecksumIdentity(1), clock: { 1_000 },
+        let s = BLELinkSession(id: 3, remote: "x", identity: ChecksumIdentity(1),
                                reassemblyTimeoutNanoseconds: 1_000_000_000)
         XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty, "the hub notifies nothing before the phone's hello")
         let first = phone(2)
@@ -86,7 +86,7 @@ final class BLELinkSessionTests: XCTestCase {
 
         // A second phone process on the same LE link: subscribing again changes nothing, its
         // hello restarts the handshake (old link down, new identity brings it up).
-        let s2 = BLELinkSession(id: 4, remote: "x", identity: ChecksumIdentity(1), clock: { 1_000 },
+        let s2 = BLELinkSession(id: 4, remote: "x", identity: ChecksumIdentity(1),
                                 reassemblyTimeoutNanoseconds: 1_000_000_000)
         _ = try handshake(phone(2), with: s2)
         XCTAssertTrue(s2.notificationsEnabled().framesToSend.isEmpty)
@@ -105,7 +105,7 @@ final class BLELinkSessionTests: XCTestCase {
     }
 
     private func session() -> BLELinkSession {
-        BLELinkSession(id: 7, remote: "00:AA:01:01:00:01", identity: UnsigningIdentity(), clock: { 0 },
+        BLELinkSession(id: 7, remote: "00:AA:01:01:00:01", identity: UnsigningIdentity(),
                        reassemblyTimeoutNanoseconds: 1_000_000_000)
     }
 
@@ -144,7 +144,7 @@ final class BLELinkSessionTests: XCTestCase {
     }
 
     func testCentralThatNeverAuthenticatesIsOverdue() {
-        let s = BLELinkSession(id: 1, remote: "x", identity: UnsigningIdentity(), clock: { 0 },
+        let s = BLELinkSession(id: 1, remote: "x", identity: UnsigningIdentity(),
                                reassemblyTimeoutNanoseconds: 1_000_000_000, connectedAt: 10_000_000_000)
         XCTAssertNil(s.overdue(now: 39_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000))
         XCTAssertEqual(s.overdue(now: 41_000_000_000, handshakeTimeoutNanoseconds: 30_000_000_000),

@@ -34,7 +34,6 @@ final class MeshSession {
     var limiter: RateLimiter
     var throttledThisSecond = false
     var throttledSeconds = 0
-    var droppedBeforeHandshake = 0
     /// Frames read but not yet handled because the peer is over its frame rate. Bounded:
     /// nothing more is read while it is non-empty, so it holds at most one read's worth.
     var backlog: [[UInt8]] = []

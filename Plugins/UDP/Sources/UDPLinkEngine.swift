@@ -351,10 +351,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 guard let s = sessions[address] else { counters.sealedRefused += 1; return }
                 var outputs: [SecureLink.Output]?
                 var from = s.link
-                if s.link.state != .initial && !(s.link.isInitiator && s.link.state == .awaitingReply) {
-                    outputs = try? s.link.receive(record)
-                }
-                if outputs == nil, let p = s.pending, p.state == .awaitingIdentity || p.isEstablished {
+                if s.link.acceptsSealed { outputs = try? s.link.receive(record) }
+                if outputs == nil, let p = s.pending, p.acceptsSealed {
                     outputs = try? p.receive(record)
                     from = p
                 }
@@ -461,7 +459,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     s.lastPingMs = now
                     if let ping = try? s.link.seal(TLVRecord(.ping, value: []).encoded) { toSend.append((ping, address)) }
                 }
-                if let p = s.pending, now - s.pendingSinceMs > 10_000, !p.isEstablished { s.pending = nil }
+                if s.pending != nil, now - s.pendingSinceMs > 10_000 { s.pending = nil }
             }
         }
         for (bytes, address) in toSend { try? sendDatagram(bytes, to: address, fd: fd) }

@@ -104,7 +104,6 @@ public final class LinkServer: @unchecked Sendable {
 
     public let settings: Settings
     private let identity: LinkIdentity
-    private let wallClockMs: @Sendable () -> Int64
     public var events = Events()
 
     private let lock = NSLock()
@@ -120,12 +119,10 @@ public final class LinkServer: @unchecked Sendable {
     private var exited = DispatchSemaphore(value: 0)
 
     /// `firstLinkID` lets the transport keep link IDs unique across group re-formations.
-    public init(identity: LinkIdentity, settings: Settings, firstLinkID: LinkID = 1,
-                wallClockMs: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) {
+    public init(identity: LinkIdentity, settings: Settings, firstLinkID: LinkID = 1) {
         self.identity = identity
         self.settings = settings
         self.nextID = firstLinkID
-        self.wallClockMs = wallClockMs
     }
 
     private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }

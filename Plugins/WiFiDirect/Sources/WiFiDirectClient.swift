@@ -26,8 +26,7 @@ public final class WiFiDirectClient: @unchecked Sendable {
     /// and returns a connected client. `readTimeout` bounds each ``receive(timeout:)`` wait
     /// when none is given.
     public init(host: String, port: UInt16 = 7814, identity: LinkIdentity, role: PeerRole = .endpoint,
-                connectTimeout: Double = 10, readTimeout: Double = 60,
-                clock: @escaping @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }) throws {
+                connectTimeout: Double = 10, readTimeout: Double = 60) throws {
         fd = try TCPSockets.connect(host: host, port: port, timeoutMs: Int32(connectTimeout * 1000))
         remote = "\(host):\(port)"
         readTimeoutMs = Int32(readTimeout * 1000)

@@ -236,7 +236,6 @@ public final class SecureLink: @unchecked Sendable {
     private var sendCipher: NoiseCipher?
     private var receiveKey: NoiseKey?
     private var window = ReplayWindow()
-    private var pendingPeer: AuthenticatedPeer?
     public private(set) var state: State = .initial
     /// The authenticated peer, once established.
     public private(set) var peer: AuthenticatedPeer?
@@ -251,6 +250,8 @@ public final class SecureLink: @unchecked Sendable {
     }
 
     public var isEstablished: Bool { state == .established }
+    /// Whether sealed frames can be opened: from the reply on (responder) or once established.
+    public var acceptsSealed: Bool { state == .awaitingIdentity || state == .established }
     /// This side's ephemeral public key (sent in clear in the hello or reply).
     public var ephemeralKey: [UInt8] { noise.ephemeralPublic }
 
@@ -311,7 +312,7 @@ public final class SecureLink: @unchecked Sendable {
         case .linkVersion:
             throw SecureLinkError.unsupportedVersion(peer: record.value)
         case .sealed:
-            guard state == .awaitingIdentity || state == .established else { throw SecureLinkError.unexpected("sealed frame before the handshake") }
+            guard acceptsSealed else { throw SecureLinkError.unexpected("sealed frame before the handshake") }
             let inner = try open(record.value)
             guard state == .awaitingIdentity else { return [.frame(inner)] }
             guard let parsed = try? TLVRecord(parsing: inner), parsed.type == FrameType.linkIdentity.rawValue else {
