@@ -123,6 +123,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var certifiedUntilMs: Int64?
         /// Hub links: trusted by list or certificate. Only a trusted hub's custody ends ours.
         var trusted: Bool { listed || certifiedUntilMs != nil }
+        /// A hub link not (yet) trusted: its custody and its claims to hold bundles count for nothing.
+        var isUntrustedHub: Bool { info.peerRole == .hub && !trusted }
         /// Bundles an untrusted hub acknowledged or claimed: not offered to it again, but
         /// never recorded in the store (its word counts for nothing elsewhere).
         var untrustedHolds = Set<[UInt8]>()
@@ -454,7 +456,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // The sender holds it, whatever happens next: never send it back on this link. (An
         // untrusted hub's holding is remembered for its link only; see ``Link/untrustedHolds``.)
-        if link.info.peerRole == .hub && !link.trusted {
+        if link.isUntrustedHub {
             noteUntrustedHolds([id], on: link)
         } else {
             try? store.recordPeerHas(id, peer: link.peerID)
@@ -531,7 +533,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard link.inFlight.removeValue(forKey: id) != nil else { return }
         link.resends[id] = nil
         let t = now()
-        if link.info.peerRole == .hub && !link.trusted {
+        if link.isUntrustedHub {
             // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
             // to queued, stays eligible for every other route, and only a verified delivery
             // receipt ends it. Nothing is recorded in the store, so this hub's word neither
@@ -581,7 +583,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             failAttemptIfStillInFlight(id, nowMs: now())
         default:
             // The neighbour will never take it: treat it as holding it so we stop offering.
-            if link.info.peerRole == .hub && !link.trusted {
+            if link.isUntrustedHub {
                 noteUntrustedHolds([id], on: link)
             } else {
                 try? store.recordPeerHas(id, peer: link.peerID)
@@ -633,7 +635,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         link.offered.removeFirst(slice.count)
         let unknown: [[UInt8]]
         do {
-            if link.info.peerRole == .hub && !link.trusted {
+            if link.isUntrustedHub {
                 // An untrusted hub's claim to hold a bundle is remembered for its link only.
                 unknown = try store.unknownIDs(slice)
                 noteUntrustedHolds(slice.filter { !unknown.contains($0) }, on: link)
