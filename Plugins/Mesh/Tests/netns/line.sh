@@ -26,9 +26,12 @@ wait_for 30 "mesh links A:1 B:2 C:2 D:1" all_line_links
 [[ $(tcp_peers B) == $(printf '%s\n' "${ID[A]}" "${ID[C]}" | sort | paste -sd,) ]] || fail "B's router links are $(tcp_peers B)"
 [[ $(tcp_peers C) == $(printf '%s\n' "${ID[B]}" "${ID[D]}" | sort | paste -sd,) ]] || fail "C's router links are $(tcp_peers C)"
 [[ $(tcp_peers D) == "${ID[C]}" ]] || fail "D's router links are $(tcp_peers D), expected C (${ID[C]})"
+# A hub can be dialled by a neighbour that heard its beacon before it hears one itself
+# (the neighbour started first and beacons once a second), so wait for each hub's first.
+heard_beacon() { (( $(mesh_detail "$1" beacons_received) > 0 )); }
 for n in A B C D; do
     [[ $(mesh_status "$n" | jq -r .state) == running ]] || fail "hub $n mesh state: $(mesh_status "$n")"
-    (( $(mesh_detail "$n" beacons_received) > 0 )) || fail "hub $n heard no beacons"
+    wait_for 10 "hub $n hears a beacon" heard_beacon "$n"
     [[ $(mesh_detail "$n" beacons_bad) == 0 ]] || fail "hub $n counted bad beacons"
 done
 # Still exactly one link per pair a few keepalive rounds later (no duplicate-session flapping).
