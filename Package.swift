@@ -62,7 +62,9 @@ let package = Package(
             "YaokHubCore", "YaokATT",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
-        .target(name: "YaokRelayProtocol", dependencies: ["YaokCrypto", "YaokWire", .product(name: "CSodium", package: "PluginAPI")]),
+        .target(name: "YaokRelayProtocol", dependencies: [
+            "YaokCrypto", "YaokWire", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ]),
         // The relay's messages over WebSocket + TLS 1.3 (server listener and pinned client).
         .target(name: "YaokRelayWebSocket", dependencies: [
             "YaokRelayProtocol", "YaokCrypto",

@@ -56,7 +56,7 @@ final class TCPHubCarrier: @unchecked Sendable {
     /// pings unanswered).
     let silenceLimit: Double
     private let lock = NSLock()
-    private var client: WiFiDirectClient?
+    private var client: SecureStreamClient?
     private var running = false
     var onUp: (@Sendable (LinkInfo) -> Void)?
     var onDown: (@Sendable (String) -> Void)?
@@ -79,7 +79,7 @@ final class TCPHubCarrier: @unchecked Sendable {
     }
 
     func stop() {
-        let c: WiFiDirectClient? = lock.withLock {
+        let c: SecureStreamClient? = lock.withLock {
             running = false
             defer { client = nil }
             return client
@@ -101,7 +101,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                 if findAgain, let rejoin {
                     (host, port) = try rejoin()
                 }
-                let c = try WiFiDirectClient(host: host, port: port, identity: identity, role: .endpoint)
+                let c = try SecureStreamClient(to: IPEndpoint.resolve(host: host, port: port), identity: identity, role: .endpoint)
                 let kept: Bool = lock.withLock {
                     guard running else { return false }
                     client = c
@@ -109,8 +109,8 @@ final class TCPHubCarrier: @unchecked Sendable {
                 }
                 guard kept else { c.close(); return }
                 backoff = 1
-                onUp?(LinkInfo(id: 1, peerSigningKey: c.hub.signingKey, peerKXKey: c.hub.kxKey, peerRole: c.hub.role,
-                               mtu: 65_538, cost: 5, kind: "tcp", remote: "\(host):\(port)"))
+                onUp?(LinkInfo(id: 1, peerSigningKey: c.peer.signingKey, peerKXKey: c.peer.kxKey, peerRole: c.peer.role,
+                               mtu: SecureStreamEngine.mtu, cost: 5, kind: "tcp", remote: c.remote.description))
                 var idle = 0.0
                 while lock.withLock({ running }) {
                     if let frame = try c.receive(timeout: 1) {

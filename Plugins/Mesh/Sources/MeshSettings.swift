@@ -7,9 +7,9 @@ public struct MeshSettings: Sendable, Equatable {
     /// interface with an IPv4 address or (with ``ipv6``) a link-local IPv6 address.
     public var interfaces: [String]
     /// Where the TCP listener binds.
-    public var listen: MeshAddress
+    public var listen: IPEndpoint
     /// Hubs dialled whether or not they beacon.
-    public var peers: [MeshAddress]
+    public var peers: [IPEndpoint]
     /// Whether multicast beacons are sent and heard.
     public var discovery: Bool
     /// IPv4 multicast group of the beacons.
@@ -58,7 +58,7 @@ public struct MeshSettings: Sendable, Equatable {
             throw config.error("interfaces", "\"\(name)\" is not an interface name (1–15 characters)")
         }
         let listenText = try config.string("listen", default: "0.0.0.0:7813")
-        guard let listen = MeshAddress(parsing: listenText) else {
+        guard let listen = IPEndpoint(parsing: listenText) else {
             throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\"")
         }
         guard !listen.isIPv6 else {
@@ -66,7 +66,7 @@ public struct MeshSettings: Sendable, Equatable {
         }
         self.listen = listen
         peers = try config.strings("peers", default: []).map { text in
-            guard let a = MeshAddress(parsing: text), a.port != 0 else {
+            guard let a = IPEndpoint(parsing: text), a.port != 0 else {
                 throw config.error("peers", "expected host:port (IPv4) or [ipv6%interface]:port, got \"\(text)\"")
             }
             guard !a.isLinkLocal6 || a.scopeID != 0 else {
@@ -76,12 +76,12 @@ public struct MeshSettings: Sendable, Equatable {
         }
         discovery = try config.bool("discovery", default: true)
         multicastGroup = try config.string("multicast_group", default: "239.255.89.79")
-        guard MeshAddress.isMulticast(multicastGroup) else {
+        guard IPEndpoint.isMulticast(multicastGroup) else {
             throw config.error("multicast_group", "\"\(multicastGroup)\" is not an IPv4 multicast address (224.0.0.0/4)")
         }
         ipv6 = try config.bool("ipv6", default: true)
         multicastGroup6 = try config.string("ipv6_multicast_group", default: "ff02::5961:6f6b")
-        guard MeshAddress.isLinkLocalMulticast6(multicastGroup6) else {
+        guard IPEndpoint.isLinkLocalMulticast6(multicastGroup6) else {
             throw config.error("ipv6_multicast_group", "\"\(multicastGroup6)\" is not an IPv6 link-local multicast address (ff02::/16)")
         }
         beaconPort = UInt16(try config.int("beacon_port", default: 7812, range: 1...65_535))

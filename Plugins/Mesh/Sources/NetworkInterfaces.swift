@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import YaokPluginKit
 
 /// A network interface and the addresses beacons use on it, as the kernel reports them (getifaddrs).
 struct NetworkInterface: Hashable, Sendable {
@@ -45,11 +46,11 @@ struct NetworkInterface: Hashable, Sendable {
             var ipv4: String?
             var linkLocal6: String?
             if family == AF_INET {
-                ipv4 = MeshAddress.text(of: UnsafeRawPointer(sa).load(as: sockaddr_in.self).sin_addr)
+                ipv4 = IPEndpoint.text(of: UnsafeRawPointer(sa).load(as: sockaddr_in.self).sin_addr)
             } else if family == AF_INET6 {
                 let address = UnsafeRawPointer(sa).load(as: sockaddr_in6.self).sin6_addr
-                guard MeshAddress.isLinkLocal6(address) else { continue }
-                linkLocal6 = MeshAddress.text(of: address)
+                guard IPEndpoint.isLinkLocal6(address) else { continue }
+                linkLocal6 = IPEndpoint.text(of: address)
             } else {
                 continue
             }

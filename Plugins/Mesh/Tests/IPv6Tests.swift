@@ -8,7 +8,7 @@ import YaokPluginKit
 /// interfaces on one link and runs in the netns test (Tests/netns/ipv6.sh).
 final class IPv6Tests: XCTestCase {
     func testAddressesParseAndPrintWithTheirScope() throws {
-        let loopback = try XCTUnwrap(MeshAddress(parsing: "[::1]:7813"))
+        let loopback = try XCTUnwrap(IPEndpoint(parsing: "[::1]:7813"))
         XCTAssertEqual(loopback.host, "::1")
         XCTAssertEqual(loopback.port, 7813)
         XCTAssertTrue(loopback.isIPv6)
@@ -18,31 +18,31 @@ final class IPv6Tests: XCTestCase {
         // Scope by interface name (lo always exists) and by index; the text is canonical.
         let loIndex = if_nametoindex("lo")
         XCTAssertNotEqual(loIndex, 0)
-        let byName = try XCTUnwrap(MeshAddress(parsing: "[FE80:0::1%lo]:7813"))
-        XCTAssertEqual(byName, MeshAddress(host: "fe80::1", port: 7813, scopeID: loIndex))
+        let byName = try XCTUnwrap(IPEndpoint(parsing: "[FE80:0::1%lo]:7813"))
+        XCTAssertEqual(byName, IPEndpoint(host: "fe80::1", port: 7813, scopeID: loIndex))
         XCTAssertTrue(byName.isLinkLocal6)
         XCTAssertEqual(byName.description, "[fe80::1%lo]:7813")
-        XCTAssertEqual(MeshAddress(parsing: "[fe80::1%\(loIndex)]:7813"), byName)
-        XCTAssertEqual(MeshAddress(parsing: byName.description), byName, "description parses back")
+        XCTAssertEqual(IPEndpoint(parsing: "[fe80::1%\(loIndex)]:7813"), byName)
+        XCTAssertEqual(IPEndpoint(parsing: byName.description), byName, "description parses back")
 
-        let v4 = try XCTUnwrap(MeshAddress(parsing: "10.0.0.2:7813"))
+        let v4 = try XCTUnwrap(IPEndpoint(parsing: "10.0.0.2:7813"))
         XCTAssertFalse(v4.isIPv6)
         XCTAssertEqual(v4.family, AF_INET)
-        XCTAssertEqual(MeshAddress(parsing: "localhost:1")?.host, "127.0.0.1")
+        XCTAssertEqual(IPEndpoint(parsing: "localhost:1")?.host, "127.0.0.1")
 
         for bad in ["::1:7813", "[::1:7813", "[]:7813", "[fe80::1%nosuch0]:7813", "[fe80::1%]:7813", "[10.0.0.1]:7813",
                     "[::1]:70000", "[::1]", "[fe80::1%aaaaaaaaaaaaaaaaaaaa]:1", "[zz::1]:1"] {
-            XCTAssertNil(MeshAddress(parsing: bad), bad)
+            XCTAssertNil(IPEndpoint(parsing: bad), bad)
         }
     }
 
     func testKernelAddressesRoundTripWithScope() throws {
-        let address = MeshAddress(host: "fe80::1234:5678", port: 4242, scopeID: 7)
-        let back: MeshAddress? = address.withSockaddr { sa, len in
+        let address = IPEndpoint(host: "fe80::1234:5678", port: 4242, scopeID: 7)
+        let back: IPEndpoint? = address.withSockaddr { sa, len in
             XCTAssertEqual(Int(len), MemoryLayout<sockaddr_in6>.size)
             var storage = sockaddr_storage()
             withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: sa, count: Int(len))) }
-            return MeshAddress(storage: storage)
+            return IPEndpoint(storage: storage)
         }
         XCTAssertEqual(back, address)
 
@@ -51,7 +51,7 @@ final class IPv6Tests: XCTestCase {
         mapped.sin6_family = sa_family_t(AF_INET6)
         mapped.sin6_port = UInt16(99).bigEndian
         inet_pton(AF_INET6, "::ffff:10.1.2.3", &mapped.sin6_addr)
-        XCTAssertEqual(MeshAddress(mapped), MeshAddress(host: "10.1.2.3", port: 99))
+        XCTAssertEqual(IPEndpoint(mapped), IPEndpoint(host: "10.1.2.3", port: 99))
     }
 
     func testSettingsForIPv6() throws {
@@ -155,7 +155,7 @@ final class DualStackBeaconTests: XCTestCase {
 
     /// Sends `bytes` from a fresh socket of `host`'s family to `host:port`.
     func send(_ bytes: [UInt8], to host: String, port: UInt16) {
-        let to = MeshAddress(host: host, port: port)
+        let to = IPEndpoint(host: host, port: port)
         let fd = socket(to.family, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
         let n = to.withSockaddr { sa, len in bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, len) } }

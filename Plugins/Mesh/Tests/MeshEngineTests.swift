@@ -115,7 +115,7 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(peer.waitForClose())
         XCTAssertEqual(r.snapshot.ups.count, 0)
         XCTAssertEqual(engine.snapshot.counters.refusedRole, 1)
-        r.wait("the refusal to be logged") { $0.logs.contains { $0.contains("links hubs only") } }
+        r.wait("the refusal to be logged") { $0.logs.contains { $0.contains("tcp links carry role hub only") } }
     }
 
     func testABadProofClosesTheSession() throws {

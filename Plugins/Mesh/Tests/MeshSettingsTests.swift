@@ -5,7 +5,7 @@ import YaokPluginKit
 final class MeshSettingsTests: XCTestCase {
     func testDefaults() throws {
         let s = try MeshTestSupport.settings([:])
-        XCTAssertEqual(s.listen, MeshAddress(host: "0.0.0.0", port: 7813))
+        XCTAssertEqual(s.listen, IPEndpoint(host: "0.0.0.0", port: 7813))
         XCTAssertEqual(s.interfaces, [])
         XCTAssertEqual(s.peers, [])
         XCTAssertTrue(s.discovery)

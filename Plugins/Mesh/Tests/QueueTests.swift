@@ -1,9 +1,10 @@
 import XCTest
+import YaokPluginKit
 @testable import YaokTransportMesh
 
 final class QueueTests: XCTestCase {
-    func testOutboundQueueIsBoundedByFramesAndBytes() {
-        var q = OutboundQueue(maxFrames: 3, maxBytes: 10)
+    func testFrameQueueIsBoundedByFramesAndBytes() {
+        var q = FrameQueue(maxFrames: 3, maxBytes: 10)
         XCTAssertTrue(q.push([1, 2, 3]))
         XCTAssertTrue(q.push([4, 5, 6]))
         XCTAssertFalse(q.push([7, 8, 9, 10, 11]), "13 bytes would exceed 10")
@@ -19,7 +20,7 @@ final class QueueTests: XCTestCase {
     }
 
     func testOversizedFrameStillLeavesTheQueueOneAtATime() {
-        var q = OutboundQueue(maxFrames: 10, maxBytes: 1_000)
+        var q = FrameQueue(maxFrames: 10, maxBytes: 1_000)
         XCTAssertTrue(q.push([UInt8](repeating: 1, count: 500)))
         XCTAssertTrue(q.push([2]))
         XCTAssertEqual(q.pop(upTo: 10).count, 500, "a frame larger than the budget is taken alone")
@@ -27,7 +28,7 @@ final class QueueTests: XCTestCase {
     }
 
     func testOrderSurvivesCompaction() {
-        var q = OutboundQueue(maxFrames: 1_000, maxBytes: 1 << 20)
+        var q = FrameQueue(maxFrames: 1_000, maxBytes: 1 << 20)
         var next: UInt8 = 0
         var expected: UInt8 = 0
         for round in 0..<50 {
@@ -38,17 +39,16 @@ final class QueueTests: XCTestCase {
         XCTAssertEqual(expected, next)
     }
 
-    func testRateLimiterRefillsWithTime() {
-        var r = RateLimiter(perSecond: 10, nowNs: 0)
-        XCTAssertTrue(r.hasTokens(nowNs: 0))
-        r.spend(10)
-        XCTAssertFalse(r.hasTokens(nowNs: 0))
-        XCTAssertFalse(r.hasTokens(nowNs: 50_000_000), "half a token after 50 ms")
-        XCTAssertTrue(r.hasTokens(nowNs: 100_000_000), "one token after 100 ms")
-        r.spend(50)
-        XCTAssertFalse(r.hasTokens(nowNs: 2_000_000_000), "a big overdraft takes longer to repay")
-        XCTAssertTrue(r.hasTokens(nowNs: 6_000_000_000))
-        XCTAssertLessThanOrEqual(r.tokens, 10, "never more than one second's burst")
+    func testTokenBucketRefillsWithTimeAndSaysHowLongToWait() {
+        var r = TokenBucket(capacity: 10, nowMs: 0)
+        for _ in 0..<10 { XCTAssertNil(r.take(capacity: 10, perMs: 0.01, nowMs: 0)) }
+        XCTAssertEqual(r.take(capacity: 10, perMs: 0.01, nowMs: 0), 100, "empty: one token comes in 100 ms")
+        XCTAssertEqual(r.take(capacity: 10, perMs: 0.01, nowMs: 50), 50, "half a token after 50 ms")
+        XCTAssertNil(r.take(capacity: 10, perMs: 0.01, nowMs: 100), "one token after 100 ms")
+        XCTAssertFalse(r.isFull(capacity: 10, perMs: 0.01, nowMs: 500))
+        XCTAssertTrue(r.isFull(capacity: 10, perMs: 0.01, nowMs: 1_100))
+        r.refill(capacity: 10, perMs: 0.01, nowMs: 60_000)
+        XCTAssertEqual(r.tokens, 10, "never more than the capacity")
     }
 
     func testBackoffDoublesToItsCapWithJitter() {

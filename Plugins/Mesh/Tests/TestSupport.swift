@@ -131,8 +131,8 @@ enum MeshTestSupport {
     static func freePort() -> UInt16 {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         defer { close(fd) }
-        _ = Sockets.bind(fd, MeshAddress(host: "127.0.0.1", port: 0))
-        return Sockets.localAddress(fd)?.port ?? 0
+        _ = PosixSocket.bind(fd, IPEndpoint(host: "127.0.0.1", port: 0))
+        return PosixSocket.localAddress(fd)?.port ?? 0
     }
 }
 
@@ -145,7 +145,7 @@ final class RawPeer {
     var link: SecureLink?
 
     init(port: UInt16, host: String = "127.0.0.1") throws {
-        let address = MeshAddress(host: host, port: port)
+        let address = IPEndpoint(host: host, port: port)
         fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
         let rc = address.withSockaddr { connect(fd, $0, $1) }
         guard rc == 0 else { throw TransportError.system(call: "connect", errno: errno) }

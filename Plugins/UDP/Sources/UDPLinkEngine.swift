@@ -87,9 +87,12 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var pending: SecureLink?
         var pendingSinceMs: Int64 = 0
         var up = false
+        /// Last datagram of any kind for this slot (or our own hello to a configured peer): what
+        /// keeps a half-open slot alive, and the idle timeout.
         var lastHeardMs: Int64
         let createdMs: Int64
-        /// Last authenticated frame from the peer.
+        /// Last frame that opened under the session's keys: what keepalive and re-handshake go by,
+        /// since anyone can make a slot "heard" with forged datagrams but not authentic.
         var lastAuthenticMs: Int64
         var lastHelloMs: Int64 = 0
         var lastPingMs: Int64 = 0

@@ -28,7 +28,7 @@ public struct WiFiDirectSettings: Sendable, Equatable {
     public var queueFrames: Int
     public var queueBytes: Int
     public var groupStartTimeoutMs: Int64
-    /// Records per second one phone may send (0: no limit); see ``LinkServer/Settings``.
+    /// Records per second one phone may send (0: no limit); see `SecureStreamEngine.Settings` in the kit.
     public var maxFramesPerSecond: Int
     public var rateLimitDisconnectMs: Int64
 

@@ -35,7 +35,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     private var control: WPAControlSocket?
     private var monitor: WPAControlSocket?
     private var controlPath = ""
-    private var server: LinkServer?
+    private var server: SecureStreamEngine?
+    private var serverAddress: IPEndpoint?
     private var groupInterface: String?
     private var groupSSID: String?
     private var goDeviceAddress: String?
@@ -46,7 +47,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     private var groupRequestedAt: Int64 = 0
     private var reformAt: Int64?
     private var nextLinkID: LinkID = 1
-    private var retired = LinkServer.Counters()
+    /// Counters of the engines of earlier groups (each group gets a fresh one).
+    private var retired = SecureStreamEngine.Counters()
     private var running = false
     private var supervisorDone = DispatchSemaphore(value: 0)
     /// Bumped by stop(): work begun under an older generation (a supplicant restart in the
@@ -423,31 +425,29 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 g.close()
             }
             let firstID = lock.withLock { nextLinkID }
-            let server = LinkServer(identity: identity, settings: .init(
-                host: settings.groupAddress, port: settings.port, cost: settings.cost, maxSessions: settings.maxSessions,
-                readTimeoutMs: settings.readTimeoutMs, queueFrames: settings.queueFrames, queueBytes: settings.queueBytes,
-                maxFramesPerSecond: settings.maxFramesPerSecond, rateLimitDisconnectMs: settings.rateLimitDisconnectMs),
-                firstLinkID: firstID)
+            let server = SecureStreamEngine(identity: identity, settings: Self.linkSettings(settings, firstLinkID: firstID))
             let r = reporter
-            var ev = LinkServer.Events()
-            ev.linkUp = { [weak self, weak server] info in
+            var ev = SecureStreamEngine.Events()
+            ev.linkUp = { [weak self] info in
                 self?.lock.withLock { self?.nextLinkID = max(self?.nextLinkID ?? 1, info.id + 1) }
                 r.linkUp(info)
-                r.counter("wifidirect_links_up_total")
-                r.gauge("wifidirect_links", Double(server?.snapshot.links ?? 0))
-                r.statusChanged()
             }
-            ev.linkDown = { [weak server] id, why in
-                r.linkDown(id, why)
-                r.gauge("wifidirect_links", Double(server?.snapshot.links ?? 0))
-                r.statusChanged()
-            }
+            ev.linkDown = { id, why in r.linkDown(id, why) }
             ev.frame = { f, id in r.frame(f, id) }
-            ev.log = { r.log($0, false) }
-            ev.warning = { r.log($0, true) }
+            ev.log = { level, m in r.log(m, level == .warning) }
+            ev.counter = { name, _ in r.counter(name) }
+            ev.gauge = { r.gauge($0, $1) }
+            ev.statusChanged = { r.statusChanged() }
             server.events = ev
             try server.start()
-            lock.withLock { self.server = server; nextLinkID = firstID + 1_000_000 }
+            let bound: IPEndpoint
+            do {
+                bound = try server.listen(on: IPEndpoint.resolve(host: settings.groupAddress, port: settings.port))
+            } catch {
+                server.stop()
+                throw error
+            }
+            lock.withLock { self.server = server; serverAddress = bound; nextLinkID = firstID + 1_000_000 }
             set(.running, "group owner of \(ssid ?? iface) on \(iface), \(settings.groupAddress):\(settings.port)")
             reporter.log("P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)", false)
         } catch {
@@ -469,22 +469,31 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     }
 
     private func stopGroupServices(reason: String) {
-        let (s, d) = lock.withLock { () -> (LinkServer?, ChildProcess?) in
-            defer { server = nil; dhcp = nil }
+        let (s, d) = lock.withLock { () -> (SecureStreamEngine?, ChildProcess?) in
+            defer { server = nil; serverAddress = nil; dhcp = nil }
             return (server, dhcp)
         }
         if let s {
             let c = s.snapshot.counters
-            lock.withLock {
-                retired.framesIn += c.framesIn; retired.framesOut += c.framesOut
-                retired.bytesIn += c.bytesIn; retired.bytesOut += c.bytesOut
-                retired.linksUpTotal += c.linksUpTotal; retired.handshakeFailures += c.handshakeFailures
-                retired.refusedRole += c.refusedRole
-                retired.rateLimited += c.rateLimited; retired.rateLimitDisconnects += c.rateLimitDisconnects
-            }
+            lock.withLock { retired = retired + c }
             s.stop(reason: reason)
         }
         d?.stop(grace: 0.5)
+    }
+
+    /// The group's TCP side: phones (role endpoint) dial the group owner; the hub never dials.
+    static func linkSettings(_ settings: WiFiDirectSettings, firstLinkID: LinkID) -> SecureStreamEngine.Settings {
+        var s = SecureStreamEngine.Settings(kind: "wifi-direct", role: .hub, peerRoles: [.endpoint], cost: settings.cost, metricPrefix: "wifidirect")
+        s.maxSessions = settings.maxSessions
+        s.idleTimeoutMs = settings.readTimeoutMs
+        s.idleTimeoutKey = "read_timeout_s"
+        s.queueFrames = settings.queueFrames
+        s.queueBytes = settings.queueBytes
+        s.maxFramesPerSecond = settings.maxFramesPerSecond
+        s.rateLimitDisconnectMs = settings.rateLimitDisconnectMs
+        s.firstLinkID = firstLinkID
+        s.threadName = "yaok-wifidirect-tcp"
+        return s
     }
 
     // MARK: Status
@@ -503,7 +512,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 "group_interface": groupInterface ?? "",
                 "group_ssid": groupSSID ?? "",
                 "group_address": "\(settings.groupAddress)/\(settings.prefixLength)",
-                "listen": server.map { "\(settings.groupAddress):\($0.port)" } ?? "",
+                "listen": serverAddress?.description ?? "",
                 "dhcp": settings.dhcp ? (dhcp.map { "dnsmasq pid \($0.pid)" } ?? "not running") : "off",
                 "stations": "\(stations.count)",
                 "devices_found": "\(devicesFound.count)",
@@ -512,12 +521,15 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 "links_up_total": "\(retired.linksUpTotal + c.linksUpTotal)",
                 "handshake_failures": "\(retired.handshakeFailures + c.handshakeFailures)",
                 "refused_role": "\(retired.refusedRole + c.refusedRole)",
-                "rate_limited": "\(retired.rateLimited + c.rateLimited)",
+                "rate_limited": "\(retired.throttled + c.throttled)",
+                "unsealed_frames": "\(retired.unsealedFrames + c.unsealedFrames)",
+                "disconnects_misbehaviour": "\(retired.misbehaviourDisconnects + c.misbehaviourDisconnects)",
+                "read_timeouts": "\(retired.idleTimeouts + c.idleTimeouts)",
                 "rate_limit_disconnects": "\(retired.rateLimitDisconnects + c.rateLimitDisconnects)",
                 "service_queries": "\(serviceQueries)",
             ]
             if let g = goDeviceAddress { details["go_device_address"] = g }
-            return TransportStatus(state: state, reason: reason, links: snap?.links ?? 0, peers: snap?.peers ?? 0,
+            return TransportStatus(state: state, reason: reason, links: snap?.links.count ?? 0, peers: snap?.peersSeen ?? 0,
                                    framesIn: retired.framesIn + c.framesIn, framesOut: retired.framesOut + c.framesOut,
                                    bytesIn: retired.bytesIn + c.bytesIn, bytesOut: retired.bytesOut + c.bytesOut,
                                    lastError: lastError, details: details)

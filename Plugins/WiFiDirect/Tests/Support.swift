@@ -40,13 +40,12 @@ final class Recorder: @unchecked Sendable {
     func addFrame(_ f: [UInt8], _ id: LinkID) { record { $0.frames.append((f, id)) } }
     func addLog(_ m: String) { record { $0.logs.append(m) } }
 
-    var serverEvents: LinkServer.Events {
-        var e = LinkServer.Events()
+    var serverEvents: SecureStreamEngine.Events {
+        var e = SecureStreamEngine.Events()
         e.linkUp = { self.addUp($0) }
         e.linkDown = { self.addDown($0, $1) }
         e.frame = { self.addFrame($0, $1) }
-        e.log = { self.addLog($0) }
-        e.warning = { self.addLog("warning: " + $0) }
+        e.log = { level, m in self.addLog(level == .warning ? "warning: " + m : m) }
         return e
     }
 

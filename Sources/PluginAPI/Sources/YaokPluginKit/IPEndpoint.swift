@@ -3,15 +3,14 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import YaokPluginKit
 
 /// An IPv4 or IPv6 address and TCP/UDP port, as written in the config: `10.0.0.2:7813`,
 /// `[2001:db8::2]:7813`, or a link-local `[fe80::2%eth0]:7813` (the scope names the
 /// interface; a link-local address means nothing without it).
 ///
-/// The kit's `SocketAddress` is IPv4 only; the mesh needs link-local IPv6 too, so it has
-/// its own type with the kernel conversions for both families.
-public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
+/// The stream links (mesh, Wi-Fi Direct, `tcp://`) use it; the IPv4-only ``SocketAddress`` is
+/// still what the UDP transport and the relay speak (folding the two is issue 19's).
+public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
     /// The address in its canonical text form (`inet_ntop`): dotted quad or IPv6 without brackets.
     public var host: String
     public var port: UInt16
@@ -68,6 +67,16 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
         self.init(host: host, port: port)
     }
 
+    /// A host given apart from its port (`10.0.0.2`, `2001:db8::2`, `[fe80::2%wlan0]`, `localhost`),
+    /// or an error naming it: only IP literals, no DNS (a field hub may have no resolver).
+    public static func resolve(host: String, port: UInt16) throws -> IPEndpoint {
+        let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
+        guard let address = IPEndpoint(parsing: "\(bracketed):\(port)") else {
+            throw TransportError.failed("\(host) is not an IPv4 or IPv6 address")
+        }
+        return address
+    }
+
     /// From a kernel `sockaddr_in`.
     public init(_ sa: sockaddr_in) {
         self.init(host: Self.text(of: sa.sin_addr), port: UInt16(bigEndian: sa.sin_port))
@@ -86,7 +95,7 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// From a `sockaddr_storage` the kernel filled (accept, recvfrom, getsockname); nil for other families.
-    init?(storage: sockaddr_storage) {
+    public init?(storage: sockaddr_storage) {
         var s = storage
         switch Int32(s.ss_family) {
         case AF_INET: self.init(withUnsafeBytes(of: &s) { $0.load(as: sockaddr_in.self) })
@@ -96,7 +105,7 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Calls `body` with the address as a kernel `sockaddr` and its length.
-    func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
+    public func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
         if isIPv6 {
             var sa = sockaddr_in6()
             sa.sin6_family = sa_family_t(AF_INET6)
@@ -139,7 +148,7 @@ public struct MeshAddress: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether `address` is IPv6 link-local (fe80::/10).
-    static func isLinkLocal6(_ address: in6_addr) -> Bool {
+    public static func isLinkLocal6(_ address: in6_addr) -> Bool {
         var a = address
         return withUnsafeBytes(of: &a) { $0[0] == 0xfe && $0[1] & 0xc0 == 0x80 }
     }

@@ -1,34 +1,4 @@
-/// A token bucket: `capacity` tokens, refilled continuously at `perMs` tokens per millisecond.
-struct TokenBucket: Sendable {
-    var tokens: Double
-    var lastMs: Int64
-
-    init(capacity: Double, nowMs: Int64) {
-        tokens = capacity
-        lastMs = nowMs
-    }
-
-    /// Takes one token if available; otherwise returns the milliseconds until one is.
-    mutating func take(capacity: Double, perMs: Double, nowMs: Int64) -> Int64? {
-        refill(capacity: capacity, perMs: perMs, nowMs: nowMs)
-        if tokens >= 1 {
-            tokens -= 1
-            return nil
-        }
-        return Int64(((1 - tokens) / perMs).rounded(.up))
-    }
-
-    mutating func refill(capacity: Double, perMs: Double, nowMs: Int64) {
-        if nowMs > lastMs {
-            tokens = min(capacity, tokens + Double(nowMs - lastMs) * perMs)
-            lastMs = nowMs
-        }
-    }
-
-    func isFull(capacity: Double, perMs: Double, nowMs: Int64) -> Bool {
-        tokens + Double(max(0, nowMs - lastMs)) * perMs >= capacity
-    }
-}
+import YaokPluginKit
 
 /// Token buckets by key, with the map's size bounded. When a new key finds the map full,
 /// keys whose bucket has refilled are forgotten first (a full bucket and a new one behave the
