@@ -133,7 +133,7 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
         let context = sslContext
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.seconds(10))
-            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .channelOption(ChannelOptions.tcpOption(.tcp_nodelay), value: 1)
             .channelInitializer { [weak self] channel in
                 guard let self else { return channel.close() }
                 let verify: NIOSSLCustomVerificationCallback = { [weak self] certificates, promise in
