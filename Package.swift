@@ -41,6 +41,7 @@ let package = Package(
     targets: [
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
+        .systemLibrary(name: "CLinuxProcess"),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
         .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
         .target(name: "YaokWire", dependencies: [
@@ -51,7 +52,7 @@ let package = Package(
         .target(name: "YaokATT"),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

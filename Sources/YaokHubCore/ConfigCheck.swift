@@ -31,7 +31,7 @@ public enum ConfigCheck {
         let handler = NoEvents()
         for section in config.transports where section.enabled {
             guard let plugin = catalog.loaded[section.kind] else {
-                problems.append(Problem(transport: section.name, message: TransportHostError.noPlugin(transport: section.name, kind: section.kind, searched: dirs).description))
+                problems.append(Problem(transport: section.name, message: catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: dirs)))
                 continue
             }
             let host = TransportHost(section: section, plugin: plugin, crypto: crypto, handler: handler, metrics: nil, logger: logger)

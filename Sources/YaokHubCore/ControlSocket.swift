@@ -43,9 +43,15 @@ public final class ControlServer: @unchecked Sendable {
     public func start() throws {
         try Paths.ensureDirectory((path as NSString).deletingLastPathComponent, mode: 0o750)
         if FileManager.default.fileExists(atPath: path) {
-            if (try? ControlClient(path: path, timeoutSeconds: 1).request("ping")) != nil {
+            // Any answer, even "starting", means another hub owns it.
+            do {
+                _ = try ControlClient(path: path, timeoutSeconds: 1).request("ping")
                 throw ControlError.inUse(path)
-            }
+            } catch ControlError.remote {
+                throw ControlError.inUse(path)
+            } catch ControlError.inUse(let p) {
+                throw ControlError.inUse(p)
+            } catch {}
             unlink(path)
         }
         let fd = socket(AF_UNIX, Int32(SOCK_STREAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue) | Int32(SOCK_NONBLOCK.rawValue), 0)
@@ -101,11 +107,13 @@ public final class ControlServer: @unchecked Sendable {
         }
         while !lock.withLock({ closed }) {
             let now = Self.monotonicMs()
-            // Clients that took too long get nothing: they were idle or trickling.
-            pending.removeAll { p in
-                if p.deadlineMs <= now { close(p.fd); return true }
-                return false
+            // Clients that took too long get nothing: they were idle or trickling. One whose line
+            // is complete but waited while this thread answered a slow request is answered.
+            for i in pending.indices where pending[i].deadlineMs <= now {
+                if !readRequest(&pending[i]) { close(pending[i].fd) }
+                pending[i].deadlineMs = .min
             }
+            pending.removeAll { $0.deadlineMs == .min }
             var fds = [pollfd(fd: listener, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
             fds += pending.map { pollfd(fd: $0.fd, events: Int16(POLLIN), revents: 0) }
             let nextDeadline = pending.map(\.deadlineMs).min().map { max(0, $0 - now) } ?? 1000

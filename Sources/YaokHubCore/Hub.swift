@@ -28,6 +28,8 @@ public final class Hub: @unchecked Sendable {
     private var transports: [String: TransportHost] = [:]
     /// Sections that are enabled but could not be created (no plugin, bad config), with the reason.
     private var failedSections: [String: (kind: String, reason: String)] = [:]
+    /// Set when `start` has given every transport its first start attempt.
+    private var ready = false
     private var control: ControlServer?
     private var metricsServer: MetricsHTTPServer?
     private let notifier = SystemdNotifier()
@@ -132,6 +134,7 @@ public final class Hub: @unchecked Sendable {
                 logger.error("metrics endpoint not started: \(error)")
             }
         }
+        lock.withLock { ready = true }
         logger.notice("hub \(identity.fingerprint.prefix(9)) ready: \(transports.count) transports running, control socket \(controlSocketPath)")
         notifier.notify("READY=1\nSTATUS=running")
         if let interval = notifier.watchdogInterval {
@@ -215,18 +218,11 @@ public final class Hub: @unchecked Sendable {
                 if newConfig.pluginDirs != config.pluginDirs {
                     pluginDirectories = newConfig.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : newConfig.pluginDirs
                 }
-                // Pick up plugins installed since start; loaded ones stay loaded.
+                // Pick up plugins installed or replaced since start (a replaced file restarts the
+                // transports of its kind below); a kind whose file is gone keeps its running process.
                 let rescanned = PluginLoader.scan(directories: pluginDirectories, logger: logger)
-                for (kind, plugin) in rescanned.loaded where catalog.loaded[kind] == nil { catalog.loaded[kind] = plugin }
-                catalog.discovered = rescanned.discovered.map { d in
-                    if d.state == .refused, let kind = d.kind, catalog.loaded[kind]?.path == d.path {
-                        var loaded = d
-                        loaded.state = .loaded
-                        loaded.reason = nil
-                        return loaded
-                    }
-                    return d
-                }
+                for (kind, plugin) in rescanned.loaded { catalog.loaded[kind] = plugin }
+                catalog.discovered = rescanned.discovered
                 let certificate = Self.ownCertificate(newConfig, identity: identity, dataDirectory: dataDirectory, logger: logger)
                 router.update(settings: Self.routerSettings(newConfig, certificate: certificate), policy: Self.policy(newConfig))
                 applyTransports(newConfig)
@@ -236,35 +232,70 @@ public final class Hub: @unchecked Sendable {
         }
     }
 
-    /// Makes the running transports match `newConfig`: stops removed, disabled and changed
-    /// sections, starts new and changed ones, and leaves unchanged ones (and their links) alone.
+    /// Makes the running transports match `newConfig`: stops removed and disabled sections,
+    /// starts new ones, replaces changed ones (and those whose plugin file was replaced, or that
+    /// gave up after a crash loop), and leaves unchanged ones (and their links) alone. A changed
+    /// section is created in a new plugin process first: if the plugin refuses it, the running
+    /// instance stays, and the log says why.
     private func applyTransports(_ newConfig: HubConfig) {
         let wanted = Dictionary(uniqueKeysWithValues: newConfig.transports.filter(\.enabled).map { ($0.name, $0) })
-        for (name, host) in transports {
-            if let section = wanted[name], section.kind == host.section.kind, section.settings == host.section.settings,
-               section.peerRoles == host.section.peerRoles { continue }
+        func unchanged(_ host: TransportHost, _ section: HubConfig.TransportSection) -> Bool {
+            let replaced = catalog.loaded[host.plugin.kind].map { $0.fileIdentity != host.plugin.fileIdentity } ?? false
+            return section.kind == host.section.kind && section.settings == host.section.settings
+                && section.peerRoles == host.section.peerRoles && section.memoryLimitMB == host.section.memoryLimitMB
+                && section.capabilities == host.section.capabilities
+                && !replaced && !host.isCrashLooping
+        }
+        for (name, host) in transports where wanted[name] == nil {
             logger.info("stopping transport \(name)")
             host.shutdown()
             router.forgetLinks(of: name)
             transports[name] = nil
         }
         failedSections = failedSections.filter { wanted[$0.key] != nil && transports[$0.key] == nil }
-        for section in newConfig.transports where section.enabled && transports[section.name] == nil {
+        var begun: [TransportHost] = []
+        // Every transport gets its first start attempt before this returns (bounded): readiness
+        // means the transports had their chance to bind.
+        defer {
+            let deadline = DispatchTime.now() + 5
+            for host in begun { host.waitForFirstStart(until: deadline) }
+        }
+        for section in newConfig.transports where section.enabled {
+            let old = transports[section.name]
+            if let old, unchanged(old, section) { continue }
             guard let plugin = catalog.loaded[section.kind] else {
-                let reason = TransportHostError.noPlugin(transport: section.name, kind: section.kind, searched: pluginDirectories).description
-                failedSections[section.name] = (section.kind, reason)
-                logger.error("transport \(section.name) not started: \(reason)")
+                let reason = catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: pluginDirectories)
+                if old != nil {
+                    logger.error("reload: keeping transport \(section.name) as it runs: \(reason)")
+                } else {
+                    failedSections[section.name] = (section.kind, reason)
+                    logger.error("transport \(section.name) not started: \(reason)")
+                }
                 continue
             }
             let host = TransportHost(section: section, plugin: plugin, crypto: hostCrypto, handler: router, metrics: metrics, logger: logger)
             do {
-                try host.launch()
-                transports[section.name] = host
-                failedSections[section.name] = nil
+                try host.prepare()
             } catch {
-                failedSections[section.name] = (section.kind, "\(error)")
-                logger.error("transport \(section.name) not started: \(error)")
+                if old != nil {
+                    logger.error("reload: keeping transport \(section.name) as it runs; its new section is refused: \(error)")
+                } else {
+                    failedSections[section.name] = (section.kind, "\(error)")
+                    logger.error("transport \(section.name) not started: \(error)")
+                }
+                continue
             }
+            if let old {
+                let why = old.isCrashLooping ? ": restarting it after its crash loop"
+                    : old.plugin.fileIdentity != plugin.fileIdentity ? ": its plugin file was replaced" : ": its section changed"
+                logger.info("restarting transport \(section.name)\(why)")
+                old.shutdown()
+                router.forgetLinks(of: section.name)
+            }
+            transports[section.name] = host
+            failedSections[section.name] = nil
+            host.begin()
+            begun.append(host)
         }
     }
 
@@ -318,7 +349,9 @@ public final class Hub: @unchecked Sendable {
         encoder.outputFormatting = [.sortedKeys]
         do {
             switch command {
-            case "ping": return .success(Data("{\"pong\":true}".utf8))
+            // Ready once every transport had its first start attempt (as READY=1 to systemd):
+            // a client that waits for this may talk to the transports at once.
+            case "ping": return lock.withLock { ready } ? .success(Data("{\"pong\":true}".utf8)) : .failure(.remote("starting"))
             case "status": return .success(try encoder.encode(statusReport()))
             case "plugins":
                 struct Plugins: Codable { var directories: [String]; var plugins: [DiscoveredPlugin]; var hostABI: UInt32 }

@@ -98,6 +98,32 @@ public struct HubConfig: Sendable, Equatable {
         public var peerRoles: Set<PeerRole>
         /// The whole section as the plugin will see it.
         public var section: ConfigSection
+        /// Address space of its plugin process, MB (`memory_limit_mb`, host-level; 0: unbounded).
+        public var memoryLimitMB: Int = TransportSection.defaultMemoryLimitMB
+        public static let defaultMemoryLimitMB = 1024
+        /// Linux capabilities its plugin process keeps (`capabilities`, host-level; default by
+        /// kind: ``defaultCapabilities(kind:)``). Every other one is dropped before plugin code runs.
+        public var capabilities: [String] = []
+
+        /// Capability names a section may list, and their `CAP_*` numbers.
+        public static let capabilityNumbers: [String: Int] = [
+            "net_bind_service": 10, "net_broadcast": 11, "net_admin": 12, "net_raw": 13,
+        ]
+
+        /// What each in-tree plugin needs: BLE opens raw HCI sockets and configures the adapter;
+        /// Wi-Fi Direct runs wpa_supplicant, dnsmasq (DHCP on port 67) and `ip`. Others need none.
+        public static func defaultCapabilities(kind: String) -> [String] {
+            switch kind {
+            case "ble": return ["net_admin", "net_raw"]
+            case "wifi-direct": return ["net_admin", "net_bind_service", "net_raw"]
+            default: return []
+            }
+        }
+
+        /// The kept set as a bit mask for the plugin process.
+        public var capabilityMask: UInt64 {
+            capabilities.reduce(0) { $0 | (1 << UInt64(Self.capabilityNumbers[$1] ?? 63)) }
+        }
 
         /// The settings that matter for restart decisions: values without line numbers.
         public var settings: [String: ConfigValue] { section.entries.mapValues(\.value) }
@@ -181,6 +207,8 @@ extension HubConfig {
                 try flatten(node, prefix: "", path: path, into: &entries)
                 // Host-level keys are taken out before the plugin sees the section.
                 let rolesEntry = entries.removeValue(forKey: "peer_roles")
+                let memoryEntry = entries.removeValue(forKey: "memory_limit_mb")
+                let capabilitiesEntry = entries.removeValue(forKey: "capabilities")
                 let section = ConfigSection(path: path, line: line, entries: entries)
                 guard section.value("enabled") != nil else {
                     throw section.error("enabled", "is required (true or false)")
@@ -193,7 +221,31 @@ extension HubConfig {
                 }
                 kinds[name] = kind
                 let roles = try peerRoles(rolesEntry, path: path, kind: kind)
-                config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, peerRoles: roles, section: section))
+                var memory = TransportSection.defaultMemoryLimitMB
+                if let memoryEntry {
+                    guard case .int(let mb) = memoryEntry.value, mb == 0 || (64...65_536).contains(mb) else {
+                        throw ConfigError(keyPath: "\(path).memory_limit_mb", line: memoryEntry.line,
+                                          message: "expected a whole number of MB from 64 to 65536, or 0 for no limit")
+                    }
+                    memory = mb
+                }
+                var capabilities = TransportSection.defaultCapabilities(kind: kind)
+                if let capabilitiesEntry {
+                    guard case .list(let items) = capabilitiesEntry.value else {
+                        throw ConfigError(keyPath: "\(path).capabilities", line: capabilitiesEntry.line,
+                                          message: "expected a list of capabilities: \(TransportSection.capabilityNumbers.keys.sorted().joined(separator: ", ")) (or [])")
+                    }
+                    capabilities = []
+                    for item in items {
+                        guard case .string(let name) = item, TransportSection.capabilityNumbers[name] != nil else {
+                            throw ConfigError(keyPath: "\(path).capabilities", line: capabilitiesEntry.line,
+                                              message: "unknown capability \(item); known: \(TransportSection.capabilityNumbers.keys.sorted().joined(separator: ", "))")
+                        }
+                        capabilities.append(name)
+                    }
+                }
+                config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, peerRoles: roles, section: section,
+                                                          memoryLimitMB: memory, capabilities: capabilities))
             }
         }
         return config

@@ -15,20 +15,24 @@ public struct DiscoveredPlugin: Sendable, Codable, Equatable {
     public var reason: String?
 }
 
-/// A plugin library that passed every check and stays mapped for the life of the process.
-///
-/// Swift images cannot be safely unloaded, so the host never calls dlclose.
+/// A plugin file that passed every check. In the hub it is only a name and a file (the hub
+/// never maps plugin code: a probe process checked it); in a plugin process it is also the
+/// mapped descriptor, which stays mapped for the life of that process (Swift images cannot be
+/// safely unloaded, so nothing calls dlclose).
 public final class LoadedPlugin: @unchecked Sendable {
     public let path: String
     public let kind: String
     public let version: String
-    let descriptor: UnsafePointer<yaok_plugin_descriptor>
+    /// The file as it was probed (device, inode, size, mtime): a file replaced since is a new plugin.
+    public let fileIdentity: String
+    let descriptor: UnsafePointer<yaok_plugin_descriptor>?
 
-    init(path: String, kind: String, version: String, descriptor: UnsafePointer<yaok_plugin_descriptor>) {
+    init(path: String, kind: String, version: String, descriptor: UnsafePointer<yaok_plugin_descriptor>?) {
         self.path = path
         self.kind = kind
         self.version = version
         self.descriptor = descriptor
+        self.fileIdentity = PluginLoader.fileIdentity(path)
     }
 }
 
@@ -38,6 +42,16 @@ public struct PluginCatalog: Sendable {
     public var loaded: [String: LoadedPlugin] = [:]
     /// Directories scanned, with a refusal reason for unsafe or missing ones.
     public var directories: [(path: String, problem: String?)] = []
+
+    /// Why no plugin serves `kind`: the refusal of a file that claimed it or is named for it
+    /// (wrong ABI, permissions, a crash while loading), else where the hub looked.
+    public func whyNoPlugin(kind: String, transport: String, searched: [String]) -> String {
+        let named = "libyaok-plugin-\(kind).so"
+        if let refused = discovered.first(where: { $0.state == .refused && ($0.kind == kind || ($0.path as NSString).lastPathComponent == named) }) {
+            return "the plugin for kind \"\(kind)\" was refused: \(refused.path): \(refused.reason ?? "unknown reason")"
+        }
+        return TransportHostError.noPlugin(transport: transport, kind: kind, searched: searched).description
+    }
 }
 
 /// Finds, checks and loads transport plugins (`libyaok-plugin-*.so`).
@@ -94,22 +108,83 @@ public enum PluginLoader {
             }
             catalog.directories.append((dir, nil))
             let names = ((try? FileManager.default.contentsOfDirectory(atPath: dir)) ?? []).filter(isPluginFileName).sorted()
-            for name in names {
-                let path = (dir as NSString).appendingPathComponent(name)
-                let result = load(path: path, existing: catalog.loaded)
-                catalog.discovered.append(result.discovered)
-                if let plugin = result.plugin {
-                    catalog.loaded[plugin.kind] = plugin
+            // Each file is opened in its own probe process, all at once: a library that crashes
+            // or hangs while loading costs only its probe.
+            let paths = names.map { (dir as NSString).appendingPathComponent($0) }
+            var probed = [DiscoveredPlugin?](repeating: nil, count: paths.count)
+            let lock = NSLock()
+            DispatchQueue.concurrentPerform(iterations: paths.count) { i in
+                let d = probe(path: paths[i])
+                lock.withLock { probed[i] = d }
+            }
+            for (path, result) in zip(paths, probed) {
+                var found = result ?? DiscoveredPlugin(path: path, state: .refused, reason: "not probed")
+                if found.state == .loaded, let kind = found.kind, let other = catalog.loaded[kind] {
+                    found.state = .refused
+                    found.reason = "duplicate kind \"\(kind)\": already provided by \(other.path)"
+                }
+                catalog.discovered.append(found)
+                if found.state == .loaded, let kind = found.kind {
+                    let plugin = LoadedPlugin(path: path, kind: kind, version: found.version ?? "?", descriptor: nil)
+                    catalog.loaded[kind] = plugin
                     logger.info("loaded plugin \(plugin.kind) \(plugin.version) from \(path)")
                 } else {
-                    logger.error("refused plugin \(path): \(result.discovered.reason ?? "unknown reason")")
+                    logger.error("refused plugin \(path): \(found.reason ?? "unknown reason")")
                 }
             }
         }
         return catalog
     }
 
-    /// Loads one plugin file, or explains why not.
+    /// Checks one plugin file in a probe process (`yaok-hub plugin-host --probe`), bounded to 10 s.
+    static func probe(path: String) -> DiscoveredPlugin {
+        var refused = DiscoveredPlugin(path: path, state: .refused)
+        if let problem = ownershipProblem(path: path, isDirectory: false) {
+            refused.reason = problem
+            return refused
+        }
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: PluginProcess.hostExecutable)
+        process.arguments = ["plugin-host", "--probe", path]
+        let out = Pipe(), err = Pipe()
+        process.standardOutput = out
+        process.standardError = err
+        let done = DispatchSemaphore(value: 0)
+        process.terminationHandler = { _ in done.signal() }
+        do {
+            try process.run()
+        } catch {
+            refused.reason = "cannot run the plugin probe \(PluginProcess.hostExecutable): \(error)"
+            return refused
+        }
+        // Read while it runs: a full pipe would stall it.
+        let output = out.fileHandleForReading.readDataToEndOfFile()
+        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        if done.wait(timeout: .now() + 10) == .timedOut {
+            process.terminate()
+            refused.reason = "loading it did not finish within 10 s"
+            return refused
+        }
+        if process.terminationReason == .uncaughtSignal {
+            let last = String(decoding: errors, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+            refused.reason = "loading it crashed the probe process (\(PluginProcess.Exit.signalName(process.terminationStatus)))\(last.isEmpty ? "" : ": \(last)")"
+            return refused
+        }
+        guard let found = try? JSONDecoder().decode(DiscoveredPlugin.self, from: output) else {
+            refused.reason = "the plugin probe gave no answer (exit code \(process.terminationStatus))"
+            return refused
+        }
+        return found
+    }
+
+    /// Device, inode, size and modification time of a file: changes when the file is replaced or rewritten.
+    static func fileIdentity(_ path: String) -> String {
+        var st = stat()
+        guard stat(path, &st) == 0 else { return "" }
+        return "\(st.st_dev):\(st.st_ino):\(st.st_size):\(st.st_mtim.tv_sec).\(st.st_mtim.tv_nsec)"
+    }
+
+    /// Loads one plugin file into this process, or explains why not (plugin and probe processes only).
     static func load(path: String, existing: [String: LoadedPlugin]) -> (discovered: DiscoveredPlugin, plugin: LoadedPlugin?) {
         var found = DiscoveredPlugin(path: path, state: .refused)
         func refuse(_ reason: String) -> (DiscoveredPlugin, LoadedPlugin?) {

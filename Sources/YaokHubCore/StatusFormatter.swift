@@ -26,6 +26,11 @@ public enum StatusFormatter {
         for t in r.transports where t.status.lastError != nil && t.status.lastError != t.status.reason {
             out.append("  \(t.name): last error: \(t.status.lastError ?? "")")
         }
+        // The plugin processes: which serves each transport, and how often one was replaced.
+        let processes = r.transports.filter { $0.pid != nil || ($0.restarts ?? 0) > 0 }.map { t in
+            "\(t.name) \(t.pid.map { "pid \($0)" } ?? "no process")\((t.restarts ?? 0) > 0 ? ", \(t.restarts ?? 0) restarts, last \(t.lastExit ?? "?")" : "")"
+        }
+        if !processes.isEmpty { out.append("processes: " + processes.joined(separator: "; ")) }
         let q = r.router.queue
         out.append("")
         out.append("queue (\(r.router.policy)): queued \(q.queued), in flight \(q.inFlight), handed over \(q.handedOver), delivered \(q.delivered), expired \(q.expired); \(q.bytes) bytes")

@@ -45,12 +45,29 @@ public struct TransportRuntimeStatus: Sendable, Codable, Equatable {
     public var status: TransportStatus
     /// Consecutive failed starts.
     public var startFailures: Int
-    /// When the host will try `start` again, if it is backing off.
+    /// When the host will try `start` (or a new process) again, if it is backing off.
     public var nextRetryInSeconds: Double?
+    /// The plugin process serving it now.
+    public var pid: Int32?
+    /// Plugin processes that ended unasked and were replaced since the transport was configured.
+    public var restarts: Int?
+    /// How the last plugin process ended (`SIGSEGV`, `exit code 1`, `killed: no heartbeat answer`).
+    public var lastExit: String?
+
+    public init(name: String, kind: String, enabled: Bool, pluginPath: String?, pluginVersion: String?, status: TransportStatus,
+                startFailures: Int, nextRetryInSeconds: Double?, pid: Int32? = nil, restarts: Int? = nil, lastExit: String? = nil) {
+        self.name = name; self.kind = kind; self.enabled = enabled; self.pluginPath = pluginPath; self.pluginVersion = pluginVersion
+        self.status = status; self.startFailures = startFailures; self.nextRetryInSeconds = nextRetryInSeconds
+        self.pid = pid; self.restarts = restarts; self.lastExit = lastExit
+    }
 }
 
-/// One configured transport instance: owns the C host table handed to the plugin,
-/// starts the plugin with capped exponential backoff, and forwards its callbacks.
+/// One configured transport instance, run in its own plugin process (``PluginProcess``) and
+/// supervised: a failed `start` is retried with capped backoff; a process that exits, is
+/// killed by a signal, stops answering its heartbeat, or does not return from `stop` is killed
+/// if need be and replaced with capped backoff, its links reported down (the router keeps
+/// custody). Crashing `crashLimit` times in `crashWindow` seconds leaves it `failed` until the
+/// config changes or SIGHUP. The hub's secret key never enters the process.
 public final class TransportHost: @unchecked Sendable {
     public let name: String
     public let section: HubConfig.TransportSection
@@ -61,20 +78,37 @@ public final class TransportHost: @unchecked Sendable {
     private weak var handler: TransportEventHandler?
     private let metrics: PluginMetricSink?
     private let lock = NSLock()
-    private var api: UnsafeMutablePointer<yaok_host_api>?
-    private var cStrings: [UnsafeMutablePointer<CChar>] = []
-    private var instance: OpaquePointer?
+    private var process: PluginProcess?
+    private var runningVersion: String?
     private var started = false
     private var stopping = false
     private var startFailures = 0
     private var lastStartError: String?
     private var retryAt: DispatchTime?
     private var retryWork: DispatchWorkItem?
-    private var unmanagedSelf: Unmanaged<TransportHost>?
+    private var restarts = 0
+    private var crashes: [DispatchTime] = []
+    private var lastExit: String?
+    private var crashLoop: String?
+    private var killReason: String?
+    private var heartbeat: DispatchSourceTimer?
+    private var lastStatus: TransportStatus?
+    private var logBudget = TokenBucket(capacity: 200, nowMs: 0)
+    private var logsDropped = 0
     private let queue: DispatchQueue
 
-    /// Backoff for failed starts: 1 s doubling to at most 60 s.
+    /// Backoff for failed starts and restarts: 1 s doubling to at most 60 s.
     public static let maxBackoffSeconds = 60.0
+    /// Crashes within ``crashWindow`` seconds that leave the transport `failed`.
+    public static let crashLimit = 5
+    public static let crashWindow = 60.0
+    /// A process that does not answer a status request within this is killed.
+    public static let heartbeatTimeout = 5.0
+    public static let heartbeatInterval = 5.0
+    /// `stop` must return within this, or the process is killed.
+    public static let stopTimeout = 2.0
+    /// Bound on one `send`: a plugin stuck in `send` is killed after it.
+    public static let sendTimeout = 2.0
 
     public init(section: HubConfig.TransportSection, plugin: LoadedPlugin, crypto: HostCrypto,
                 handler: TransportEventHandler, metrics: PluginMetricSink?, logger: Logger) {
@@ -90,89 +124,96 @@ public final class TransportHost: @unchecked Sendable {
         self.queue = DispatchQueue(label: "yaok.transport.\(section.name)")
     }
 
-    deinit {
-        for s in cStrings { free(s) }
-        api?.deallocate()
-    }
-
-    private var descriptor: yaok_plugin_descriptor { plugin.descriptor.pointee }
-
-    /// Creates the plugin instance (config is validated here) and starts it.
-    /// A config error is permanent (until reload); a start error is retried with backoff.
+    /// Starts the plugin process, creates the instance (its config is validated there), and
+    /// starts it. A config error is permanent (until reload); a start error is retried with backoff.
     public func launch() throws {
-        try create()
+        try prepare()
+        begin()
+    }
+
+    /// Starts the plugin process and creates the instance, without starting it (plugins open
+    /// no sockets in `create`, so this may run beside the instance it is to replace).
+    public func prepare() throws { try spawnAndCreate() }
+
+    /// Starts a prepared instance (retried with backoff) and its heartbeat.
+    public func begin() {
         queue.async { self.attemptStart() }
+        startHeartbeat()
     }
 
-    private func create() throws {
-        let api = UnsafeMutablePointer<yaok_host_api>.allocate(capacity: 1)
-        let name = strdup(self.name)!
-        let config = strdup(section.section.json())!
-        cStrings = [name, config]
-        let me = Unmanaged.passRetained(self)
-        unmanagedSelf = me
-        var table = yaok_host_api()
-        table.abi_version = YAOK_PLUGIN_ABI_VERSION
-        table.struct_size = UInt32(MemoryLayout<yaok_host_api>.size)
-        table.host_ctx = me.toOpaque()
-        table.instance_name = UnsafePointer(name)
-        table.config_json = UnsafePointer(config)
-        withUnsafeMutableBytes(of: &table.hub_signing_key) { dst in for (i, b) in crypto.signingKey.prefix(32).enumerated() { dst[i] = b } }
-        withUnsafeMutableBytes(of: &table.hub_kx_key) { dst in for (i, b) in crypto.kxKey.prefix(32).enumerated() { dst[i] = b } }
-        table.log = TransportHost.logThunk
-        table.sign = TransportHost.signThunk
-        table.verify = TransportHost.verifyThunk
-        table.random_bytes = TransportHost.randomThunk
-        table.now_ms = TransportHost.nowThunk
-        table.monotonic_ns = TransportHost.monotonicThunk
-        table.metric = TransportHost.metricThunk
-        table.link_up = TransportHost.linkUpThunk
-        table.link_down = TransportHost.linkDownThunk
-        table.frame_received = TransportHost.frameThunk
-        table.status_changed = TransportHost.statusChangedThunk
-        api.initialize(to: table)
-        self.api = api
-
-        var error = [CChar](repeating: 0, count: 1024)
-        let created = error.withUnsafeMutableBufferPointer { descriptor.create(api, $0.baseAddress, $0.count) }
-        guard let created else {
-            me.release()
-            unmanagedSelf = nil
-            throw TransportHostError.createFailed(transport: self.name, reason: String(cString: error))
-        }
-        lock.withLock { instance = created }
-    }
-
-    /// Creates and destroys an instance without starting it: validates the plugin's config
-    /// section (plugins must not open sockets in `create`). Used by `check-config`.
+    /// Creates and destroys an instance in a plugin process without starting it: validates the
+    /// plugin's config section. Used by `check-config`.
     public func validate() throws {
-        try create()
-        let instance = lock.withLock { () -> OpaquePointer? in
-            let i = self.instance
-            self.instance = nil
-            return i
+        try spawnAndCreate()
+        let p = lock.withLock { () -> PluginProcess? in stopping = true; return process }
+        _ = try? p?.call(timeout: Self.stopTimeout) { .stop(request: $0) }
+        p?.close(grace: 0.5)
+    }
+
+    private func spawnAndCreate() throws {
+        let p = PluginProcess(pluginPath: plugin.path, sign: { [crypto] in crypto.sign($0) }, events: processEvents())
+        let hello: (kind: String, version: String)
+        do {
+            hello = try p.spawn(memoryLimitMB: section.memoryLimitMB, capabilities: section.capabilityMask)
+        } catch {
+            throw TransportHostError.createFailed(transport: name, reason: "\(error)")
         }
-        if let instance { descriptor.destroy(instance) }
-        unmanagedSelf?.release()
-        unmanagedSelf = nil
+        guard hello.kind == plugin.kind else {
+            p.close(grace: 0.5)
+            throw TransportHostError.createFailed(transport: name, reason: "\(plugin.path) now provides kind \"\(hello.kind)\", not \"\(plugin.kind)\"")
+        }
+        lock.withLock { process = p; runningVersion = hello.version }
+        metrics?.record(instance: name, kind: YAOK_METRIC_GAUGE_SET, name: "plugin_pid", value: Double(p.pid))
+        let reply: (code: Int32, text: String)
+        do {
+            reply = try p.call(timeout: 10) {
+                .create(request: $0, signingKey: crypto.signingKey, kxKey: crypto.kxKey, instance: name, configJSON: section.section.json())
+            }
+        } catch {
+            p.close(grace: 0.5)
+            throw TransportHostError.createFailed(transport: name, reason: "\(error)")
+        }
+        guard reply.code == 0 else {
+            p.close(grace: 0.5)
+            throw TransportHostError.createFailed(transport: name, reason: reply.text)
+        }
+    }
+
+    /// Signalled when the first start attempt has returned, whatever its outcome.
+    private let firstAttempt = DispatchSemaphore(value: 0)
+    private var attempted = false
+
+    /// Waits until the first start attempt has returned (or `deadline`): the hub reports ready
+    /// once every transport had its chance to bind, so a peer that connects at once is heard.
+    public func waitForFirstStart(until deadline: DispatchTime) {
+        if firstAttempt.wait(timeout: deadline) == .success { firstAttempt.signal() }
     }
 
     private func attemptStart() {
-        guard let instance = lock.withLock({ stopping ? nil : self.instance }) else { return }
-        var error = [CChar](repeating: 0, count: 1024)
-        let rc = error.withUnsafeMutableBufferPointer { descriptor.start(instance, $0.baseAddress, $0.count) }
-        if rc == 0 {
-            lock.withLock {
-                started = true
-                startFailures = 0
-                lastStartError = nil
-                retryAt = nil
+        defer {
+            if lock.withLock({ () -> Bool in defer { attempted = true }; return !attempted }) { firstAttempt.signal() }
+        }
+        guard let p = lock.withLock({ stopping || crashLoop != nil ? nil : process }), p.isRunning else { return }
+        let reason: String
+        do {
+            let reply = try p.call(timeout: 30) { .start(request: $0) }
+            if reply.code == 0 {
+                lock.withLock {
+                    started = true
+                    startFailures = 0
+                    lastStartError = nil
+                    retryAt = nil
+                }
+                logger.info("transport \(name) (\(plugin.kind)) started in process \(p.pid)")
+                handler?.statusChanged(on: self)
+                return
             }
-            logger.info("transport \(name) (\(plugin.kind)) started")
-            handler?.statusChanged(on: self)
+            reason = reply.text
+        } catch {
+            // The process died or hung during start: the exit handler restarts it.
+            if case PluginProcessError.timedOut = error { kill(p, because: "start did not return within 30 s") }
             return
         }
-        let reason = String(cString: error)
         let delay: Double = lock.withLock {
             startFailures += 1
             lastStartError = reason
@@ -181,159 +222,209 @@ public final class TransportHost: @unchecked Sendable {
             return d
         }
         logger.error("transport \(name) failed to start: \(reason); retrying in \(Int(delay)) s")
-        let work = DispatchWorkItem { [weak self] in self?.attemptStart() }
-        lock.withLock { retryWork = work }
-        queue.asyncAfter(deadline: .now() + delay, execute: work)
+        schedule(after: delay) { [weak self] in self?.attemptStart() }
         handler?.statusChanged(on: self)
     }
 
-    /// Stops and destroys the plugin instance. Waits at most `timeout` for the plugin's `stop`.
+    private func schedule(after delay: Double, _ body: @escaping @Sendable () -> Void) {
+        let work = DispatchWorkItem(block: body)
+        lock.withLock { retryWork = work }
+        queue.asyncAfter(deadline: .now() + delay, execute: work)
+    }
+
+    private func kill(_ p: PluginProcess, because reason: String) {
+        lock.withLock { killReason = reason }
+        logger.error("transport \(name): killing plugin process \(p.pid): \(reason)")
+        p.kill()
+    }
+
+    /// Stops the instance and ends its process. A `stop` that does not return within 2 s gets the process killed.
     public func shutdown(timeout: Double = 2.5) {
-        let instance: OpaquePointer? = lock.withLock {
+        let p: PluginProcess? = lock.withLock {
             stopping = true
             retryWork?.cancel()
-            let i = self.instance
-            return i
+            heartbeat?.cancel()
+            heartbeat = nil
+            return process
         }
-        guard let instance else { return }
-        let done = DispatchSemaphore(value: 0)
-        let d = descriptor
-        // Serialised after any in-progress start on the transport queue.
-        queue.async {
-            d.stop(instance)
-            done.signal()
+        guard let p, p.isRunning else { return }
+        do {
+            _ = try p.call(timeout: min(timeout, Self.stopTimeout)) { .stop(request: $0) }
+            p.close(grace: 0.5)
+        } catch {
+            logger.error("transport \(name) did not stop within \(min(timeout, Self.stopTimeout)) s; killing its process \(p.pid)")
+            p.kill()
         }
-        if done.wait(timeout: .now() + timeout) == .timedOut {
-            logger.error("transport \(name) did not stop within \(timeout) s; abandoning it")
-            return
-        }
-        lock.withLock {
-            self.instance = nil
-            started = false
-        }
-        d.destroy(instance)
-        unmanagedSelf?.release()
-        unmanagedSelf = nil
+        lock.withLock { started = false }
     }
+
+    /// Whether it crashed too often and waits for the config to change or SIGHUP.
+    public var isCrashLooping: Bool { lock.withLock { crashLoop != nil } }
 
     /// Sends a frame on a link.
     public func send(_ frame: [UInt8], to link: LinkID) throws {
-        guard let instance = lock.withLock({ self.instance }) else { throw TransportError.notRunning }
-        var error = [CChar](repeating: 0, count: 512)
-        let rc = frame.withUnsafeBufferPointer { f in
-            error.withUnsafeMutableBufferPointer { e in
-                descriptor.send(instance, link, f.baseAddress, f.count, e.baseAddress, e.count)
-            }
+        guard let p = lock.withLock({ process }) else { throw TransportError.notRunning }
+        let reply: (code: Int32, text: String)
+        do {
+            reply = try p.call(timeout: Self.sendTimeout) { .send(request: $0, link: link, frame: frame) }
+        } catch PluginProcessError.timedOut {
+            kill(p, because: "send did not return within \(Self.sendTimeout) s")
+            throw TransportError.failed("transport \(name) did not take the frame within \(Self.sendTimeout) s")
         }
-        guard rc == 0 else { throw TransportError.failed(String(cString: error)) }
+        guard reply.code == 0 else { throw TransportError.failed(reply.text) }
+    }
+
+    // MARK: Supervision
+
+    private func processEvents() -> PluginProcess.Events {
+        var e = PluginProcess.Events()
+        e.linkUp = { [weak self] info in
+            guard let self else { return }
+            handler?.linkUp(info, on: self)
+        }
+        e.linkDown = { [weak self] id, reason in
+            guard let self else { return }
+            handler?.linkDown(id, reason: reason, on: self)
+        }
+        e.frame = { [weak self] frame, id in
+            guard let self else { return }
+            handler?.frameReceived(frame, link: id, on: self)
+        }
+        e.statusChanged = { [weak self] in
+            guard let self else { return }
+            handler?.statusChanged(on: self)
+        }
+        e.metric = { [weak self] kind, name, value in
+            guard let self else { return }
+            metrics?.record(instance: self.name, kind: yaok_metric_kind(UInt32(bitPattern: kind)), name: name, value: value)
+        }
+        e.log = { [weak self] level, message in self?.pluginLog(level, message) }
+        e.exited = { [weak self] exit, tail in self?.processExited(exit, stderr: tail) }
+        return e
+    }
+
+    /// A plugin's log lines, bounded: 200 at once, 50 a second after that; the rest are counted.
+    private func pluginLog(_ level: Int32, _ message: String) {
+        let (ok, dropped): (Bool, Int) = lock.withLock {
+            let now = Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
+            guard logBudget.take(capacity: 200, perMs: 0.05, nowMs: now) == nil else {
+                logsDropped += 1
+                return (false, 0)
+            }
+            defer { logsDropped = 0 }
+            return (true, logsDropped)
+        }
+        guard ok else { return }
+        if dropped > 0 { logger.warning("transport \(name): \(dropped) log lines from the plugin dropped (over 50 lines/s)") }
+        let levels: [Logger.Level] = [.trace, .debug, .info, .notice, .warning, .error, .critical]
+        logger.log(level: levels[Int(max(0, min(6, level)))], "\(String(message.prefix(2000)))", metadata: ["plugin": .string(plugin.kind)])
+    }
+
+    private func processExited(_ exit: PluginProcess.Exit, stderr: [String]) {
+        let (expected, why, pid): (Bool, String, Int32) = lock.withLock {
+            let why = killReason.map { "killed: \($0)" } ?? exit.description
+            killReason = nil
+            lastExit = why
+            started = false
+            return (stopping, why, process?.pid ?? 0)
+        }
+        if expected { return }
+        for line in stderr { logger.error("transport \(name) plugin process \(pid) stderr: \(line)") }
+        let now = DispatchTime.now()
+        let (loop, delay): (String?, Double) = lock.withLock {
+            restarts += 1
+            crashes = crashes.filter { now.uptimeNanoseconds - $0.uptimeNanoseconds < UInt64(Self.crashWindow * 1e9) } + [now]
+            if crashes.count >= Self.crashLimit {
+                crashLoop = "crashed \(crashes.count) times in \(Int(Self.crashWindow)) s (last: \(why))"
+                retryAt = nil
+                return (crashLoop, 0)
+            }
+            let d = min(Self.maxBackoffSeconds, pow(2.0, Double(crashes.count - 1)))
+            retryAt = .now() + d
+            return (nil, d)
+        }
+        metrics?.record(instance: name, kind: YAOK_METRIC_COUNTER_ADD, name: "plugin_restarts_total", value: 1)
+        if let loop {
+            logger.critical("transport \(name) plugin process \(pid) ended (\(why)); \(loop): left failed until the config changes or SIGHUP")
+        } else {
+            logger.error("transport \(name) plugin process \(pid) ended (\(why)); its links are down, custody stays with the hub; restarting in \(Int(delay)) s")
+            schedule(after: delay) { [weak self] in self?.respawn() }
+        }
+        handler?.statusChanged(on: self)
+    }
+
+    private func respawn() {
+        guard !lock.withLock({ stopping || crashLoop != nil }) else { return }
+        do {
+            try spawnAndCreate()
+            lock.withLock { retryAt = nil }
+            attemptStart()
+        } catch {
+            logger.error("transport \(name): cannot restart its plugin process: \(error)")
+            // Counts as a crash: the same backoff and the same crash-loop limit.
+            processExited(PluginProcess.Exit(code: nil, signal: nil), stderr: [])
+            lock.withLock { lastExit = "\(error)" }
+        }
+    }
+
+    private func startHeartbeat() {
+        let timer = DispatchSource.makeTimerSource(queue: DispatchQueue.global())
+        timer.schedule(deadline: .now() + Self.heartbeatInterval, repeating: Self.heartbeatInterval)
+        timer.setEventHandler { [weak self] in self?.beat() }
+        lock.withLock { heartbeat = timer }
+        timer.resume()
+    }
+
+    private func beat() {
+        guard let p = lock.withLock({ stopping ? nil : process }), p.isRunning else { return }
+        do {
+            let reply = try p.call(timeout: Self.heartbeatTimeout) { .status(request: $0) }
+            if let s = try? JSONDecoder().decode(TransportStatus.self, from: Data(reply.text.utf8)) { lock.withLock { lastStatus = s } }
+        } catch PluginProcessError.timedOut {
+            kill(p, because: "no answer to the heartbeat within \(Int(Self.heartbeatTimeout)) s")
+        } catch {}
     }
 
     /// The host and plugin view of this transport.
     public func runtimeStatus() -> TransportRuntimeStatus {
-        let (instance, started, failures, lastError, retryAt) = lock.withLock {
-            (self.instance, self.started, self.startFailures, self.lastStartError, self.retryAt)
+        let (p, started, failures, lastError, retryAt, restarts, lastExit, loop, cached) = lock.withLock {
+            (process, self.started, startFailures, lastStartError, self.retryAt, self.restarts, self.lastExit, crashLoop, lastStatus)
         }
-        var status = TransportStatus(state: .starting, reason: "starting")
-        if let instance, let json = descriptor.status_json(instance) {
-            let text = String(cString: json)
-            descriptor.free_string(json)
-            if let decoded = try? JSONDecoder().decode(TransportStatus.self, from: Data(text.utf8)) {
-                status = decoded
-            } else {
-                status = TransportStatus(state: .degraded, reason: "plugin returned unreadable status")
+        var status = cached ?? TransportStatus(state: .starting, reason: "starting")
+        if let p, p.isRunning {
+            if let reply = try? p.call(timeout: 1, { .status(request: $0) }), !reply.text.isEmpty {
+                if let decoded = try? JSONDecoder().decode(TransportStatus.self, from: Data(reply.text.utf8)) {
+                    status = decoded
+                    lock.withLock { lastStatus = decoded }
+                } else {
+                    status = TransportStatus(state: .degraded, reason: "plugin returned unreadable status")
+                }
             }
         }
         var next: Double?
-        if !started, let lastError {
+        if let retryAt {
+            next = max(0, Double(Int64(retryAt.uptimeNanoseconds) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9)
+        }
+        if let loop {
+            status.state = .failed
+            status.reason = loop
+            status.lastError = loop
+            next = nil
+        } else if p?.isRunning != true, let lastExit {
+            status.state = .failed
+            status.reason = "plugin process ended (\(lastExit)); restarting"
+            status.lastError = status.reason
+        } else if !started, let lastError {
             // A start failure overrides whatever the plugin says about itself.
             if status.state != .unavailable { status.state = .failed }
             status.reason = lastError
             status.lastError = lastError
-            if let retryAt {
-                next = max(0, Double(Int64(retryAt.uptimeNanoseconds) - Int64(DispatchTime.now().uptimeNanoseconds)) / 1e9)
-            }
         }
+        let version = lock.withLock { runningVersion } ?? plugin.version
         return TransportRuntimeStatus(name: name, kind: plugin.kind, enabled: true, pluginPath: plugin.path,
-                                      pluginVersion: plugin.version, status: status, startFailures: failures,
-                                      nextRetryInSeconds: next)
-    }
-
-    // MARK: C callbacks. host_ctx is an Unmanaged<TransportHost> kept alive until destroy returns.
-
-    static func host(_ ctx: UnsafeMutableRawPointer?) -> TransportHost? {
-        guard let ctx else { return nil }
-        return Unmanaged<TransportHost>.fromOpaque(ctx).takeUnretainedValue()
-    }
-
-    static let logThunk: @convention(c) (UnsafeMutableRawPointer?, Int32, UnsafePointer<CChar>?) -> Void = { ctx, level, message in
-        guard let host = host(ctx), let message else { return }
-        let levels: [Logger.Level] = [.trace, .debug, .info, .notice, .warning, .error, .critical]
-        let l = levels[Int(max(0, min(6, level)))]
-        host.logger.log(level: l, "\(String(cString: message))", metadata: ["plugin": .string(host.plugin.kind)])
-    }
-
-    static let signThunk: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, Int, UnsafeMutablePointer<UInt8>?) -> Int32 = { ctx, message, len, out in
-        guard let host = host(ctx), let out else { return 1 }
-        let m = message.map { Array(UnsafeBufferPointer(start: $0, count: len)) } ?? []
-        let sig = host.crypto.sign(m)
-        guard sig.count == 64 else { return 2 }
-        for i in 0..<64 { out[i] = sig[i] }
-        return 0
-    }
-
-    static let verifyThunk: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<UInt8>?, UnsafePointer<UInt8>?, Int, UnsafePointer<UInt8>?) -> Int32 = { ctx, key, message, len, sig in
-        guard let host = host(ctx), let key, let sig else { return 0 }
-        let k = Array(UnsafeBufferPointer(start: key, count: 32))
-        let m = message.map { Array(UnsafeBufferPointer(start: $0, count: len)) } ?? []
-        let s = Array(UnsafeBufferPointer(start: sig, count: 64))
-        return host.crypto.verify(k, m, s) ? 1 : 0
-    }
-
-    static let randomThunk: @convention(c) (UnsafeMutableRawPointer?, UnsafeMutablePointer<UInt8>?, Int) -> Void = { ctx, out, len in
-        guard let host = host(ctx), let out else { return }
-        let r = host.crypto.random(len)
-        for i in 0..<len { out[i] = r[i] }
-    }
-
-    static let nowThunk: @convention(c) (UnsafeMutableRawPointer?) -> Int64 = { _ in Clock.nowMilliseconds() }
-
-    static let monotonicThunk: @convention(c) (UnsafeMutableRawPointer?) -> UInt64 = { _ in DispatchTime.now().uptimeNanoseconds }
-
-    static let metricThunk: @convention(c) (UnsafeMutableRawPointer?, Int32, UnsafePointer<CChar>?, Double) -> Void = { ctx, kind, name, value in
-        guard let host = host(ctx), let name else { return }
-        host.metrics?.record(instance: host.name, kind: yaok_metric_kind(UInt32(bitPattern: kind)), name: String(cString: name), value: value)
-    }
-
-    static let linkUpThunk: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<yaok_link_info>?) -> Void = { ctx, info in
-        guard let host = host(ctx), let info else { return }
-        let i = info.pointee
-        guard i.struct_size >= UInt32(MemoryLayout<yaok_link_info>.size), let role = PeerRole(rawValue: i.peer_role) else {
-            host.logger.error("plugin reported a malformed link (size \(i.struct_size), role \(i.peer_role)); ignored")
-            return
-        }
-        let link = LinkInfo(
-            id: i.link_id,
-            peerSigningKey: withUnsafeBytes(of: i.peer_signing_key) { Array($0) },
-            peerKXKey: withUnsafeBytes(of: i.peer_kx_key) { Array($0) },
-            peerRole: role, mtu: Int(i.mtu), cost: Int(i.cost),
-            kind: i.link_kind.map { String(cString: $0) } ?? host.plugin.kind,
-            remote: i.remote.map { String(cString: $0) })
-        host.handler?.linkUp(link, on: host)
-    }
-
-    static let linkDownThunk: @convention(c) (UnsafeMutableRawPointer?, UInt64, UnsafePointer<CChar>?) -> Void = { ctx, link, reason in
-        guard let host = host(ctx) else { return }
-        host.handler?.linkDown(link, reason: reason.map { String(cString: $0) }, on: host)
-    }
-
-    static let frameThunk: @convention(c) (UnsafeMutableRawPointer?, UInt64, UnsafePointer<UInt8>?, Int) -> Void = { ctx, link, bytes, len in
-        guard let host = host(ctx), let bytes else { return }
-        host.handler?.frameReceived(Array(UnsafeBufferPointer(start: bytes, count: len)), link: link, on: host)
-    }
-
-    static let statusChangedThunk: @convention(c) (UnsafeMutableRawPointer?) -> Void = { ctx in
-        guard let host = host(ctx) else { return }
-        host.handler?.statusChanged(on: host)
+                                      pluginVersion: version, status: status, startFailures: failures,
+                                      nextRetryInSeconds: next, pid: p?.isRunning == true ? p?.pid : nil,
+                                      restarts: restarts, lastExit: lastExit)
     }
 }
 

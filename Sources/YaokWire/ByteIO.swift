@@ -1,49 +1,60 @@
-/// Big-endian writer used by the encoders.
-struct ByteWriter {
-    var bytes: [UInt8] = []
+/// Big-endian writer used by the encoders (the wire formats and the plugin-process protocol).
+public struct ByteWriter {
+    public var bytes: [UInt8] = []
 
-    init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
+    public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
 
-    mutating func u8(_ v: UInt8) { bytes.append(v) }
-    mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
-    mutating func u64(_ v: UInt64) {
+    public mutating func u8(_ v: UInt8) { bytes.append(v) }
+    public mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
+    public mutating func u32(_ v: UInt32) {
+        for shift in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(shift))) }
+    }
+    public mutating func u64(_ v: UInt64) {
         for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
     }
-    mutating func raw<C: Collection>(_ v: C) where C.Element == UInt8 { bytes.append(contentsOf: v) }
+    public mutating func raw<C: Collection>(_ v: C) where C.Element == UInt8 { bytes.append(contentsOf: v) }
 }
 
 /// Bounds-checked big-endian reader used by the parsers: every read checks the
 /// remaining length first and throws ``WireError/truncated(what:needed:have:)``.
-struct ByteReader {
-    let bytes: [UInt8]
-    let what: String
-    private(set) var offset: Int
+public struct ByteReader {
+    public let bytes: [UInt8]
+    public let what: String
+    public private(set) var offset: Int
 
-    init(_ bytes: [UInt8], what: String, offset: Int = 0) {
+    public init(_ bytes: [UInt8], what: String, offset: Int = 0) {
         self.bytes = bytes
         self.what = what
         self.offset = offset
     }
 
-    var remaining: Int { bytes.count - offset }
+    public var remaining: Int { bytes.count - offset }
 
     private func need(_ n: Int) throws {
         guard n >= 0, remaining >= n else { throw WireError.truncated(what: what, needed: offset + n, have: bytes.count) }
     }
 
-    mutating func u8() throws -> UInt8 {
+    public mutating func u8() throws -> UInt8 {
         try need(1)
         defer { offset += 1 }
         return bytes[offset]
     }
 
-    mutating func u16() throws -> UInt16 {
+    public mutating func u16() throws -> UInt16 {
         try need(2)
         defer { offset += 2 }
         return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
     }
 
-    mutating func u64() throws -> UInt64 {
+    public mutating func u32() throws -> UInt32 {
+        try need(4)
+        var v: UInt32 = 0
+        for i in 0..<4 { v = v << 8 | UInt32(bytes[offset + i]) }
+        offset += 4
+        return v
+    }
+
+    public mutating func u64() throws -> UInt64 {
         try need(8)
         var v: UInt64 = 0
         for i in 0..<8 { v = v << 8 | UInt64(bytes[offset + i]) }
@@ -51,14 +62,14 @@ struct ByteReader {
         return v
     }
 
-    mutating func take(_ n: Int) throws -> [UInt8] {
+    public mutating func take(_ n: Int) throws -> [UInt8] {
         try need(n)
         defer { offset += n }
         return Array(bytes[offset..<offset + n])
     }
 
     /// Throws unless every byte was consumed.
-    func expectEnd() throws {
+    public func expectEnd() throws {
         guard remaining == 0 else {
             throw WireError.badLength(what: what, detail: "\(remaining) unexpected trailing bytes")
         }

@@ -47,7 +47,8 @@ final class HubProcessTests: XCTestCase {
     func testEveryConfiguredTransportHasATruthfulStateAndFailuresDoNotStopOthers() throws {
         let hubExe = try TestSupport.product("yaok-hub")
         let plugins = try makePluginDir([("libyaok-plugin-flaky.so", ["PLUGIN_KIND=\"flaky\"", "FAIL_STARTS=2"]),
-                                         ("libyaok-plugin-broken.so", ["PLUGIN_KIND=\"broken\"", "FAIL_STARTS=-1"])])
+                                         ("libyaok-plugin-broken.so", ["PLUGIN_KIND=\"broken\"", "FAIL_STARTS=-1"]),
+                                         ("libyaok-plugin-future.so", ["PLUGIN_KIND=\"future\"", "ABI_VERSION=999"])])
         let dir = try TestSupport.temporaryDirectory(self)
         let extra = """
           flaky:
@@ -59,6 +60,8 @@ final class HubProcessTests: XCTestCase {
             plugin: broken
             reject_me: 1
           ghost:
+            enabled: true
+          future:
             enabled: true
           off:
             enabled: false
@@ -84,6 +87,13 @@ final class HubProcessTests: XCTestCase {
         XCTAssertTrue(t("ghost")?.status.reason.contains("no plugin of kind \"ghost\"") == true)
         XCTAssertEqual(t("off")?.status.state, .stopped)
         XCTAssertEqual(t("off")?.enabled, false)
+        // A refused plugin: status and check-config say why, not just "not found".
+        XCTAssertEqual(t("future")?.status.state, .failed)
+        XCTAssertTrue(t("future")?.status.reason.contains("was refused") == true && t("future")?.status.reason.contains("plugin has ABI version 999") == true,
+                      "\(String(describing: t("future")?.status.reason))")
+        let check = try TestSupport.run(hubExe, ["check-config", hub.configPath])
+        XCTAssertNotEqual(check.status, 0)
+        XCTAssertTrue(check.output.contains("plugin has ABI version 999, this hub has ABI version 1"), check.output)
 
         // The human status lists every transport.
         let text = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath])

@@ -187,7 +187,12 @@ final class LinkSecurityTests: XCTestCase {
             sendDatagram(fd, datagram, to: hub.sockaddr)
             sent += datagram.count
         }
-        try TestSupport.waitUntil(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
+        do {
+            try TestSupport.waitUntil(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
+        } catch {
+            XCTFail("udp: \(String(describing: try? s.hub.transport("udp")))\nlog: \(s.hub.log.suffix(3000))")
+            throw error
+        }
         var received = 0
         var buffer = [UInt8](repeating: 0, count: 2048)
         for fd in sockets {

@@ -102,6 +102,12 @@ cap_amb=$(in_ct awk '/^CapAmb/ {print $2}' /proc/"$main_pid"/status)
 # CAP_NET_BIND_SERVICE (10), CAP_NET_ADMIN (12), CAP_NET_RAW (13).
 check "ambient capabilities are exactly NET_BIND_SERVICE, NET_ADMIN, NET_RAW ($cap_amb)" test "$cap_amb" = 0000000000003400
 check "yaok-hub status answers" sh -c "nsenter -t $init_pid -a yaok-hub status | head -2"
+# Each transport runs in its own plugin process, with only its own capabilities.
+udp_pid=$(in_ct sh -c 'for p in /proc/[0-9]*; do tr "\0" " " < $p/cmdline 2>/dev/null | grep -q "plugin-host --plugin .*libyaok-plugin-udp.so" && basename $p; done' | head -1)
+check "the UDP transport runs in its own plugin process ($udp_pid)" test -n "$udp_pid"
+check "its parent is the hub" test "$(in_ct awk '/^PPid/ {print $2}' /proc/"$udp_pid"/status)" = "$main_pid"
+check "it has no capabilities (CapEff, CapPrm, CapAmb all 0)" test "$(in_ct awk '/^Cap(Eff|Prm|Amb)/ {printf "%s ", $2}' /proc/"$udp_pid"/status)" = "0000000000000000 0000000000000000 0000000000000000 "
+check "and no_new_privs" test "$(in_ct awk '/^NoNewPrivs/ {print $2}' /proc/"$udp_pid"/status)" = 1
 check "database key came from the credential (no store.key)" test ! -e "$root/var/lib/yaok-hub/store.key"
 check "identity.key created 0600" test "$(stat -c %a "$root/var/lib/yaok-hub/identity.key" 2>/dev/null)" = 600
 

@@ -1,0 +1,276 @@
+import CLinuxProcess
+import Foundation
+import Logging
+import YaokPluginKit
+
+/// The hub's end of one plugin process (`yaok-hub plugin-host`): spawns it with a
+/// `SOCK_SEQPACKET` socket on fd 3, turns the C ABI's calls into requests with bounded waits,
+/// answers its signing requests, and hands its events on. When the process ends, for whatever
+/// reason, ``Events/exited`` says how, once; the ``TransportHost`` decides what comes next.
+final class PluginProcess: @unchecked Sendable {
+    /// How a plugin process ended.
+    struct Exit: Sendable, Equatable, CustomStringConvertible {
+        var code: Int32?
+        var signal: Int32?
+        var description: String {
+            if let signal { return Self.signalName(signal) }
+            return "exit code \(code ?? -1)"
+        }
+        static func signalName(_ s: Int32) -> String {
+            let names: [Int32: String] = [SIGSEGV: "SIGSEGV", SIGABRT: "SIGABRT", SIGILL: "SIGILL", SIGBUS: "SIGBUS", SIGFPE: "SIGFPE",
+                                          SIGKILL: "SIGKILL", SIGTERM: "SIGTERM", SIGTRAP: "SIGTRAP", SIGSYS: "SIGSYS"]
+            return names[s] ?? "signal \(s)"
+        }
+    }
+
+    struct Events: Sendable {
+        var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
+        var linkDown: @Sendable (LinkID, String?) -> Void = { _, _ in }
+        var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
+        var statusChanged: @Sendable () -> Void = {}
+        var metric: @Sendable (Int32, String, Double) -> Void = { _, _, _ in }
+        var log: @Sendable (Int32, String) -> Void = { _, _ in }
+        /// The process ended; `stderr` holds its last lines.
+        var exited: @Sendable (Exit, [String]) -> Void = { _, _ in }
+    }
+
+    /// The binary that serves `plugin-host`: `$YAOK_PLUGIN_HOST`, this binary when it is
+    /// `yaok-hub`, else the `yaok-hub` beside it (tests run the hub's code from an XCTest bundle).
+    static var hostExecutable: String {
+        if let e = ProcessInfo.processInfo.environment["YAOK_PLUGIN_HOST"], !e.isEmpty { return e }
+        let me = Paths.executablePath()
+        if (me as NSString).lastPathComponent == "yaok-hub" { return me }
+        return ((me as NSString).deletingLastPathComponent as NSString).appendingPathComponent("yaok-hub")
+    }
+
+    let pluginPath: String
+    let sign: @Sendable ([UInt8]) -> [UInt8]
+    private let events: Events
+    private let lock = NSLock()
+    private var fd: Int32 = -1
+    private(set) var pid: pid_t = 0
+    private var nextRequest: UInt32 = 1
+    private var waiters: [UInt32: Waiter] = [:]
+    private var helloWaiter = DispatchSemaphore(value: 0)
+    private var hello: (kind: String, version: String)?
+    private var upLinks = Set<LinkID>()
+    private var stderrTail: [String] = []
+    private var ended = false
+    private var exitStatus: Exit?
+
+    private final class Waiter {
+        let semaphore = DispatchSemaphore(value: 0)
+        var reply: (Int32, String)?
+    }
+
+    init(pluginPath: String, sign: @escaping @Sendable ([UInt8]) -> [UInt8], events: Events) {
+        self.pluginPath = pluginPath
+        self.sign = sign
+        self.events = events
+    }
+
+    /// Starts the process and waits (at most `timeout`) for its hello: the plugin file opened and passed its checks.
+    func spawn(memoryLimitMB: Int, capabilities: UInt64 = 0, timeout: Double = 10) throws -> (kind: String, version: String) {
+        var pair: [Int32] = [0, 0]
+        guard socketpair(AF_UNIX, Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0, &pair) == 0 else {
+            throw TransportError.system(call: "socketpair", errno: errno)
+        }
+        var errPipe: [Int32] = [0, 0]
+        guard yaok_pipe_cloexec(&errPipe) == 0 else {
+            Glibc.close(pair[0]); Glibc.close(pair[1])
+            throw TransportError.system(call: "pipe2", errno: errno)
+        }
+        for f in pair { PosixSocket.setOption(f, SOL_SOCKET, SO_SNDBUF, 1 << 20); PosixSocket.setOption(f, SOL_SOCKET, SO_RCVBUF, 1 << 20) }
+        let exe = Self.hostExecutable
+        let args = [exe, "plugin-host", "--plugin", pluginPath, "--fd", "3", "--memory-limit-mb", String(memoryLimitMB),
+                    "--capabilities", String(capabilities, radix: 16)]
+        var actions = posix_spawn_file_actions_t()
+        posix_spawn_file_actions_init(&actions)
+        defer { posix_spawn_file_actions_destroy(&actions) }
+        posix_spawn_file_actions_adddup2(&actions, pair[1], 3)
+        posix_spawn_file_actions_adddup2(&actions, errPipe[1], 2)
+        let cArgs = args.map { strdup($0) } + [nil]
+        defer { cArgs.forEach { free($0) } }
+        // The Swift runtime's crash report is dozens of lines the hub would cut to its last 10;
+        // without it the plugin's own last words survive. An operator's SWIFT_BACKTRACE wins.
+        var env = ProcessInfo.processInfo.environment
+        if env["SWIFT_BACKTRACE"] == nil { env["SWIFT_BACKTRACE"] = "enable=no" }
+        let cEnv = env.map { strdup("\($0.key)=\($0.value)") } + [nil]
+        defer { cEnv.forEach { free($0) } }
+        var child: pid_t = 0
+        // The child starts with only the ambient capabilities it is granted (under systemd the
+        // hub's own come from AmbientCapabilities=); it then trims the rest itself.
+        let ambient = yaok_ambient_keep_only(capabilities)
+        let rc = posix_spawn(&child, exe, &actions, nil, cArgs, cEnv)
+        yaok_ambient_raise(ambient)
+        Glibc.close(pair[1])
+        Glibc.close(errPipe[1])
+        guard rc == 0 else {
+            Glibc.close(pair[0]); Glibc.close(errPipe[0])
+            throw TransportError.failed("cannot start the plugin process \(exe): \(String(cString: strerror(rc)))")
+        }
+        lock.withLock { fd = pair[0]; pid = child; ended = false; helloWaiter = DispatchSemaphore(value: 0) }
+        let readFD = pair[0], errFD = errPipe[0]
+        Thread.detachNewThread { [self] in readStderr(errFD) }
+        let reader = Thread { [self] in readLoop(readFD) }
+        reader.name = "yaok.plugin-process"
+        reader.start()
+        let waiter = lock.withLock { helloWaiter }
+        guard waiter.wait(timeout: .now() + timeout) == .success, let h = lock.withLock({ hello }) else {
+            kill()
+            let why = lock.withLock { stderrTail.last } ?? "no answer within \(Int(timeout)) s"
+            throw TransportError.failed("the plugin process for \(pluginPath) did not start: \(why)")
+        }
+        return h
+    }
+
+    /// Sends a request and waits for its reply; throws when the process is gone or the wait runs out.
+    func call(timeout: Double, _ make: (UInt32) -> PluginMessage) throws -> (code: Int32, text: String) {
+        let w = Waiter()
+        let (r, socket): (UInt32, Int32) = try lock.withLock {
+            guard !ended, self.fd >= 0 else { throw TransportError.notRunning }
+            let r = nextRequest
+            nextRequest &+= 1
+            waiters[r] = w
+            return (r, self.fd)
+        }
+        let bytes = make(r).encoded
+        let sent = bytes.withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        guard sent == bytes.count else {
+            lock.withLock { waiters[r] = nil }
+            throw TransportError.failed("the plugin process is gone")
+        }
+        guard w.semaphore.wait(timeout: .now() + timeout) == .success else {
+            lock.withLock { waiters[r] = nil }
+            throw PluginProcessError.timedOut(seconds: timeout)
+        }
+        guard let reply = w.reply else { throw TransportError.failed("the plugin process is gone") }
+        return reply
+    }
+
+    /// SIGKILL; the exit is reported through ``Events/exited`` as usual.
+    func kill() {
+        let p = lock.withLock { ended ? 0 : pid }
+        if p > 0 { Glibc.kill(p, SIGKILL) }
+    }
+
+    /// Closes the hub's end: a healthy process exits on its own; one that does not within
+    /// `grace` seconds is killed.
+    func close(grace: Double) {
+        let (f, p) = lock.withLock { (fd, pid) }
+        if f >= 0 { shutdown(f, Int32(SHUT_RDWR)) }
+        let deadline = Date().addingTimeInterval(grace)
+        while Date() < deadline {
+            if lock.withLock({ ended }) { return }
+            usleep(10_000)
+        }
+        if p > 0 { Glibc.kill(p, SIGKILL) }
+    }
+
+    var isRunning: Bool { lock.withLock { !ended && pid > 0 } }
+
+    // MARK: Reading
+
+    private func readLoop(_ fd: Int32) {
+        var buffer = [UInt8](repeating: 0, count: PluginMessage.maxLength)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            guard let message = try? PluginMessage(parsing: Array(buffer[0..<n])) else {
+                events.log(Int32(4), "the plugin process sent a malformed message (\(n) bytes); ignored")
+                continue
+            }
+            dispatch(message, fd: fd)
+        }
+        // The process closed its end: it exited (or is about to). Reap it and say how.
+        let p = lock.withLock { pid }
+        var status: Int32 = 0
+        var how = Exit(code: nil, signal: nil)
+        if p > 0, waitpid(p, &status, 0) == p {
+            // WIFSIGNALED / WEXITSTATUS, spelled out (the C macros are not imported).
+            if status & 0x7f != 0 { how.signal = status & 0x7f } else { how.code = (status >> 8) & 0xff }
+        }
+        let exit = how
+        usleep(20_000) // let the stderr reader take the last lines
+        let (links, waiting, tail): ([LinkID], [Waiter], [String]) = lock.withLock {
+            ended = true
+            exitStatus = exit
+            Glibc.close(self.fd)
+            self.fd = -1
+            defer { upLinks.removeAll(); waiters.removeAll() }
+            return (upLinks.sorted(), Array(waiters.values), stderrTail)
+        }
+        lock.withLock { helloWaiter }.signal()
+        for w in waiting { w.semaphore.signal() }
+        for l in links { events.linkDown(l, "plugin process ended (\(exit))") }
+        events.exited(exit, tail)
+    }
+
+    private func dispatch(_ message: PluginMessage, fd: Int32) {
+        switch message {
+        case .hello(let version, let kind, let pluginVersion):
+            guard version == PluginMessage.version else {
+                events.log(5, "the plugin process speaks protocol version \(version), this hub \(PluginMessage.version)")
+                kill()
+                return
+            }
+            lock.withLock { () -> DispatchSemaphore in hello = (kind, pluginVersion); return helloWaiter }.signal()
+        case .reply(let r, let code, let text):
+            let w = lock.withLock { waiters.removeValue(forKey: r) }
+            w?.reply = (code, text)
+            w?.semaphore.signal()
+        case .sign(let r, let m):
+            // The secret key stays here; the process gets only the signature.
+            let reply = PluginMessage.signature(request: r, signature: sign(m)).encoded
+            _ = reply.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+        // Events go on from this thread, as a plugin's own thread would hand them in process:
+        // the router only queues them (its per-link admission bounds a flood right here), so
+        // it never waits on this thread, which must stay free to read the replies it waits for.
+        case .log(let level, let m): events.log(level, m)
+        case .metric(let kind, let name, let value): events.metric(kind, name, value)
+        case .linkUp(let info):
+            lock.withLock { _ = upLinks.insert(info.id) }
+            events.linkUp(info)
+        case .linkDown(let id, let reason):
+            lock.withLock { _ = upLinks.remove(id) }
+            events.linkDown(id, reason.isEmpty ? nil : reason)
+        case .frame(let id, let f): events.frame(f, id)
+        case .statusChanged: events.statusChanged()
+        case .create, .start, .stop, .send, .status, .signature:
+            events.log(4, "the plugin process sent a hub-to-plugin message; ignored")
+        }
+    }
+
+    private func readStderr(_ fd: Int32) {
+        defer { Glibc.close(fd) }
+        var partial: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = read(fd, &buffer, buffer.count)
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            partial += buffer[0..<n]
+            while let nl = partial.firstIndex(of: 10) {
+                let line = String(decoding: partial[..<nl], as: UTF8.self)
+                partial.removeSubrange(...nl)
+                if line.allSatisfy(\.isWhitespace) { continue }
+                lock.withLock {
+                    stderrTail.append(String(line.prefix(300)))
+                    if stderrTail.count > 10 { stderrTail.removeFirst() }
+                }
+            }
+            // A process that writes without newlines does not grow this without bound.
+            if partial.count > 4096 { partial.removeAll() }
+        }
+    }
+}
+
+enum PluginProcessError: Error, CustomStringConvertible {
+    case timedOut(seconds: Double)
+    var description: String {
+        switch self {
+        case .timedOut(let s): return "the plugin process did not answer within \(s) s"
+        }
+    }
+}

@@ -1,0 +1,166 @@
+import CLinuxProcess
+import CYaokPlugin
+import Foundation
+import YaokPluginKit
+
+/// The plugin-process side (`yaok-hub plugin-host`): the hub's own binary, started by the hub
+/// for one transport instance. It opens the plugin file, drives its unchanged C ABI, and turns
+/// every call and callback into a ``PluginMessage`` on the socket it inherited. It holds no
+/// secret key: signing is a request to the hub. When the hub goes away, so does it.
+public enum PluginProcessMain {
+    /// `--probe PATH`: opens and checks one plugin file and prints what `yaok-hub plugins` shows,
+    /// as JSON, on stdout. The hub never opens plugin code itself: a library whose loading
+    /// crashes takes only this process down.
+    public static func probe(path: String) -> Int32 {
+        let result = PluginLoader.load(path: path, existing: [:])
+        guard let data = try? JSONEncoder().encode(result.discovered) else { return 1 }
+        FileHandle.standardOutput.write(data)
+        return 0
+    }
+
+    /// Serves one plugin instance over `fd` until the hub closes it. Never returns.
+    public static func run(pluginPath: String, fd: Int32, memoryLimitMB: Int, capabilities: UInt64) -> Never {
+        // Before any plugin code runs: die with the hub, gain no privileges from exec, keep only
+        // the capabilities the transport's section grants, and bound memory.
+        _ = yaok_child_hardening()
+        if yaok_limit_capabilities(capabilities) != 0 {
+            FileHandle.standardError.write(Data("cannot limit capabilities: \(String(cString: strerror(errno)))\n".utf8))
+            exit(4)
+        }
+        signal(SIGPIPE, SIG_IGN)
+        if memoryLimitMB > 0 {
+            let bytes = rlim_t(memoryLimitMB) << 20
+            var limit = rlimit(rlim_cur: bytes, rlim_max: bytes)
+            _ = setrlimit(Int32(RLIMIT_AS.rawValue), &limit)
+        }
+        let result = PluginLoader.load(path: pluginPath, existing: [:])
+        guard let plugin = result.plugin else {
+            FileHandle.standardError.write(Data("refused plugin \(pluginPath): \(result.discovered.reason ?? "unknown reason")\n".utf8))
+            exit(3)
+        }
+        let channel = ChildChannel(fd: fd, plugin: plugin)
+        channel.send(.hello(version: PluginMessage.version, kind: plugin.kind, pluginVersion: plugin.version))
+        channel.serve()
+        exit(0)
+    }
+}
+
+/// The plugin process's end of the socket: reads requests, answers them, forwards callbacks.
+private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
+    let fd: Int32
+    let plugin: LoadedPlugin
+    private var driver: InProcessPlugin?
+    /// create/start/stop/status run here, one at a time (the ABI's rule); sends on their own
+    /// queue (the ABI lets `send` overlap `status_json`). The reading thread runs no plugin
+    /// code: a plugin thread waiting for a signature while holding a lock that `send` needs
+    /// must still get its answer.
+    private let control = DispatchQueue(label: "yaok.plugin-host.control")
+    private let data = DispatchQueue(label: "yaok.plugin-host.send")
+    private let lock = NSLock()
+    private var nextSign: UInt32 = 1
+    private var signWaiters: [UInt32: (DispatchSemaphore, [UInt8]?)] = [:]
+
+    init(fd: Int32, plugin: LoadedPlugin) {
+        self.fd = fd
+        self.plugin = plugin
+    }
+
+    func send(_ message: PluginMessage) {
+        let bytes = message.encoded
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+    }
+
+    func serve() {
+        var buffer = [UInt8](repeating: 0, count: PluginMessage.maxLength)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n < 0 && errno == EINTR { continue }
+            // The hub closed its end (or died): nothing more to do here.
+            guard n > 0 else { return }
+            guard let message = try? PluginMessage(parsing: Array(buffer[0..<n])) else { continue }
+            handle(message)
+        }
+    }
+
+    private func handle(_ message: PluginMessage) {
+        switch message {
+        case .create(let r, let key, let kx, let name, let json):
+            control.async { [self] in
+                let d = InProcessPlugin(plugin: plugin, callbacks: self)
+                do {
+                    try d.create(instanceName: name, configJSON: json, signingKey: key, kxKey: kx)
+                    lock.withLock { driver = d }
+                    send(.reply(request: r, code: 0, text: ""))
+                } catch {
+                    send(.reply(request: r, code: 1, text: "\(error)"))
+                }
+            }
+        case .start(let r):
+            control.async { [self] in
+                do {
+                    guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
+                    try d.start()
+                    send(.reply(request: r, code: 0, text: ""))
+                } catch {
+                    send(.reply(request: r, code: 1, text: "\(error)"))
+                }
+            }
+        case .stop(let r):
+            control.async { [self] in
+                let d = lock.withLock { driver }
+                d?.stop()
+                d?.destroy()
+                lock.withLock { driver = nil }
+                send(.reply(request: r, code: 0, text: ""))
+            }
+        case .status(let r):
+            control.async { [self] in
+                send(.reply(request: r, code: 0, text: lock.withLock({ driver })?.statusJSON() ?? ""))
+            }
+        case .send(let r, let link, let frame):
+            data.async { [self] in
+                do {
+                    guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
+                    try d.send(frame, to: link)
+                    send(.reply(request: r, code: 0, text: ""))
+                } catch {
+                    send(.reply(request: r, code: 1, text: "\(error)"))
+                }
+            }
+        case .signature(let r, let sig):
+            lock.withLock {
+                guard let (semaphore, _) = signWaiters[r] else { return }
+                signWaiters[r] = (semaphore, sig.count == 64 ? sig : nil)
+                semaphore.signal()
+            }
+        default:
+            break // a message only the hub receives: ignored
+        }
+    }
+
+    // MARK: PluginCallbacks
+
+    func log(level: Int32, _ message: String) { send(.log(level: level, message: message)) }
+
+    func sign(_ message: [UInt8]) -> [UInt8]? {
+        let semaphore = DispatchSemaphore(value: 0)
+        let r: UInt32 = lock.withLock {
+            let r = nextSign
+            nextSign &+= 1
+            signWaiters[r] = (semaphore, nil)
+            return r
+        }
+        send(.sign(request: r, message: message))
+        let answered = semaphore.wait(timeout: .now() + 5) == .success
+        return lock.withLock {
+            defer { signWaiters[r] = nil }
+            return answered ? signWaiters[r]?.1 : nil
+        }
+    }
+
+    func metric(kind: Int32, name: String, value: Double) { send(.metric(kind: kind, name: name, value: value)) }
+    func linkUp(_ link: LinkInfo) { send(.linkUp(link)) }
+    func linkDown(_ link: LinkID, reason: String?) { send(.linkDown(link: link, reason: reason ?? "")) }
+    func frame(_ frame: [UInt8], link: LinkID) { send(.frame(link: link, frame: frame)) }
+    func statusChanged() { send(.statusChanged) }
+}

@@ -1,0 +1,139 @@
+/*
+ * A transport plugin that fails on purpose, for the supervision tests (PluginIsolationTests)
+ * and the plugin guide's walk-through. One library, one fault per instance, chosen by the
+ * config key `fault`:
+ *   segv_start     segfault in start()
+ *   abort_start    abort() in start()
+ *   segv_thread    start() succeeds; a thread it started segfaults 300 ms later
+ *   exit_thread    a thread calls exit(0) 300 ms after start
+ *   hang_status    status_json() never returns (the heartbeat must catch it)
+ *   memory_hog     a thread allocates and touches memory until malloc fails, then aborts
+ *   log_flood      a thread logs 100 000 lines as fast as it can, then idles
+ *   segv_datagram  listens on UDP 127.0.0.1:<port> and segfaults on the first datagram:
+ *                  a remote peer triggers the bug
+ *   none           behaves
+ * Build: cc -shared -fPIC -I Sources/PluginAPI/Sources/CYaokPlugin/include \
+ *           -o libyaok-plugin-crashy.so Tests/Fixtures/crash_plugin.c -lpthread
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <unistd.h>
+#include "yaok_plugin.h"
+
+struct yaok_transport {
+    const yaok_host_api *host;
+    char fault[32];
+    int port;
+    int running;
+    pthread_t thread;
+};
+
+/* The value of "key" in the host's config JSON ({"values":{"key":{"line":N,"value":V}}}). */
+static const char *value_of(const char *json, const char *key) {
+    char pattern[64];
+    snprintf(pattern, sizeof pattern, "\"%s\"", key);
+    const char *k = strstr(json, pattern);
+    if (!k) return NULL;
+    const char *v = strstr(k, "\"value\":");
+    return v ? v + 8 : NULL;
+}
+
+static yaok_transport *create(const yaok_host_api *host, char *error, size_t error_len) {
+    yaok_transport *t = calloc(1, sizeof *t);
+    t->host = host;
+    strcpy(t->fault, "none");
+    const char *f = value_of(host->config_json, "fault");
+    if (f && *f == '"') sscanf(f + 1, "%31[^\"]", t->fault);
+    const char *p = value_of(host->config_json, "port");
+    if (p) t->port = atoi(p);
+    (void)error; (void)error_len;
+    return t;
+}
+
+/* A real invalid write: to a page mapped with no access (a NULL write is not reliable: a
+ * compiler may drop it as undefined behaviour, and some sandboxes map page zero). */
+static void crash(void) {
+    int *volatile p = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    *p = 1;
+}
+
+static void *fault_thread(void *arg) {
+    yaok_transport *t = arg;
+    if (strcmp(t->fault, "segv_thread") == 0) { usleep(300000); crash(); }
+    if (strcmp(t->fault, "exit_thread") == 0) { usleep(300000); exit(0); }
+    if (strcmp(t->fault, "memory_hog") == 0) {
+        for (;;) {
+            char *block = malloc(8 << 20);
+            if (!block) { fprintf(stderr, "crashy: out of memory\n"); abort(); }
+            memset(block, 1, 8 << 20);
+        }
+    }
+    if (strcmp(t->fault, "log_flood") == 0) {
+        for (int i = 0; i < 100000; i++) t->host->log(t->host->host_ctx, YAOK_LOG_INFO, "crashy: flooding the log");
+    }
+    if (strcmp(t->fault, "segv_datagram") == 0) {
+        int fd = socket(AF_INET, SOCK_DGRAM, 0);
+        struct sockaddr_in a = {0};
+        a.sin_family = AF_INET;
+        a.sin_port = htons((uint16_t)t->port);
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (bind(fd, (struct sockaddr *)&a, sizeof a) != 0) { perror("crashy: bind"); return NULL; }
+        char buf[2048];
+        if (recv(fd, buf, sizeof buf, 0) >= 0) crash();
+    }
+    return NULL;
+}
+
+static int32_t start(yaok_transport *t, char *error, size_t error_len) {
+    (void)error; (void)error_len;
+    if (strcmp(t->fault, "segv_start") == 0) crash();
+    if (strcmp(t->fault, "abort_start") == 0) abort();
+    t->running = 1;
+    pthread_create(&t->thread, NULL, fault_thread, t);
+    pthread_detach(t->thread);
+    t->host->log(t->host->host_ctx, YAOK_LOG_INFO, "crashy started");
+    return 0;
+}
+
+static void stop(yaok_transport *t) { t->running = 0; }
+
+static int32_t send_frame(yaok_transport *t, uint64_t link, const uint8_t *bytes, size_t len, char *error, size_t error_len) {
+    (void)t; (void)bytes; (void)len;
+    snprintf(error, error_len, "link %llu is not up", (unsigned long long)link);
+    return 1;
+}
+
+static char *status_json(yaok_transport *t) {
+    if (strcmp(t->fault, "hang_status") == 0) for (;;) pause();
+    char *s = malloc(256);
+    snprintf(s, 256, "{\"state\":\"%s\",\"reason\":\"crashy (%s)\",\"links\":0,\"peers\":0,"
+             "\"frames_in\":0,\"frames_out\":0,\"bytes_in\":0,\"bytes_out\":0,\"details\":{}}",
+             t->running ? "running" : "starting", t->fault);
+    return s;
+}
+
+static void free_string(char *s) { free(s); }
+static void destroy(yaok_transport *t) { free(t); }
+
+static const yaok_plugin_descriptor descriptor = {
+    .abi_version = YAOK_PLUGIN_ABI_VERSION,
+    .struct_size = sizeof(yaok_plugin_descriptor),
+    .kind = "crashy",
+    .version = "1.0.0",
+    .description = "fails on purpose (supervision tests)",
+    .create = create,
+    .start = start,
+    .stop = stop,
+    .send = send_frame,
+    .status_json = status_json,
+    .free_string = free_string,
+    .destroy = destroy,
+};
+
+const yaok_plugin_descriptor *yaok_plugin_entry(void) { return &descriptor; }

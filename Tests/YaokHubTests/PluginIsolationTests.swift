@@ -1,0 +1,218 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokWire
+@testable import YaokHubCore
+
+/// Every transport runs in its own plugin process: faulty plugins (Tests/Fixtures/crash_plugin.c)
+/// crash, hang, leak and flood next to a working UDP transport in a real hub, and the hub, its
+/// UDP link and a message between two endpoints survive all of it.
+final class PluginIsolationTests: XCTestCase {
+    /// Compiles the crash fixture into `dir` as `libyaok-plugin-<name>.so`.
+    static func buildCrashy(into dir: String, file: String = "libyaok-plugin-crashy.so", version: String? = nil) throws -> String {
+        let output = dir + "/" + file
+        var source = try String(contentsOfFile: TestSupport.repoRoot + "/Tests/Fixtures/crash_plugin.c", encoding: .utf8)
+        if let version { source = source.replacingOccurrences(of: ".version = \"1.0.0\"", with: ".version = \"\(version)\"") }
+        let src = dir + "/crash_plugin_\(UUID().uuidString.prefix(6)).c"
+        try source.write(toFile: src, atomically: true, encoding: .utf8)
+        defer { try? FileManager.default.removeItem(atPath: src) }
+        let include = TestSupport.repoRoot + "/Sources/PluginAPI/Sources/CYaokPlugin/include"
+        let result = try TestSupport.run("/usr/bin/cc", ["-shared", "-fPIC", "-O1", "-I", include, "-o", output, src, "-lpthread"])
+        guard result.status == 0 else { throw NSError(domain: "cc", code: Int(result.status), userInfo: [NSLocalizedDescriptionKey: result.output]) }
+        chmod(output, 0o755)
+        return output
+    }
+
+    func crashySection(_ name: String, _ fault: String, extra: String = "") -> String {
+        """
+          \(name):
+            enabled: true
+            plugin: crashy
+            fault: \(fault)
+        \(extra.isEmpty ? "" : "    " + extra + "\n")
+        """
+    }
+
+    func testFaultyPluginsCrashAndRestartWhileTheHubAndUDPKeepWorking() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let plugins = try TestSupport.pluginDirectory(self)
+        _ = try Self.buildCrashy(into: plugins)
+        let port = HubProcessTests.freePort()
+        let trigger = HubProcessTests.freePort()
+        let faults: [(String, String, String)] = [
+            ("segv_start", "segv_start", ""), ("abort_start", "abort_start", ""), ("segv_thread", "segv_thread", ""),
+            ("exit_thread", "exit_thread", ""), ("memory_hog", "memory_hog", "memory_limit_mb: 256"),
+            ("log_flood", "log_flood", ""), ("segv_datagram", "segv_datagram", "port: \(trigger)"), ("hang_status", "hang_status", ""),
+        ]
+        let extra = faults.map { crashySection($0.0, $0.1, extra: $0.2) }.joined()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port, extra: extra)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+
+        // A remote peer's datagram triggers the bug in segv_datagram once it listens.
+        try TestSupport.waitUntil(timeout: 20, "segv_datagram listening") { try hub.transport("segv_datagram")?.status.state == .running }
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
+        _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+
+        // Meanwhile a message crosses the hub over UDP, exactly once.
+        let alice = Identity.generate(), bob = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+        let message = try seal("still here", from: alice, to: bob)
+        try phone.send(message)
+        _ = try phone.answer(for: message.bundleID)
+
+        let expected: [String: String] = [
+            "segv_start": "SIGSEGV", "abort_start": "SIGABRT", "segv_thread": "SIGSEGV", "exit_thread": "exit code 0",
+            "memory_hog": "SIGABRT", "segv_datagram": "SIGSEGV", "hang_status": "killed: no answer to the heartbeat",
+        ]
+        var seen = ""
+        do {
+            try TestSupport.waitUntil(timeout: 60, "every faulty transport restarted with its reason") {
+                let s = try hub.status().transports
+                seen = s.map { "\($0.name): restarts \($0.restarts ?? 0), last \($0.lastExit ?? "-"), \($0.status.state) \($0.status.reason)" }.joined(separator: "\n")
+                return expected.allSatisfy { name, exit in
+                    guard let t = s.first(where: { $0.name == name }) else { return false }
+                    return (t.restarts ?? 0) >= 1 && (t.lastExit ?? "").hasPrefix(exit)
+                }
+            }
+        } catch {
+            XCTFail("transports:\n\(seen)")
+            throw error
+        }
+        let bobPeer = try RawPeer(identity: bob, role: .endpoint, hubPort: port)
+        XCTAssertEqual(try deliveries(of: message.bundleID, to: bobPeer), 1, "the message crossed the hub while its plugins crashed")
+        let udp = try XCTUnwrap(hub.transport("udp"))
+        XCTAssertEqual(udp.status.state, .running)
+        XCTAssertEqual(udp.restarts ?? 0, 0, "the UDP transport's process never went down")
+        XCTAssertNotNil(udp.pid)
+        XCTAssertNotEqual(udp.pid, hub.process.processIdentifier, "UDP runs in its own process")
+        let flood = try XCTUnwrap(hub.transport("log_flood"))
+        XCTAssertEqual(flood.restarts ?? 0, 0, "a noisy plugin is rate-limited, not restarted")
+        try TestSupport.waitUntil(timeout: 20, "log lines dropped and counted") { hub.log.contains("log lines from the plugin dropped") }
+        XCTAssertLessThan(hub.log.components(separatedBy: "crashy: flooding the log").count, 2_000, "the flood did not reach the log")
+        XCTAssertTrue(hub.log.contains("crashy: out of memory"), "the last stderr lines of a crashed process are logged")
+
+        // A plugin that crashes at every start ends failed, with the reason, and stays down.
+        try TestSupport.waitUntil(timeout: 60, "segv_start gives up") {
+            try hub.transport("segv_start")?.status.reason == "crashed 5 times in 60 s (last: SIGSEGV)"
+        }
+        let failed = try XCTUnwrap(hub.transport("segv_start"))
+        XCTAssertEqual(failed.status.state, .failed)
+        XCTAssertNil(failed.pid)
+        XCTAssertNil(failed.nextRetryInSeconds)
+        let text = try TestSupport.run(try TestSupport.product("yaok-hub"), ["status", "--config", hub.configPath]).output
+        XCTAssertTrue(text.contains("crashed 5 times in 60 s (last: SIGSEGV)"), text)
+
+        // SIGHUP gives it another chance: a new process, which crashes again.
+        hub.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 20, "segv_start tried again after SIGHUP") {
+            try hub.transport("segv_start")?.status.reason == "plugin process ended (SIGSEGV); restarting"
+        }
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
+    }
+
+    /// A section the plugin refuses on SIGHUP leaves the running instance (same process, same
+    /// links) alone, and the log says why.
+    func testABadSectionOnSIGHUPKeepsTheRunningInstance() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let plugins = try TestSupport.pluginDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        let alice = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+        try TestSupport.waitUntil(timeout: 10, "the phone's link") { try hub.status().router.links.count == 1 }
+        let pid = try XCTUnwrap(hub.transport("udp")?.pid)
+
+        try config.replacingOccurrences(of: "keepalive_s: 1", with: "keepalive_s: 1\n    no_such_key: 5")
+            .write(toFile: hub.configPath, atomically: true, encoding: .utf8)
+        hub.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 20, "the refusal logged") { hub.log.contains("reload: keeping transport udp as it runs; its new section is refused") }
+        XCTAssertTrue(hub.log.contains("no_such_key"), hub.log.suffix(2000).description)
+        XCTAssertEqual(try hub.transport("udp")?.pid, pid, "the same process")
+        XCTAssertEqual(try hub.status().router.links.count, 1, "the phone's link stayed up")
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
+        _ = phone
+    }
+
+    /// Each plugin process keeps only the capabilities its section grants (default by kind:
+    /// none for UDP), in its effective and bounding sets, and cannot gain privileges by exec.
+    func testAPluginProcessHasOnlyTheCapabilitiesItsSectionGrants() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let plugins = try TestSupport.pluginDirectory(self)
+        _ = try Self.buildCrashy(into: plugins)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port,
+                                            extra: crashySection("raw", "none", extra: "capabilities: [net_raw]"))
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        try TestSupport.waitUntil(timeout: 20, "raw running") { try hub.transport("raw")?.status.state == .running }
+        func field(_ pid: Int32, _ name: String) throws -> UInt64 {
+            let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
+            let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix(name + ":") })
+            return try XCTUnwrap(UInt64(line.split(separator: "\t").last.map(String.init) ?? "", radix: 16))
+        }
+        let udp = try XCTUnwrap(hub.transport("udp")?.pid)
+        let raw = try XCTUnwrap(hub.transport("raw")?.pid)
+        XCTAssertEqual(try field(udp, "CapEff"), 0, "UDP needs no capability")
+        XCTAssertEqual(try field(udp, "CapPrm"), 0)
+        XCTAssertEqual(try field(udp, "NoNewPrivs"), 1)
+        let hubEff = try field(hub.process.processIdentifier, "CapEff")
+        let netRaw: UInt64 = 1 << 13
+        XCTAssertEqual(try field(raw, "CapEff") & ~netRaw, 0, "nothing but CAP_NET_RAW")
+        XCTAssertEqual(try field(raw, "CapBnd") & ~netRaw, 0, "nothing else can be regained by exec")
+        if hubEff & netRaw != 0 {
+            XCTAssertEqual(try field(raw, "CapEff"), netRaw, "the granted capability is kept")
+        }
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running, "UDP works without capabilities")
+    }
+
+    /// `cp` over a loaded plugin file used to kill every hub that had it mapped; now only that
+    /// plugin's process can notice. Installing a new version by rename + SIGHUP runs it.
+    func testOverwritingAPluginInPlaceCannotKillTheHubAndRenamePlusSIGHUPUpgrades() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let plugins = try TestSupport.pluginDirectory(self)
+        let installed = try Self.buildCrashy(into: plugins)
+        let staging = try TestSupport.temporaryDirectory(self)
+        let v2 = try Self.buildCrashy(into: staging, version: "2.0.0")
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port, extra: crashySection("calm", "none"))
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        try TestSupport.waitUntil(timeout: 20, "calm running") { try hub.transport("calm")?.status.state == .running }
+        let firstPID = try XCTUnwrap(hub.transport("calm")?.pid)
+
+        // Overwrite in place, as `cp` does (same inode, new bytes).
+        let bytes = try Data(contentsOf: URL(fileURLWithPath: v2))
+        let handle = try XCTUnwrap(FileHandle(forWritingAtPath: installed))
+        handle.truncateFile(atOffset: 0)
+        handle.write(bytes)
+        handle.closeFile()
+        usleep(500_000)
+        XCTAssertNotNil(try? hub.status(), "the hub survived the overwrite")
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
+
+        // The documented way: install to a temporary name, rename over, SIGHUP.
+        let temp = plugins + "/.libyaok-plugin-crashy.so.new"
+        try FileManager.default.copyItem(atPath: v2, toPath: temp)
+        chmod(temp, 0o755)
+        XCTAssertEqual(rename(temp, installed), 0)
+        hub.signal(SIGHUP)
+        try TestSupport.waitUntil(timeout: 20, "calm runs version 2.0.0 in a new process") {
+            let t = try hub.transport("calm")
+            return t?.pluginVersion == "2.0.0" && t?.status.state == .running && t?.pid != firstPID
+        }
+        struct Listing: Decodable { var plugins: [DiscoveredPlugin] }
+        let listed = try JSONDecoder().decode(Listing.self, from: hub.client.request("plugins")).plugins
+        XCTAssertEqual(listed.first { $0.kind == "crashy" }?.version, "2.0.0")
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
+    }
+}

@@ -1,0 +1,83 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+@testable import YaokHubCore
+
+/// What the process boundary costs (printed, never asserted): `send` round trips to a plugin in
+/// its own process vs. the same plugin driven in this process, and the cold start of five plugin
+/// processes. Docs/performance.md, "Plugin processes", reports the figures.
+final class PluginProcessBenchmarkTests: XCTestCase {
+    final class Sink: PluginCallbacks, @unchecked Sendable {
+        func log(level: Int32, _ message: String) {}
+        func sign(_ message: [UInt8]) -> [UInt8]? { [UInt8](repeating: 0, count: 64) }
+        func metric(kind: Int32, name: String, value: Double) {}
+        func linkUp(_ link: LinkInfo) {}
+        func linkDown(_ link: LinkID, reason: String?) {}
+        func frame(_ frame: [UInt8], link: LinkID) {}
+        func statusChanged() {}
+    }
+
+    final class Counter: @unchecked Sendable {
+        private let lock = NSLock()
+        private var count = 0
+        func add() { lock.withLock { count += 1 } }
+        var value: Int { lock.withLock { count } }
+    }
+
+    func testBenchmarkSendAcrossTheProcessBoundary() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let path = try PluginIsolationTests.buildCrashy(into: dir)
+        let config = #"{"path":"transports.bench","values":{"fault":{"line":1,"value":"none"}}}"#
+        let n = 20_000
+
+        let loaded = try XCTUnwrap(PluginLoader.load(path: path, existing: [:]).plugin)
+        let sink = Sink()
+        let direct = InProcessPlugin(plugin: loaded, callbacks: sink)
+        try direct.create(instanceName: "bench", configJSON: config, signingKey: [UInt8](repeating: 1, count: 32), kxKey: [UInt8](repeating: 2, count: 32))
+        try direct.start()
+        defer { direct.stop(); direct.destroy() }
+
+        let process = PluginProcess(pluginPath: path, sign: { _ in [UInt8](repeating: 0, count: 64) }, events: .init())
+        let t0 = Date()
+        _ = try process.spawn(memoryLimitMB: 1024)
+        let spawnMs = Date().timeIntervalSince(t0) * 1000
+        _ = try process.call(timeout: 5) { .create(request: $0, signingKey: [UInt8](repeating: 1, count: 32), kxKey: [UInt8](repeating: 2, count: 32), instance: "bench", configJSON: config) }
+        _ = try process.call(timeout: 5) { .start(request: $0) }
+        defer { process.close(grace: 1) }
+
+        for size in [200, 1_500] {
+            let frame = [UInt8](repeating: 7, count: size)
+            var start = Date()
+            for _ in 0..<n { _ = try? direct.send(frame, to: 1) }
+            let inProcess = Date().timeIntervalSince(start) / Double(n) * 1e6
+            start = Date()
+            for _ in 0..<n { _ = try process.call(timeout: 5) { .send(request: $0, link: 1, frame: frame) } }
+            let across = Date().timeIntervalSince(start) / Double(n) * 1e6
+            print(String(format: "BENCH plugin send %5d B: in process %.2f µs, across the process boundary %.1f µs (%.0f frames/s), added %.1f µs",
+                         size, inProcess, across, 1e6 / across, across - inProcess))
+        }
+
+        // Cold start: five plugin processes at once, each to its hello and a created instance.
+        let start = Date()
+        let group = DispatchGroup()
+        let failures = Counter()
+        var processes: [PluginProcess] = []
+        for _ in 0..<5 {
+            let p = PluginProcess(pluginPath: path, sign: { _ in [] }, events: .init())
+            processes.append(p)
+            group.enter()
+            DispatchQueue.global().async {
+                defer { group.leave() }
+                do {
+                    _ = try p.spawn(memoryLimitMB: 1024)
+                    _ = try p.call(timeout: 5) { .create(request: $0, signingKey: [UInt8](repeating: 1, count: 32), kxKey: [UInt8](repeating: 2, count: 32), instance: "bench", configJSON: config) }
+                } catch { failures.add() }
+            }
+        }
+        group.wait()
+        let coldMs = Date().timeIntervalSince(start) * 1000
+        for p in processes { p.close(grace: 1) }
+        XCTAssertEqual(failures.value, 0)
+        print(String(format: "BENCH plugin processes: one spawned to its hello in %.1f ms; five at once to created instances in %.1f ms", spawnMs, coldMs))
+    }
+}
