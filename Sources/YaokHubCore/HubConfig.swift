@@ -115,7 +115,7 @@ public struct HubConfig: Sendable, Equatable {
         public static func defaultCapabilities(kind: String) -> [String] {
             switch kind {
             case "ble": return ["net_admin", "net_raw"]
-            case "wifi-direct": return ["net_admin", "net_bind_service", "net_raw"]
+            case "wifidirect": return ["net_admin", "net_bind_service", "net_raw"]
             default: return []
             }
         }

@@ -41,6 +41,45 @@ final class ConfigTests: XCTestCase {
         }
     }
 
+    /// Host-level keys of a transport section (the plugin never sees them): the plugin
+    /// process's capabilities by kind (the kinds the in-tree plugins export) and memory bound.
+    func testPluginProcessCapabilitiesAndMemoryLimitPerSection() throws {
+        let yaml = """
+        transports:
+          udp:
+            enabled: true
+          ble:
+            enabled: true
+          wifi-direct:
+            enabled: true
+            plugin: wifidirect
+          mesh:
+            enabled: true
+            capabilities: [net_raw]
+            memory_limit_mb: 256
+
+        """
+        let c = try HubConfig.parse(yaml: yaml, source: "t")
+        func section(_ n: String) throws -> HubConfig.TransportSection { try XCTUnwrap(c.transport(named: n)) }
+        XCTAssertEqual(try section("udp").capabilities, [])
+        XCTAssertEqual(try section("ble").capabilities, ["net_admin", "net_raw"])
+        XCTAssertEqual(try section("wifi-direct").capabilities, ["net_admin", "net_bind_service", "net_raw"])
+        XCTAssertEqual(try section("wifi-direct").capabilityMask, 1 << 10 | 1 << 12 | 1 << 13)
+        XCTAssertEqual(try section("mesh").capabilities, ["net_raw"])
+        XCTAssertEqual(try section("mesh").memoryLimitMB, 256)
+        XCTAssertEqual(try section("udp").memoryLimitMB, 1024)
+        XCTAssertNil(try section("mesh").section.value("capabilities"), "the plugin never sees host-level keys")
+        XCTAssertNil(try section("mesh").section.value("memory_limit_mb"))
+        XCTAssertThrowsError(try HubConfig.parse(yaml: "transports:\n  udp:\n    enabled: true\n    capabilities: [sys_admin]\n", source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "transports.udp.capabilities")
+            XCTAssertEqual((error as? ConfigError)?.line, 4)
+            XCTAssertTrue("\(error)".contains("unknown capability"), "\(error)")
+        }
+        XCTAssertThrowsError(try HubConfig.parse(yaml: "transports:\n  udp:\n    enabled: true\n    memory_limit_mb: 10\n", source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "transports.udp.memory_limit_mb")
+        }
+    }
+
     func testOutOfRangeAndBadChoice() {
         XCTAssertThrowsError(try HubConfig.parse(yaml: "router:\n  hop_limit: 999\n", source: "t")) { error in
             XCTAssertEqual((error as? ConfigError)?.keyPath, "router.hop_limit")

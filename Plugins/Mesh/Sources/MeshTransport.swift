@@ -109,6 +109,7 @@ public final class MeshTransport: Transport, @unchecked Sendable {
             "handshake_failures": String(c.handshakeFailures),
             "refused_role": String(c.refusedRole),
             "refused_max_sessions": String(c.refusedFull),
+            "half_open_evicted": String(c.halfOpenEvicted),
             "duplicates_closed": String(c.duplicatesClosed),
             "unsealed_frames": String(c.unsealedFrames),
             "disconnects_misbehaviour": String(c.misbehaviourDisconnects),

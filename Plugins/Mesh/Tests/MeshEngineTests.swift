@@ -284,6 +284,27 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.neighbours.count, 2, "the established links are untouched")
     }
 
+    /// Connections that never finish their handshake hold a slot only until a peer that does
+    /// needs it: with the table full, the oldest unfinished one gives way.
+    func testUnfinishedHandshakesGiveWayToAPeerThatCompletesOne() throws {
+        let r = EventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(2)]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        let silent1 = try RawPeer(port: port)
+        let deadline = Date().addingTimeInterval(5)
+        while engine.snapshot.sessions < 1 && Date() < deadline { usleep(10_000) }
+        let silent2 = try RawPeer(port: port)
+        while engine.snapshot.sessions < 2 && Date() < deadline { usleep(10_000) }
+        XCTAssertEqual(engine.snapshot.sessions, 2, "the table is full of unfinished handshakes")
+        let honest = try RawPeer(port: port)
+        XCTAssertTrue(honest.handshake(as: bob, role: .hub))
+        r.wait("the honest peer's link") { $0.ups.count == 1 }
+        XCTAssertTrue(silent1.waitForClose(timeout: 5), "the oldest unfinished handshake made room")
+        XCTAssertEqual(engine.snapshot.counters.halfOpenEvicted, 1)
+        XCTAssertEqual(engine.snapshot.counters.refusedFull, 0)
+        _ = silent2
+    }
+
     /// Round 1: 32 throwaway "hub" keys filled the mesh's 32 sessions. Now one address holds at
     /// most four inbound sessions, whatever keys it shows, and the rest are refused at once.
     func testOneAddressCannotFillTheSessionTable() throws {

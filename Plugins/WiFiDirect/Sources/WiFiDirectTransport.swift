@@ -525,6 +525,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 "unsealed_frames": "\(retired.unsealedFrames + c.unsealedFrames)",
                 "disconnects_misbehaviour": "\(retired.misbehaviourDisconnects + c.misbehaviourDisconnects)",
                 "read_timeouts": "\(retired.idleTimeouts + c.idleTimeouts)",
+                "half_open_evicted": "\(retired.halfOpenEvicted + c.halfOpenEvicted)",
                 "rate_limit_disconnects": "\(retired.rateLimitDisconnects + c.rateLimitDisconnects)",
                 "service_queries": "\(serviceQueries)",
             ]

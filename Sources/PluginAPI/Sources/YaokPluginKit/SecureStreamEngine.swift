@@ -104,6 +104,8 @@ public final class SecureStreamEngine: @unchecked Sendable {
         /// Episodes of a peer held back by `maxFramesPerSecond`, and peers disconnected for staying over it.
         public var throttled: UInt64 = 0, rateLimitDisconnects: UInt64 = 0
         public var idleTimeouts: UInt64 = 0, queueFull: UInt64 = 0
+        /// Inbound handshakes closed to make room when the table was full.
+        public var halfOpenEvicted: UInt64 = 0
         public init() {}
     }
 
@@ -393,6 +395,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
             // One address may hold only a few inbound sessions, and slots the owner keeps for its
             // own dials stay free: throwaway keys from one machine cannot fill the table.
             let fromSameHost = sessions.values.filter { !$0.outbound && $0.remote.host == remote.host }.count
+            // A full table gives up its oldest inbound handshake (it has proven nothing yet) rather
+            // than refuse: connections that never finish cannot keep an honest peer out.
+            if sessions.count + reserved >= settings.maxSessions, fromSameHost < settings.maxInboundPerHost,
+               let oldest = sessions.values.filter({ !$0.outbound && $0.state == .handshaking }).min(by: { $0.stateSinceMs < $1.stateSinceMs }) {
+                counters.halfOpenEvicted += 1
+                close(oldest, reason: "\(oldest.remote) had not finished its handshake and the session table is full", level: .debug, goodbye: false)
+            }
             guard sessions.count + reserved < settings.maxSessions, fromSameHost < settings.maxInboundPerHost else {
                 counters.refusedFull += 1
                 // Log the 1st, 2nd, 4th, 8th... refusal: a connection flood must not flood the log.
@@ -761,6 +770,7 @@ extension SecureStreamEngine.Counters {
         c.unsealedFrames = a.unsealedFrames + b.unsealedFrames; c.misbehaviourDisconnects = a.misbehaviourDisconnects + b.misbehaviourDisconnects
         c.throttled = a.throttled + b.throttled; c.rateLimitDisconnects = a.rateLimitDisconnects + b.rateLimitDisconnects
         c.idleTimeouts = a.idleTimeouts + b.idleTimeouts; c.queueFull = a.queueFull + b.queueFull
+        c.halfOpenEvicted = a.halfOpenEvicted + b.halfOpenEvicted
         return c
     }
 }
