@@ -107,15 +107,18 @@ public struct HubConfig: Sendable, Equatable {
 
         /// Capability names a section may list, and their `CAP_*` numbers.
         public static let capabilityNumbers: [String: Int] = [
-            "net_bind_service": 10, "net_broadcast": 11, "net_admin": 12, "net_raw": 13,
+            "kill": 5, "setgid": 6, "setuid": 7, "net_bind_service": 10, "net_broadcast": 11, "net_admin": 12, "net_raw": 13,
         ]
 
         /// What each in-tree plugin needs: BLE opens raw HCI sockets and configures the adapter;
-        /// Wi-Fi Direct runs wpa_supplicant, dnsmasq (DHCP on port 67) and `ip`. Others need none.
+        /// Wi-Fi Direct runs wpa_supplicant (packet sockets), dnsmasq (DHCP on port 67; started
+        /// as root it drops to nobody/dip, which takes setuid/setgid, and then only kill can end
+        /// it) and `ip`. Others need none. Under the packaged unit the hub is not root and its
+        /// bounding set has only the net_* ones, so the others are never actually held there.
         public static func defaultCapabilities(kind: String) -> [String] {
             switch kind {
             case "ble": return ["net_admin", "net_raw"]
-            case "wifidirect": return ["net_admin", "net_bind_service", "net_raw"]
+            case "wifidirect": return ["net_admin", "net_bind_service", "net_raw", "setgid", "setuid", "kill"]
             default: return []
             }
         }

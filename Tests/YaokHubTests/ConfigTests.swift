@@ -63,8 +63,8 @@ final class ConfigTests: XCTestCase {
         func section(_ n: String) throws -> HubConfig.TransportSection { try XCTUnwrap(c.transport(named: n)) }
         XCTAssertEqual(try section("udp").capabilities, [])
         XCTAssertEqual(try section("ble").capabilities, ["net_admin", "net_raw"])
-        XCTAssertEqual(try section("wifi-direct").capabilities, ["net_admin", "net_bind_service", "net_raw"])
-        XCTAssertEqual(try section("wifi-direct").capabilityMask, 1 << 10 | 1 << 12 | 1 << 13)
+        XCTAssertEqual(try section("wifi-direct").capabilities, ["net_admin", "net_bind_service", "net_raw", "setgid", "setuid", "kill"])
+        XCTAssertEqual(try section("wifi-direct").capabilityMask, 1 << 5 | 1 << 6 | 1 << 7 | 1 << 10 | 1 << 12 | 1 << 13)
         XCTAssertEqual(try section("mesh").capabilities, ["net_raw"])
         XCTAssertEqual(try section("mesh").memoryLimitMB, 256)
         XCTAssertEqual(try section("udp").memoryLimitMB, 1024)

@@ -96,7 +96,10 @@ public final class ChildProcess: @unchecked Sendable {
         while process.isRunning && Date() < deadline { usleep(20_000) }
         if process.isRunning {
             kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
+            // Bounded: a child that changed its user (dnsmasq drops to nobody) cannot be signalled
+            // without CAP_KILL, and the caller must not hang on it.
+            let end = Date().addingTimeInterval(2)
+            while process.isRunning && Date() < end { usleep(20_000) }
         }
     }
 
