@@ -30,8 +30,8 @@ final class PluginProcess: @unchecked Sendable {
         var statusChanged: @Sendable () -> Void = {}
         var metric: @Sendable (Int32, String, Double) -> Void = { _, _, _ in }
         var log: @Sendable (Int32, String) -> Void = { _, _ in }
-        /// The process ended; `stderr` holds its last lines.
-        var exited: @Sendable (Exit, [String]) -> Void = { _, _ in }
+        /// The process (its PID) ended; `stderr` holds its last lines.
+        var exited: @Sendable (Exit, [String], pid_t) -> Void = { _, _, _ in }
     }
 
     /// The binary that serves `plugin-host`: `$YAOK_PLUGIN_HOST`, this binary when it is
@@ -204,7 +204,7 @@ final class PluginProcess: @unchecked Sendable {
         lock.withLock { helloWaiter }.signal()
         for w in waiting { w.semaphore.signal() }
         for l in links { events.linkDown(l, "plugin process ended (\(exit))") }
-        events.exited(exit, tail)
+        events.exited(exit, tail, p)
     }
 
     private func dispatch(_ message: PluginMessage, fd: Int32) {

@@ -162,8 +162,6 @@ public final class TransportHost: @unchecked Sendable {
             p.close(grace: 0.5)
             throw TransportHostError.createFailed(transport: name, reason: "\(plugin.path) now provides kind \"\(hello.kind)\", not \"\(plugin.kind)\"")
         }
-        lock.withLock { process = p; runningVersion = hello.version }
-        metrics?.record(instance: name, kind: YAOK_METRIC_GAUGE_SET, name: "plugin_pid", value: Double(p.pid))
         let reply: (code: Int32, text: String)
         do {
             reply = try p.call(timeout: 10) {
@@ -177,6 +175,10 @@ public final class TransportHost: @unchecked Sendable {
             p.close(grace: 0.5)
             throw TransportHostError.createFailed(transport: name, reason: reply.text)
         }
+        // Only now is it this transport's process: the end of one that failed to become it
+        // is the caller's error, not a crash to count and restart.
+        lock.withLock { process = p; runningVersion = hello.version }
+        metrics?.record(instance: name, kind: YAOK_METRIC_GAUGE_SET, name: "plugin_pid", value: Double(p.pid))
     }
 
     /// Signalled when the first start attempt has returned, whatever its outcome.
@@ -299,7 +301,7 @@ public final class TransportHost: @unchecked Sendable {
             metrics?.record(instance: self.name, kind: yaok_metric_kind(UInt32(bitPattern: kind)), name: name, value: value)
         }
         e.log = { [weak self] level, message in self?.pluginLog(level, message) }
-        e.exited = { [weak self] exit, tail in self?.processExited(exit, stderr: tail) }
+        e.exited = { [weak self] exit, tail, pid in self?.processExited(exit, stderr: tail, pid: pid) }
         return e
     }
 
@@ -320,7 +322,8 @@ public final class TransportHost: @unchecked Sendable {
         logger.log(level: levels[Int(max(0, min(6, level)))], "\(String(message.prefix(2000)))", metadata: ["plugin": .string(plugin.kind)])
     }
 
-    private func processExited(_ exit: PluginProcess.Exit, stderr: [String]) {
+    private func processExited(_ exit: PluginProcess.Exit, stderr: [String], pid ended: pid_t) {
+        guard lock.withLock({ process?.pid == ended }) else { return }
         let (expected, why, pid): (Bool, String, Int32) = lock.withLock {
             let why = killReason.map { "killed: \($0)" } ?? exit.description
             killReason = nil
@@ -362,7 +365,7 @@ public final class TransportHost: @unchecked Sendable {
         } catch {
             logger.error("transport \(name): cannot restart its plugin process: \(error)")
             // Counts as a crash: the same backoff and the same crash-loop limit.
-            processExited(PluginProcess.Exit(code: nil, signal: nil), stderr: [])
+            processExited(PluginProcess.Exit(code: nil, signal: nil), stderr: [], pid: lock.withLock { process?.pid ?? 0 })
             lock.withLock { lastExit = "\(error)" }
         }
     }
