@@ -20,8 +20,7 @@ public enum ConfigCheck {
         var problems: [Problem] = []
         // Public keys only: validation never signs.
         let crypto = HostCrypto(signingKey: [UInt8](repeating: 0, count: 32), kxKey: [UInt8](repeating: 0, count: 32),
-                                sign: { _ in [UInt8](repeating: 0, count: 64) }, verify: { _, _, _ in false },
-                                random: { [UInt8](repeating: 0, count: $0) })
+                                sign: { _ in [UInt8](repeating: 0, count: 64) })
         final class NoEvents: TransportEventHandler {
             func linkUp(_ link: LinkInfo, on transport: TransportHost) {}
             func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {}

@@ -108,9 +108,7 @@ public final class Hub: @unchecked Sendable {
     private var hostCrypto: HostCrypto {
         let signing = identity.signingKeyPair
         return HostCrypto(signingKey: identity.signingKey, kxKey: identity.kxKey,
-                          sign: { signing.sign($0) },
-                          verify: { key, message, signature in SigningKeyPair.verify(signature: signature, message: message, publicKey: key) },
-                          random: { Random.bytes($0) })
+                          sign: { signing.sign($0) })
     }
 
     /// Starts router, transports and control socket; tells systemd it is ready.

@@ -3,22 +3,18 @@ import Foundation
 import Logging
 import YaokPluginKit
 
-/// What the host's crypto offers plugins: signing with the hub key (the secret never
-/// leaves the host), verification and randomness.
+/// The hub's identity as plugin processes see it: its public keys, and signing with its secret
+/// key, which never leaves the hub (verification and randomness need no secret and are answered
+/// inside each plugin process).
 public struct HostCrypto: Sendable {
     public var signingKey: [UInt8]
     public var kxKey: [UInt8]
     public var sign: @Sendable ([UInt8]) -> [UInt8]
-    public var verify: @Sendable (_ publicKey: [UInt8], _ message: [UInt8], _ signature: [UInt8]) -> Bool
-    public var random: @Sendable (Int) -> [UInt8]
 
-    public init(signingKey: [UInt8], kxKey: [UInt8], sign: @escaping @Sendable ([UInt8]) -> [UInt8],
-                verify: @escaping @Sendable ([UInt8], [UInt8], [UInt8]) -> Bool, random: @escaping @Sendable (Int) -> [UInt8]) {
+    public init(signingKey: [UInt8], kxKey: [UInt8], sign: @escaping @Sendable ([UInt8]) -> [UInt8]) {
         self.signingKey = signingKey
         self.kxKey = kxKey
         self.sign = sign
-        self.verify = verify
-        self.random = random
     }
 }
 
