@@ -29,7 +29,7 @@ public enum ConfigCheck {
         }
         let handler = NoEvents()
         for section in config.transports where section.enabled {
-            guard let plugin = catalog.loaded[section.kind] else {
+            guard let plugin = catalog.plugin(for: section) else {
                 problems.append(Problem(transport: section.name, message: catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: dirs)))
                 continue
             }

@@ -238,10 +238,11 @@ public final class Hub: @unchecked Sendable {
     private func applyTransports(_ newConfig: HubConfig) {
         let wanted = Dictionary(uniqueKeysWithValues: newConfig.transports.filter(\.enabled).map { ($0.name, $0) })
         func unchanged(_ host: TransportHost, _ section: HubConfig.TransportSection) -> Bool {
-            let replaced = catalog.loaded[host.plugin.kind].map { $0.fileIdentity != host.plugin.fileIdentity } ?? false
+            let replaced = host.plugin.command != nil ? host.plugin.isReplaced
+                : catalog.loaded[host.plugin.kind].map { $0.fileIdentity != host.plugin.fileIdentity } ?? false
             return section.kind == host.section.kind && section.settings == host.section.settings
                 && section.peerRoles == host.section.peerRoles && section.memoryLimitMB == host.section.memoryLimitMB
-                && section.capabilities == host.section.capabilities
+                && section.capabilities == host.section.capabilities && section.command == host.section.command
                 && !replaced && !host.isCrashLooping
         }
         for (name, host) in transports where wanted[name] == nil {
@@ -261,7 +262,7 @@ public final class Hub: @unchecked Sendable {
         for section in newConfig.transports where section.enabled {
             let old = transports[section.name]
             if let old, unchanged(old, section) { continue }
-            guard let plugin = catalog.loaded[section.kind] else {
+            guard let plugin = catalog.plugin(for: section) else {
                 let reason = catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: pluginDirectories)
                 if old != nil {
                     logger.error("reload: keeping transport \(section.name) as it runs: \(reason)")
@@ -285,7 +286,7 @@ public final class Hub: @unchecked Sendable {
             }
             if let old {
                 let why = old.isCrashLooping ? ": restarting it after its crash loop"
-                    : old.plugin.fileIdentity != plugin.fileIdentity ? ": its plugin file was replaced" : ": its section changed"
+                    : old.plugin.fileIdentity != plugin.fileIdentity ? ": its plugin file (or program) was replaced" : ": its section changed"
                 logger.info("restarting transport \(section.name)\(why)")
                 old.shutdown()
                 router.forgetLinks(of: section.name)

@@ -104,6 +104,10 @@ public struct HubConfig: Sendable, Equatable {
         /// Linux capabilities its plugin process keeps (`capabilities`, host-level; default by
         /// kind: ``defaultCapabilities(kind:)``). Every other one is dropped before plugin code runs.
         public var capabilities: [String] = []
+        /// A standalone program serving the section instead of a plugin library (`command`,
+        /// host-level): its argument vector, the program an absolute path. It speaks
+        /// Docs/plugin-protocol.md on fd 3.
+        public var command: [String]?
 
         /// Capability names a section may list, and their `CAP_*` numbers.
         public static let capabilityNumbers: [String: Int] = [
@@ -212,6 +216,7 @@ extension HubConfig {
                 let rolesEntry = entries.removeValue(forKey: "peer_roles")
                 let memoryEntry = entries.removeValue(forKey: "memory_limit_mb")
                 let capabilitiesEntry = entries.removeValue(forKey: "capabilities")
+                let commandEntry = entries.removeValue(forKey: "command")
                 let section = ConfigSection(path: path, line: line, entries: entries)
                 guard section.value("enabled") != nil else {
                     throw section.error("enabled", "is required (true or false)")
@@ -247,8 +252,25 @@ extension HubConfig {
                         capabilities.append(name)
                     }
                 }
+                var command: [String]?
+                if let commandEntry {
+                    let problem = "expected the program and its arguments as a list of strings, the program an absolute path, e.g. [/usr/bin/python3, /etc/yaok-hub/transport.py]"
+                    guard case .list(let items) = commandEntry.value, !items.isEmpty else {
+                        throw ConfigError(keyPath: "\(path).command", line: commandEntry.line, message: problem)
+                    }
+                    command = try items.map { item in
+                        guard case .string(let s) = item, !s.isEmpty, !s.contains("\0") else {
+                            throw ConfigError(keyPath: "\(path).command", line: commandEntry.line, message: problem)
+                        }
+                        return s
+                    }
+                    guard command![0].hasPrefix("/") else {
+                        throw ConfigError(keyPath: "\(path).command", line: commandEntry.line,
+                                          message: "the program \"\(command![0])\" must be an absolute path (the hub does not search PATH)")
+                    }
+                }
                 config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, peerRoles: roles, section: section,
-                                                          memoryLimitMB: memory, capabilities: capabilities))
+                                                          memoryLimitMB: memory, capabilities: capabilities, command: command))
             }
         }
         return config

@@ -27,13 +27,35 @@ public final class LoadedPlugin: @unchecked Sendable {
     public let fileIdentity: String
     let descriptor: UnsafePointer<yaok_plugin_descriptor>?
 
+    /// The argument vector when a standalone program serves the transport (`command:`), not a library.
+    public let command: [String]?
+
     init(path: String, kind: String, version: String, descriptor: UnsafePointer<yaok_plugin_descriptor>?) {
         self.path = path
         self.kind = kind
         self.version = version
         self.descriptor = descriptor
         self.fileIdentity = PluginLoader.fileIdentity(path)
+        self.command = nil
     }
+
+    /// A standalone program (`command:`); its version is what its hello says.
+    init(command: [String], kind: String) {
+        self.path = command.joined(separator: " ")
+        self.kind = kind
+        self.version = "?"
+        self.descriptor = nil
+        self.command = command
+        self.fileIdentity = Self.identity(of: command)
+    }
+
+    /// Every argument naming a file (the program, its script) as it is now: a replaced one is a new program.
+    static func identity(of command: [String]) -> String {
+        command.filter { FileManager.default.fileExists(atPath: $0) }.map(PluginLoader.fileIdentity).joined(separator: ",")
+    }
+
+    /// Whether the file (or, for a program, any file it names) was replaced since it was probed.
+    public var isReplaced: Bool { command.map { Self.identity(of: $0) != fileIdentity } ?? false }
 }
 
 /// The result of a plugin scan.
@@ -42,6 +64,12 @@ public struct PluginCatalog: Sendable {
     public var loaded: [String: LoadedPlugin] = [:]
     /// Directories scanned, with a refusal reason for unsafe or missing ones.
     public var directories: [(path: String, problem: String?)] = []
+
+    /// What serves a section: its program (`command:`), else the plugin of its kind.
+    public func plugin(for section: HubConfig.TransportSection) -> LoadedPlugin? {
+        if let command = section.command { return LoadedPlugin(command: command, kind: section.kind) }
+        return loaded[section.kind]
+    }
 
     /// Why no plugin serves `kind`: the refusal of a file that claimed it or is named for it
     /// (wrong ABI, permissions, a crash while loading), else where the hub looked.

@@ -28,6 +28,8 @@ final class PluginProcess: @unchecked Sendable {
         var linkDown: @Sendable (LinkID, String?) -> Void = { _, _ in }
         var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
         var statusChanged: @Sendable () -> Void = {}
+        /// A pipelined `send` the plugin refused, with its reason (the frame is handed back).
+        var sendFailed: @Sendable ([UInt8], LinkID, String) -> Void = { _, _, _ in }
         var metric: @Sendable (Int32, String, Double) -> Void = { _, _, _ in }
         var log: @Sendable (Int32, String) -> Void = { _, _ in }
         /// The process (its PID) ended; `stderr` holds its last lines.
@@ -44,8 +46,12 @@ final class PluginProcess: @unchecked Sendable {
     }
 
     let pluginPath: String
+    /// A standalone program (`command:`) run in place of `yaok-hub plugin-host --plugin`.
+    let command: [String]?
     let sign: @Sendable ([UInt8]) -> [UInt8]
     private let events: Events
+    /// Link sessions the hub runs for the program's carriers.
+    private let carriers: CarrierLinks
     private let lock = NSLock()
     private var fd: Int32 = -1
     private(set) var pid: pid_t = 0
@@ -54,6 +60,12 @@ final class PluginProcess: @unchecked Sendable {
     private var helloWaiter = DispatchSemaphore(value: 0)
     private var hello: (kind: String, version: String)?
     private var upLinks = Set<LinkID>()
+    /// Sends written and not yet answered: the frame (handed back if refused) and when it went.
+    private var posted: [UInt32: (frame: [UInt8], link: LinkID, at: UInt64)] = [:]
+    /// Room for pipelined sends: a plugin that stops answering blocks its sender at most ``sendTimeout``.
+    private let postCredits = DispatchSemaphore(value: PluginProcess.postWindow)
+    /// Sends in flight to one process at once.
+    static let postWindow = 256
     private var stderrTail: [String] = []
     private var ended = false
     private var exitStatus: Exit?
@@ -63,10 +75,14 @@ final class PluginProcess: @unchecked Sendable {
         var reply: (Int32, String)?
     }
 
-    init(pluginPath: String, sign: @escaping @Sendable ([UInt8]) -> [UInt8], events: Events) {
+    /// `signingKey` and `kxKey` are the hub's public keys: carriers' link sessions run here and present them.
+    init(pluginPath: String, command: [String]? = nil, signingKey: [UInt8] = [], kxKey: [UInt8] = [],
+         sign: @escaping @Sendable ([UInt8]) -> [UInt8], events: Events) {
         self.pluginPath = pluginPath
+        self.command = command
         self.sign = sign
         self.events = events
+        self.carriers = CarrierLinks(identity: HostLinkIdentity(crypto: HostCrypto(signingKey: signingKey, kxKey: kxKey, sign: sign)))
     }
 
     /// Starts the process and waits (at most `timeout`) for its hello: the plugin file opened and passed its checks.
@@ -82,8 +98,10 @@ final class PluginProcess: @unchecked Sendable {
         }
         for f in pair { PosixSocket.setOption(f, SOL_SOCKET, SO_SNDBUF, 1 << 20); PosixSocket.setOption(f, SOL_SOCKET, SO_RCVBUF, 1 << 20) }
         let exe = Self.hostExecutable
-        let args = [exe, "plugin-host", "--plugin", pluginPath, "--fd", "3", "--memory-limit-mb", String(memoryLimitMB),
-                    "--capabilities", String(capabilities, radix: 16)]
+        let limits = ["--fd", "3", "--memory-limit-mb", String(memoryLimitMB), "--capabilities", String(capabilities, radix: 16)]
+        // A program gets the same sandbox: plugin-host sets it up, then becomes the program.
+        let args = command.map { [exe, "plugin-host"] + limits + ["--exec", "--"] + $0 }
+            ?? [exe, "plugin-host", "--plugin", pluginPath] + limits
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
@@ -148,6 +166,74 @@ final class PluginProcess: @unchecked Sendable {
         return reply
     }
 
+    /// Hands a frame to the process for `link` without waiting for the plugin: a carrier's frame
+    /// is sealed here and passed on; any other is a `send` request whose answer comes later
+    /// (a refusal through ``Events/sendFailed``). At most ``postWindow`` wait for answers; when
+    /// that many do, this waits up to `timeout` for room and then throws ``PluginProcessError/timedOut(seconds:)``.
+    func sendFrame(_ frame: [UInt8], to link: LinkID, timeout: Double) throws {
+        guard carriers.isCarrier(link) else { return try post(frame, to: link, timeout: timeout) }
+        let message = try carriers.seal(frame, on: link)
+        guard let socket = lock.withLock({ ended ? nil : fd }), socket >= 0 else { throw TransportError.notRunning }
+        // Never block the router on a program that stopped reading: a full socket is back-pressure.
+        guard write(message, to: socket, blocking: false) else {
+            throw TransportError.failed(errno == EAGAIN ? "the program is not reading (its socket buffer is full)" : "the program is gone")
+        }
+    }
+
+    private func post(_ frame: [UInt8], to link: LinkID, timeout: Double) throws {
+        guard postCredits.wait(timeout: .now() + timeout) == .success else { throw PluginProcessError.timedOut(seconds: timeout) }
+        let (r, socket): (UInt32, Int32) = try lock.withLock {
+            guard !ended, self.fd >= 0 else { postCredits.signal(); throw TransportError.notRunning }
+            let r = nextRequest
+            nextRequest &+= 1
+            posted[r] = (frame, link, DispatchTime.now().uptimeNanoseconds)
+            return (r, self.fd)
+        }
+        guard write(.send(request: r, link: link, frame: frame), to: socket) else {
+            if lock.withLock({ posted.removeValue(forKey: r) }) != nil { postCredits.signal() }
+            throw TransportError.failed("the plugin process is gone")
+        }
+    }
+
+    /// Sends written and not yet answered.
+    var unansweredSends: Int { lock.withLock { posted.count } }
+
+    /// How long the oldest unanswered send has waited, seconds (0: none waits).
+    var oldestSendWait: Double {
+        lock.withLock {
+            guard let oldest = posted.values.map(\.at).min() else { return 0 }
+            return Double(DispatchTime.now().uptimeNanoseconds - oldest) / 1e9
+        }
+    }
+
+    /// Ends carrier handshakes that did not finish in time (called with the heartbeat).
+    func expireCarriers() {
+        guard let socket = lock.withLock({ ended ? nil : fd }) else { return }
+        perform(carriers.expire(), fd: socket)
+    }
+
+    private func write(_ message: PluginMessage, to socket: Int32, blocking: Bool = true) -> Bool {
+        let bytes = message.encoded
+        let flags = Int32(MSG_NOSIGNAL) | (blocking ? 0 : Int32(MSG_DONTWAIT))
+        return bytes.withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, flags) } == bytes.count
+    }
+
+    private func perform(_ effects: [CarrierLinks.Effect], fd: Int32) {
+        for effect in effects {
+            switch effect {
+            case .send(let m): _ = write(m, to: fd)
+            case .linkUp(let info):
+                lock.withLock { _ = upLinks.insert(info.id) }
+                events.linkUp(info)
+            case .frame(let f, let id): events.frame(f, id)
+            case .linkDown(let id, let reason):
+                lock.withLock { _ = upLinks.remove(id) }
+                events.linkDown(id, reason)
+            case .log(let level, let m): events.log(level, m)
+            }
+        }
+    }
+
     /// SIGKILL; the exit is reported through ``Events/exited`` as usual.
     func kill() {
         let p = lock.withLock { ended ? 0 : pid }
@@ -198,7 +284,10 @@ final class PluginProcess: @unchecked Sendable {
             exitStatus = exit
             Glibc.close(self.fd)
             self.fd = -1
-            defer { upLinks.removeAll(); waiters.removeAll() }
+            defer { upLinks.removeAll(); waiters.removeAll(); carriers.reset() }
+            // Senders waiting for room wake up and find the process gone.
+            for _ in posted { postCredits.signal() }
+            posted.removeAll()
             return (upLinks.sorted(), Array(waiters.values), stderrTail)
         }
         lock.withLock { helloWaiter }.signal()
@@ -217,6 +306,11 @@ final class PluginProcess: @unchecked Sendable {
             }
             lock.withLock { () -> DispatchSemaphore in hello = (kind, pluginVersion); return helloWaiter }.signal()
         case .reply(let r, let code, let text):
+            if let sent = lock.withLock({ posted.removeValue(forKey: r) }) {
+                postCredits.signal()
+                if code != 0 { events.sendFailed(sent.frame, sent.link, text) }
+                return
+            }
             let w = lock.withLock { waiters.removeValue(forKey: r) }
             w?.reply = (code, text)
             w?.semaphore.signal()
@@ -233,13 +327,26 @@ final class PluginProcess: @unchecked Sendable {
             lock.withLock { _ = upLinks.insert(info.id) }
             events.linkUp(info)
         case .linkDown(let id, let reason):
+            // A carrier's link was up only if its handshake finished.
+            if carriers.isCarrier(id) && !carriers.down(id) { return }
             lock.withLock { _ = upLinks.remove(id) }
             events.linkDown(id, reason.isEmpty ? nil : reason)
         case .frame(let id, let f): events.frame(f, id)
         case .statusChanged: events.statusChanged()
-        case .create, .start, .stop, .send, .status, .signature:
+        case .carrierUp(let info): perform(carriers.up(info), fd: fd)
+        case .carrierRecord(let id, let record): perform(carriers.record(record, on: id), fd: fd)
+        case .create, .start, .stop, .send, .status, .signature, .carrierSend, .carrierClose:
             events.log(4, "the plugin process sent a hub-to-plugin message; ignored")
         }
+    }
+
+    private static let traceNote = "(stack trace: "
+
+    /// `Current stack trace:` or a numbered frame (`3    libswiftCore.so    0x00007f… symbol + 221`).
+    static func isStackTraceLine(_ line: String) -> Bool {
+        if line.hasPrefix("Current stack trace:") { return true }
+        let fields = line.split(separator: " ", omittingEmptySubsequences: true)
+        return fields.count >= 3 && fields[0].allSatisfy(\.isNumber) && fields[2].hasPrefix("0x")
     }
 
     private func readStderr(_ fd: Int32) {
@@ -256,7 +363,14 @@ final class PluginProcess: @unchecked Sendable {
                 partial.removeSubrange(...nl)
                 if line.allSatisfy(\.isWhitespace) { continue }
                 lock.withLock {
-                    stderrTail.append(String(line.prefix(300)))
+                    // A stack trace (Swift's "Current stack trace:" and its numbered frames) would
+                    // push the plugin's own last words out of the 10 lines kept: count it instead.
+                    if Self.isStackTraceLine(line) {
+                        let frames = (stderrTail.last?.hasPrefix(Self.traceNote) == true ? Int(stderrTail.removeLast().dropFirst(Self.traceNote.count).prefix { $0.isNumber }) ?? 0 : 0) + 1
+                        stderrTail.append("\(Self.traceNote)\(frames) lines, not shown)")
+                    } else {
+                        stderrTail.append(String(line.prefix(300)))
+                    }
                     if stderrTail.count > 10 { stderrTail.removeFirst() }
                 }
             }

@@ -18,21 +18,37 @@ public enum PluginProcessMain {
         return 0
     }
 
-    /// Serves one plugin instance over `fd` until the hub closes it. Never returns.
-    public static func run(pluginPath: String, fd: Int32, memoryLimitMB: Int, capabilities: UInt64) -> Never {
-        // Before any plugin code runs: die with the hub, gain no privileges from exec, keep only
-        // the capabilities the transport's section grants, and bound memory.
+    /// Before any plugin code runs: die with the hub, gain no privileges from exec, keep only
+    /// the capabilities the transport's section grants, and bound memory.
+    private static func sandbox(memoryLimitMB: Int, capabilities: UInt64) {
         _ = yaok_child_hardening()
         if yaok_limit_capabilities(capabilities) != 0 {
             FileHandle.standardError.write(Data("cannot limit capabilities: \(String(cString: strerror(errno)))\n".utf8))
             exit(4)
         }
-        signal(SIGPIPE, SIG_IGN)
         if memoryLimitMB > 0 {
             let bytes = rlim_t(memoryLimitMB) << 20
             var limit = rlimit(rlim_cur: bytes, rlim_max: bytes)
             _ = setrlimit(Int32(RLIMIT_AS.rawValue), &limit)
         }
+    }
+
+    /// `--exec -- PROGRAM ARGS…`: sets up the same sandbox, then becomes the standalone program
+    /// (`command:`), which inherits the socket on fd 3, the parent-death signal, no-new-privileges,
+    /// the capabilities (as ambient ones) and the memory bound. Returns only if exec failed.
+    public static func exec(_ argv: [String], memoryLimitMB: Int, capabilities: UInt64) -> Int32 {
+        guard let program = argv.first else { return 2 }
+        sandbox(memoryLimitMB: memoryLimitMB, capabilities: capabilities)
+        let cArgs = argv.map { strdup($0) } + [nil]
+        execv(program, cArgs)
+        FileHandle.standardError.write(Data("cannot run \(program): \(String(cString: strerror(errno)))\n".utf8))
+        return 127
+    }
+
+    /// Serves one plugin instance over `fd` until the hub closes it. Never returns.
+    public static func run(pluginPath: String, fd: Int32, memoryLimitMB: Int, capabilities: UInt64) -> Never {
+        sandbox(memoryLimitMB: memoryLimitMB, capabilities: capabilities)
+        signal(SIGPIPE, SIG_IGN)
         let result = PluginLoader.load(path: pluginPath, existing: [:])
         guard let plugin = result.plugin else {
             FileHandle.standardError.write(Data("refused plugin \(pluginPath): \(result.discovered.reason ?? "unknown reason")\n".utf8))

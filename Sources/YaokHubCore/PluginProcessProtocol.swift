@@ -15,6 +15,10 @@ public enum PluginMessage: Equatable, Sendable {
     case status(request: UInt32)
     /// The answer to ``sign(request:message:)``; an empty signature means refused.
     case signature(request: UInt32, signature: [UInt8])
+    /// A link record (hello, reply, sealed frame) for the peer at the end of a carrier.
+    case carrierSend(link: UInt64, record: [UInt8])
+    /// The hub ends a carrier (a failed handshake, a refused peer): close the connection.
+    case carrierClose(link: UInt64, reason: String)
 
     // Plugin process → hub
     /// First message after the plugin file was opened and checked.
@@ -28,6 +32,10 @@ public enum PluginMessage: Equatable, Sendable {
     case linkDown(link: UInt64, reason: String)
     case frame(link: UInt64, frame: [UInt8])
     case statusChanged
+    /// A connection whose link session the hub runs (a program that cannot run it itself).
+    case carrierUp(CarrierInfo)
+    /// One whole link record that arrived on a carrier.
+    case carrierRecord(link: UInt64, record: [UInt8])
 
     /// The protocol version both ends speak; a process announcing another is refused.
     public static let version: UInt16 = 1
@@ -36,8 +44,9 @@ public enum PluginMessage: Equatable, Sendable {
 
     enum Tag: UInt8 {
         case create = 0x01, start = 0x02, stop = 0x03, send = 0x04, status = 0x05, signature = 0x06
+        case carrierSend = 0x07, carrierClose = 0x08
         case hello = 0x80, reply = 0x81, log = 0x82, sign = 0x83, metric = 0x84, linkUp = 0x85, linkDown = 0x86
-        case frame = 0x87, statusChanged = 0x88
+        case frame = 0x87, statusChanged = 0x88, carrierUp = 0x89, carrierRecord = 0x8A
     }
 
     public var encoded: [UInt8] {
@@ -63,6 +72,12 @@ public enum PluginMessage: Equatable, Sendable {
         case .linkDown(let link, let reason): w.u8(Tag.linkDown.rawValue); w.u64(link); w.raw(Array(reason.utf8))
         case .frame(let link, let frame): w.u8(Tag.frame.rawValue); w.u64(link); w.raw(frame)
         case .statusChanged: w.u8(Tag.statusChanged.rawValue)
+        case .carrierSend(let link, let record): w.u8(Tag.carrierSend.rawValue); w.u64(link); w.raw(record)
+        case .carrierClose(let link, let reason): w.u8(Tag.carrierClose.rawValue); w.u64(link); w.raw(Array(reason.utf8))
+        case .carrierUp(let c):
+            w.u8(Tag.carrierUp.rawValue); w.u64(c.id); w.u8(c.dialled ? 1 : 0); w.u32(UInt32(clamping: c.mtu)); w.u32(UInt32(clamping: c.cost))
+            str(c.kind); str(c.remote ?? "")
+        case .carrierRecord(let link, let record): w.u8(Tag.carrierRecord.rawValue); w.u64(link); w.raw(record)
         }
         return w.bytes
     }
@@ -103,7 +118,32 @@ public enum PluginMessage: Equatable, Sendable {
         case .linkDown: self = .linkDown(link: try r.u64(), reason: String(decoding: try rest(), as: UTF8.self))
         case .frame: self = .frame(link: try r.u64(), frame: try rest())
         case .statusChanged: self = .statusChanged
+        case .carrierSend: self = .carrierSend(link: try r.u64(), record: try rest())
+        case .carrierClose: self = .carrierClose(link: try r.u64(), reason: String(decoding: try rest(), as: UTF8.self))
+        case .carrierUp:
+            let id = try r.u64(), dialled = try r.u8()
+            guard dialled <= 1 else { throw WireError.badLength(what: "plugin-process carrierUp", detail: "dialled flag \(dialled), not 0 or 1") }
+            let mtu = Int(try r.u32()), cost = Int(try r.u32()), kind = try str(), remote = try str()
+            self = .carrierUp(CarrierInfo(id: id, dialled: dialled == 1, mtu: mtu, cost: cost, kind: kind, remote: remote.isEmpty ? nil : remote))
+        case .carrierRecord: self = .carrierRecord(link: try r.u64(), record: try rest())
         }
         try r.expectEnd()
+    }
+}
+
+/// A carrier: a connection a standalone program made or accepted, over which the hub runs the
+/// link session itself (the program moves whole link records and nothing else).
+public struct CarrierInfo: Equatable, Sendable {
+    public var id: UInt64
+    /// This side connected out: the hub is the handshake's initiator.
+    public var dialled: Bool
+    /// The largest record the carrier moves; the link's MTU is this less the sealing overhead.
+    public var mtu: Int
+    public var cost: Int
+    public var kind: String
+    public var remote: String?
+
+    public init(id: UInt64, dialled: Bool, mtu: Int, cost: Int, kind: String, remote: String?) {
+        self.id = id; self.dialled = dialled; self.mtu = mtu; self.cost = cost; self.kind = kind; self.remote = remote
     }
 }

@@ -228,6 +228,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         queue.async { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
     }
 
+    /// A plugin refused a frame after `send` returned (sends to plugin processes are pipelined):
+    /// a bundle it refused is no longer in flight on that link, exactly as if `send` had thrown.
+    public func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost) {
+        queue.async {
+            let key = LinkKey(transport: transport.name, link: link)
+            self.logger.warning("send on \(key) failed: \(reason)")
+            guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.bundle.rawValue,
+                  let id = (try? YaokWire.Bundle(parsing: record.value))?.envelope.bundleID,
+                  let l = self.links[key], l.inFlight[id] != nil else { return }
+            l.inFlight[id] = nil
+            self.failAttemptIfStillInFlight(id, nowMs: self.now())
+        }
+    }
+
     /// The per-link rate limit and backlog bound apply here, on the plugin's thread, before
     /// any work is queued: a flooding link costs a lock and a counter, and cannot grow the
     /// router's queue or delay other links.

@@ -24,6 +24,12 @@ public protocol TransportEventHandler: AnyObject, Sendable {
     func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost)
     func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost)
     func statusChanged(on transport: TransportHost)
+    /// The plugin refused a frame it was handed (sends are pipelined, so this comes later).
+    func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost)
+}
+
+extension TransportEventHandler {
+    public func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost) {}
 }
 
 /// Records plugin metrics.
@@ -91,6 +97,7 @@ public final class TransportHost: @unchecked Sendable {
     private var lastStatus: TransportStatus?
     private var logBudget = TokenBucket(capacity: 200, nowMs: 0)
     private var logsDropped = 0
+    private var sendWatchArmed = false
     private let queue: DispatchQueue
 
     /// Backoff for failed starts and restarts: 1 s doubling to at most 60 s.
@@ -147,7 +154,8 @@ public final class TransportHost: @unchecked Sendable {
     }
 
     private func spawnAndCreate() throws {
-        let p = PluginProcess(pluginPath: plugin.path, sign: { [crypto] in crypto.sign($0) }, events: processEvents())
+        let p = PluginProcess(pluginPath: plugin.path, command: plugin.command, signingKey: crypto.signingKey, kxKey: crypto.kxKey,
+                              sign: { [crypto] in crypto.sign($0) }, events: processEvents())
         let hello: (kind: String, version: String)
         do {
             hello = try p.spawn(memoryLimitMB: section.memoryLimitMB, capabilities: section.capabilityMask)
@@ -156,7 +164,10 @@ public final class TransportHost: @unchecked Sendable {
         }
         guard hello.kind == plugin.kind else {
             p.close(grace: 0.5)
-            throw TransportHostError.createFailed(transport: name, reason: "\(plugin.path) now provides kind \"\(hello.kind)\", not \"\(plugin.kind)\"")
+            let why = plugin.command != nil
+                ? "the program says it is kind \"\(hello.kind)\"; set `plugin: \(hello.kind)` in transports.\(name) if that is what you mean"
+                : "\(plugin.path) now provides kind \"\(hello.kind)\", not \"\(plugin.kind)\""
+            throw TransportHostError.createFailed(transport: name, reason: why)
         }
         let reply: (code: Int32, text: String)
         do {
@@ -259,17 +270,34 @@ public final class TransportHost: @unchecked Sendable {
     /// Whether it crashed too often and waits for the config to change or SIGHUP.
     public var isCrashLooping: Bool { lock.withLock { crashLoop != nil } }
 
-    /// Sends a frame on a link.
+    /// Sends a frame on a link. The plugin's answer is not awaited (sends are pipelined across
+    /// the process boundary): a refusal reaches the handler's `sendFailed`; a plugin that leaves
+    /// a send unanswered for ``sendTimeout`` is killed.
     public func send(_ frame: [UInt8], to link: LinkID) throws {
         guard let p = lock.withLock({ process }) else { throw TransportError.notRunning }
-        let reply: (code: Int32, text: String)
         do {
-            reply = try p.call(timeout: Self.sendTimeout) { .send(request: $0, link: link, frame: frame) }
+            try p.sendFrame(frame, to: link, timeout: Self.sendTimeout)
         } catch PluginProcessError.timedOut {
             kill(p, because: "send did not return within \(Self.sendTimeout) s")
             throw TransportError.failed("transport \(name) did not take the frame within \(Self.sendTimeout) s")
         }
-        guard reply.code == 0 else { throw TransportError.failed(reply.text) }
+        watchSends(p, after: Self.sendTimeout)
+    }
+
+    /// One timer at a time checks that the oldest unanswered send is younger than
+    /// ``sendTimeout``; a plugin stuck in `send` is killed within twice that.
+    private func watchSends(_ p: PluginProcess, after delay: Double) {
+        guard lock.withLock({ () -> Bool in defer { sendWatchArmed = true }; return !sendWatchArmed }) else { return }
+        DispatchQueue.global().asyncAfter(deadline: .now() + delay) { [weak self, weak p] in
+            guard let self, let p else { return }
+            lock.withLock { self.sendWatchArmed = false }
+            let waited = p.oldestSendWait
+            if waited > Self.sendTimeout {
+                kill(p, because: "send did not return within \(Self.sendTimeout) s")
+            } else if waited > 0 {
+                watchSends(p, after: Self.sendTimeout - waited + 0.05)
+            }
+        }
     }
 
     // MARK: Supervision
@@ -287,6 +315,10 @@ public final class TransportHost: @unchecked Sendable {
         e.frame = { [weak self] frame, id in
             guard let self else { return }
             handler?.frameReceived(frame, link: id, on: self)
+        }
+        e.sendFailed = { [weak self] frame, id, reason in
+            guard let self else { return }
+            handler?.sendFailed(frame, link: id, reason: reason, on: self)
         }
         e.statusChanged = { [weak self] in
             guard let self else { return }
@@ -376,6 +408,7 @@ public final class TransportHost: @unchecked Sendable {
 
     private func beat() {
         guard let p = lock.withLock({ stopping ? nil : process }), p.isRunning else { return }
+        p.expireCarriers()
         do {
             let reply = try p.call(timeout: Self.heartbeatTimeout) { .status(request: $0) }
             if let s = try? JSONDecoder().decode(TransportStatus.self, from: Data(reply.text.utf8)) { lock.withLock { lastStatus = s } }

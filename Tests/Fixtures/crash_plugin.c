@@ -11,6 +11,8 @@
  *   log_flood      a thread logs 100 000 lines as fast as it can, then idles
  *   segv_datagram  listens on UDP 127.0.0.1:<port> and segfaults on the first datagram:
  *                  a remote peer triggers the bug
+ *   hang_send      reports a link to the endpoint whose Ed25519 key is `peer_key` (hex),
+ *                  and loops forever in send(): the hub's send bound must catch it
  *   none           behaves
  * Build: cc -shared -fPIC -I Sources/PluginAPI/Sources/CYaokPlugin/include \
  *           -o libyaok-plugin-crashy.so Tests/Fixtures/crash_plugin.c -lpthread
@@ -30,6 +32,7 @@ struct yaok_transport {
     const yaok_host_api *host;
     char fault[32];
     int port;
+    uint8_t peer_key[32];
     int running;
     pthread_t thread;
 };
@@ -52,6 +55,9 @@ static yaok_transport *create(const yaok_host_api *host, char *error, size_t err
     if (f && *f == '"') sscanf(f + 1, "%31[^\"]", t->fault);
     const char *p = value_of(host->config_json, "port");
     if (p) t->port = atoi(p);
+    const char *k = value_of(host->config_json, "peer_key");
+    if (k && *k == '"')
+        for (int i = 0; i < 32; i++) { unsigned b = 0; sscanf(k + 1 + 2 * i, "%2x", &b); t->peer_key[i] = (uint8_t)b; }
     (void)error; (void)error_len;
     return t;
 }
@@ -95,6 +101,12 @@ static int32_t start(yaok_transport *t, char *error, size_t error_len) {
     if (strcmp(t->fault, "segv_start") == 0) crash();
     if (strcmp(t->fault, "abort_start") == 0) abort();
     t->running = 1;
+    if (strcmp(t->fault, "hang_send") == 0) {
+        yaok_link_info link = { .abi_version = YAOK_PLUGIN_ABI_VERSION, .struct_size = sizeof link, .link_id = 1,
+                                .peer_role = YAOK_PEER_ENDPOINT, .mtu = 65000, .cost = 1, .link_kind = "crashy", .remote = "nowhere" };
+        memcpy(link.peer_signing_key, t->peer_key, 32);
+        t->host->link_up(t->host->host_ctx, &link);
+    }
     pthread_create(&t->thread, NULL, fault_thread, t);
     pthread_detach(t->thread);
     t->host->log(t->host->host_ctx, YAOK_LOG_INFO, "crashy started");
@@ -104,7 +116,8 @@ static int32_t start(yaok_transport *t, char *error, size_t error_len) {
 static void stop(yaok_transport *t) { t->running = 0; }
 
 static int32_t send_frame(yaok_transport *t, uint64_t link, const uint8_t *bytes, size_t len, char *error, size_t error_len) {
-    (void)t; (void)bytes; (void)len;
+    (void)bytes; (void)len;
+    if (strcmp(t->fault, "hang_send") == 0) for (volatile int spin = 1; spin;) {}
     snprintf(error, error_len, "link %llu is not up", (unsigned long long)link);
     return 1;
 }

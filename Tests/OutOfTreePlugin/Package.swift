@@ -9,6 +9,9 @@ let package = Package(
     products: [
         // The product name becomes the file name: libyaok-plugin-echo.so
         .library(name: "yaok-plugin-echo", type: .dynamic, targets: ["YaokEcho"]),
+        // Not part of the example: a Swift plugin that traps on a received datagram, for the
+        // hub's supervision tests (built here to share this package's build of the kit).
+        .library(name: "yaok-plugin-swiftfault", type: .dynamic, targets: ["YaokSwiftFault"]),
     ],
     dependencies: [
         .package(name: "YaokPluginAPI", path: "../../Sources/PluginAPI"),
@@ -18,6 +21,10 @@ let package = Package(
             name: "YaokEcho",
             dependencies: [.product(name: "YaokPluginKit", package: "YaokPluginAPI")],
             // Bind the plugin's own symbols first, so its copy of the kit stays its own.
+            linkerSettings: [.unsafeFlags(["-Xlinker", "-Bsymbolic"])]),
+        .target(
+            name: "YaokSwiftFault",
+            dependencies: [.product(name: "YaokPluginKit", package: "YaokPluginAPI")],
             linkerSettings: [.unsafeFlags(["-Xlinker", "-Bsymbolic"])]),
     ]
 )

@@ -40,7 +40,10 @@ final class PluginIsolationTests: XCTestCase {
         _ = try Self.buildCrashy(into: plugins)
         let port = HubProcessTests.freePort()
         let trigger = HubProcessTests.freePort()
+        // hang_send reports bob attached on its link, so the router sends bob's mail into its hanging send().
+        let alice = Identity.generate(), bob = Identity.generate()
         let faults: [(String, String, String)] = [
+            ("hang_send", "hang_send", "peer_key: \"\(Hex.encode(bob.signingKey))\""),
             ("segv_start", "segv_start", ""), ("abort_start", "abort_start", ""), ("segv_thread", "segv_thread", ""),
             ("exit_thread", "exit_thread", ""), ("memory_hog", "memory_hog", "memory_limit_mb: 256"),
             ("log_flood", "log_flood", ""), ("segv_datagram", "segv_datagram", "port: \(trigger)"), ("hang_status", "hang_status", ""),
@@ -59,7 +62,6 @@ final class PluginIsolationTests: XCTestCase {
         _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
 
         // Meanwhile a message crosses the hub over UDP, exactly once.
-        let alice = Identity.generate(), bob = Identity.generate()
         let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
         let message = try seal("still here", from: alice, to: bob)
         try phone.send(message)
@@ -68,6 +70,7 @@ final class PluginIsolationTests: XCTestCase {
         let expected: [String: String] = [
             "segv_start": "SIGSEGV", "abort_start": "SIGABRT", "segv_thread": "SIGSEGV", "exit_thread": "exit code 0",
             "memory_hog": "SIGABRT", "segv_datagram": "SIGSEGV", "hang_status": "killed: no answer to the heartbeat",
+            "hang_send": "killed: send did not return within 2",
         ]
         var seen = ""
         do {
