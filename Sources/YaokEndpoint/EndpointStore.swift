@@ -89,6 +89,9 @@ public final class EndpointStore: @unchecked Sendable {
             """)
         try db.execute("CREATE TABLE IF NOT EXISTS seen_bundles (bundle_id BLOB PRIMARY KEY, expires_ms INTEGER NOT NULL);")
         try migrateMessageIDTables()
+        // The session asks for the oldest pending items after every acknowledgement: without
+        // this index each ask read (and decrypted) the whole outbox, bundles and all.
+        try db.execute("CREATE INDEX IF NOT EXISTS outbox_by_state ON outbox (state, created_ms);")
         try db.execute("""
             CREATE TABLE IF NOT EXISTS security_events (id INTEGER PRIMARY KEY AUTOINCREMENT, at_ms INTEGER NOT NULL,
                 kind TEXT NOT NULL, sender TEXT NOT NULL, message_id BLOB NOT NULL);

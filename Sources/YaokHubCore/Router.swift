@@ -47,6 +47,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Counters shown in status.
     public struct Counters: Sendable, Codable, Equatable {
+        /// Group commits, and the router work items (frames, link events, ticks) they covered.
+        public var groupCommits = 0
+        public var groupCommitItems = 0
         public var accepted = 0
         public var duplicates = 0
         public var refusedMalformed = 0
@@ -157,6 +160,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The latest relay registration each attached endpoint gave us (the relay checks it).
     private var registrations: [[UInt8]: [UInt8]] = [:]
     private var timer: DispatchSourceTimer?
+    /// Group commit: the open transaction, the frames waiting for it, the items it covers.
+    private var groupOpen = false
+    private var groupItems = 0
+    private var commitQueued = false
+    private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?)] = []
+    /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
+    /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
+    /// that depends on the group (a custody ack) left before it.
+    static let testCommitDelayUs: UInt32 = UInt32(ProcessInfo.processInfo.environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
+    /// A group closes after this many work items even if more are queued.
+    static let maxGroupItems = 1024
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
     private let now: @Sendable () -> Int64
@@ -190,7 +204,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + 1, repeating: 1)
-        timer.setEventHandler { [weak self] in self?.tick() }
+        timer.setEventHandler { [weak self] in self?.grouped { self?.tick() } }
         timer.resume()
         self.timer = timer
     }
@@ -199,13 +213,71 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     public func stop() {
         timer?.cancel()
         timer = nil
-        queue.sync {}
+        queue.sync { commitGroup() }
+    }
+
+    // MARK: Group commit
+
+    /// Runs router work on its queue inside the open group transaction.
+    private func work(_ body: @escaping () -> Void) {
+        queue.async { self.grouped(body) }
+    }
+
+    /// Every state change the router makes joins one transaction, opened by the first work item
+    /// after a commit. The commit is queued behind whatever work is already waiting, so it covers
+    /// all of it: one fsync for a burst of frames from every link, none when idle. Frames that
+    /// depend on the changes (custody acks, refusals, bundles marked in flight, everything) are
+    /// held until the commit returns: custody is acknowledged only once durably taken.
+    private func grouped(_ body: () -> Void) {
+        if !groupOpen {
+            do {
+                try store.database.beginGroup()
+                groupOpen = true
+            } catch {
+                logger.error("store: cannot open a group transaction, each change commits alone: \(error)")
+            }
+        }
+        body()
+        groupItems += 1
+        if groupItems >= Self.maxGroupItems {
+            commitGroup()
+        } else if groupOpen && !commitQueued {
+            commitQueued = true
+            queue.async { self.commitGroup() }
+        }
+    }
+
+    /// Commits the open group (if any), then sends the frames that waited for it.
+    private func commitGroup() {
+        commitQueued = false
+        let items = groupItems
+        groupItems = 0
+        if groupOpen {
+            groupOpen = false
+            if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
+            do {
+                if try store.database.commitGroup() {
+                    counters.groupCommits += 1
+                    counters.groupCommitItems += items
+                }
+            } catch {
+                // Nothing in it happened: peers that sent bundles get no ack and keep custody.
+                logger.error("store: a group commit of \(items) items failed, its changes are undone and its \(waitingForCommit.count) frames not sent: \(error)")
+                waitingForCommit.removeAll()
+                return
+            }
+        }
+        let out = waitingForCommit
+        waitingForCommit.removeAll(keepingCapacity: true)
+        for (record, link, onFailure) in out where links[link.key] === link {
+            if !sendNow(record, on: link) { onFailure?() }
+        }
     }
 
     /// Applies new settings and policy on reload.
     public func update(settings: Settings, policy: RoutingPolicy) {
         admission.setRate(settings.linkFramesPerSecond)
-        queue.async {
+        work {
             let networkChanged = settings.trust.networkKey != self.settings.trust.networkKey
             self.settings = settings
             self.policy = policy
@@ -221,17 +293,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     // MARK: TransportEventHandler (called from plugin threads; hop onto the queue)
 
     public func linkUp(_ link: LinkInfo, on transport: TransportHost) {
-        queue.async { self.handleLinkUp(link, transport: transport) }
+        work { self.handleLinkUp(link, transport: transport) }
     }
 
     public func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {
-        queue.async { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
+        work { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
     }
 
     /// A plugin refused a frame after `send` returned (sends to plugin processes are pipelined):
     /// a bundle it refused is no longer in flight on that link, exactly as if `send` had thrown.
     public func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost) {
-        queue.async {
+        work {
             let key = LinkKey(transport: transport.name, link: link)
             self.logger.warning("send on \(key) failed: \(reason)")
             guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.bundle.rawValue,
@@ -249,7 +321,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let key = LinkKey(transport: transport.name, link: link)
         switch admission.admit(key) {
         case .admitted:
-            queue.async {
+            work {
                 self.admission.done(key)
                 self.handleFrame(frame, key: key)
             }
@@ -265,8 +337,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Drops every link of a transport that is being stopped (its plugin may be gone).
     public func forgetLinks(of transportName: String) {
         queue.sync {
-            for key in links.keys where key.transport == transportName {
-                handleLinkDown(key, reason: "transport stopped")
+            grouped {
+                for key in links.keys where key.transport == transportName {
+                    handleLinkDown(key, reason: "transport stopped")
+                }
             }
         }
     }
@@ -344,7 +418,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         onChange?()
     }
 
-    private func send(_ record: TLVRecord, on link: Link) -> Bool {
+    /// Sends a frame on a link: after the open group commits, if one is open (always, on the
+    /// router queue). `onFailure` runs if the transport refuses it then.
+    @discardableResult
+    private func send(_ record: TLVRecord, on link: Link, onFailure: (() -> Void)? = nil) -> Bool {
+        guard groupOpen else {
+            if !sendNow(record, on: link) { onFailure?(); return false }
+            return true
+        }
+        waitingForCommit.append((record, link, onFailure))
+        return true
+    }
+
+    private func sendNow(_ record: TLVRecord, on link: Link) -> Bool {
         do {
             try link.transport.send(record.encoded, to: link.info.id)
             return true
@@ -672,7 +758,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         if !link.offered.isEmpty {
             link.drainingOffers = true
-            queue.async {
+            work {
                 link.drainingOffers = false
                 self.drainOffers(link)
             }
@@ -792,9 +878,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         if b.state == .queued { try? store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }
         link.inFlight[b.bundleID] = t + settings.custodyTimeoutMs
-        if !send(TLVRecord(.bundle, value: outgoing), on: link) {
+        send(TLVRecord(.bundle, value: outgoing), on: link) { [weak self, weak link] in
+            guard let self, let link else { return }
             link.inFlight[b.bundleID] = nil
-            failAttemptIfStillInFlight(b.bundleID, nowMs: t)
+            self.failAttemptIfStillInFlight(b.bundleID, nowMs: t)
         }
         return true
     }
@@ -968,6 +1055,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// A status snapshot (runs on the router queue).
     public func statusSnapshot() -> RouterStatus {
         queue.sync {
+            // Status reports what is durable: the open group commits first.
+            commitGroup()
             let counts = (try? store.counts()) ?? [:]
             let last = (try? store.lastDelivery()) ?? []
             return RouterStatus(

@@ -661,6 +661,12 @@ enum BundleSchema {
         // fairness origin. Tombstones made from unverified receipts (zero source user) are
         // dropped: they were how a forged receipt suppressed a message.
         Migration(version: 2) { db in try migrateToBundleIDs(db) },
+        // Version 3: a recipient's carried bundles in acceptance order, so "the oldest pending
+        // for this phone" (asked after every acknowledgement) reads the rows it returns and no
+        // others; before, it read and sorted every bundle the recipient had.
+        Migration(version: 3, script: """
+            CREATE INDEX bundles_carried_by_destination ON bundles (destination, accepted_ms, id) WHERE state IN (0, 1, 2);
+            """),
     ]
 
     static let tablesV2 = """

@@ -162,12 +162,25 @@ let bobSession = HubSession(endpoint: b, hub: hubAddress) { event in
 }
 try bobSession.start()
 let aliceSession = HubSession(endpoint: a, hub: hubAddress) { _ in }
+/// CPU seconds of the hub and of its plugin processes (its children), from /proc.
+func hubTreeCPU(_ pid: Int32) -> Double {
+    func ticks(_ p: String) -> Double {
+        let stat = (try? String(contentsOfFile: "/proc/\(p)/stat", encoding: .utf8)) ?? ""
+        let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
+        return fields.count > 13 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
+    }
+    let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+    let children = tasks.flatMap { ((try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/children", encoding: .utf8)) ?? "").split(separator: " ").map(String.init) }
+    return ([String(pid)] + children).map(ticks).reduce(0, +) / Double(sysconf(Int32(_SC_CLK_TCK)))
+}
+let treeBefore = hubTreeCPU(hub.processIdentifier)
 let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
 let start = Date()
 try aliceSession.start()
 while latencies.lock.withLock({ latencies.values.count }) < count && Date().timeIntervalSince(start) < 600 { usleep(20_000) }
 let elapsed = Date().timeIntervalSince(start)
 let cpuAfter = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
+let treeCPU = hubTreeCPU(hub.processIdentifier) - treeBefore
 func cpuTicks(_ stat: String) -> Double {
     let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
     return fields.count > 13 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
@@ -179,6 +192,23 @@ func percentile(_ p: Double) -> Int64 { sorted.isEmpty ? 0 : sorted[min(sorted.c
 print("end to end, A → hub → B, 200 B messages".padding(toLength: 56, withPad: " ", startingAt: 0)
       + String(format: "%10.0f msg/s   (%d of %d delivered in %.1f s)", Double(delivered) / elapsed, delivered, count, elapsed))
 print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(percentile(0.99))  (includes queueing behind the backlog)")
-print(String(format: "hub CPU time %.2f s (%.2f ms per message), hub peak RSS %d KiB", hubCPU, hubCPU * 1000 / Double(max(1, delivered)), peakRSSKiB(pid: hub.processIdentifier) ?? -1))
+print(String(format: "hub CPU time %.2f s (%.2f ms per message), with its plugin processes %.2f s (%.2f ms per message), hub peak RSS %d KiB",
+             hubCPU, hubCPU * 1000 / Double(max(1, delivered)), treeCPU, treeCPU * 1000 / Double(max(1, delivered)),
+             peakRSSKiB(pid: hub.processIdentifier) ?? -1))
+// How the hub grouped its store changes (router counters, from `yaok-hub status --json`).
+let statusRun = Process()
+statusRun.executableURL = URL(fileURLWithPath: hubBinary.hasSuffix("yaok-hub") ? hubBinary : exeDir + "/yaok-hub")
+statusRun.arguments = ["status", "--json", "--config", work + "/hub.yaml"]
+let statusPipe = Pipe()
+statusRun.standardOutput = statusPipe
+if (try? statusRun.run()) != nil {
+    let data = statusPipe.fileHandleForReading.readDataToEndOfFile()
+    statusRun.waitUntilExit()
+    if let json = try? JSONSerialization.jsonObject(with: data) as? [String: Any], let router = json["router"] as? [String: Any],
+       let counters = router["counters"] as? [String: Any], let commits = counters["groupCommits"] as? Int, let items = counters["groupCommitItems"] as? Int {
+        print(String(format: "store: %d group commits covering %d router work items (%.1f per commit, %.2f commits per message)",
+                     commits, items, Double(items) / Double(max(1, commits)), Double(commits) / Double(max(1, delivered))))
+    }
+}
 aliceSession.stop()
 bobSession.stop()

@@ -125,6 +125,59 @@ final class SQLCipherDatabaseTests: XCTestCase {
         }
     }
 
+    // MARK: Group transactions (the router's group commit)
+
+    struct Refused: Error {}
+
+    func testAGroupCommitsManyTransactionsAtOnceAndDurably() throws {
+        let dir = try makeTempDirectory(self)
+        let path = dir + "/g.db"
+        do {
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            try db.execute("CREATE TABLE t (x INTEGER)")
+            try db.beginGroup()
+            XCTAssertTrue(db.inGroup)
+            for i in 0..<10 { try db.transaction { try db.execute("INSERT INTO t VALUES (?)", [.integer(Int64(i))]) } }
+            // A refusal before any write leaves the group whole.
+            XCTAssertThrowsError(try db.transaction { () throws -> Void in throw Refused() })
+            XCTAssertTrue(try db.commitGroup(), "the group changed rows")
+            XCTAssertFalse(db.inGroup)
+            db.close()
+        }
+        let db = try SQLCipherDatabase(path: path, key: testKey)
+        XCTAssertEqual(try db.query("SELECT count(*) FROM t").first?.first?.int64Value, 10, "all ten survive a reopen")
+    }
+
+    func testAChangeThatFailsHalfWayRollsBackTheWholeGroup() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/g.db", key: testKey)
+        try db.execute("CREATE TABLE t (x INTEGER)")
+        try db.execute("INSERT INTO t VALUES (1)")
+        try db.beginGroup()
+        try db.transaction { try db.execute("INSERT INTO t VALUES (2)") }
+        XCTAssertThrowsError(try db.transaction { () throws -> Void in
+            try db.execute("INSERT INTO t VALUES (3)")
+            throw Refused()
+        })
+        XCTAssertThrowsError(try db.commitGroup()) { XCTAssertTrue("\($0)".contains("rolled back"), "\($0)") }
+        XCTAssertEqual(try db.query("SELECT x FROM t ORDER BY x").compactMap { $0.first?.int64Value }, [1],
+                       "nothing of the group happened, not even the change that succeeded")
+        // The connection is usable again, outside any group.
+        try db.transaction { try db.execute("INSERT INTO t VALUES (4)") }
+        XCTAssertEqual(try db.query("SELECT count(*) FROM t").first?.first?.int64Value, 2)
+    }
+
+    func testAnEmptyGroupCommitsNothing() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/g.db", key: testKey)
+        try db.execute("CREATE TABLE t (x INTEGER)")
+        try db.beginGroup()
+        _ = try db.query("SELECT count(*) FROM t")
+        XCTAssertFalse(try db.commitGroup(), "reads only: nothing to write or sync")
+        XCTAssertThrowsError(try { try db.beginGroup(); try db.beginGroup() }(), "groups do not nest")
+        try db.commitGroup()
+    }
+
     func testTransactionRollsBackOnError() throws {
         struct Boom: Error {}
         let dir = try makeTempDirectory(self)
