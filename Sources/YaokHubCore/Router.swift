@@ -79,6 +79,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var framesQueueFull = 0
         /// Offered IDs dropped because the link's offer backlog was full.
         public var offersDropped = 0
+        /// Offers received from hubs, and `held` answers sent and received (IDs).
+        public var offersReceived = 0
+        public var heldSent = 0
+        public var heldReceived = 0
+        /// Offers not sent again because the same ID went to the same link within the custody timeout.
+        public var reoffersSuppressed = 0
         /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
         public var attachmentsRefused = 0
         /// Links whose claimed role was not authorised (the relay role off the pinned relay, or a
@@ -131,6 +137,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// Bundles an untrusted hub acknowledged or claimed: not offered to it again, but
         /// never recorded in the store (its word counts for nothing elsewhere).
         var untrustedHolds = Set<[UInt8]>()
+        /// When each ID was last offered on this link (bounded by ``Router/maxOfferedMemory``).
+        var offeredAtMs: [[UInt8]: Int64] = [:]
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
             self.key = key
@@ -169,6 +177,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
     /// that depends on the group (a custody ack) left before it.
     static let testCommitDelayUs: UInt32 = UInt32(ProcessInfo.processInfo.environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
+    /// Offer times remembered per link.
+    static let maxOfferedMemory = 100_000
     /// A group closes after this many work items even if more are queued.
     static let maxGroupItems = 1024
     private var lastSweepMs: Int64 = 0
@@ -472,6 +482,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .custodyAck: handleCustodyAck(record.value, from: link)
         case .custodyRefused: handleCustodyRefusal(record.value, from: link)
         case .summary: handleOffer(record.value, from: link)
+        case .held: handleHeld(record.value, from: link)
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
@@ -717,6 +728,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // other people's bundles (fewer spray-and-wait copies, no offers to it).
         guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
         guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        counters.offersReceived += 1
         let room = max(0, Self.maxOfferedPerLink - link.offered.count)
         if offer.bundleIDs.count > room { counters.offersDropped += offer.bundleIDs.count - room }
         link.offered.append(contentsOf: offer.bundleIDs.prefix(room))
@@ -756,6 +768,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if !wanted.isEmpty, let vector = try? SummaryVector(bundleIDs: wanted) {
             _ = send(TLVRecord(.request, value: vector.encoded), on: link)
         }
+        // Say which ones we hold, so the neighbour stops offering them.
+        let unknownSet = Set(unknown)
+        let held = slice.filter { !unknownSet.contains($0) }
+        if !held.isEmpty, mayExchange(with: link), let vector = try? SummaryVector(bundleIDs: held) {
+            counters.heldSent += vector.bundleIDs.count
+            _ = send(TLVRecord(.held, value: vector.encoded), on: link)
+        }
         if !link.offered.isEmpty {
             link.drainingOffers = true
             work {
@@ -791,6 +810,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func offer(_ ids: [[UInt8]], to link: Link) {
         guard mayExchange(with: link) else { return }
+        // The same ID to the same link at most once per custody timeout, whatever the answer.
+        let t = now()
+        let fresh = ids.filter { id in
+            if let at = link.offeredAtMs[id], t - at < settings.custodyTimeoutMs { counters.reoffersSuppressed += 1; return false }
+            return true
+        }
+        if link.offeredAtMs.count + fresh.count > Self.maxOfferedMemory {
+            link.offeredAtMs = link.offeredAtMs.filter { t - $0.value < settings.custodyTimeoutMs }
+        }
+        for id in fresh where link.offeredAtMs.count < Self.maxOfferedMemory { link.offeredAtMs[id] = t }
+        let ids = fresh
         for chunk in stride(from: 0, to: ids.count, by: SummaryVector.maxCount) {
             let part = Array(ids[chunk..<min(ids.count, chunk + SummaryVector.maxCount)])
             guard let vector = try? SummaryVector(bundleIDs: part) else { continue }
@@ -957,6 +987,23 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Largest number of bundle IDs remembered per untrusted link.
     static let maxUntrustedHolds = 20_000
+
+    /// A neighbour holds these offered bundles: offer them to it no more. A trusted hub's word
+    /// is recorded in the store; an untrusted hub's is remembered for its link only.
+    private func handleHeld(_ value: [UInt8], from link: Link) {
+        guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
+        guard let held = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        counters.heldReceived += held.bundleIDs.count
+        if link.isUntrustedHub {
+            noteUntrustedHolds(held.bundleIDs, on: link)
+            return
+        }
+        for id in held.bundleIDs {
+            // Only IDs we hold are recorded (the SQL checks); a claim about others costs one lookup.
+            try? store.recordPeerHas(id, peer: link.peerID)
+            link.offeredAtMs[id] = nil
+        }
+    }
 
     private func noteUntrustedHolds(_ ids: [[UInt8]], on link: Link) {
         for id in ids where link.untrustedHolds.count < Self.maxUntrustedHolds { link.untrustedHolds.insert(id) }

@@ -64,6 +64,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case registration = 0x07
     /// A hub's certificate signed by its network's key, sent on a hub link right after link up.
     case hubCertificate = 0x08
+    /// The offered bundle IDs (same layout as ``summary``) the sender already holds.
+    case held = 0x09
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.

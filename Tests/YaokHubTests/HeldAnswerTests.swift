@@ -1,0 +1,77 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokWire
+@testable import YaokHubCore
+
+/// Issue 16 item 4, "no endless re-offers", with two real hubs that trust each other: each
+/// holds the same bundle without knowing the other does (as after a kill -9 between storing a
+/// copy and recording the hand-over). Before `held`, each offered it to the other about once a
+/// second, forever, and the other ignored it silently. Now each says it holds it, the other
+/// records that, and the offers stop, across a kill -9 and restart too.
+final class HeldAnswerTests: XCTestCase {
+    func testANeighbourThatHoldsABundleSaysSoAndTheOffersStopAcrossAKill9() throws {
+        let plugins = try TestSupport.pluginDirectory(self)
+        let exe = try TestSupport.product("yaok-hub")
+        let (portA, portB) = (HubProcessTests.freePort(), HubProcessTests.freePort())
+        func prepare() throws -> (dir: String, identity: Identity) {
+            let dir = try TestSupport.temporaryDirectory(self)
+            try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            return (dir, try IdentityFile.loadOrCreate(path: dir + "/data/identity.key"))
+        }
+        let a = try prepare(), b = try prepare()
+        func config(_ me: (dir: String, identity: Identity), port: UInt16, peers: [UInt16], trusting other: Identity) -> String {
+            HubProcessTests.config(dir: me.dir, pluginDirs: [plugins], udpPort: port, peers: peers)
+                .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5\n  hub_trust: list\n  trusted_hubs: [\"\(Hex.encode(other.signingKey))\"]")
+        }
+        let configA = config(a, port: portA, peers: [portB], trusting: b.identity)
+        let configB = config(b, port: portB, peers: [], trusting: a.identity)
+
+        // The same bundle reaches each hub on its own, while they are apart.
+        let alice = Identity.generate(), bob = Identity.generate()
+        let envelope = try seal("held twice", from: alice, to: bob)
+        for (dir, config, port) in [(b.dir, configB, portB), (a.dir, configA.replacingOccurrences(of: "peers: [\"127.0.0.1:\(portB)\"]", with: "peers: []"), portA)] {
+            let hub = try HubProcess(dir: dir, config: config, executable: exe)
+            try hub.waitReady()
+            let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+            try phone.send(envelope)
+            XCTAssertNil(RawPeer.refusal(try phone.answer(for: envelope.bundleID)))
+            hub.stop()
+        }
+
+        // Together: each offers it, each answers `held`.
+        let hubB = try HubProcess(dir: b.dir, config: configB, executable: exe)
+        addTeardownBlock { hubB.stop() }
+        try hubB.waitReady()
+        var hubA = try HubProcess(dir: a.dir, config: configA, executable: exe)
+        addTeardownBlock { hubA.stop() }
+        try hubA.waitReady()
+        func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
+        try TestSupport.waitUntil(timeout: 30, "each told the other it holds the bundle") {
+            try counters(hubA).heldReceived >= 1 && counters(hubB).heldReceived >= 1
+        }
+        XCTAssertGreaterThanOrEqual(try counters(hubA).heldSent, 1)
+        XCTAssertEqual(try hubA.status().router.queue.queued + hubA.status().router.queue.inFlight, 1, "nothing was dropped: both still carry it")
+
+        // Offers stop. A re-offer would come at the latest when the custody timeout (5 s) lets
+        // the same ID go to the same link again; absence is waited out over 7 s.
+        let offersAtB = try counters(hubB).offersReceived, offersAtA = try counters(hubA).offersReceived
+        Thread.sleep(forTimeInterval: 7)
+        XCTAssertEqual(try counters(hubB).offersReceived, offersAtB, "A offers B nothing more")
+        XCTAssertEqual(try counters(hubA).offersReceived, offersAtA, "B offers A nothing more")
+
+        // kill -9 of A: what it learned is in its store, so after the restart it offers B nothing.
+        hubA.signal(SIGKILL)
+        XCTAssertNotNil(hubA.waitExit(timeout: 10))
+        hubA = try HubProcess(dir: a.dir, config: configA, executable: exe)
+        try hubA.waitReady()
+        try TestSupport.waitUntil(timeout: 20, "A and B linked again") {
+            try hubA.status().router.links.contains { $0.role == "hub" && $0.trust == "listed" }
+        }
+        let offersAfterRestart = try counters(hubB).offersReceived
+        Thread.sleep(forTimeInterval: 3)
+        XCTAssertEqual(try counters(hubB).offersReceived, offersAfterRestart, "after kill -9 and restart, A still knows B holds it")
+        XCTAssertEqual(try counters(hubA).heldReceived, 0, "nothing needed saying again")
+    }
+}
