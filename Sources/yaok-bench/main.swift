@@ -173,6 +173,16 @@ func hubTreeCPU(_ pid: Int32) -> Double {
     let children = tasks.flatMap { ((try? String(contentsOfFile: "/proc/\(pid)/task/\($0)/children", encoding: .utf8)) ?? "").split(separator: " ").map(String.init) }
     return ([String(pid)] + children).map(ticks).reduce(0, +) / Double(sysconf(Int32(_SC_CLK_TCK)))
 }
+/// Bytes the hub process has caused to be written to storage (`write_bytes` in /proc/PID/io):
+/// what wears a Pi's SD card. Plugin processes write nothing to disk here.
+func hubWriteBytes(_ pid: Int32) -> Int64? {
+    guard let io = try? String(contentsOfFile: "/proc/\(pid)/io", encoding: .utf8) else { return nil }
+    for line in io.split(separator: "\n") where line.hasPrefix("write_bytes:") {
+        return Int64(line.split(separator: " ").last ?? "")
+    }
+    return nil
+}
+let writesBefore = hubWriteBytes(hub.processIdentifier)
 let treeBefore = hubTreeCPU(hub.processIdentifier)
 let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
 let start = Date()
@@ -181,6 +191,7 @@ while latencies.lock.withLock({ latencies.values.count }) < count && Date().time
 let elapsed = Date().timeIntervalSince(start)
 let cpuAfter = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
 let treeCPU = hubTreeCPU(hub.processIdentifier) - treeBefore
+let writesAfter = hubWriteBytes(hub.processIdentifier)
 func cpuTicks(_ stat: String) -> Double {
     let fields = stat.split(separator: ")").last?.split(separator: " ") ?? []
     return fields.count > 13 ? (Double(fields[11]) ?? 0) + (Double(fields[12]) ?? 0) : 0
@@ -195,6 +206,11 @@ print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(perce
 print(String(format: "hub CPU time %.2f s (%.2f ms per message), with its plugin processes %.2f s (%.2f ms per message), hub peak RSS %d KiB",
              hubCPU, hubCPU * 1000 / Double(max(1, delivered)), treeCPU, treeCPU * 1000 / Double(max(1, delivered)),
              peakRSSKiB(pid: hub.processIdentifier) ?? -1))
+if let before = writesBefore, let after = writesAfter {
+    // Each message crosses the hub once and its delivery receipt once: two bundles per message.
+    print(String(format: "hub disk writes %.1f MB (%.0f bytes per message, receipt included; /proc/PID/io write_bytes)",
+                 Double(after - before) / 1e6, Double(after - before) / Double(max(1, delivered))))
+}
 // How the hub grouped its store changes (router counters, from `yaok-hub status --json`).
 let statusRun = Process()
 statusRun.executableURL = URL(fileURLWithPath: hubBinary.hasSuffix("yaok-hub") ? hubBinary : exeDir + "/yaok-hub")
