@@ -667,6 +667,11 @@ enum BundleSchema {
         Migration(version: 3, script: """
             CREATE INDEX bundles_carried_by_destination ON bundles (destination, accepted_ms, id) WHERE state IN (0, 1, 2);
             """),
+        // Version 4: `bundles_by_destination (destination, state)` served only that question;
+        // version 3's index answers it, and every insert and state change wrote both.
+        Migration(version: 4, script: """
+            DROP INDEX bundles_by_destination;
+            """),
     ]
 
     static let tablesV2 = """
