@@ -211,7 +211,9 @@ public final class ControlServer: @unchecked Sendable {
         } else {
             response = ["ok": false, "error": "expected one JSON line (at most \(maxRequestBytes) bytes) like {\"command\":\"status\"}"]
         }
-        var out = (try? JSONSerialization.data(withJSONObject: response, options: [.sortedKeys])) ?? Data()
+        // Never an empty answer: a response that cannot be encoded says so.
+        var out = (try? JSONSerialization.data(withJSONObject: response, options: [.sortedKeys]))
+            ?? Data(#"{"error":"the hub could not encode its answer","ok":false}"#.utf8)
         out.append(UInt8(ascii: "\n"))
         return out
     }

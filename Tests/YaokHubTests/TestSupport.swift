@@ -150,8 +150,23 @@ final class HubProcess {
 
     var client: YaokHubCore.ControlClient { ControlClient(path: socketPath, timeoutSeconds: 5) }
 
+    /// The hub's status. A request answered with nothing is retried twice (and said so on
+    /// stderr, for whoever reads the CI log): a rare empty answer was seen under the full suite
+    /// and is not yet explained; a hub that is gone still fails at once.
     func status() throws -> Hub.StatusReport {
-        try JSONDecoder().decode(Hub.StatusReport.self, from: client.request("status"))
+        var lastError: Error?
+        for attempt in 1...3 {
+            do {
+                return try JSONDecoder().decode(Hub.StatusReport.self, from: client.request("status"))
+            } catch ControlError.notRunning(let path) {
+                throw ControlError.notRunning(path)
+            } catch {
+                lastError = error
+                FileHandle.standardError.write(Data("HubProcess.status: attempt \(attempt) failed (\(error)); hub alive: \(process.isRunning)\n".utf8))
+                usleep(100_000)
+            }
+        }
+        throw lastError!
     }
 
     func transport(_ name: String) throws -> TransportRuntimeStatus? {
