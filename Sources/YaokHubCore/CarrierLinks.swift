@@ -124,8 +124,8 @@ final class CarrierLinks: @unchecked Sendable {
                     // One link per peer, chosen on the two keys alone so both ends keep the same
                     // carrier: the one the lower key dialled; the newer if both went one way.
                     if let other = carriers.values.first(where: { $0 !== c && $0.link.isEstablished && $0.link.peer?.signingKey == peer.signingKey }) {
-                        let lowerDials = identity.signingKey.lexicographicallyPrecedes(peer.signingKey)
-                        if other.info.dialled == lowerDials && c.info.dialled != lowerDials {
+                        func rank(_ x: Carrier) -> Int { SecureLink.duplicateRank(ourKey: identity.signingKey, peerKey: peer.signingKey, weDialled: x.info.dialled) }
+                        if rank(other) < rank(c) {
                             return effects + end("duplicate carrier to this peer; keeping carrier \(other.info.id)")
                         }
                         carriers[other.info.id] = nil

@@ -152,9 +152,7 @@ final class PluginProcess: @unchecked Sendable {
             waiters[r] = w
             return (r, self.fd)
         }
-        let bytes = make(r).encoded
-        let sent = bytes.withUnsafeBytes { Glibc.send(socket, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        guard sent == bytes.count else {
+        guard write(make(r), to: socket) else {
             lock.withLock { waiters[r] = nil }
             throw TransportError.failed("the plugin process is gone")
         }
@@ -316,8 +314,7 @@ final class PluginProcess: @unchecked Sendable {
             w?.semaphore.signal()
         case .sign(let r, let m):
             // The secret key stays here; the process gets only the signature.
-            let reply = PluginMessage.signature(request: r, signature: sign(m)).encoded
-            _ = reply.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            _ = write(.signature(request: r, signature: sign(m)), to: fd)
         // Events go on from this thread, as a plugin's own thread would hand them in process:
         // the router only queues them (its per-link admission bounds a flood right here), so
         // it never waits on this thread, which must stay free to read the replies it waits for.

@@ -378,6 +378,14 @@ public final class SecureLink: @unchecked Sendable {
         return AuthenticatedPeer(role: role, signingKey: Array(payload[1..<33]), kxKey: Array(payload[33..<65]))
     }
 
+    /// Which of two sessions with one peer both ends keep: rank 0 (the session dialled by the
+    /// side with the lower Ed25519 key) before rank 1. It depends only on the two proven keys,
+    /// never on a value the peer chose, so both ends compute the same.
+    public static func duplicateRank(ourKey: [UInt8], peerKey: [UInt8], weDialled: Bool) -> Int {
+        let lowerDials = ourKey.lexicographicallyPrecedes(peerKey)
+        return weDialled == lowerDials ? 0 : 1
+    }
+
     /// The handshake hash (for tests and channel binding).
     public var handshakeHash: [UInt8] { noise.handshakeHash }
 }

@@ -752,9 +752,7 @@ final class StreamSession {
     /// keys, never on a value the peer chose, and both ends compute the same.
     func rank(ourKey: [UInt8]) -> Int {
         guard let peerKey = link.peer?.signingKey else { return 2 }
-        let diallerKey = outbound ? ourKey : peerKey
-        let lowerKey = ourKey.lexicographicallyPrecedes(peerKey) ? ourKey : peerKey
-        return diallerKey == lowerKey ? 0 : 1
+        return SecureLink.duplicateRank(ourKey: ourKey, peerKey: peerKey, weDialled: outbound)
     }
 }
 
