@@ -6,6 +6,7 @@
 //   YaokWire     — wire formats: envelope, bundle, receipts, contact code, chunking
 //   YaokStore    — SQLCipher database and the bundle store
 //   YaokATT      — the ATT/GATT server engine (BLE plugin and `yaok-hub att-serve`)
+//   YaokReconcile — set reconciliation between hubs (IBLT + strata estimator; Docs/protocol.md, reconcile 0x0A)
 //   YaokHubCore  — the host: config, plugin loader, router, control socket, lifecycle
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`)
 // Plugins/<Name> — one folder per transport plugin, built as libyaok-plugin-<name>.so
@@ -50,6 +51,8 @@ let package = Package(
         ]),
         .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
         .target(name: "YaokATT"),
+        // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
+        .target(name: "YaokReconcile", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess",
@@ -91,7 +94,7 @@ let package = Package(
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
-        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP",
+        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokReconcile",
                                                      .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .executableTarget(name: "yaok", dependencies: [
             "YaokEndpoint",
@@ -134,6 +137,7 @@ let package = Package(
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
+        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),

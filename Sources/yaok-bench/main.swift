@@ -8,6 +8,13 @@ import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
 // in tests. Usage: yaok-bench [--messages N] [--hub-binary PATH] [--plugin-dir DIR]
+// yaok-bench --reconcile [--trials N]: set reconciliation figures only (ReconcileBench.swift).
+
+if CommandLine.arguments.contains("--reconcile") {
+    setvbuf(stdout, nil, _IOLBF, 0)
+    runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10)
+    exit(0)
+}
 
 func argument(_ name: String) -> String? {
     guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count else { return nil }

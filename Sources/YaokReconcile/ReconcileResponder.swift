@@ -1,0 +1,140 @@
+/// The side that answers an exchange. Value type; one per session. Feed it the session's
+/// `reconcile` messages and act on the returned step.
+///
+/// It answers `estimate` with its table (sized from the estimated difference, or
+/// `abort(tooDifferent)` above the cap), answers up to two `tableRequest`s (each at least
+/// double the previous table) and ends with `.done(peerLacks:)` when the `lacks` parts are
+/// complete. Every lacked ID must be one it held when it built its table.
+public struct ReconcileResponder: Sendable {
+    /// The IDs reconciled, sorted, unique.
+    public let ids: [ReconcileID]
+    /// The table sizing rule.
+    public let sizing: ReconcileSizing
+    /// The session being answered, once an `estimate` arrived.
+    public private(set) var session: UInt32?
+    /// The estimated difference from the last `estimate`, and whether it was exact.
+    public private(set) var estimate: (difference: Int, exact: Bool)?
+    /// Cells of the last table sent.
+    public private(set) var lastTableCells = 0
+    private var retries = 0
+    private var lacks: [UInt8: [ReconcileID]] = [:]
+    private var lacksParts: UInt8 = 0
+    private var lacksCount = 0
+    private var finished = false
+
+    /// A responder over `ids` (duplicates are ignored).
+    public init(ids: [ReconcileID], sizing: ReconcileSizing = .standard) {
+        self.ids = ReconcileID.sortedUnique(ids)
+        self.sizing = sizing
+    }
+
+    /// A responder over IDs given as 16-byte arrays (any other length is a precondition failure).
+    public init(ids: [[UInt8]], sizing: ReconcileSizing = .standard) {
+        guard let parsed = ReconcileID.parseAll(ids) else { preconditionFailure("IDs are 16 bytes") }
+        self.init(ids: parsed, sizing: sizing)
+    }
+
+    /// Parses `bytes` and handles the message; bytes that do not parse are answered with an
+    /// abort (unsupported version with the versions spoken here, or malformed) and end the
+    /// exchange.
+    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
+        guard !finished else { return .wait }
+        do {
+            return receive(try ReconcileMessage(parsing: bytes))
+        } catch {
+            if let s = session, bytes.count >= 6, ReconcileMessage.u32(bytes, 2) != s { return .wait }
+            finished = true
+            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
+            return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)
+        }
+    }
+
+    /// Handles one message from the initiator.
+    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
+        guard !finished else { return .wait }
+        if let s = session, message.session != s { return .wait }
+        switch message {
+        case .estimate(let e):
+            guard session == nil else { return malformed(message.session, "a second estimate") }
+            session = e.session
+            return answer(e)
+        case .tableRequest(let r):
+            guard session != nil else { return malformed(r.session, "a tableRequest before any estimate") }
+            guard retries < ReconcileLimits.maxRetries else { return malformed(r.session, "a third tableRequest") }
+            guard Int(r.totalCells) >= 2 * lastTableCells else {
+                return malformed(r.session, "a tableRequest for \(r.totalCells) cells after \(lastTableCells)")
+            }
+            retries += 1
+            lacks = [:]
+            lacksParts = 0
+            lacksCount = 0
+            return .send(table(salt: r.salt, cells: Int(r.totalCells), digests: ReconcileHash.digests(ids, salt: r.salt), session: r.session))
+        case .lacks(let l):
+            guard session != nil else { return malformed(l.session, "lacks before any estimate") }
+            return receiveLacks(l)
+        case .abort(let a):
+            finished = true
+            return .fallBack(reason: a.reason, send: nil, detail: "the initiator aborted: \(a.reason)")
+        case .table:
+            return malformed(message.session, "a responder got a table")
+        }
+    }
+
+    private mutating func malformed(_ session: UInt32, _ detail: String) -> ReconcileStep {
+        finished = true
+        return .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+    }
+
+    private mutating func answer(_ e: ReconcileMessage.Estimate) -> ReconcileStep {
+        let strata = Int(e.strata), c = Int(e.cellsPerStratum)
+        var theirs = Cells(cells: strata * c)
+        theirs.decode(e.cellBytes, first: 0)
+        let digests = ReconcileHash.digests(ids, salt: e.salt)
+        let mine = StrataEstimator.build(ids: ids, digests: digests, strata: strata, cellsPerStratum: c)
+        let est = StrataEstimator.estimate(mine, minus: theirs, strata: strata, cellsPerStratum: c, salt: e.salt)
+        estimate = est
+        let cells = sizing.tableCells(estimate: est.difference, exact: est.exact)
+        guard cells <= ReconcileLimits.maxTableCells else {
+            finished = true
+            return .fallBack(reason: .tooDifferent, send: .abort(.init(session: e.session, reason: .tooDifferent)),
+                             detail: "estimated difference \(est.difference) needs \(cells) cells, above the cap")
+        }
+        return .send(table(salt: e.salt, cells: cells, digests: digests, session: e.session))
+    }
+
+    private mutating func table(salt: [UInt8], cells: Int, digests: [ReconcileDigest], session: UInt32) -> [ReconcileMessage] {
+        lastTableCells = cells
+        var t = Cells(cells: cells)
+        t.insert(ids, digests, size: cells)
+        let per = ReconcileLimits.maxCellsPerPart
+        let parts = (cells + per - 1) / per
+        return (0..<parts).map { i in
+            let range = (i * per)..<min(cells, (i + 1) * per)
+            return .table(.init(session: session, part: UInt8(i + 1), parts: UInt8(parts), totalCells: UInt32(cells),
+                                firstCell: UInt32(range.lowerBound), cellCount: UInt16(range.count), cellBytes: t.encode(range)))
+        }
+    }
+
+    private mutating func receiveLacks(_ l: ReconcileMessage.LacksPart) -> ReconcileStep {
+        let allowedParts = max(1, (ids.count + ReconcileLimits.maxIDsPerLacksPart - 1) / ReconcileLimits.maxIDsPerLacksPart)
+        guard Int(l.parts) <= allowedParts else { return malformed(l.session, "lacks in \(l.parts) parts for a set of \(ids.count)") }
+        if lacksParts == 0 { lacksParts = l.parts }
+        guard l.parts == lacksParts else { return malformed(l.session, "lacks parts disagree on their number") }
+        guard lacks[l.part] == nil else { return malformed(l.session, "lacks part \(l.part) received twice") }
+        for id in l.ids where !ReconcileInitiator.contains(ids, id) {
+            return malformed(l.session, "lacks names \(id), which this side did not hold")
+        }
+        lacks[l.part] = l.ids
+        lacksCount += l.ids.count
+        guard lacks.count == Int(lacksParts) else { return .wait }
+        var all: [ReconcileID] = []
+        all.reserveCapacity(lacksCount)
+        for p in 1...lacksParts {
+            let ids = lacks[p]!
+            if let last = all.last, let first = ids.first, !(last < first) { return malformed(l.session, "lacks parts out of order") }
+            all += ids
+        }
+        finished = true
+        return .done(peerLacks: all, iLack: [], lacksMessages: [])
+    }
+}

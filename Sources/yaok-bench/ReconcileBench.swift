@@ -1,0 +1,112 @@
+import Foundation
+import YaokReconcile
+
+// `yaok-bench --reconcile`: set reconciliation (Sources/YaokReconcile) between two sets of
+// random bundle IDs, through encoded messages, several trials per shape.
+
+private func processCPUSeconds() -> Double {
+    var t = timespec()
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t)
+    return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+}
+
+private struct ReconcileTrial {
+    var bytesToResponder = 0, bytesToInitiator = 0, messages = 0, roundTrips = 0
+    var cpuInitiator = 0.0, cpuResponder = 0.0
+    var firstTry = false, correct = false, fellBack = false
+    var estimate = 0, difference = 0, tableCells = 0
+}
+
+private func runTrial(shared: Int, unique: Int, sizing: ReconcileSizing) -> ReconcileTrial {
+    var rng = SystemRandomNumberGenerator()
+    func id() -> ReconcileID { ReconcileID(hi: rng.next(), lo: rng.next()) }
+    let common = (0..<shared).map { _ in id() }
+    let onlyA = (0..<unique).map { _ in id() }, onlyB = (0..<unique).map { _ in id() }
+    let a = common + onlyA, b = common + onlyB
+    var trial = ReconcileTrial()
+    trial.difference = 2 * unique
+
+    var t0 = processCPUSeconds()
+    var initiator = ReconcileInitiator(ids: a, sizing: sizing)
+    var toResponder = [initiator.firstMessage.encoded]
+    trial.cpuInitiator += processCPUSeconds() - t0
+    t0 = processCPUSeconds()
+    var responder = ReconcileResponder(ids: b, sizing: sizing)
+    trial.cpuResponder += processCPUSeconds() - t0
+    var result: (peerLacks: [ReconcileID], iLack: [ReconcileID])?
+    var responderLacks: [ReconcileID]?
+    loop: while !toResponder.isEmpty {
+        trial.roundTrips += 1
+        var toInitiator: [[UInt8]] = []
+        t0 = processCPUSeconds()
+        for bytes in toResponder {
+            trial.bytesToResponder += bytes.count
+            trial.messages += 1
+            switch responder.receive(bytes: bytes) {
+            case .send(let m): toInitiator += m.map(\.encoded)
+            case .done(let lacked, _, _): responderLacks = lacked
+            case .fallBack(_, let abort, _):
+                if let abort { toInitiator.append(abort.encoded) }
+                trial.fellBack = true
+            case .wait: break
+            }
+        }
+        trial.cpuResponder += processCPUSeconds() - t0
+        if trial.estimate == 0, let e = responder.estimate { trial.estimate = e.difference }
+        trial.tableCells = responder.lastTableCells
+        if responderLacks != nil { trial.roundTrips -= 1; break }  // lacks is one way
+        toResponder = []
+        t0 = processCPUSeconds()
+        for bytes in toInitiator {
+            trial.bytesToInitiator += bytes.count
+            trial.messages += 1
+            switch initiator.receive(bytes: bytes) {
+            case .send(let m): toResponder += m.map(\.encoded)
+            case .done(let peerLacks, let iLack, let lacksMessages):
+                result = (peerLacks, iLack)
+                toResponder += lacksMessages.map(\.encoded)
+            case .fallBack(_, let abort, _):
+                if let abort { toResponder.append(abort.encoded) }
+                trial.fellBack = true
+            case .wait: break
+            }
+        }
+        trial.cpuInitiator += processCPUSeconds() - t0
+        if trial.fellBack && result == nil && toResponder.isEmpty { break loop }
+    }
+    trial.firstTry = result != nil && initiator.retries == 0
+    if let result, let responderLacks {
+        trial.correct = result.peerLacks == onlyA.sorted() && result.iLack == onlyB.sorted() && responderLacks == onlyB.sorted()
+    }
+    return trial
+}
+
+/// Prints the figures of `yaok-bench --reconcile`.
+func runReconcileBench(trials: Int = 10) {
+    let sizing = ReconcileSizing.standard
+    print("== set reconciliation (YaokReconcile: IBLT + strata estimator, \(sizing.strata) strata × \(sizing.cellsPerStratum) cells, "
+          + "tables of \(sizing.cellsPerDifference)·d̂ + \(sizing.extraCells) cells); \(trials) trials per shape")
+    print("   bytes are message bytes (TLV values); each message adds a 3-byte TLV header")
+    let shapes: [(n: Int, fraction: Double)] = [(10_000, 0.01), (100_000, 0.001), (100_000, 0.01), (100_000, 0.05)]
+    for shape in shapes {
+        let unique = Int(Double(shape.n) * shape.fraction)
+        var trialsRun: [ReconcileTrial] = []
+        for _ in 0..<trials { trialsRun.append(runTrial(shared: shape.n - unique, unique: unique, sizing: sizing)) }
+        func avg(_ f: (ReconcileTrial) -> Double) -> Double { trialsRun.map(f).reduce(0, +) / Double(trials) }
+        func mx(_ f: (ReconcileTrial) -> Double) -> Double { trialsRun.map(f).max() ?? 0 }
+        let listing = shape.n * 16 + (shape.n + 3999) / 4000 * 5
+        print(String(format: "%@ IDs each, %.1f%% unique each side (d = %d):", "\(shape.n)", shape.fraction * 100, 2 * unique))
+        print(String(format: "   bytes → responder %.0f, → initiator %.0f, total %.0f (max %.0f); messages %.1f; round trips %.2f (+ one-way lacks)",
+                     avg { Double($0.bytesToResponder) }, avg { Double($0.bytesToInitiator) },
+                     avg { Double($0.bytesToResponder + $0.bytesToInitiator) }, mx { Double($0.bytesToResponder + $0.bytesToInitiator) },
+                     avg { Double($0.messages) }, avg { Double($0.roundTrips) }))
+        print(String(format: "   CPU initiator %.1f ms (max %.1f), responder %.1f ms (max %.1f)",
+                     avg { $0.cpuInitiator * 1000 }, mx { $0.cpuInitiator * 1000 }, avg { $0.cpuResponder * 1000 }, mx { $0.cpuResponder * 1000 }))
+        print(String(format: "   first-try success %d/%d, correct %d/%d, fell back %d; estimate/d %.2f…%.2f; first table %.0f cells avg",
+                     trialsRun.filter(\.firstTry).count, trials, trialsRun.filter(\.correct).count, trials, trialsRun.filter(\.fellBack).count,
+                     trialsRun.map { Double($0.estimate) / Double($0.difference) }.min() ?? 0,
+                     trialsRun.map { Double($0.estimate) / Double($0.difference) }.max() ?? 0,
+                     avg { Double($0.tableCells) }))
+        print("   listing every ID instead: \(listing) bytes one way (summary frames of 4000), \(2 * listing) both ways")
+    }
+}
