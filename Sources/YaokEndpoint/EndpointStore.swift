@@ -171,7 +171,7 @@ public final class EndpointStore: @unchecked Sendable {
     public func receive(_ m: InboxMessage, bundleID: [UInt8], expiresMs: Int64, receipt: OutboxItem) throws {
         try db.transaction {
             try db.execute("""
-                INSERT INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
+                INSERT OR FAIL INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
                 """, [.blob(bundleID), .blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
             try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
             try enqueue(receipt)
@@ -234,7 +234,7 @@ public final class EndpointStore: @unchecked Sendable {
     public func advance(_ id: [UInt8], to state: OutboxItem.State) throws {
         let order: [OutboxItem.State] = [.pending, .refused, .handedOver, .delivered, .read]
         guard let current = try outboxItem(id), let a = order.firstIndex(of: current.state), let b = order.firstIndex(of: state), b > a else { return }
-        try db.execute("UPDATE outbox SET state = ? WHERE message_id = ?", [.text(state.rawValue), .blob(id)])
+        try db.execute("UPDATE OR FAIL outbox SET state = ? WHERE message_id = ?", [.text(state.rawValue), .blob(id)])
     }
 
     // MARK: Security events

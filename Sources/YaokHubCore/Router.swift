@@ -172,6 +172,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var groupOpen = false
     private var groupItems = 0
     private var commitQueued = false
+    /// When the last commit finished (monotonic ns).
+    private var lastCommitNs: UInt64 = 0
     private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?)] = []
     /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
@@ -181,6 +183,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let maxOfferedMemory = 100_000
     /// A group closes after this many work items even if more are queued.
     static let maxGroupItems = 1024
+    /// Commits are at least this far apart while work keeps coming: a group whose turn comes
+    /// sooner waits, and what arrives meanwhile joins it. The first change after a quiet spell
+    /// commits at once. Chosen by measurement (Docs/performance.md, "Group commit").
+    static let minCommitSpacingNs: UInt64 = UInt64(ProcessInfo.processInfo.environment["YAOK_COMMIT_SPACING_US"].flatMap { UInt64($0) }.map { min($0, 20_000) } ?? 2_000) * 1_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
     private let now: @Sendable () -> Int64
@@ -253,8 +259,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             commitGroup()
         } else if groupOpen && !commitQueued {
             commitQueued = true
-            queue.async { self.commitGroup() }
+            queue.async { self.commitWhenSpaced() }
         }
+    }
+
+    /// Commits now, or at `minCommitSpacingNs` after the previous commit if that is later.
+    private func commitWhenSpaced() {
+        guard commitQueued else { return }
+        let due = lastCommitNs &+ Self.minCommitSpacingNs
+        let t = DispatchTime.now().uptimeNanoseconds
+        if t < due && groupItems < Self.maxGroupItems {
+            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: due)) { self.commitWhenSpaced() }
+            return
+        }
+        commitGroup()
     }
 
     /// Commits the open group (if any), then sends the frames that waited for it.
@@ -264,6 +282,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         groupItems = 0
         if groupOpen {
             groupOpen = false
+            defer { lastCommitNs = DispatchTime.now().uptimeNanoseconds }
             if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
             do {
                 if try store.database.commitGroup() {
@@ -556,7 +575,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             result = try store.accept(NewBundle(
                 bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
                 sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
-                previousHop: link.peerID, createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
+                // A phone is never sent a bundle it did not address to itself, so recording it as
+                // a holder would only cost a random page write per bundle (issue 16).
+                previousHop: link.info.peerRole == .endpoint ? nil : link.peerID,
+                createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
                 bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,
                 acknowledgedBundleID: envelope.acknowledgedBundleID), nowMs: t)
         } catch {
@@ -567,9 +589,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // The sender holds it, whatever happens next: never send it back on this link. (An
         // untrusted hub's holding is remembered for its link only; see ``Link/untrustedHolds``.)
+        // (`accept` recorded a trusted peer already when it stored the bundle or found a duplicate.)
         if link.isUntrustedHub {
             noteUntrustedHolds([id], on: link)
-        } else {
+        } else if link.info.peerRole != .endpoint, result != .stored, result != .duplicate {
             try? store.recordPeerHas(id, peer: link.peerID)
         }
         // A requested bundle arrived: room for the next slice of that link's offers.
@@ -658,7 +681,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return
         }
         do {
-            try store.recordPeerHas(id, peer: link.peerID)
+            if link.info.peerRole != .endpoint { try store.recordPeerHas(id, peer: link.peerID) }
             guard let b = try store.bundle(id) else { return }
             if link.info.peerRole == .endpoint && b.destination == link.peerID {
                 try store.markDelivered(id, nowMs: t)
@@ -854,8 +877,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                                       holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
         }
-        let handedOut = (try? store.peersHolding(b.bundleID)) ?? 0
-        return policy.nextHops(for: b, candidates: candidates, copiesHandedOut: max(0, handedOut - 1))
+        // Holders are hubs and the relay only (phones are not recorded), the previous hop among
+        // them for a bundle that came from another hub.
+        let holders = (try? store.peersHolding(b.bundleID)) ?? 0
+        return policy.nextHops(for: b, candidates: candidates, copiesHandedOut: max(0, b.hopCount == 0 ? holders : holders - 1))
     }
 
     /// Routes one stored bundle: directly to its recipient if attached, else per policy.

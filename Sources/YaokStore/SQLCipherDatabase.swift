@@ -23,6 +23,10 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     public let path: String
 
     private var handle: OpaquePointer?
+    /// The page size this file was made with: 4096 since issue 16, 1024 for older stores.
+    public private(set) var pageSize = 0
+    /// Page sizes tried on open, newest first.
+    static let pageSizes = [4096, 1024]
     private let lock = RecursiveLock()
     /// Prepared statements by SQL text. The store's SQL is a fixed set of strings, so the
     /// cache stays small; it is bounded anyway in case a caller builds SQL dynamically.
@@ -48,25 +52,39 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         self.path = path
         try Self.prepareFile(path)
 
-        var db: OpaquePointer?
-        let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
-        let rc = sqlite3_open_v2(path, &db, flags, nil)
-        guard rc == SQLITE_OK, let db else {
-            let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
-            if let db { sqlite3_close_v2(db) }
-            throw StoreError.openFailed(path: path, code: rc, message: message)
+        // Stores made since issue 16 use 4 KB pages; older ones were made with SQLCipher 3's
+        // default of 1 KB and keep it (the page size cannot change without rewriting the file).
+        // A wrong page size reads like a wrong key, so the newer size is tried first.
+        var lastError: Error = StoreError.wrongKey(path: path)
+        for (attempt, size) in Self.pageSizes.enumerated() {
+            var db: OpaquePointer?
+            let flags = SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX
+            let rc = sqlite3_open_v2(path, &db, flags, nil)
+            guard rc == SQLITE_OK, let db else {
+                let message = db.map { String(cString: sqlite3_errmsg($0)) } ?? "out of memory"
+                if let db { sqlite3_close_v2(db) }
+                throw StoreError.openFailed(path: path, code: rc, message: message)
+            }
+            handle = db
+            do {
+                try applyKey(key)
+                try execute("PRAGMA cipher_page_size = \(size)", purpose: "setting the page size")
+                try checkCipher()
+                try verifyKey()
+                pageSize = size
+                sqlite3_busy_timeout(db, busyTimeoutMs)
+                try configure()
+                lastError = StoreError.closed
+                break
+            } catch StoreError.wrongKey(let p) where attempt + 1 < Self.pageSizes.count {
+                close()
+                lastError = StoreError.wrongKey(path: p)
+            } catch {
+                close()
+                throw error
+            }
         }
-        handle = db
-        do {
-            try applyKey(key)
-            try checkCipher()
-            try verifyKey()
-            sqlite3_busy_timeout(db, busyTimeoutMs)
-            try configure()
-        } catch {
-            close()
-            throw error
-        }
+        guard pageSize != 0 else { throw lastError }
         Self.tightenCompanionFiles(path)
     }
 
@@ -178,7 +196,10 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         try execute("PRAGMA synchronous = FULL", purpose: "setting synchronous")
         // After a checkpoint, a WAL grown by a burst is truncated back to this size.
         try execute("PRAGMA journal_size_limit = 67108864", purpose: "setting journal_size_limit")
-        try execute("PRAGMA foreign_keys = ON", purpose: "enabling foreign keys")
+        // Off: an enforced foreign key makes every insert into a child table keep a statement
+        // journal, and SQLCipher encrypts each page journalled (about 2× the statement's cost,
+        // measured). The one cascade (bundle_peers → bundles) is done by BundleStore's deletes.
+        try execute("PRAGMA foreign_keys = OFF", purpose: "disabling foreign key enforcement")
         // Decrypted pages stay cached: every miss costs a read plus an AES and HMAC of the page.
         // 8 MB (the default is 2 MB) holds the working set of a hub carrying thousands of bundles.
         try execute("PRAGMA cache_size = -8192", purpose: "setting cache_size")

@@ -192,10 +192,12 @@ func hubWriteBytes(_ pid: Int32) -> Int64? {
 let writesBefore = hubWriteBytes(hub.processIdentifier)
 let treeBefore = hubTreeCPU(hub.processIdentifier)
 let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
+let endpointsCPUBefore = cpuSeconds()
 let start = Date()
 try aliceSession.start()
 while latencies.lock.withLock({ latencies.values.count }) < count && Date().timeIntervalSince(start) < 600 { usleep(20_000) }
 let elapsed = Date().timeIntervalSince(start)
+let endpointsCPU = cpuSeconds() - endpointsCPUBefore
 let cpuAfter = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
 let treeCPU = hubTreeCPU(hub.processIdentifier) - treeBefore
 let writesAfter = hubWriteBytes(hub.processIdentifier)
@@ -213,6 +215,8 @@ print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(perce
 print(String(format: "hub CPU time %.2f s (%.2f ms per message), with its plugin processes %.2f s (%.2f ms per message), hub peak RSS %d KiB",
              hubCPU, hubCPU * 1000 / Double(max(1, delivered)), treeCPU, treeCPU * 1000 / Double(max(1, delivered)),
              peakRSSKiB(pid: hub.processIdentifier) ?? -1))
+print(String(format: "endpoints A and B (this process) CPU time %.2f s (%.2f ms per message) over %.1f s on %d cores",
+             endpointsCPU, endpointsCPU * 1000 / Double(max(1, delivered)), elapsed, sysconf(Int32(_SC_NPROCESSORS_ONLN))))
 if let before = writesBefore, let after = writesAfter {
     // Each message crosses the hub once and its delivery receipt once: two bundles per message.
     print(String(format: "hub disk writes %.1f MB (%.0f bytes per message, receipt included; /proc/PID/io write_bytes)",

@@ -270,6 +270,34 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(c[.delivered], 0)
     }
 
+    /// Foreign keys are not enforced (an enforced one makes each holder insert keep an
+    /// encrypted statement journal), so the store forgets a bundle's holders itself when the
+    /// bundle goes: evicted, or an expired tombstone swept.
+    func testHoldersGoWithTheirBundleOnEvictionAndSweep() throws {
+        let store = try openStore(try makeTempDirectory(self), sizeCap: 300)
+        func holderRows() throws -> Int {
+            try store.database.scalar("SELECT count(*) FROM bundle_peers")?.intValue ?? -1
+        }
+        XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 5_000, sender: 1, origin: "a"), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(2, expiresMs: 50_000, sender: 1, origin: "a"), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(3, expiresMs: 60_000, sender: 1, origin: "a"), nowMs: 0), .stored)
+        for n in 1...3 { try store.recordPeerHas(bundleID(n), peer: userID(7)) }
+        try store.recordPeerHas(bundleID(2), peer: userID(8))
+        XCTAssertEqual(try holderRows(), 4)
+        // A newcomer from elsewhere evicts sender 1's soonest-expiring bundle (1) and its holder row.
+        XCTAssertEqual(try store.accept(makeBundle(4, expiresMs: 70_000, sender: 2, origin: "b"), nowMs: 0), .stored)
+        XCTAssertNil(try store.bundle(bundleID(1)))
+        XCTAssertEqual(try holderRows(), 3)
+        XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(7)))
+        // Bundle 2 is delivered; once past its expiry the sweep deletes the tombstone and its holders.
+        try store.markDelivered(bundleID(2), nowMs: 10)
+        XCTAssertEqual(try store.expire(nowMs: 55_000), 0, "nothing carried has expired yet")
+        XCTAssertNil(try store.bundle(bundleID(2)))
+        XCTAssertEqual(try store.peersHolding(bundleID(2)), 0)
+        XCTAssertEqual(try holderRows(), 1, "only bundle 3's holder is left")
+        XCTAssertTrue(try store.peerHas(bundleID(3), peer: userID(7)))
+    }
+
     func testEvictionTakesFromTheHeaviestSenderOrOrigin() throws {
         // Cap: 10 bundles of 100 bytes.
         let store = try openStore(try makeTempDirectory(self), sizeCap: 1_000)
@@ -372,8 +400,8 @@ final class BundleStoreTests: XCTestCase {
     func testVacuumReturnsFreePages() throws {
         let dir = try makeTempDirectory(self)
         let store = try openStore(dir)
-        for n in 1...200 { XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: 1_000, size: 4_000), nowMs: 0), .stored) }
-        XCTAssertEqual(try store.expire(nowMs: 1_000), 200)
+        for n in 1...400 { XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: 1_000, size: 4_000), nowMs: 0), .stored) }
+        XCTAssertEqual(try store.expire(nowMs: 1_000), 400)
         XCTAssertEqual(try store.expire(nowMs: 1_001), 0)
         let before = try XCTUnwrap(try store.database.pragma("freelist_count")?.int64Value)
         XCTAssertGreaterThan(before, 256)

@@ -59,6 +59,7 @@ hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
 head -c 32 /dev/urandom > "$dir/db.key.new"
 sqlcipher "$dir/data/store.db" > "$dir/sqlcipher.out" 2>&1 <<EOF || fail "sqlcipher rekey: $(cat "$dir/sqlcipher.out")"
 PRAGMA key = "x'$(hex "$dir/db.key")'";
+PRAGMA cipher_page_size = 4096;
 PRAGMA wal_checkpoint(TRUNCATE);
 PRAGMA journal_mode = DELETE;
 PRAGMA rekey = "x'$(hex "$dir/db.key.new")'";
