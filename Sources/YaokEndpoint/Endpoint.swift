@@ -35,7 +35,8 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
 public final class Endpoint: @unchecked Sendable {
     /// Test hook, run right after a received message and its receipt are committed and
     /// before custody is acknowledged: `YAOK_FAULT=exit-after-receive` makes `yaok` exit
-    /// there, as a crash would (the receipt-survives-crash test).
+    /// there, as a crash would (the receipt-survives-crash test). Inside a session's group
+    /// (``HubSession``) that is after the group's commit, before its answers leave.
     nonisolated(unsafe) public static var faultAfterReceive: (() -> Void)?
 
     public let home: String
@@ -233,7 +234,7 @@ public final class Endpoint: @unchecked Sendable {
                 let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: e.messageID, originalSenderUserID: e.senderUserID,
                                                    from: identity, createdMs: t)
                 try store.receive(message, bundleID: id, expiresMs: e.expiresMs, receipt: Self.outboxItem(receipt))
-                Self.faultAfterReceive?()
+                if !store.callerInGroup { Self.faultAfterReceive?() }
             } catch {
                 return (.malformed("store: \(error)"), .refuse(id, .storeFull))
             }

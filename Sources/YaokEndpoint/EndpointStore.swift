@@ -65,9 +65,99 @@ public struct SecurityEvent: Sendable, Equatable, Codable {
     public var messageID: [UInt8]
 }
 
+/// Keeps a session's group transaction to itself (see ``EndpointStore/beginGroup(owner:)``).
+///
+/// While a group is open every statement on the connection joins it, and nothing in it is
+/// durable until the group commits. A caller on another thread (a UI composing, a test
+/// reading the inbox) must neither join it (its "durable when it returns" would be false,
+/// and a failed group would undo its change) nor read rows the group may still roll back:
+/// it waits until the group commits, and no group opens while such a call is in progress.
+final class GroupGate: @unchecked Sendable {
+    /// Set on the owning session's serial queue: names the owner for calls made on it.
+    static let ownerKey = DispatchSpecificKey<ObjectIdentifier>()
+    private let cond = NSCondition()
+    private var owner: ObjectIdentifier?
+    private var outside = 0
+
+    /// Whether the caller runs on the queue of the open group's owner.
+    var callerOwnsGroup: Bool {
+        cond.lock()
+        defer { cond.unlock() }
+        return owner != nil && DispatchQueue.getSpecific(key: Self.ownerKey) == owner
+    }
+
+    func run<T>(_ body: () throws -> T) rethrows -> T {
+        cond.lock()
+        if let o = owner, DispatchQueue.getSpecific(key: Self.ownerKey) == o {
+            cond.unlock()
+            return try body()
+        }
+        while owner != nil { cond.wait() }
+        outside += 1
+        cond.unlock()
+        defer {
+            cond.lock()
+            outside -= 1
+            if outside == 0 { cond.broadcast() }
+            cond.unlock()
+        }
+        return try body()
+    }
+
+    func open(_ id: ObjectIdentifier, _ begin: () throws -> Void) throws {
+        cond.lock()
+        guard owner != id else {
+            cond.unlock()
+            throw StoreError.sqlite(code: 21, message: "a group is already open", purpose: "beginning a group transaction")
+        }
+        while owner != nil || outside > 0 { cond.wait() }
+        owner = id
+        cond.unlock()
+        do {
+            try begin()
+        } catch {
+            close()
+            throw error
+        }
+    }
+
+    func close() {
+        cond.lock()
+        owner = nil
+        cond.broadcast()
+        cond.unlock()
+    }
+}
+
 /// The endpoint's SQLCipher database: contacts, inbox, outbox, seen IDs, security events.
+///
+/// Every write carries a conflict clause (OR FAIL / OR IGNORE / OR REPLACE): with SQLite's
+/// default (ABORT) a statement inside a transaction keeps a statement journal, and SQLCipher
+/// encrypts every page it journals, several times the statement's own cost.
 public final class EndpointStore: @unchecked Sendable {
     let db: SQLCipherDatabase
+    let gate = GroupGate()
+
+    // MARK: Group commit
+
+    /// Opens a group transaction owned by `owner`, a session whose serial `queue` makes every
+    /// store call until ``commitGroup()`` (``SQLCipherDatabase/beginGroup()``: they share one
+    /// durable commit). Calls from anywhere else wait until the group commits. Waits first
+    /// for calls in progress elsewhere to finish.
+    func beginGroup(owner: ObjectIdentifier) throws {
+        try gate.open(owner) { try db.beginGroup() }
+    }
+
+    /// Commits the open group durably, or rolls it back whole and throws (none of its changes
+    /// happened). Call it from the owner's queue. Returns whether the group changed anything.
+    @discardableResult
+    func commitGroup() throws -> Bool {
+        defer { gate.close() }
+        return try db.commitGroup()
+    }
+
+    /// Whether the caller is inside its own open group (its changes are not durable yet).
+    var callerInGroup: Bool { gate.callerOwnsGroup }
 
     public init(database: SQLCipherDatabase) throws {
         db = database
@@ -101,34 +191,48 @@ public final class EndpointStore: @unchecked Sendable {
     // MARK: Profile
 
     public func profile(_ key: String) throws -> String? {
-        try db.query("SELECT value FROM profile WHERE key = ?", [.text(key)]).first?.first?.textValue
+        try gate.run {
+            try db.query("SELECT value FROM profile WHERE key = ?", [.text(key)]).first?.first?.textValue
+        }
     }
 
     public func setProfile(_ key: String, _ value: String) throws {
-        try db.execute("INSERT OR REPLACE INTO profile (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+        try gate.run {
+            try db.execute("INSERT OR REPLACE INTO profile (key, value) VALUES (?, ?)", [.text(key), .text(value)])
+        }
     }
 
     // MARK: Contacts
 
     public func addContact(_ c: Contact) throws {
-        try db.execute("INSERT OR REPLACE INTO contacts (user_id, name, signing_key, kx_key, verified, added_ms) VALUES (?, ?, ?, ?, ?, ?)",
-                       [.blob(c.userID), .text(c.name), .blob(c.signingKey), .blob(c.kxKey), .integer(c.verified ? 1 : 0), .integer(c.addedMs)])
+        try gate.run {
+            try db.execute("INSERT OR REPLACE INTO contacts (user_id, name, signing_key, kx_key, verified, added_ms) VALUES (?, ?, ?, ?, ?, ?)",
+                           [.blob(c.userID), .text(c.name), .blob(c.signingKey), .blob(c.kxKey), .integer(c.verified ? 1 : 0), .integer(c.addedMs)])
+        }
     }
 
     public func contacts() throws -> [Contact] {
-        try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts ORDER BY name", []).map(Self.contact)
+        try gate.run {
+            try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts ORDER BY name", []).map(Self.contact)
+        }
     }
 
     public func contact(userID: [UInt8]) throws -> Contact? {
-        try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts WHERE user_id = ?", [.blob(userID)]).first.map(Self.contact)
+        try gate.run {
+            try db.query("SELECT user_id, name, signing_key, kx_key, verified, added_ms FROM contacts WHERE user_id = ?", [.blob(userID)]).first.map(Self.contact)
+        }
     }
 
     public func setVerified(_ userID: [UInt8]) throws {
-        try db.execute("UPDATE contacts SET verified = 1 WHERE user_id = ?", [.blob(userID)])
+        try gate.run {
+            try db.execute("UPDATE OR FAIL contacts SET verified = 1 WHERE user_id = ?", [.blob(userID)])
+        }
     }
 
     public func removeContact(_ userID: [UInt8]) throws {
-        try db.execute("DELETE FROM contacts WHERE user_id = ?", [.blob(userID)])
+        try gate.run {
+            try db.execute("DELETE FROM contacts WHERE user_id = ?", [.blob(userID)])
+        }
     }
 
     static func contact(_ r: [SQLValue]) -> Contact {
@@ -163,55 +267,68 @@ public final class EndpointStore: @unchecked Sendable {
 
     /// Whether a bundle ID was already received (duplicate or replay).
     public func hasSeen(_ bundleID: [UInt8]) throws -> Bool {
-        try !db.query("SELECT 1 FROM seen_bundles WHERE bundle_id = ?", [.blob(bundleID)]).isEmpty
+        try gate.run {
+            try !db.query("SELECT 1 FROM seen_bundles WHERE bundle_id = ?", [.blob(bundleID)]).isEmpty
+        }
     }
 
     /// Stores a received message, marks its bundle ID seen and queues its delivery receipt,
-    /// in one durable transaction.
+    /// in one durable transaction (inside a session's group: all three or none, durable with
+    /// the group's commit).
     public func receive(_ m: InboxMessage, bundleID: [UInt8], expiresMs: Int64, receipt: OutboxItem) throws {
-        try db.transaction {
-            try db.execute("""
-                INSERT OR FAIL INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
-                """, [.blob(bundleID), .blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
-            try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
-            try enqueue(receipt)
+        try gate.run {
+            try db.transaction {
+                try db.execute("""
+                    INSERT OR FAIL INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
+                    """, [.blob(bundleID), .blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
+                try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
+                try enqueue(receipt)
+            }
         }
     }
 
     /// Marks a bundle ID seen without storing content (receipts).
     public func markSeen(_ bundleID: [UInt8], expiresMs: Int64) throws {
-        try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
+        try gate.run {
+            try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
+        }
     }
 
     public func inbox() throws -> [InboxMessage] {
-        try db.query("""
-            SELECT i.message_id, i.sender, COALESCE(c.name, ''), i.created_ms, i.received_ms, i.text
-            FROM inbox_messages i LEFT JOIN contacts c ON c.user_id = i.sender ORDER BY i.received_ms, i.created_ms
-            """, []).map {
-            InboxMessage(messageID: $0[0].blobValue ?? [], senderUserID: $0[1].blobValue ?? [], senderName: $0[2].textValue ?? "",
-                         createdMs: $0[3].int64Value ?? 0, receivedMs: $0[4].int64Value ?? 0, text: $0[5].textValue ?? "")
+        try gate.run {
+            try db.query("""
+                SELECT i.message_id, i.sender, COALESCE(c.name, ''), i.created_ms, i.received_ms, i.text
+                FROM inbox_messages i LEFT JOIN contacts c ON c.user_id = i.sender ORDER BY i.received_ms, i.created_ms
+                """, []).map {
+                InboxMessage(messageID: $0[0].blobValue ?? [], senderUserID: $0[1].blobValue ?? [], senderName: $0[2].textValue ?? "",
+                             createdMs: $0[3].int64Value ?? 0, receivedMs: $0[4].int64Value ?? 0, text: $0[5].textValue ?? "")
+            }
         }
     }
 
     // MARK: Outbox
 
     public func enqueue(_ item: OutboxItem) throws {
-        try db.execute("INSERT OR IGNORE INTO outbox (message_id, recipient, kind, created_ms, expires_ms, bundle, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
-                       [.blob(item.messageID), .blob(item.recipientUserID), .integer(Int64(item.kind)), .integer(item.createdMs),
-                        .integer(item.expiresMs), .blob(item.bundle), .text(item.state.rawValue)])
+        try gate.run {
+            try db.execute("INSERT OR IGNORE INTO outbox (message_id, recipient, kind, created_ms, expires_ms, bundle, state) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                           [.blob(item.messageID), .blob(item.recipientUserID), .integer(Int64(item.kind)), .integer(item.createdMs),
+                            .integer(item.expiresMs), .blob(item.bundle), .text(item.state.rawValue)])
+        }
     }
 
     /// Outbox items, oldest first, optionally only in `states` and at most `limit`.
     public func outbox(states: [OutboxItem.State]? = nil, limit: Int = Int.max) throws -> [OutboxItem] {
-        var sql = "SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox"
-        var params: [SQLValue] = []
-        if let states {
-            sql += " WHERE state IN (" + states.map { _ in "?" }.joined(separator: ", ") + ")"
-            params = states.map { .text($0.rawValue) }
+        try gate.run {
+            var sql = "SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox"
+            var params: [SQLValue] = []
+            if let states {
+                sql += " WHERE state IN (" + states.map { _ in "?" }.joined(separator: ", ") + ")"
+                params = states.map { .text($0.rawValue) }
+            }
+            sql += " ORDER BY created_ms, rowid LIMIT ?"
+            params.append(.integer(Int64(min(limit, Int(Int64.max)))))
+            return try db.query(sql, params).map(Self.outboxItem)
         }
-        sql += " ORDER BY created_ms, rowid LIMIT ?"
-        params.append(.integer(Int64(min(limit, Int(Int64.max)))))
-        return try db.query(sql, params).map(Self.outboxItem)
     }
 
     static func outboxItem(_ r: [SQLValue]) -> OutboxItem {
@@ -220,34 +337,58 @@ public final class EndpointStore: @unchecked Sendable {
                    state: OutboxItem.State(rawValue: r[6].textValue ?? "") ?? .pending)
     }
 
+    /// The message IDs and expiry times of pending items, oldest first, without their bundles
+    /// (the session reads a bundle only when it sends it).
+    public func pendingOutbox(limit: Int) throws -> [(messageID: [UInt8], expiresMs: Int64)] {
+        try gate.run {
+            try db.query("SELECT message_id, expires_ms FROM outbox WHERE state = ? ORDER BY created_ms, rowid LIMIT ?",
+                         [.text(OutboxItem.State.pending.rawValue), .integer(Int64(max(0, limit)))]).map { ($0[0].blobValue ?? [], $0[1].int64Value ?? 0) }
+        }
+    }
+
     public func outboxItem(_ id: [UInt8]) throws -> OutboxItem? {
-        try db.query("SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox WHERE message_id = ?",
-                     [.blob(id)]).first.map(Self.outboxItem)
+        try gate.run {
+            try db.query("SELECT message_id, recipient, kind, created_ms, expires_ms, bundle, state FROM outbox WHERE message_id = ?",
+                         [.blob(id)]).first.map(Self.outboxItem)
+        }
     }
 
     /// Queues many items in one durable transaction.
     public func enqueue(_ items: [OutboxItem]) throws {
-        try db.transaction { for item in items { try enqueue(item) } }
+        try gate.run {
+            try db.transaction { for item in items { try enqueue(item) } }
+        }
     }
 
     /// Moves an outbox item forward; never backwards (a late custody ack does not undo delivery).
+    /// One statement: the state it may move from is in its WHERE clause.
     public func advance(_ id: [UInt8], to state: OutboxItem.State) throws {
-        let order: [OutboxItem.State] = [.pending, .refused, .handedOver, .delivered, .read]
-        guard let current = try outboxItem(id), let a = order.firstIndex(of: current.state), let b = order.firstIndex(of: state), b > a else { return }
-        try db.execute("UPDATE OR FAIL outbox SET state = ? WHERE message_id = ?", [.text(state.rawValue), .blob(id)])
+        guard let b = Self.stateOrder.firstIndex(of: state), b > 0 else { return }
+        let earlier = Self.stateOrder[..<b]
+        try gate.run {
+            try db.execute("UPDATE OR FAIL outbox SET state = ? WHERE message_id = ? AND state IN (" + earlier.map { _ in "?" }.joined(separator: ", ") + ")",
+                           [.text(state.rawValue), .blob(id)] + earlier.map { .text($0.rawValue) })
+        }
     }
+
+    /// Outbox states in the order an item moves through them.
+    static let stateOrder: [OutboxItem.State] = [.pending, .refused, .handedOver, .delivered, .read]
 
     // MARK: Security events
 
     public func record(_ e: SecurityEvent) throws {
-        try db.execute("INSERT INTO security_events (at_ms, kind, sender, message_id) VALUES (?, ?, ?, ?)",
-                       [.integer(e.atMs), .text(e.kind.rawValue), .text(e.sender), .blob(e.messageID)])
+        try gate.run {
+            try db.execute("INSERT OR FAIL INTO security_events (at_ms, kind, sender, message_id) VALUES (?, ?, ?, ?)",
+                           [.integer(e.atMs), .text(e.kind.rawValue), .text(e.sender), .blob(e.messageID)])
+        }
     }
 
     public func securityEvents() throws -> [SecurityEvent] {
-        try db.query("SELECT at_ms, kind, sender, message_id FROM security_events ORDER BY id", []).map {
-            SecurityEvent(atMs: $0[0].int64Value ?? 0, kind: SecurityEvent.Kind(rawValue: $0[1].textValue ?? "") ?? .replay,
-                          sender: $0[2].textValue ?? "", messageID: $0[3].blobValue ?? [])
+        try gate.run {
+            try db.query("SELECT at_ms, kind, sender, message_id FROM security_events ORDER BY id", []).map {
+                SecurityEvent(atMs: $0[0].int64Value ?? 0, kind: SecurityEvent.Kind(rawValue: $0[1].textValue ?? "") ?? .replay,
+                              sender: $0[2].textValue ?? "", messageID: $0[3].blobValue ?? [])
+            }
         }
     }
 }

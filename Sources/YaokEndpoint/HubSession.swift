@@ -152,6 +152,14 @@ final class TCPHubCarrier: @unchecked Sendable {
 /// An endpoint attached to a hub: pushes the outbox, receives bundles, acknowledges
 /// custody after the store commits, and reports what happens.
 ///
+/// Group commit: the store changes of a burst of frames (bundles received, custody answers
+/// for what we sent) share one transaction and one durable commit, opened by the first frame
+/// after a commit and committed once the frames already queued are handled, at least
+/// ``commitSpacingNs`` after the previous commit and at most that long after it opened. What
+/// depends on the changes waits for the commit: custody answers, our outbox pushes (a
+/// delivery receipt queued in the group), and the events reported; if the commit fails none
+/// of them happens (the hub keeps custody and sends again). Idle, nothing is scheduled.
+///
 /// It speaks the same link protocol as any transport (TLV records, the link handshake
 /// as an endpoint) over the UDP example transport, a TCP link or Bluetooth LE.
 public final class HubSession: @unchecked Sendable {
@@ -174,7 +182,7 @@ public final class HubSession: @unchecked Sendable {
     private let onEvent: @Sendable (Event) -> Void
     /// Outbox items sent on this link and not yet acknowledged, by bundle ID (what the hub's
     /// answers name): their message ID and when they were sent.
-    private var inFlight: [[UInt8]: (messageID: [UInt8], sentMs: Int64)] = [:]
+    private var inFlight = InFlight()
     private var timer: DispatchSourceTimer?
     /// When set, the endpoint asks its hub to make it reachable through this relay
     /// (the relay's pinned Ed25519 key): a fresh signed registration goes with every connect.
@@ -192,6 +200,37 @@ public final class HubSession: @unchecked Sendable {
     public static let window = 64
     /// Resend an unacknowledged item after this long.
     public static let retransmitMs: Int64 = 5_000
+
+    /// Group commit state (on `queue`): whether a group is open, what waits for its commit.
+    private var groupOpen = false
+    private var groupItems = 0
+    private var commitQueued = false
+    private var groupOpenedNs: UInt64 = 0
+    /// When the last commit finished (monotonic ns).
+    private var lastCommitNs: UInt64 = 0
+    /// Frames and events that depend on the open group, in order.
+    private var waitingForCommit: [Deferred] = []
+    private enum Deferred { case frame([UInt8]), event(Event) }
+    /// The outbox was asked to push while the group was open (it may hold uncommitted receipts).
+    private var pushWanted = false
+    /// New messages stored in the open group (the crash-test hook runs after their commit).
+    private var messagesInGroup = 0
+    /// Commits are at least this far apart while frames keep coming, and a group stays open
+    /// at most this long: the extra latency an answer can see. The first frame after a quiet
+    /// spell commits as soon as the frames queued with it are handled.
+    static let commitSpacingNs: UInt64 = UInt64(ProcessInfo.processInfo.environment["YAOK_ENDPOINT_COMMIT_SPACING_US"]
+        .flatMap { UInt64($0) }.map { min($0, 20_000) } ?? 2_000) * 1_000
+    private var commits = (groups: 0, frames: 0, longestOpenUs: 0, totalOpenUs: 0)
+    /// Group commits that changed the store so far, the frames they covered, and how long
+    /// groups stayed open from their first frame to the end of their commit (the extra wait
+    /// an answer can see), longest and summed.
+    public var groupCommits: (groups: Int, frames: Int, longestOpenUs: Int, totalOpenUs: Int) { queue.sync { commits } }
+    /// A group closes after this many frames even if more are queued.
+    static let maxGroupItems = 512
+    /// Tests only (`YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS`): holds every group that much longer
+    /// before its commit, so a test can kill the endpoint inside the window.
+    static let testCommitDelayUs: UInt32 = UInt32(ProcessInfo.processInfo.environment["YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS"]
+        .flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
 
     /// Parses `udp://HOST:PORT` (the default scheme).
     public static func parseHub(_ text: String) throws -> SocketAddress {
@@ -239,6 +278,7 @@ public final class HubSession: @unchecked Sendable {
             }
             engine = nil
             self.carrier = carrier
+            queue.setSpecific(key: GroupGate.ownerKey, value: ObjectIdentifier(self))
             carrier.onUp = { [weak self] info in
                 guard let self else { return }
                 self.queue.async { self.linkUp(info) }
@@ -249,7 +289,7 @@ public final class HubSession: @unchecked Sendable {
             }
             carrier.onFrame = { [weak self] frame in
                 guard let self else { return }
-                self.queue.async { self.frame(frame) }
+                self.queue.async { self.grouped { self.frame(frame) } }
             }
             return
         }
@@ -258,6 +298,7 @@ public final class HubSession: @unchecked Sendable {
                                    listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
                                    idleTimeoutMs: 30_000, keepaliveMs: 5_000)
         self.engine = engine
+        queue.setSpecific(key: GroupGate.ownerKey, value: ObjectIdentifier(self))
         engine.events = .init(
             linkUp: { [weak self] info in
                 guard let self else { return }
@@ -269,7 +310,7 @@ public final class HubSession: @unchecked Sendable {
             },
             frame: { [weak self] frame, _ in
                 guard let self else { return }
-                self.queue.async { self.frame(frame) }
+                self.queue.async { self.grouped { self.frame(frame) } }
             },
             log: { _ in })
     }
@@ -288,7 +329,96 @@ public final class HubSession: @unchecked Sendable {
         timer?.cancel()
         engine?.stop()
         carrier?.stop()
-        queue.sync {}
+        queue.sync { commitGroup() }
+    }
+
+    // MARK: Group commit
+
+    /// Runs frame handling inside the open group, opening one if none is (see the type's notes).
+    private func grouped(_ body: () -> Void) {
+        if !groupOpen {
+            do {
+                try endpoint.store.beginGroup(owner: ObjectIdentifier(self))
+                groupOpen = true
+                groupOpenedNs = DispatchTime.now().uptimeNanoseconds
+            } catch {
+                // Each change then commits alone, and what depends on it leaves at once.
+                FileHandle.standardError.write(Data("store: cannot open a group transaction: \(error)\n".utf8))
+            }
+        }
+        body()
+        guard groupOpen else { return }
+        groupItems += 1
+        if groupItems >= Self.maxGroupItems || DispatchTime.now().uptimeNanoseconds &- groupOpenedNs >= Self.commitSpacingNs {
+            commitGroup()
+        } else if !commitQueued {
+            // Behind the frames already queued: the group covers the whole burst.
+            commitQueued = true
+            queue.async { self.commitWhenSpaced() }
+        }
+    }
+
+    /// Commits now, or at ``commitSpacingNs`` after the previous commit if that is later.
+    private func commitWhenSpaced() {
+        guard commitQueued else { return }
+        let due = lastCommitNs &+ Self.commitSpacingNs
+        if DispatchTime.now().uptimeNanoseconds < due {
+            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: due)) { self.commitWhenSpaced() }
+            return
+        }
+        commitGroup()
+    }
+
+    /// Commits the open group (if any), then sends and reports what waited for it.
+    private func commitGroup() {
+        commitQueued = false
+        let items = groupItems
+        groupItems = 0
+        if groupOpen {
+            groupOpen = false
+            if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
+            do {
+                if try endpoint.store.commitGroup() {
+                    let openUs = Int((DispatchTime.now().uptimeNanoseconds &- groupOpenedNs) / 1_000)
+                    commits.groups += 1
+                    commits.frames += items
+                    commits.longestOpenUs = max(commits.longestOpenUs, openUs)
+                    commits.totalOpenUs += openUs
+                }
+            } catch {
+                // None of it happened: no custody answer leaves (the hub keeps custody and
+                // sends again), acks we took are undone (those items go again).
+                FileHandle.standardError.write(Data("store: a group commit failed and was rolled back; its \(waitingForCommit.count) answers and events are dropped: \(error)\n".utf8))
+                waitingForCommit.removeAll()
+                messagesInGroup = 0
+                lastCommitNs = DispatchTime.now().uptimeNanoseconds
+                pushWanted = false
+                pushOutbox()
+                return
+            }
+            lastCommitNs = DispatchTime.now().uptimeNanoseconds
+            if messagesInGroup > 0 {
+                messagesInGroup = 0
+                Endpoint.faultAfterReceive?()
+            }
+        }
+        let out = waitingForCommit
+        waitingForCommit.removeAll(keepingCapacity: true)
+        for d in out {
+            switch d {
+            case .frame(let bytes): if let link { transmit(bytes, link: link) }
+            case .event(let e): onEvent(e)
+            }
+        }
+        if pushWanted {
+            pushWanted = false
+            pushOutbox()
+        }
+    }
+
+    /// Reports an event, after the open group commits if one is open.
+    private func report(_ event: Event) {
+        if groupOpen { waitingForCommit.append(.event(event)) } else { onEvent(event) }
     }
 
     /// Sends a fresh relay registration through the hub (when a relay key is set).
@@ -304,8 +434,8 @@ public final class HubSession: @unchecked Sendable {
     private func retransmit() {
         let t = endpoint.now()
         if relayKey != nil && t - lastRegistrationMs >= Self.registrationRefreshMs { register() }
-        let stale = inFlight.filter { t - $0.value.sentMs >= Self.retransmitMs }.map(\.key)
-        for id in stale { inFlight[id] = nil }
+        let stale = inFlight.sentBefore(t - Self.retransmitMs + 1)
+        for id in stale { _ = inFlight.remove(bundleID: id) }
         if !stale.isEmpty || inFlight.count < Self.window { pushOutbox() }
     }
 
@@ -317,6 +447,7 @@ public final class HubSession: @unchecked Sendable {
     public func drain(timeout: Double) -> Bool {
         let deadline = DispatchTime.now() + timeout
         while DispatchTime.now() < deadline {
+            // (Waits for an open group to commit: it may hold receipts not yet sent.)
             let pending = (try? endpoint.store.outbox(states: [.pending], limit: 1).count) ?? 0
             if pending == 0 { return true }
             if !isConnected { return false }
@@ -333,27 +464,32 @@ public final class HubSession: @unchecked Sendable {
         link = info.id
         hubSigningKey = info.peerSigningKey
         inFlight.removeAll()
-        onEvent(.connected(hub: info.remote ?? hub.description))
+        report(.connected(hub: info.remote ?? hub.description))
         register()
         pushOutbox()
     }
 
     private func linkDown(_ reason: String) {
         link = nil
-        onEvent(.disconnected(reason))
+        report(.disconnected(reason))
     }
 
-    /// Sends pending outbox items, at most ``window`` unacknowledged at a time.
+    /// Sends pending outbox items, at most ``window`` unacknowledged at a time; while a group
+    /// is open, once it commits (a receipt queued in it must be durable before it leaves).
     private func pushOutbox() {
+        if groupOpen {
+            pushWanted = true
+            return
+        }
         let room = Self.window - inFlight.count
-        guard let link, room > 0, let pending = try? endpoint.store.outbox(states: [.pending], limit: Self.window + room) else { return }
+        // IDs first (the items in flight lead the list); a bundle is read only to be sent.
+        guard let link, room > 0, let pending = try? endpoint.store.pendingOutbox(limit: Self.window + room) else { return }
         let t = endpoint.now()
         var sent = 0
-        for item in pending where item.expiresMs > t {
-            let id = endpoint.bundleID(of: item)
-            guard inFlight[id] == nil else { continue }
+        for p in pending where p.expiresMs > t && !inFlight.contains(messageID: p.messageID) {
             guard sent < room else { break }
-            inFlight[id] = (item.messageID, t)
+            guard let item = try? endpoint.store.outboxItem(p.messageID), item.state == .pending else { continue }
+            inFlight.add(bundleID: endpoint.bundleID(of: item), messageID: item.messageID, sentMs: t)
             sent += 1
             transmit(TLVRecord(.bundle, value: item.bundle).encoded, link: link)
         }
@@ -369,34 +505,73 @@ public final class HubSession: @unchecked Sendable {
             case .refuse(let id, let reason): send(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded))
             case .none: break
             }
-            onEvent(.incoming(incoming))
-            // A new message queued a delivery receipt: send it now.
-            if case .message = incoming { pushOutbox() }
+            report(.incoming(incoming))
+            // A new message queued a delivery receipt: send it (after the commit).
+            if case .message = incoming {
+                if groupOpen { messagesInGroup += 1 }
+                pushOutbox()
+            }
         case .custodyAck:
             guard let ack = try? CustodyAck(parsing: record.value),
-                  let messageID = inFlight.removeValue(forKey: ack.bundleID)?.messageID ?? endpoint.outboxMessageID(bundleID: ack.bundleID) else { return }
+                  let messageID = inFlight.remove(bundleID: ack.bundleID) ?? endpoint.outboxMessageID(bundleID: ack.bundleID) else { return }
             try? endpoint.store.advance(messageID, to: .handedOver)
-            onEvent(.handedOver(messageID))
+            report(.handedOver(messageID))
             pushOutbox()
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value),
-                  let messageID = inFlight.removeValue(forKey: r.bundleID)?.messageID ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }
+                  let messageID = inFlight.remove(bundleID: r.bundleID) ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }
             switch r.reason {
             case .rateLimited, .storeFull: break  // stays pending; retried on the next push
             default: try? endpoint.store.advance(messageID, to: .refused)
             }
-            onEvent(.refused(messageID, "\(r.reason)"))
+            report(.refused(messageID, "\(r.reason)"))
         default:
             break
         }
     }
 
+    /// Sends a frame on the link: after the open group commits, if one is open.
     private func send(_ record: TLVRecord) {
+        if groupOpen {
+            waitingForCommit.append(.frame(record.encoded))
+            return
+        }
         guard let link else { return }
         transmit(record.encoded, link: link)
     }
 
     private func transmit(_ bytes: [UInt8], link: LinkID) {
         if let carrier { try? carrier.send(bytes) } else { try? engine?.send(bytes, to: link) }
+    }
+}
+
+/// Outbox items sent on a link and not yet acknowledged, by bundle ID (what the hub's answers
+/// name) and by message ID (what the outbox lists, so a push skips them without hashing).
+struct InFlight {
+    private var byBundle: [[UInt8]: (messageID: [UInt8], sentMs: Int64)] = [:]
+    private var messages: Set<[UInt8]> = []
+
+    var count: Int { byBundle.count }
+
+    func contains(messageID: [UInt8]) -> Bool { messages.contains(messageID) }
+
+    mutating func add(bundleID: [UInt8], messageID: [UInt8], sentMs: Int64) {
+        byBundle[bundleID] = (messageID, sentMs)
+        messages.insert(messageID)
+    }
+
+    /// Forgets the item; returns its message ID if it was in flight.
+    mutating func remove(bundleID: [UInt8]) -> [UInt8]? {
+        guard let e = byBundle.removeValue(forKey: bundleID) else { return nil }
+        messages.remove(e.messageID)
+        return e.messageID
+    }
+
+    /// Bundle IDs of the items sent before `ms`.
+    func sentBefore(_ ms: Int64) -> [[UInt8]] { byBundle.filter { $0.value.sentMs < ms }.map(\.key) }
+
+    mutating func removeAll() {
+        byBundle.removeAll()
+        messages.removeAll()
     }
 }

@@ -222,6 +222,13 @@ if let before = writesBefore, let after = writesAfter {
     print(String(format: "hub disk writes %.1f MB (%.0f bytes per message, receipt included; /proc/PID/io write_bytes)",
                  Double(after - before) / 1e6, Double(after - before) / Double(max(1, delivered))))
 }
+// How the endpoints grouped theirs (HubSession group commit).
+for (name, session) in [("A", aliceSession), ("B", bobSession)] {
+    let c = session.groupCommits
+    print(String(format: "endpoint %@: %d group commits covering %d frames (%.1f per commit); a group open → committed: mean %.2f ms, longest %.2f ms",
+                 name, c.groups, c.frames, Double(c.frames) / Double(max(1, c.groups)),
+                 Double(c.totalOpenUs) / 1000 / Double(max(1, c.groups)), Double(c.longestOpenUs) / 1000))
+}
 // How the hub grouped its store changes (router counters, from `yaok-hub status --json`).
 let statusRun = Process()
 statusRun.executableURL = URL(fileURLWithPath: hubBinary.hasSuffix("yaok-hub") ? hubBinary : exeDir + "/yaok-hub")
