@@ -55,7 +55,7 @@ let package = Package(
         .target(name: "YaokReconcile", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
@@ -138,7 +138,7 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile"]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import YaokCrypto
 import YaokPluginKit
+import YaokReconcile
 import YaokStore
 import YaokWire
 
@@ -81,8 +82,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var offersDropped = 0
         /// Offers received from hubs, and `held` answers sent and received (IDs).
         public var offersReceived = 0
+        /// Bundle IDs listed in offers (`summary`) sent to hubs.
+        public var idsOffered = 0
         public var heldSent = 0
         public var heldReceived = 0
+        /// Set reconciliation with hubs (Docs/protocol.md, reconcile): exchanges finished, the
+        /// differences they found (IDs, both ways), exchanges that fell back to listing offers
+        /// (abort, timeout, or a neighbour from before reconciliation), estimates refused as
+        /// busy, and the bytes of `reconcile` records received and sent.
+        public var reconciled = 0
+        public var reconcileDifferences = 0
+        public var reconcileFallbacks = 0
+        public var reconcileRefused = 0
+        public var reconcileBytesIn = 0
+        public var reconcileBytesOut = 0
         /// Offers not sent again because the same ID went to the same link within the custody timeout.
         public var reoffersSuppressed = 0
         /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
@@ -139,6 +152,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var untrustedHolds = Set<[UInt8]>()
         /// When each ID was last offered on this link (bounded by ``Router/maxOfferedMemory``).
         var offeredAtMs: [[UInt8]: Int64] = [:]
+        /// Hub links: the reconciliation exchange under way (offers to the link wait for it),
+        /// and when it gives up and falls back to listing offers.
+        var sync: SyncPhase?
+        var syncDeadlineMs: Int64 = 0
+        /// Hub links: what the neighbour held when an exchange finished; never offered to it.
+        var peerHoldings: PeerHoldings?
+        /// Hub links: exchanges this neighbour started that were answered.
+        var estimatesAnswered = 0
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
             self.key = key
@@ -407,7 +428,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             // Our certificate goes first, so a peer in network mode can trust us before it offers.
             if let cert = settings.ownCertificate { _ = send(TLVRecord(.hubCertificate, value: cert), on: link) }
             if mayExchange(with: link) {
-                offerAll(to: link)
+                startSync(with: link)
                 sendAttachmentAnnouncement(to: link)
             } else {
                 logger.notice("hub \(Self.shortID(peerID)) on \(key) is not trusted (hub_trust: \(settings.trust.mode.rawValue)); it gets nothing until it is")
@@ -502,6 +523,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .custodyRefused: handleCustodyRefusal(record.value, from: link)
         case .summary: handleOffer(record.value, from: link)
         case .held: handleHeld(record.value, from: link)
+        case .reconcile: handleReconcile(record.value, from: link)
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
@@ -833,6 +855,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func offer(_ ids: [[UInt8]], to link: Link) {
         guard mayExchange(with: link) else { return }
+        // An exchange is under way: it ends with offerAll, which covers these.
+        guard link.sync == nil else { return }
+        var ids = ids
+        if let holdings = link.peerHoldings { ids.removeAll { holdings.peerHolds($0) } }
         // The same ID to the same link at most once per custody timeout, whatever the answer.
         let t = now()
         let fresh = ids.filter { id in
@@ -843,10 +869,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             link.offeredAtMs = link.offeredAtMs.filter { t - $0.value < settings.custodyTimeoutMs }
         }
         for id in fresh where link.offeredAtMs.count < Self.maxOfferedMemory { link.offeredAtMs[id] = t }
-        let ids = fresh
+        ids = fresh
         for chunk in stride(from: 0, to: ids.count, by: SummaryVector.maxCount) {
             let part = Array(ids[chunk..<min(ids.count, chunk + SummaryVector.maxCount)])
             guard let vector = try? SummaryVector(bundleIDs: part) else { continue }
+            counters.idsOffered += part.count
             _ = send(TLVRecord(.summary, value: vector.encoded), on: link)
         }
     }
@@ -855,7 +882,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func offerAll(to link: Link) {
         guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
         var ids: [[UInt8]] = []
-        for b in bundles where chosenHops(for: b).contains(link.key) { ids.append(b.bundleID) }
+        let holdings = link.peerHoldings
+        for b in bundles where !(holdings?.peerHolds(b.bundleID) ?? false) && chosenHops(for: b).contains(link.key) {
+            ids.append(b.bundleID)
+        }
         offer(ids, to: link)
     }
 
@@ -872,7 +902,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let attachedHub = announcements.first { $0.value.users.contains(b.destination) }?.key
         let candidates: [NeighbourCandidate] = links.values.compactMap { link in
             guard link.info.peerRole != .endpoint, mayExchange(with: link) else { return nil }
-            let holds = link.untrustedHolds.contains(b.bundleID) || ((try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false)
+            let holds = link.untrustedHolds.contains(b.bundleID) || (link.peerHoldings?.peerHolds(b.bundleID) ?? false)
+                || ((try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false)
             return NeighbourCandidate(key: link.key, role: link.info.peerRole, peerID: link.peerID, cost: link.info.cost,
                                       holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
@@ -1002,6 +1033,148 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         announcements[hub] = (Set(a.userIDs), a.timestampMs)
     }
 
+    // MARK: Set reconciliation (Docs/protocol.md, reconcile 0x0A)
+
+    /// Where a hub link is in its reconciliation exchange.
+    enum SyncPhase {
+        /// The neighbour initiates; its `estimate` has not come yet.
+        case awaitingEstimate
+        case initiating(ReconcileInitiator)
+        case responding(ReconcileResponder)
+    }
+
+    /// Tests only (`YAOK_TEST_NO_RECONCILE`): behave like a hub from before reconciliation,
+    /// which ignores record 0x0A as unknown and starts no exchange.
+    static let reconcileEnabled = ProcessInfo.processInfo.environment["YAOK_TEST_NO_RECONCILE"] == nil
+    /// An exchange waits this long for the neighbour's first message (a neighbour from before
+    /// reconciliation never sends one), and this long between messages once under way. The
+    /// side waiting for an estimate starts an exchange itself after the first wait (the other
+    /// side may have kept its link across our restart and see no reason to start one); if
+    /// that is not answered either, both list offers.
+    static let syncFirstWaitMs: Int64 = 5_000
+    static let syncProgressWaitMs: Int64 = 30_000
+    /// Frames a link must carry for an exchange: one message and its TLV header. Smaller
+    /// (BLE's 10.5 KB) lists offers instead.
+    static let syncMinimumMTU = ReconcileLimits.maxMessageBytes + TLVRecord.headerLength
+    /// Exchanges under way at once (each holds its ID set, ~50 bytes per ID), and the spacing
+    /// between exchanges neighbours start (each costs a scan of the store, ~0.1 s per 100,000
+    /// IDs): beyond either, a neighbour's `estimate` is answered "busy" and both sides list
+    /// offers. So a neighbour that keeps starting exchanges costs at most one scan a second.
+    static let maxConcurrentSyncs = 4
+    static let syncAnswerSpacingMs: Int64 = 1_000
+    private var lastSyncAnsweredMs: Int64?
+
+    /// A hub link may now exchange bundles: reconcile first when both sides can (the hub with
+    /// the lower ID initiates, the other answers), else offer everything.
+    private func startSync(with link: Link) {
+        guard link.sync == nil, link.peerHoldings == nil else { return }
+        guard Self.reconcileEnabled, link.info.mtu == 0 || link.info.mtu >= Self.syncMinimumMTU,
+              links.values.filter({ $0.sync != nil }).count < Self.maxConcurrentSyncs else {
+            offerAll(to: link)
+            return
+        }
+        guard hubID.lexicographicallyPrecedes(link.peerID) else {
+            link.syncDeadlineMs = now() + Self.syncFirstWaitMs
+            link.sync = .awaitingEstimate
+            return
+        }
+        initiateSync(with: link)
+    }
+
+    private func initiateSync(with link: Link) {
+        guard let ids = try? store.allBundleIDs() else { endSync(link, "the store could not list its IDs"); return }
+        let initiator = ReconcileInitiator(ids: Self.reconcileIDs(ids))
+        link.syncDeadlineMs = now() + Self.syncFirstWaitMs
+        link.sync = .initiating(initiator)
+        sendReconcile([initiator.firstMessage], on: link)
+    }
+
+    private func handleReconcile(_ value: [UInt8], from link: Link) {
+        guard Self.reconcileEnabled else { counters.unknownFrames += 1; return }
+        guard link.info.peerRole == .hub else { counters.framesRefusedForRole += 1; return }
+        counters.reconcileBytesIn += value.count
+        let step: ReconcileStep
+        switch link.sync {
+        case .initiating(var initiator)?:
+            step = initiator.receive(bytes: value)
+            link.sync = .initiating(initiator)
+        case .responding(var responder)?:
+            step = responder.receive(bytes: value)
+            link.sync = .responding(responder)
+        case .awaitingEstimate?, nil:
+            // Only an estimate starts an exchange; anything else of a finished one is stale.
+            guard value.count >= 6, value[1] == 1 else { return }
+            let t = now()
+            let busy = lastSyncAnsweredMs.map { t &- $0 < Self.syncAnswerSpacingMs } ?? false
+                || links.values.filter({ if case .responding? = $0.sync { return true }; if case .initiating? = $0.sync { return true }; return false }).count >= Self.maxConcurrentSyncs
+            if busy {
+                counters.reconcileRefused += 1
+                let session = UInt32(value[2]) | UInt32(value[3]) << 8 | UInt32(value[4]) << 16 | UInt32(value[5]) << 24
+                sendReconcile([.abort(.init(session: session, reason: .busy))], on: link)
+                if link.sync != nil { endSync(link, "its exchange was refused as busy") }
+                return
+            }
+            guard let ids = try? store.allBundleIDs() else { return }
+            link.estimatesAnswered += 1
+            lastSyncAnsweredMs = t
+            var responder = ReconcileResponder(ids: Self.reconcileIDs(ids))
+            step = responder.receive(bytes: value)
+            link.sync = .responding(responder)
+        }
+        link.syncDeadlineMs = now() + Self.syncProgressWaitMs
+        switch step {
+        case .wait:
+            break
+        case .send(let messages):
+            sendReconcile(messages, on: link)
+        case .done(let peerLacks, let iLack, let lacksMessages):
+            sendReconcile(lacksMessages, on: link)
+            let reconciled: [ReconcileID]
+            switch link.sync {
+            case .initiating(let i)?: reconciled = i.ids
+            case .responding(let r)?: reconciled = r.ids
+            default: reconciled = []
+            }
+            link.peerHoldings = PeerHoldings(reconciled: reconciled, peerLacks: peerLacks, peerOnly: iLack)
+            link.sync = nil
+            counters.reconciled += 1
+            counters.reconcileDifferences += peerLacks.count + iLack.count
+            logger.info("reconciled \(reconciled.count) bundle IDs with hub \(Self.shortID(link.peerID)) on \(link.key): it lacks \(peerLacks.count), we lack \(iLack.count)")
+            offerAll(to: link)
+        case .fallBack(let reason, let abort, let detail):
+            if let abort { sendReconcile([abort], on: link) }
+            endSync(link, "\(reason): \(detail)")
+        }
+    }
+
+    /// The exchange ended without a result: list offers, as with a hub from before it.
+    private func endSync(_ link: Link, _ why: String) {
+        link.sync = nil
+        counters.reconcileFallbacks += 1
+        logger.info("reconciliation with hub \(Self.shortID(link.peerID)) on \(link.key) fell back to listing offers: \(why)")
+        offerAll(to: link)
+    }
+
+    private func sendReconcile(_ messages: [ReconcileMessage], on link: Link) {
+        for message in messages {
+            let bytes = message.encoded
+            counters.reconcileBytesOut += bytes.count
+            _ = send(TLVRecord(.reconcile, value: bytes), on: link)
+        }
+    }
+
+    /// The store's flat ID list (16 bytes each) as reconciliation IDs.
+    static func reconcileIDs(_ flat: [UInt8]) -> [ReconcileID] {
+        var out: [ReconcileID] = []
+        out.reserveCapacity(flat.count / BundleID.length)
+        var i = 0
+        while i + BundleID.length <= flat.count {
+            if let id = ReconcileID(flat[i..<(i + BundleID.length)]) { out.append(id) }
+            i += BundleID.length
+        }
+        return out
+    }
+
     // MARK: Hub trust
 
     /// Whether bundles, offers and announcements may cross this link: always for endpoints
@@ -1066,7 +1239,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func becameTrusted(_ link: Link) {
         link.untrustedHolds.removeAll()
         guard settings.trust.mode != .open else { return }
-        offerAll(to: link)
+        startSync(with: link)
         sendAttachmentAnnouncement(to: link)
     }
 
@@ -1096,6 +1269,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 }
             }
             link.requested = link.requested.filter { $0.value > t }
+            if link.sync != nil, t >= link.syncDeadlineMs {
+                if case .awaitingEstimate? = link.sync {
+                    initiateSync(with: link)
+                } else {
+                    endSync(link, "the neighbour went quiet or does not reconcile")
+                }
+            }
             if !link.offered.isEmpty { drainOffers(link) }
             // Keep windows full even when acknowledgements stopped coming.
             if link.inFlight.count <= settings.linkWindow / 2 {

@@ -4,20 +4,22 @@ public enum ReconcileLimits {
     public static let version: UInt8 = 1
     /// The versions this module speaks, as listed in an `abort` with reason 1.
     public static let supportedVersions: [UInt8] = [1]
-    /// The largest message: the value of one TLV record.
-    public static let maxMessageBytes = 65_535
+    /// The largest message: 60,000 bytes, so a message, its TLV header and the link's sealing
+    /// fit every hub transport that can carry it (UDP frames are at most 65,000 bytes). Links
+    /// with smaller frames (BLE, 10.5 KB) use `summary` offers instead.
+    public static let maxMessageBytes = 60_000
     /// Bytes of one cell: count(4) + idSum(16) + hashSum(8).
     public static let cellBytes = 28
     /// Cells in one `table` part: as many as fit one record after the 18-byte part header.
-    public static let maxCellsPerPart = (maxMessageBytes - 18) / cellBytes  // 2339
-    /// The most cells a table may have (a multiple of 3; 1.83 MB in 28 parts).
+    public static let maxCellsPerPart = (maxMessageBytes - 18) / cellBytes  // 2142
+    /// The most cells a table may have (a multiple of 3; 1.83 MB in 31 parts).
     public static let maxTableCells = 65_535
     /// The most strata × cells per stratum in an estimate (it must fit one record).
-    public static let maxEstimatorCells = (maxMessageBytes - 29) / cellBytes  // 2339
+    public static let maxEstimatorCells = (maxMessageBytes - 29) / cellBytes  // 2141
     /// The most strata in an estimate.
     public static let maxStrata = 32
     /// IDs in one `lacks` part.
-    public static let maxIDsPerLacksPart = 4000
+    public static let maxIDsPerLacksPart = 3600
     /// `tableRequest`s per session.
     public static let maxRetries = 2
 }
@@ -74,13 +76,13 @@ public enum ReconcileError: Error, Equatable, Sendable, CustomStringConvertible 
     case totalCellsAboveCap(UInt32)
     /// A table size that is not a positive multiple of 3.
     case totalCellsInvalid(UInt32)
-    /// `parts` does not match ceil(total / 2339).
+    /// `parts` does not match ceil(total / 2142).
     case partsMismatch(parts: UInt8, expected: Int)
     /// A table part whose first cell or cell count is not the one its number implies.
     case cellRangeMismatch(part: UInt8, first: UInt32, count: UInt16)
-    /// A `lacks` part with more than 4,000 IDs.
+    /// A `lacks` part with more than 3,600 IDs.
     case countAboveCap(UInt16)
-    /// A `lacks` part other than the last with fewer than 4,000 IDs, or an empty last part of several.
+    /// A `lacks` part other than the last with fewer than 3,600 IDs, or an empty last part of several.
     case partNotFull(part: UInt8, count: UInt16)
     /// IDs not sorted ascending or repeated.
     case notSortedUnique
@@ -89,7 +91,7 @@ public enum ReconcileError: Error, Equatable, Sendable, CustomStringConvertible 
         switch self {
         case .truncated(let n, let g): "reconcile message truncated: needs at least \(n) bytes, got \(g)"
         case .lengthMismatch(let e, let g): "reconcile message length \(g) does not match its counts (expected \(e))"
-        case .tooLong(let n): "reconcile message of \(n) bytes is above one record (65,535)"
+        case .tooLong(let n): "reconcile message of \(n) bytes is above one message (60,000)"
         case .unsupportedVersion(let v): "reconcile version \(v) is not supported (this hub speaks 1)"
         case .unknownKind(let k): "unknown reconcile message kind \(k)"
         case .unknownAbortReason(let r): "unknown reconcile abort reason \(r)"
@@ -97,13 +99,13 @@ public enum ReconcileError: Error, Equatable, Sendable, CustomStringConvertible 
         case .zeroParts: "reconcile message has zero parts"
         case .partOutOfRange(let p, let n): "reconcile part \(p) outside 1...\(n)"
         case .strataOutOfRange(let s): "reconcile estimate has \(s) strata (1...32 allowed)"
-        case .cellsPerStratumInvalid(let s, let c): "reconcile estimate has \(s) strata of \(c) cells (a positive multiple of 3, at most 2339 cells in all)"
+        case .cellsPerStratumInvalid(let s, let c): "reconcile estimate has \(s) strata of \(c) cells (a positive multiple of 3, at most 2141 cells in all)"
         case .totalCellsAboveCap(let t): "reconcile table of \(t) cells is above the cap of 65,535"
         case .totalCellsInvalid(let t): "reconcile table of \(t) cells is not a positive multiple of 3"
         case .partsMismatch(let p, let e): "reconcile table in \(p) parts, its size needs \(e)"
         case .cellRangeMismatch(let p, let f, let c): "reconcile table part \(p) holds cells \(f)+\(c), not the range its number implies"
-        case .countAboveCap(let c): "reconcile lacks part of \(c) IDs is above 4,000"
-        case .partNotFull(let p, let c): "reconcile lacks part \(p) has \(c) IDs: every part but the last holds 4,000 and a last part of several is not empty"
+        case .countAboveCap(let c): "reconcile lacks part of \(c) IDs is above 3,600"
+        case .partNotFull(let p, let c): "reconcile lacks part \(p) has \(c) IDs: every part but the last holds 3,600 and a last part of several is not empty"
         case .notSortedUnique: "reconcile lacks IDs are not sorted ascending and unique"
         }
     }
@@ -142,7 +144,7 @@ public enum ReconcileMessage: Sendable, Equatable {
     }
 
     /// Kind 2: part(1) + parts(1) + total cells(4) + first cell(4) + cell count(2) + cells.
-    /// Part p (1-based) holds cells (p−1)·2339 ..< min(p·2339, total).
+    /// Part p (1-based) holds cells (p−1)·2142 ..< min(p·2142, total).
     public struct TablePart: Sendable, Equatable {
         public var session: UInt32
         public var part: UInt8
@@ -338,7 +340,7 @@ public enum ReconcileMessage: Sendable, Equatable {
         return out
     }
 
-    /// The `lacks` parts for `ids` (sorted and deduplicated here): parts of 4,000, the last
+    /// The `lacks` parts for `ids` (sorted and deduplicated here): parts of 3,600, the last
     /// possibly shorter; no IDs is one part with count 0.
     public static func lacksParts(session: UInt32, ids: [ReconcileID]) -> [ReconcileMessage] {
         let sorted = ReconcileID.sortedUnique(ids)

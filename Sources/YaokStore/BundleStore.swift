@@ -225,6 +225,17 @@ public final class BundleStore: @unchecked Sendable {
                                   purpose: "listing bundles to offer").map(Self.decode)
     }
 
+    /// Every bundle ID the store knows, carried or tombstone, concatenated (16 bytes each), in
+    /// ascending byte order: the set a hub reconciles with a neighbour. One index-only scan.
+    public func allBundleIDs() throws -> [UInt8] {
+        var out: [UInt8] = []
+        try database.forEachBlob("SELECT bundle_id FROM bundles ORDER BY bundle_id", purpose: "listing every bundle ID") { id in
+            guard id.count == BundleID.length else { throw StoreError.corruptRow(table: "bundles", column: "bundle_id") }
+            out.append(contentsOf: id)
+        }
+        return out
+    }
+
     /// Bundle IDs in the given states, in ascending byte order (for summary vectors).
     public func ids(states: Set<BundleState>, limit: Int) throws -> [[UInt8]] {
         guard !states.isEmpty else { return [] }

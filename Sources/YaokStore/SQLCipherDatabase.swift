@@ -243,6 +243,29 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         }
     }
 
+    /// Runs a query and hands `body` the first column of each row as raw bytes (NULL or a
+    /// non-blob is an empty buffer), without building rows: for scans of many small blobs.
+    /// The buffer is valid only during the call.
+    public func forEachBlob(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil,
+                            _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
+        try lock.withLock {
+            let stmt = try statement(sql, purpose: purpose)
+            defer { reset(stmt) }
+            try bind(params, to: stmt, sql: sql, purpose: purpose)
+            while true {
+                let rc = sqlite3_step(stmt)
+                if rc == SQLITE_DONE { return }
+                guard rc == SQLITE_ROW else { try fail(rc, purpose ?? Self.describe(sql)) }
+                let n = Int(sqlite3_column_bytes(stmt, 0))
+                if sqlite3_column_type(stmt, 0) == SQLITE_BLOB, n > 0, let p = sqlite3_column_blob(stmt, 0) {
+                    try body(UnsafeRawBufferPointer(start: p, count: n))
+                } else {
+                    try body(UnsafeRawBufferPointer(start: nil, count: 0))
+                }
+            }
+        }
+    }
+
     /// The first column of the first row, or nil if there are no rows.
     public func scalar(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws -> SQLValue? {
         try query(sql, params, purpose: purpose).first?.first

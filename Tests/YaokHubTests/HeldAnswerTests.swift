@@ -10,7 +10,13 @@ import YaokWire
 /// copy and recording the hand-over). Before `held`, each offered it to the other about once a
 /// second, forever, and the other ignored it silently. Now each says it holds it, the other
 /// records that, and the offers stop, across a kill -9 and restart too.
+///
+/// Both hubs run as hubs from before set reconciliation (`YAOK_TEST_NO_RECONCILE`), which
+/// list offers: that is where `held` matters (with such a neighbour, and on links too small
+/// for a reconcile record). Between two current hubs, ReconcileTests shows nothing is offered.
 final class HeldAnswerTests: XCTestCase {
+    let listing = ["YAOK_TEST_NO_RECONCILE": "1"]
+
     func testANeighbourThatHoldsABundleSaysSoAndTheOffersStopAcrossAKill9() throws {
         let plugins = try TestSupport.pluginDirectory(self)
         let exe = try TestSupport.product("yaok-hub")
@@ -41,10 +47,10 @@ final class HeldAnswerTests: XCTestCase {
         }
 
         // Together: each offers it, each answers `held`.
-        let hubB = try HubProcess(dir: b.dir, config: configB, executable: exe)
+        let hubB = try HubProcess(dir: b.dir, config: configB, executable: exe, extraEnvironment: listing)
         addTeardownBlock { hubB.stop() }
         try hubB.waitReady()
-        var hubA = try HubProcess(dir: a.dir, config: configA, executable: exe)
+        var hubA = try HubProcess(dir: a.dir, config: configA, executable: exe, extraEnvironment: listing)
         addTeardownBlock { hubA.stop() }
         try hubA.waitReady()
         func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
@@ -64,7 +70,7 @@ final class HeldAnswerTests: XCTestCase {
         // kill -9 of A: what it learned is in its store, so after the restart it offers B nothing.
         hubA.signal(SIGKILL)
         XCTAssertNotNil(hubA.waitExit(timeout: 10))
-        hubA = try HubProcess(dir: a.dir, config: configA, executable: exe)
+        hubA = try HubProcess(dir: a.dir, config: configA, executable: exe, extraEnvironment: listing)
         try hubA.waitReady()
         try TestSupport.waitUntil(timeout: 20, "A and B linked again") {
             try hubA.status().router.links.contains { $0.role == "hub" && $0.trust == "listed" }

@@ -66,6 +66,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case hubCertificate = 0x08
     /// The offered bundle IDs (same layout as ``summary``) the sender already holds.
     case held = 0x09
+    /// Set reconciliation between hubs: one message of an exchange (Docs/protocol.md, reconcile).
+    case reconcile = 0x0A
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
