@@ -158,8 +158,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var syncDeadlineMs: Int64 = 0
         /// Hub links: what the neighbour held when an exchange finished; never offered to it.
         var peerHoldings: PeerHoldings?
-        /// Hub links: exchanges this neighbour started that were answered.
+        /// Hub links: exchanges this neighbour started that were answered, and our exchanges
+        /// it answered "busy".
         var estimatesAnswered = 0
+        var syncBusyRetries = 0
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
             self.key = key
@@ -1062,6 +1064,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// offers. So a neighbour that keeps starting exchanges costs at most one scan a second.
     static let maxConcurrentSyncs = 4
     static let syncAnswerSpacingMs: Int64 = 1_000
+    /// An initiator answered "busy" starts again after twice the spacing, this many times.
+    static let syncBusyRetries = 3
     private var lastSyncAnsweredMs: Int64?
 
     /// A hub link may now exchange bundles: reconcile first when both sides can (the hub with
@@ -1110,8 +1114,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if busy {
                 counters.reconcileRefused += 1
                 let session = UInt32(value[2]) | UInt32(value[3]) << 8 | UInt32(value[4]) << 16 | UInt32(value[5]) << 24
+                // The neighbour tries again shortly (or lists offers after a few tries).
                 sendReconcile([.abort(.init(session: session, reason: .busy))], on: link)
-                if link.sync != nil { endSync(link, "its exchange was refused as busy") }
                 return
             }
             guard let ids = try? store.allBundleIDs() else { return }
@@ -1143,6 +1147,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             offerAll(to: link)
         case .fallBack(let reason, let abort, let detail):
             if let abort { sendReconcile([abort], on: link) }
+            if reason == .busy, abort == nil, link.syncBusyRetries < Self.syncBusyRetries {
+                // The neighbour is answering another exchange: start again after its spacing.
+                link.syncBusyRetries += 1
+                link.sync = .awaitingEstimate
+                link.syncDeadlineMs = now() + 2 * Self.syncAnswerSpacingMs
+                return
+            }
             endSync(link, "\(reason): \(detail)")
         }
     }

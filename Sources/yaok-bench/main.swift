@@ -7,7 +7,7 @@ import YaokPluginKit
 import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
-// in tests. Usage: yaok-bench [--messages N] [--hub-binary PATH] [--plugin-dir DIR]
+// in tests. Usage: yaok-bench [--messages N] [--rate MSG_PER_S] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
 // yaok-bench --reconcile [--trials N]: set reconciliation figures only (ReconcileBench.swift).
 
 if CommandLine.arguments.contains("--reconcile") {
@@ -153,8 +153,13 @@ let b = try Endpoint.initialize(home: work + "/b", name: "Bob")
 let bobContact = try a.addContact(uri: b.contactCode())
 try b.addContact(uri: a.contactCode())
 let text = String(repeating: "m", count: 200)
-for chunk in stride(from: 0, to: count, by: 1000) {
-    _ = try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk)))
+// `--rate R`: messages are composed one at a time at R per second while the run is on (the
+// added latency at an offered load); without it, all are composed first (a backlog).
+let pacedRate = argument("--rate").flatMap { Int($0) }.map { max(1, $0) }
+if pacedRate == nil {
+    for chunk in stride(from: 0, to: count, by: 1000) {
+        _ = try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk)))
+    }
 }
 final class Latencies: @unchecked Sendable {
     let lock = NSLock()
@@ -195,6 +200,17 @@ let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/sta
 let endpointsCPUBefore = cpuSeconds()
 let start = Date()
 try aliceSession.start()
+var offeredElapsed = 0.0
+if let r = pacedRate {
+    let interval = 1.0 / Double(r)
+    for i in 0..<count {
+        let wait = start.addingTimeInterval(Double(i) * interval).timeIntervalSinceNow
+        if wait > 0 { usleep(UInt32(wait * 1e6)) }
+        _ = try a.compose(to: bobContact, text: text)
+        aliceSession.flush()
+    }
+    offeredElapsed = Date().timeIntervalSince(start)
+}
 while latencies.lock.withLock({ latencies.values.count }) < count && Date().timeIntervalSince(start) < 600 { usleep(20_000) }
 let elapsed = Date().timeIntervalSince(start)
 let endpointsCPU = cpuSeconds() - endpointsCPUBefore
@@ -211,7 +227,12 @@ let sorted = latencies.lock.withLock { latencies.values.sorted() }
 func percentile(_ p: Double) -> Int64 { sorted.isEmpty ? 0 : sorted[min(sorted.count - 1, Int(Double(sorted.count) * p))] }
 print("end to end, A → hub → B, 200 B messages".padding(toLength: 56, withPad: " ", startingAt: 0)
       + String(format: "%10.0f msg/s   (%d of %d delivered in %.1f s)", Double(delivered) / elapsed, delivered, count, elapsed))
-print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(percentile(0.99))  (includes queueing behind the backlog)")
+if let r = pacedRate {
+    print(String(format: "offered %d msg/s (%.0f achieved by the composer); latency created → stored at B (ms, 1 ms resolution): p50 %d  p99 %d  max %d",
+                 r, Double(count) / max(offeredElapsed, 1e-9), percentile(0.5), percentile(0.99), sorted.last ?? 0))
+} else {
+    print("latency created → stored at B (ms): p50 \(percentile(0.5))  p99 \(percentile(0.99))  (includes queueing behind the backlog)")
+}
 print(String(format: "hub CPU time %.2f s (%.2f ms per message), with its plugin processes %.2f s (%.2f ms per message), hub peak RSS %d KiB",
              hubCPU, hubCPU * 1000 / Double(max(1, delivered)), treeCPU, treeCPU * 1000 / Double(max(1, delivered)),
              peakRSSKiB(pid: hub.processIdentifier) ?? -1))

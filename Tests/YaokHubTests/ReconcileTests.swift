@@ -105,7 +105,7 @@ final class ReconcileTests: XCTestCase {
         try pair.a.waitReady()
         do {
             try TestSupport.waitUntil(timeout: 30, "A and B reconciled again") {
-                try counters(pair.a).reconciled == 1 && counters(pair.b).reconciled == 2
+                try counters(pair.a).reconciled >= 1 && counters(pair.b).reconciled >= 2
             }
         } catch {
             print("A: \(try counters(pair.a))\nB: \(try counters(pair.b))\nB's log:\n\(pair.b.log.suffix(3000))")
