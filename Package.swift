@@ -52,7 +52,7 @@ let package = Package(
         .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
         .target(name: "YaokATT"),
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
-        .target(name: "YaokReconcile", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
+        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
@@ -137,7 +137,7 @@ let package = Package(
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
-        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile"]),
+        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto"]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),

@@ -1,6 +1,7 @@
 import Foundation
 import YaokPluginKit
 import YaokRelayProtocol
+import YaokStore
 import YaokTransportBLE
 import YaokTransportUDP
 import YaokTransportWiFiDirect
@@ -155,7 +156,7 @@ final class TCPHubCarrier: @unchecked Sendable {
 /// Group commit: the store changes of a burst of frames (bundles received, custody answers
 /// for what we sent) share one transaction and one durable commit, opened by the first frame
 /// after a commit and committed once the frames already queued are handled, at least
-/// ``commitSpacingNs`` after the previous commit and at most that long after it opened. What
+/// the ``CommitSpacing`` after the previous commit and at most that long after it opened. What
 /// depends on the changes waits for the commit: custody answers, our outbox pushes (a
 /// delivery receipt queued in the group), and the events reported; if the commit fails none
 /// of them happens (the hub keeps custody and sends again). Idle, nothing is scheduled.
@@ -206,8 +207,7 @@ public final class HubSession: @unchecked Sendable {
     private var groupItems = 0
     private var commitQueued = false
     private var groupOpenedNs: UInt64 = 0
-    /// When the last commit finished (monotonic ns).
-    private var lastCommitNs: UInt64 = 0
+    private var commitSpacing = CommitSpacing(environmentKey: "YAOK_ENDPOINT_COMMIT_SPACING_US")
     /// Frames and events that depend on the open group, in order.
     private var waitingForCommit: [Deferred] = []
     private enum Deferred { case frame([UInt8]), event(Event) }
@@ -215,11 +215,6 @@ public final class HubSession: @unchecked Sendable {
     private var pushWanted = false
     /// New messages stored in the open group (the crash-test hook runs after their commit).
     private var messagesInGroup = 0
-    /// Commits are at least this far apart while frames keep coming, and a group stays open
-    /// at most this long: the extra latency an answer can see. The first frame after a quiet
-    /// spell commits as soon as the frames queued with it are handled.
-    static let commitSpacingNs: UInt64 = UInt64(ProcessInfo.processInfo.environment["YAOK_ENDPOINT_COMMIT_SPACING_US"]
-        .flatMap { UInt64($0) }.map { min($0, 20_000) } ?? 2_000) * 1_000
     private var commits = (groups: 0, frames: 0, longestOpenUs: 0, totalOpenUs: 0)
     /// Group commits that changed the store so far, the frames they covered, and how long
     /// groups stayed open from their first frame to the end of their commit (the extra wait
@@ -349,7 +344,7 @@ public final class HubSession: @unchecked Sendable {
         body()
         guard groupOpen else { return }
         groupItems += 1
-        if groupItems >= Self.maxGroupItems || DispatchTime.now().uptimeNanoseconds &- groupOpenedNs >= Self.commitSpacingNs {
+        if groupItems >= Self.maxGroupItems || DispatchTime.now().uptimeNanoseconds &- groupOpenedNs >= commitSpacing.spacingNs {
             commitGroup()
         } else if !commitQueued {
             // Behind the frames already queued: the group covers the whole burst.
@@ -358,12 +353,12 @@ public final class HubSession: @unchecked Sendable {
         }
     }
 
-    /// Commits now, or at ``commitSpacingNs`` after the previous commit if that is later.
+    /// Commits now, or later by ``CommitSpacing`` (frames arriving meanwhile join the group;
+    /// a group stays open at most the spacing, the extra latency an answer can see).
     private func commitWhenSpaced() {
         guard commitQueued else { return }
-        let due = lastCommitNs &+ Self.commitSpacingNs
-        if DispatchTime.now().uptimeNanoseconds < due {
-            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: due)) { self.commitWhenSpaced() }
+        if let due = commitSpacing.deferredUntil() {
+            queue.asyncAfter(deadline: due) { self.commitWhenSpaced() }
             return
         }
         commitGroup()
@@ -391,12 +386,12 @@ public final class HubSession: @unchecked Sendable {
                 FileHandle.standardError.write(Data("store: a group commit failed and was rolled back; its \(waitingForCommit.count) answers and events are dropped: \(error)\n".utf8))
                 waitingForCommit.removeAll()
                 messagesInGroup = 0
-                lastCommitNs = DispatchTime.now().uptimeNanoseconds
+                commitSpacing.committed()
                 pushWanted = false
                 pushOutbox()
                 return
             }
-            lastCommitNs = DispatchTime.now().uptimeNanoseconds
+            commitSpacing.committed()
             if messagesInGroup > 0 {
                 messagesInGroup = 0
                 Endpoint.faultAfterReceive?()

@@ -195,8 +195,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var groupOpen = false
     private var groupItems = 0
     private var commitQueued = false
-    /// When the last commit finished (monotonic ns).
-    private var lastCommitNs: UInt64 = 0
+    private var commitSpacing = CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US")
     private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?)] = []
     /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
@@ -206,10 +205,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let maxOfferedMemory = 100_000
     /// A group closes after this many work items even if more are queued.
     static let maxGroupItems = 1024
-    /// Commits are at least this far apart while work keeps coming: a group whose turn comes
-    /// sooner waits, and what arrives meanwhile joins it. The first change after a quiet spell
-    /// commits at once. Chosen by measurement (Docs/performance.md, "Group commit").
-    static let minCommitSpacingNs: UInt64 = UInt64(ProcessInfo.processInfo.environment["YAOK_COMMIT_SPACING_US"].flatMap { UInt64($0) }.map { min($0, 20_000) } ?? 2_000) * 1_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
     private let now: @Sendable () -> Int64
@@ -286,13 +281,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
-    /// Commits now, or at `minCommitSpacingNs` after the previous commit if that is later.
+    /// Commits now, or later by ``CommitSpacing`` (what arrives meanwhile joins the group).
     private func commitWhenSpaced() {
         guard commitQueued else { return }
-        let due = lastCommitNs &+ Self.minCommitSpacingNs
-        let t = DispatchTime.now().uptimeNanoseconds
-        if t < due && groupItems < Self.maxGroupItems {
-            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: due)) { self.commitWhenSpaced() }
+        if groupItems < Self.maxGroupItems, let due = commitSpacing.deferredUntil() {
+            queue.asyncAfter(deadline: due) { self.commitWhenSpaced() }
             return
         }
         commitGroup()
@@ -305,7 +298,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         groupItems = 0
         if groupOpen {
             groupOpen = false
-            defer { lastCommitNs = DispatchTime.now().uptimeNanoseconds }
+            defer { commitSpacing.committed() }
             if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
             do {
                 if try store.database.commitGroup() {

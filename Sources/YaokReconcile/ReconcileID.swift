@@ -1,4 +1,5 @@
 import CSodium
+import YaokCrypto
 
 /// A 16-byte bundle ID held as two integers, so sets of 100,000 of them cost no heap
 /// allocation per ID. `hi` is bytes 0..<8 read big-endian and `lo` bytes 8..<16, so the
@@ -36,7 +37,7 @@ public struct ReconcileID: Hashable, Comparable, Sendable, CustomStringConvertib
     }
 
     /// Lowercase hex of the 16 bytes.
-    public var description: String { hex(bytes) }
+    public var description: String { Hex.encode(bytes) }
 
     public static func < (a: ReconcileID, b: ReconcileID) -> Bool {
         a.hi != b.hi ? a.hi < b.hi : a.lo < b.lo
@@ -75,16 +76,6 @@ public struct ReconcileID: Hashable, Comparable, Sendable, CustomStringConvertib
     }
 }
 
-func hex<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
-    let digits = Array("0123456789abcdef".utf8)
-    var out = [UInt8]()
-    out.reserveCapacity(bytes.count * 2)
-    for b in bytes {
-        out.append(digits[Int(b >> 4)])
-        out.append(digits[Int(b & 15)])
-    }
-    return String(decoding: out, as: UTF8.self)
-}
 
 /// Random bytes from libsodium (`randombytes_buf`).
 func randomBytes(_ count: Int) -> [UInt8] {

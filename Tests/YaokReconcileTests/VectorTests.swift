@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import YaokCrypto
 @testable import YaokReconcile
 
 /// The test vectors of Docs/protocol.md, `reconcile (0x0A)`.
@@ -37,13 +38,13 @@ enum ReconcileVectors {
         for (n, id) in ids.enumerated() {
             let d = ReconcileHash.digest(id, salt: salt)
             let idx = d.cellIndexes(cells: 30)
-            out.append(("H(ID \(n + 1))", hex(ReconcileHash.rawHash(id, salt: salt))))
+            out.append(("H(ID \(n + 1))", Hex.encode(ReconcileHash.rawHash(id, salt: salt))))
             out.append(("ID \(n + 1)", "check \(String(format: "%016llx", d.check)), stratum of 16: \(d.stratum(of: 16)), cells of 30: \(idx.0), \(idx.1), \(idx.2)"))
         }
-        out.append(("estimate", hex(estimate.encoded)))
-        out.append(("table", hex(table.encoded)))
-        out.append(("tableRequest", hex(tableRequest.encoded)))
-        out.append(("lacks", hex(lacks.encoded)))
+        out.append(("estimate", Hex.encode(estimate.encoded)))
+        out.append(("table", Hex.encode(table.encoded)))
+        out.append(("tableRequest", Hex.encode(tableRequest.encoded)))
+        out.append(("lacks", Hex.encode(lacks.encoded)))
         return out
     }
 }
@@ -64,7 +65,7 @@ final class VectorTests: XCTestCase {
 
     func testHashVectors() {
         for (id, expected) in zip(ReconcileVectors.ids, Self.expectedIDs) {
-            XCTAssertEqual(hex(ReconcileHash.rawHash(id, salt: ReconcileVectors.salt)), expected.0)
+            XCTAssertEqual(Hex.encode(ReconcileHash.rawHash(id, salt: ReconcileVectors.salt)), expected.0)
             let d = ReconcileHash.digest(id, salt: ReconcileVectors.salt)
             XCTAssertEqual(String(format: "%016llx", d.check), expected.1)
             XCTAssertEqual(d.stratum(of: 16), expected.2)
@@ -76,7 +77,7 @@ final class VectorTests: XCTestCase {
     func testMessageVectors() throws {
         let messages = [ReconcileVectors.estimate, ReconcileVectors.table, ReconcileVectors.tableRequest, ReconcileVectors.lacks]
         for (m, expected) in zip(messages, Self.expectedMessages) {
-            XCTAssertEqual(hex(m.encoded), expected.1, expected.0)
+            XCTAssertEqual(Hex.encode(m.encoded), expected.1, expected.0)
             XCTAssertEqual(try ReconcileMessage(parsing: m.encoded), m)
         }
     }
