@@ -1091,6 +1091,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard link.info.peerRole == .hub else { counters.framesRefusedForRole += 1; return }
         counters.reconcileBytesIn += value.count
         let step: ReconcileStep
+        // Both sides started an exchange (the lower ID late, e.g. it trusted us only later, the
+        // higher ID after its wait): the lower ID's exchange wins, the other side answers it.
+        if case .initiating? = link.sync, value.count >= 6, value[1] == 1, link.peerID.lexicographicallyPrecedes(hubID) {
+            link.sync = .awaitingEstimate
+        }
         switch link.sync {
         case .initiating(var initiator)?:
             step = initiator.receive(bytes: value)
