@@ -158,9 +158,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var syncDeadlineMs: Int64 = 0
         /// Hub links: what the neighbour held when an exchange finished; never offered to it.
         var peerHoldings: PeerHoldings?
-        /// Hub links: exchanges this neighbour started that were answered, and our exchanges
-        /// it answered "busy".
-        var estimatesAnswered = 0
+        /// Hub links: our exchanges this neighbour answered "busy".
         var syncBusyRetries = 0
 
         init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
@@ -1066,7 +1064,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func startSync(with link: Link) {
         guard link.sync == nil, link.peerHoldings == nil else { return }
         guard Self.reconcileEnabled, link.info.mtu == 0 || link.info.mtu >= Self.syncMinimumMTU,
-              links.values.filter({ $0.sync != nil }).count < Self.maxConcurrentSyncs else {
+              exchangesUnderWay < Self.maxConcurrentSyncs else {
             offerAll(to: link)
             return
         }
@@ -1090,10 +1088,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard Self.reconcileEnabled else { counters.unknownFrames += 1; return }
         guard link.info.peerRole == .hub else { counters.framesRefusedForRole += 1; return }
         counters.reconcileBytesIn += value.count
+        let header = ReconcileMessage.header(of: value)
+        let isEstimate = header?.kind == ReconcileMessage.estimateKind
         let step: ReconcileStep
         // Both sides started an exchange (the lower ID late, e.g. it trusted us only later, the
         // higher ID after its wait): the lower ID's exchange wins, the other side answers it.
-        if case .initiating? = link.sync, value.count >= 6, value[1] == 1, link.peerID.lexicographicallyPrecedes(hubID) {
+        if case .initiating? = link.sync, isEstimate, link.peerID.lexicographicallyPrecedes(hubID) {
             link.sync = .awaitingEstimate
         }
         switch link.sync {
@@ -1105,19 +1105,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             link.sync = .responding(responder)
         case .awaitingEstimate?, nil:
             // Only an estimate starts an exchange; anything else of a finished one is stale.
-            guard value.count >= 6, value[1] == 1 else { return }
+            guard let header, isEstimate else { return }
             let t = now()
             let busy = lastSyncAnsweredMs.map { t &- $0 < Self.syncAnswerSpacingMs } ?? false
-                || links.values.filter({ if case .responding? = $0.sync { return true }; if case .initiating? = $0.sync { return true }; return false }).count >= Self.maxConcurrentSyncs
+                || exchangesUnderWay >= Self.maxConcurrentSyncs
             if busy {
                 counters.reconcileRefused += 1
-                let session = UInt32(value[2]) | UInt32(value[3]) << 8 | UInt32(value[4]) << 16 | UInt32(value[5]) << 24
                 // The neighbour tries again shortly (or lists offers after a few tries).
-                sendReconcile([.abort(.init(session: session, reason: .busy))], on: link)
+                sendReconcile([.abort(.init(session: header.session, reason: .busy))], on: link)
                 return
             }
             guard let ids = try? store.allBundleIDs() else { return }
-            link.estimatesAnswered += 1
             lastSyncAnsweredMs = t
             var responder = ReconcileResponder(ids: Self.reconcileIDs(ids))
             step = responder.receive(bytes: value)
@@ -1154,6 +1152,16 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
             endSync(link, "\(reason): \(detail)")
         }
+    }
+
+    /// Links holding an exchange's state (its ID set); one waiting for an estimate holds none.
+    private var exchangesUnderWay: Int {
+        links.values.filter { link in
+            switch link.sync {
+            case .initiating?, .responding?: true
+            case .awaitingEstimate?, nil: false
+            }
+        }.count
     }
 
     /// The exchange ended without a result: list offers, as with a hub from before it.

@@ -80,7 +80,7 @@ public struct ReconcileInitiator: Sendable {
         do {
             return receive(try ReconcileMessage(parsing: bytes))
         } catch {
-            if bytes.count >= 6, ReconcileMessage.u32(bytes, 2) != session { return .wait }
+            if let h = ReconcileMessage.header(of: bytes), h.session != session { return .wait }
             finished = true
             let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
             return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)

@@ -194,9 +194,12 @@ public enum ReconcileMessage: Sendable, Equatable {
     }
 
     /// The message kind byte.
+    /// The kind byte of an `estimate`, the message that starts an exchange.
+    public static let estimateKind: UInt8 = 1
+
     public var kind: UInt8 {
         switch self {
-        case .estimate: 1
+        case .estimate: Self.estimateKind
         case .table: 2
         case .tableRequest: 3
         case .lacks: 4
@@ -357,10 +360,16 @@ public enum ReconcileMessage: Sendable, Equatable {
     /// (with our versions) for an unsupported version, else 5 (malformed); nil when the
     /// bytes are too short to name a session.
     public static func abortAnswering(_ bytes: [UInt8], error: ReconcileError) -> ReconcileMessage? {
-        guard bytes.count >= 6, bytes[1] != 5 else { return nil }  // never answer an abort
-        let session = u32(bytes, 2)
+        guard let header = header(of: bytes), header.kind != 5 else { return nil }  // never answer an abort
+        let session = header.session
         if case .unsupportedVersion = error { return .abort(Abort(session: session, reason: .unsupportedVersion)) }
         return .abort(Abort(session: session, reason: .malformed))
+    }
+
+    /// The common header of a message's bytes, whatever its version and even when the rest does
+    /// not parse: for routing a message to its exchange (nil below 6 bytes).
+    public static func header(of bytes: [UInt8]) -> (version: UInt8, kind: UInt8, session: UInt32)? {
+        bytes.count >= 6 ? (bytes[0], bytes[1], u32(bytes, 2)) : nil
     }
 
     static func u16(_ b: [UInt8], _ o: Int) -> UInt16 { UInt16(b[o]) | UInt16(b[o + 1]) << 8 }

@@ -42,7 +42,7 @@ public struct ReconcileResponder: Sendable {
         do {
             return receive(try ReconcileMessage(parsing: bytes))
         } catch {
-            if let s = session, bytes.count >= 6, ReconcileMessage.u32(bytes, 2) != s { return .wait }
+            if let s = session, let h = ReconcileMessage.header(of: bytes), h.session != s { return .wait }
             finished = true
             let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
             return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)

@@ -211,6 +211,13 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     /// - Parameter purpose: what the statement is for, used in error messages (defaults to the
     ///   SQL text, which holds placeholders, never values).
     public func execute(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws {
+        try eachRow(sql, params, purpose: purpose) { _ in }
+    }
+
+    /// Prepares (cached), binds and steps one statement under the lock, handing `row` the
+    /// statement at each result row: the one loop behind execute, query and forEachBlob.
+    private func eachRow(_ sql: String, _ params: [SQLValue], purpose: String?,
+                         _ row: (OpaquePointer) throws -> Void) throws {
         try lock.withLock {
             let stmt = try statement(sql, purpose: purpose)
             defer { reset(stmt) }
@@ -218,29 +225,23 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             while true {
                 let rc = sqlite3_step(stmt)
                 if rc == SQLITE_DONE { return }
-                if rc != SQLITE_ROW { try fail(rc, purpose ?? Self.describe(sql)) }
+                guard rc == SQLITE_ROW else { try fail(rc, purpose ?? Self.describe(sql)) }
+                try row(stmt)
             }
         }
     }
 
     /// Runs one statement and returns all its rows.
     public func query(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil) throws -> [[SQLValue]] {
-        try lock.withLock {
-            let stmt = try statement(sql, purpose: purpose)
-            defer { reset(stmt) }
-            try bind(params, to: stmt, sql: sql, purpose: purpose)
-            var rows: [[SQLValue]] = []
+        var rows: [[SQLValue]] = []
+        try eachRow(sql, params, purpose: purpose) { stmt in
             let columns = sqlite3_column_count(stmt)
-            while true {
-                let rc = sqlite3_step(stmt)
-                if rc == SQLITE_DONE { return rows }
-                guard rc == SQLITE_ROW else { try fail(rc, purpose ?? Self.describe(sql)) }
-                var row: [SQLValue] = []
-                row.reserveCapacity(Int(columns))
-                for i in 0..<columns { row.append(Self.column(stmt, i)) }
-                rows.append(row)
-            }
+            var row: [SQLValue] = []
+            row.reserveCapacity(Int(columns))
+            for i in 0..<columns { row.append(Self.column(stmt, i)) }
+            rows.append(row)
         }
+        return rows
     }
 
     /// Runs a query and hands `body` the first column of each row as raw bytes (NULL or a
@@ -248,20 +249,12 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     /// The buffer is valid only during the call.
     public func forEachBlob(_ sql: String, _ params: [SQLValue] = [], purpose: String? = nil,
                             _ body: (UnsafeRawBufferPointer) throws -> Void) throws {
-        try lock.withLock {
-            let stmt = try statement(sql, purpose: purpose)
-            defer { reset(stmt) }
-            try bind(params, to: stmt, sql: sql, purpose: purpose)
-            while true {
-                let rc = sqlite3_step(stmt)
-                if rc == SQLITE_DONE { return }
-                guard rc == SQLITE_ROW else { try fail(rc, purpose ?? Self.describe(sql)) }
-                let n = Int(sqlite3_column_bytes(stmt, 0))
-                if sqlite3_column_type(stmt, 0) == SQLITE_BLOB, n > 0, let p = sqlite3_column_blob(stmt, 0) {
-                    try body(UnsafeRawBufferPointer(start: p, count: n))
-                } else {
-                    try body(UnsafeRawBufferPointer(start: nil, count: 0))
-                }
+        try eachRow(sql, params, purpose: purpose) { stmt in
+            let n = Int(sqlite3_column_bytes(stmt, 0))
+            if sqlite3_column_type(stmt, 0) == SQLITE_BLOB, n > 0, let p = sqlite3_column_blob(stmt, 0) {
+                try body(UnsafeRawBufferPointer(start: p, count: n))
+            } else {
+                try body(UnsafeRawBufferPointer(start: nil, count: 0))
             }
         }
     }

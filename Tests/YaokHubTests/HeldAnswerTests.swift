@@ -18,26 +18,14 @@ final class HeldAnswerTests: XCTestCase {
     let listing = ["YAOK_TEST_NO_RECONCILE": "1"]
 
     func testANeighbourThatHoldsABundleSaysSoAndTheOffersStopAcrossAKill9() throws {
-        let plugins = try TestSupport.pluginDirectory(self)
         let exe = try TestSupport.product("yaok-hub")
-        let (portA, portB) = (HubProcessTests.freePort(), HubProcessTests.freePort())
-        func prepare() throws -> (dir: String, identity: Identity) {
-            let dir = try TestSupport.temporaryDirectory(self)
-            try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            return (dir, try IdentityFile.loadOrCreate(path: dir + "/data/identity.key"))
-        }
-        let a = try prepare(), b = try prepare()
-        func config(_ me: (dir: String, identity: Identity), port: UInt16, peers: [UInt16], trusting other: Identity) -> String {
-            HubProcessTests.config(dir: me.dir, pluginDirs: [plugins], udpPort: port, peers: peers)
-                .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5\n  hub_trust: list\n  trusted_hubs: [\"\(Hex.encode(other.signingKey))\"]")
-        }
-        let configA = config(a, port: portA, peers: [portB], trusting: b.identity)
-        let configB = config(b, port: portB, peers: [], trusting: a.identity)
+        let hubs = try TrustedHubPair(self)
+        let (portA, portB, configA, configB) = (hubs.portA, hubs.portB, hubs.configA, hubs.configB)
 
         // The same bundle reaches each hub on its own, while they are apart.
         let alice = Identity.generate(), bob = Identity.generate()
         let envelope = try seal("held twice", from: alice, to: bob)
-        for (dir, config, port) in [(b.dir, configB, portB), (a.dir, configA.replacingOccurrences(of: "peers: [\"127.0.0.1:\(portB)\"]", with: "peers: []"), portA)] {
+        for (dir, config, port) in [(hubs.dirB, configB, portB), (hubs.dirA, hubs.configAApart, portA)] {
             let hub = try HubProcess(dir: dir, config: config, executable: exe)
             try hub.waitReady()
             let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
@@ -47,10 +35,10 @@ final class HeldAnswerTests: XCTestCase {
         }
 
         // Together: each offers it, each answers `held`.
-        let hubB = try HubProcess(dir: b.dir, config: configB, executable: exe, extraEnvironment: listing)
+        let hubB = try HubProcess(dir: hubs.dirB, config: configB, executable: exe, extraEnvironment: listing)
         addTeardownBlock { hubB.stop() }
         try hubB.waitReady()
-        var hubA = try HubProcess(dir: a.dir, config: configA, executable: exe, extraEnvironment: listing)
+        var hubA = try HubProcess(dir: hubs.dirA, config: configA, executable: exe, extraEnvironment: listing)
         addTeardownBlock { hubA.stop() }
         try hubA.waitReady()
         func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
@@ -70,7 +58,7 @@ final class HeldAnswerTests: XCTestCase {
         // kill -9 of A: what it learned is in its store, so after the restart it offers B nothing.
         hubA.signal(SIGKILL)
         XCTAssertNotNil(hubA.waitExit(timeout: 10))
-        hubA = try HubProcess(dir: a.dir, config: configA, executable: exe, extraEnvironment: listing)
+        hubA = try HubProcess(dir: hubs.dirA, config: configA, executable: exe, extraEnvironment: listing)
         try hubA.waitReady()
         try TestSupport.waitUntil(timeout: 20, "A and B linked again") {
             try hubA.status().router.links.contains { $0.role == "hub" && $0.trust == "listed" }

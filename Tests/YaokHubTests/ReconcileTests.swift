@@ -21,32 +21,14 @@ final class ReconcileTests: XCTestCase {
     /// Two hubs that trust each other, each loaded while apart with the same `shared` bundles
     /// and `unique` of its own (sent by a phone, as a real hub gets them), then started together.
     func startPair(oldB: Bool = false) throws -> Pair {
-        let plugins = try TestSupport.pluginDirectory(self)
         let exe = try TestSupport.product("yaok-hub")
-        let (portA, portB) = (HubProcessTests.freePort(), HubProcessTests.freePort())
-        func prepare() throws -> (dir: String, identity: Identity) {
-            let dir = try TestSupport.temporaryDirectory(self)
-            try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            return (dir, try IdentityFile.loadOrCreate(path: dir + "/data/identity.key"))
-        }
-        let a = try prepare(), b = try prepare()
-        func config(_ me: (dir: String, identity: Identity), port: UInt16, peers: [UInt16], trusting other: Identity) -> String {
-            HubProcessTests.config(dir: me.dir, pluginDirs: [plugins], udpPort: port, peers: peers)
-                .replacingOccurrences(of: "custody_timeout_s: 5", with: """
-                    custody_timeout_s: 5
-                      sender_envelopes_per_minute: 100000
-                      hub_trust: list
-                      trusted_hubs: ["\(Hex.encode(other.signingKey))"]
-                    """)
-        }
-        let configA = config(a, port: portA, peers: [portB], trusting: b.identity)
-        let configB = config(b, port: portB, peers: [], trusting: a.identity)
+        let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000")
+        let (portA, portB, configA, configB) = (hubs.portA, hubs.portB, hubs.configA, hubs.configB)
         let alice = Identity.generate(), bob = Identity.generate()
         let both = try (0..<Self.shared).map { try seal("shared \($0)", from: alice, to: bob) }
         let onlyA = try (0..<Self.unique).map { try seal("only at A \($0)", from: alice, to: bob) }
         let onlyB = try (0..<Self.unique).map { try seal("only at B \($0)", from: alice, to: bob) }
-        let apartA = configA.replacingOccurrences(of: "peers: [\"127.0.0.1:\(portB)\"]", with: "peers: []")
-        for (dir, config, port, envelopes) in [(a.dir, apartA, portA, both + onlyA), (b.dir, configB, portB, both + onlyB)] {
+        for (dir, config, port, envelopes) in [(hubs.dirA, hubs.configAApart, portA, both + onlyA), (hubs.dirB, configB, portB, both + onlyB)] {
             let hub = try HubProcess(dir: dir, config: config, executable: exe)
             try hub.waitReady()
             let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
@@ -59,13 +41,13 @@ final class ReconcileTests: XCTestCase {
             hub.stop()
         }
         let environment = oldB ? ["YAOK_TEST_NO_RECONCILE": "1"] : [:]
-        let hubB = try HubProcess(dir: b.dir, config: configB, executable: exe, extraEnvironment: environment)
+        let hubB = try HubProcess(dir: hubs.dirB, config: configB, executable: exe, extraEnvironment: environment)
         addTeardownBlock { hubB.stop() }
         try hubB.waitReady()
-        let hubA = try HubProcess(dir: a.dir, config: configA, executable: exe)
+        let hubA = try HubProcess(dir: hubs.dirA, config: configA, executable: exe)
         addTeardownBlock { hubA.stop() }
         try hubA.waitReady()
-        return Pair(a: hubA, b: hubB, dirA: a.dir, dirB: b.dir, configA: configA, configB: configB, exe: exe)
+        return Pair(a: hubA, b: hubB, dirA: hubs.dirA, dirB: hubs.dirB, configA: configA, configB: configB, exe: exe)
     }
 
     func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }

@@ -309,3 +309,32 @@ extension XCTestCase {
     }
 
 }
+
+/// Two hubs that trust each other by key (`hub_trust: list`) over loopback UDP, A dialling B:
+/// their directories (with `data/identity.key` made), ports and configs. `router` is added to
+/// both configs' router section.
+struct TrustedHubPair {
+    let dirA: String, dirB: String
+    let portA: UInt16, portB: UInt16
+    let configA: String, configB: String
+    /// A's config without B as a peer: A apart.
+    var configAApart: String { configA.replacingOccurrences(of: "peers: [\"127.0.0.1:\(portB)\"]", with: "peers: []") }
+
+    init(_ test: XCTestCase, router: String = "") throws {
+        let plugins = try TestSupport.pluginDirectory(test)
+        func home() throws -> (dir: String, identity: Identity) {
+            let dir = try TestSupport.temporaryDirectory(test)
+            try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+            return (dir, try IdentityFile.loadOrCreate(path: dir + "/data/identity.key"))
+        }
+        let a = try home(), b = try home()
+        let (portA, portB) = (HubProcessTests.freePort(), HubProcessTests.freePort())
+        func config(_ me: String, port: UInt16, peers: [UInt16], trusting other: Identity) -> String {
+            HubProcessTests.config(dir: me, pluginDirs: [plugins], udpPort: port, peers: peers)
+                .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 5\(router)\n  hub_trust: list\n  trusted_hubs: [\"\(Hex.encode(other.signingKey))\"]")
+        }
+        (dirA, dirB, self.portA, self.portB) = (a.dir, b.dir, portA, portB)
+        configA = config(a.dir, port: portA, peers: [portB], trusting: b.identity)
+        configB = config(b.dir, port: portB, peers: [], trusting: a.identity)
+    }
+}
