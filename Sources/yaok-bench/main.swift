@@ -7,7 +7,7 @@ import YaokPluginKit
 import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
-// in tests. Usage: yaok-bench [--messages N] [--rate MSG_PER_S] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
+// in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
 // yaok-bench --reconcile [--trials N]: set reconciliation figures only (ReconcileBench.swift).
 
 if CommandLine.arguments.contains("--reconcile") {
@@ -29,6 +29,12 @@ func measure(_ label: String, iterations: Int, unit: String = "ops/s", _ body: (
           + String(format: "   (%.1f µs each)", seconds / Double(iterations) * 1e6))
 }
 
+func cpuSeconds() -> Double {
+    var u = rusage()
+    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
+    return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
+}
+
 func peakRSSKiB(pid: Int32) -> Int? {
     guard let status = try? String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8) else { return nil }
     for line in status.split(separator: "\n") where line.hasPrefix("VmHWM:") {
@@ -38,7 +44,10 @@ func peakRSSKiB(pid: Int32) -> Int? {
 }
 
 setvbuf(stdout, nil, _IOLBF, 0)
+// --path-only skips the micro-benchmarks, so a profiler attached to the run sees only the message path.
+let pathOnly = CommandLine.arguments.contains("--path-only")
 let alice = Identity.generate(), bob = Identity.generate()
+if !pathOnly {
 print("== crypto (libsodium)")
 for size in [200, 10_240] {
     let plaintext = [UInt8](repeating: 0x61, count: size)
@@ -54,11 +63,6 @@ let signed = try Envelope.sealMessage(plaintext: Array("x".utf8), from: alice, t
 measure("Ed25519 signature verification", iterations: 10_000, unit: "sig/s") { _ = signed.verifySignature() }
 
 print("== secure link session (Noise NN + Ed25519 identities; Docs/protocol.md §5)")
-func cpuSeconds() -> Double {
-    var u = rusage()
-    getrusage(__rusage_who_t(RUSAGE_SELF.rawValue), &u)
-    return Double(u.ru_utime.tv_sec + u.ru_stime.tv_sec) + Double(u.ru_utime.tv_usec + u.ru_stime.tv_usec) / 1e6
-}
 func inMemoryHandshake() throws -> (SecureLink, SecureLink) {
     let i = SecureLink(identity: alice, role: .endpoint, isInitiator: true, channel: .stream)
     let r = SecureLink(identity: bob, role: .hub, isInitiator: false, channel: .stream)
@@ -109,6 +113,7 @@ let rate = try BundleStoreBenchmark.acceptRate(count: 2000)
 print("bundle store accept (1 KB, WAL, synchronous=FULL)".padding(toLength: 56, withPad: " ", startingAt: 0) + String(format: "%10.0f accepts/s", rate))
 
 // Router throughput: a real hub process on loopback, two in-process endpoints.
+}
 print("== router: envelopes through one hub on loopback (UDP example transport)")
 let count = Int(argument("--messages") ?? "") ?? 5000
 let exeDir = (CommandLine.arguments[0] as NSString).deletingLastPathComponent
