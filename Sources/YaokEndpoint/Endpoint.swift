@@ -224,7 +224,7 @@ public final class Endpoint: @unchecked Sendable {
         case .message:
             let plaintext: [UInt8]
             do {
-                plaintext = try e.open(with: identity)
+                plaintext = try e.decryptVerified(with: identity)   // verified above
             } catch {
                 return reject(.decryptFailed, .malformed)
             }

@@ -159,9 +159,21 @@ public struct Envelope: Sendable, Equatable {
 
     /// Verifies and decrypts a message addressed to `identity`.
     public func open(with identity: Identity) throws -> [UInt8] {
+        try checkAddressed(to: identity)
+        try verified()
+        return try decryptVerified(with: identity)
+    }
+
+    private func checkAddressed(to identity: Identity) throws {
         guard kind == .message else { throw WireError.wrongKind(expected: "message", actual: kind.rawValue) }
         guard constantTimeEqual(recipientUserID, identity.userID) else { throw WireError.wrongRecipient }
-        try verified()
+    }
+
+    /// Decrypts a message addressed to `identity` whose signature the caller has already
+    /// checked with ``verifySignature()`` (a receiver that verifies first, to tell a forgery
+    /// from a stranger's message, need not pay for a second Ed25519 verification).
+    public func decryptVerified(with identity: Identity) throws -> [UInt8] {
+        try checkAddressed(to: identity)
         do {
             return try SealedBox.open(ciphertext: encoded[Self.ciphertextOffset..<(Self.ciphertextOffset + ciphertext.count)],
                                       additionalData: encoded[0..<Self.associatedDataLength],

@@ -21,6 +21,13 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertEqual(try parsed.open(with: bob), text)
         XCTAssertThrowsWire(.wrongRecipient, try parsed.open(with: alice))
         XCTAssertThrowsWire(.wrongRecipient, try parsed.open(with: Identity.generate()))
+        // The receiver's path: verify once, then decrypt without a second verification.
+        XCTAssertEqual(try parsed.decryptVerified(with: bob), text)
+        XCTAssertThrowsWire(.wrongRecipient, try parsed.decryptVerified(with: alice))
+        // open(with:) still verifies: one flipped signature bit is refused.
+        var forged = env.encoded
+        forged[forged.count - 1] ^= 1
+        XCTAssertThrowsWire(.badSignature, try Envelope(parsing: forged).open(with: bob))
         XCTAssertFalse(env.isExpired(atMs: 1000))
         XCTAssertTrue(env.isExpired(atMs: env.expiresMs))
     }
