@@ -117,6 +117,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var framesRefusedForRole = 0
         /// Bundles the router declined to send to an endpoint they are not addressed to.
         public var endpointMisroutesPrevented = 0
+        /// The hub's added latency per bundle since start, in µs (50 µs buckets): from its
+        /// frame reaching the router to its first onward send, after the commit that made it
+        /// durable. Bundles with no link at hand wait in the store and are not counted.
+        public var hopLatencySamples = 0
+        public var hopLatencyP50Us = 0
+        public var hopLatencyP99Us = 0
+        public var hopLatencyMaxUs = 0
     }
 
     final class Link {
@@ -194,7 +201,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var groupItems = 0
     private var commitQueued = false
     private var commitSpacing = CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US")
-    private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?)] = []
+    private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?, arrivedNs: UInt64?)] = []
+    /// When the frame being handled reached the router (monotonic ns), and when each bundle it
+    /// stored arrived, until the bundle first leaves: the hub's added latency (``HopLatency``).
+    private var frameArrivedNs: UInt64 = 0
+    private var arrivedNs: [[UInt8]: UInt64] = [:]
+    private var hopLatency = HopLatency()
     /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
     /// that depends on the group (a custody ack) left before it.
@@ -312,8 +324,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let out = waitingForCommit
         waitingForCommit.removeAll(keepingCapacity: true)
-        for (record, link, onFailure) in out where links[link.key] === link {
-            if !sendNow(record, on: link) { onFailure?() }
+        for (record, link, onFailure, arrived) in out where links[link.key] === link {
+            if !sendNow(record, on: link, arrivedNs: arrived) { onFailure?() }
         }
     }
 
@@ -364,8 +376,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let key = LinkKey(transport: transport.name, link: link)
         switch admission.admit(key) {
         case .admitted:
+            let arrived = DispatchTime.now().uptimeNanoseconds
             work {
                 self.admission.done(key)
+                self.frameArrivedNs = arrived
                 self.handleFrame(frame, key: key)
             }
         case .rateLimited, .backlogFull:
@@ -464,18 +478,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Sends a frame on a link: after the open group commits, if one is open (always, on the
     /// router queue). `onFailure` runs if the transport refuses it then.
     @discardableResult
-    private func send(_ record: TLVRecord, on link: Link, onFailure: (() -> Void)? = nil) -> Bool {
+    private func send(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil, onFailure: (() -> Void)? = nil) -> Bool {
         guard groupOpen else {
-            if !sendNow(record, on: link) { onFailure?(); return false }
+            if !sendNow(record, on: link, arrivedNs: arrivedNs) { onFailure?(); return false }
             return true
         }
-        waitingForCommit.append((record, link, onFailure))
+        waitingForCommit.append((record, link, onFailure, arrivedNs))
         return true
     }
 
-    private func sendNow(_ record: TLVRecord, on link: Link) -> Bool {
+    private func sendNow(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
         do {
             try link.transport.send(record.encoded, to: link.info.id)
+            if let arrivedNs { hopLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- arrivedNs) }
             return true
         } catch {
             logger.warning("send on \(link.key) failed: \(error)")
@@ -584,18 +599,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if link.info.peerRole == .endpoint {
             stored.hop = HopHeader(hopCount: 0, hopLimit: UInt8(clamping: settings.hopLimit), previousHop: hubID)
         }
+        let newBundle = NewBundle(
+            bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
+            sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
+            // A phone is never sent a bundle it did not address to itself, so recording it as
+            // a holder would only cost a random page write per bundle (issue 16).
+            previousHop: link.info.peerRole == .endpoint ? nil : link.peerID,
+            createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
+            bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,
+            acknowledgedBundleID: envelope.acknowledgedBundleID)
         let result: AcceptResult
         let evictedBefore = store.statistics
         do {
-            result = try store.accept(NewBundle(
-                bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
-                sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
-                // A phone is never sent a bundle it did not address to itself, so recording it as
-                // a holder would only cost a random page write per bundle (issue 16).
-                previousHop: link.info.peerRole == .endpoint ? nil : link.peerID,
-                createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
-                bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,
-                acknowledgedBundleID: envelope.acknowledgedBundleID), nowMs: t)
+            result = try store.accept(newBundle, nowMs: t)
         } catch {
             counters.refusedStoreFull += 1
             logger.error("store refused bundle \(Self.shortID(id)): \(error)")
@@ -622,10 +638,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         switch result {
         case .stored:
             counters.accepted += 1
+            // Bounded: bundles that find no link soon are forgotten here (they wait in the store).
+            if arrivedNs.count >= 4_096 { arrivedNs.removeAll(keepingCapacity: true) }
+            arrivedNs[id] = frameArrivedNs
             logger.debug("stored bundle \(Self.shortID(id)) from \(link.key)")
             _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
             if envelope.kind != .message { handleReceipt(envelope) }
-            if let b = try? store.bundle(id) { route(b) }
+            route(StoredBundle(accepted: newBundle, nowMs: t))
         case .duplicate:
             counters.duplicates += 1
             _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
@@ -957,7 +976,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         if b.state == .queued { try? store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }
         link.inFlight[b.bundleID] = t + settings.custodyTimeoutMs
-        send(TLVRecord(.bundle, value: outgoing), on: link) { [weak self, weak link] in
+        send(TLVRecord(.bundle, value: outgoing), on: link, arrivedNs: arrivedNs.removeValue(forKey: b.bundleID)) { [weak self, weak link] in
             guard let self, let link else { return }
             link.inFlight[b.bundleID] = nil
             self.failAttemptIfStillInFlight(b.bundleID, nowMs: t)
@@ -1353,6 +1372,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let dropped = admission.dropped
         c.framesRateLimited += dropped.rateLimited
         c.framesQueueFull += dropped.backlogFull
+        c.hopLatencySamples = hopLatency.samples
+        c.hopLatencyP50Us = hopLatency.percentileUs(0.5)
+        c.hopLatencyP99Us = hopLatency.percentileUs(0.99)
+        c.hopLatencyMaxUs = hopLatency.maxUs
         return c
     }
 

@@ -104,6 +104,17 @@ public struct StoredBundle: Sendable, Equatable {
     public var origin: String?
 }
 
+extension StoredBundle {
+    /// The row ``BundleStore/accept(_:nowMs:)`` writes when it answers `.stored` (queued, due
+    /// at once, no attempts, no link yet): the caller routes it without reading it back.
+    public init(accepted b: NewBundle, nowMs: Int64) {
+        self.init(bundleID: b.bundleID, destination: b.destination, kind: b.kind, sourceUserID: b.sourceUserID,
+                  hopCount: b.hopCount, hopLimit: b.hopLimit, previousHop: b.previousHop, createdMs: b.createdMs,
+                  expiresMs: b.expiresMs, bytes: b.bytes, receivedFrom: b.receivedFrom, state: .queued, attempts: 0,
+                  nextAttemptMs: nowMs, acceptedMs: nowMs, size: b.bytes.count, lastLink: nil, origin: b.origin)
+    }
+}
+
 /// What `BundleStore.accept` did with a bundle.
 public enum AcceptResult: Sendable, Equatable, CustomStringConvertible {
     /// Stored durably; the hub may acknowledge custody.

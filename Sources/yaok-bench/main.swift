@@ -7,7 +7,7 @@ import YaokPluginKit
 import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
-// in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
+// in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--kill-every SECONDS [--kills N]] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
 // yaok-bench --reconcile [--trials N]: set reconciliation figures only (ReconcileBench.swift).
 
 if CommandLine.arguments.contains("--reconcile") {
@@ -139,14 +139,30 @@ transports:
     listen: 127.0.0.1:\(port)
 """
 try config.write(toFile: work + "/hub.yaml", atomically: true, encoding: .utf8)
-let hub = Process()
-hub.executableURL = URL(fileURLWithPath: hubBinary)
-hub.arguments = ["run", "--config", work + "/hub.yaml"]
-FileManager.default.createFile(atPath: work + "/hub.log", contents: nil)
-hub.standardError = FileHandle(forWritingAtPath: work + "/hub.log")
 if !FileManager.default.isExecutableFile(atPath: hubBinary) { fatalError("no hub binary at \(hubBinary); pass --hub-binary") }
-try hub.run()
-defer { hub.terminate() }
+_ = FileManager.default.createFile(atPath: work + "/hub.log", contents: nil)
+func startHub() throws -> Process {
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: hubBinary)
+    p.arguments = ["run", "--config", work + "/hub.yaml"]
+    let log = FileHandle(forWritingAtPath: work + "/hub.log")
+    log?.seekToEndOfFile()
+    p.standardError = log
+    try p.run()
+    return p
+}
+/// The running hub; `--kill-every` replaces it after each SIGKILL.
+final class HubBox: @unchecked Sendable {
+    let lock = NSLock()
+    var process: Process
+    var kills = 0
+    var stopped = false
+    init(_ p: Process) { process = p }
+    var current: Process { lock.withLock { process } }
+}
+let hubBox = HubBox(try startHub())
+let hub = hubBox.process
+defer { hubBox.lock.withLock { hubBox.stopped = true; hubBox.process.terminate() } }
 let deadline = Date().addingTimeInterval(30)
 while !FileManager.default.fileExists(atPath: work + "/control.sock") && Date() < deadline { usleep(50_000) }
 guard FileManager.default.fileExists(atPath: work + "/control.sock") else {
@@ -158,12 +174,13 @@ let b = try Endpoint.initialize(home: work + "/b", name: "Bob")
 let bobContact = try a.addContact(uri: b.contactCode())
 try b.addContact(uri: a.contactCode())
 let text = String(repeating: "m", count: 200)
+var composedIDs: [[UInt8]] = []
 // `--rate R`: messages are composed one at a time at R per second while the run is on (the
 // added latency at an offered load); without it, all are composed first (a backlog).
 let pacedRate = argument("--rate").flatMap { Int($0) }.map { max(1, $0) }
 if pacedRate == nil {
     for chunk in stride(from: 0, to: count, by: 1000) {
-        _ = try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk)))
+        composedIDs += try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk))).map(\.messageID)
     }
 }
 final class Latencies: @unchecked Sendable {
@@ -205,19 +222,55 @@ let cpuBefore = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/sta
 let endpointsCPUBefore = cpuSeconds()
 let start = Date()
 try aliceSession.start()
+// `--kill-every S`: SIGKILL the hub every S seconds while the run is on and start it again at
+// once (the kill loop at this rate: nothing may be lost or delivered twice; checked below).
+// `--kills N` bounds how many (default 5); after the last the run finishes undisturbed.
+let killEvery = argument("--kill-every").flatMap(Double.init)
+let maxKills = Int(argument("--kills") ?? "") ?? 5
+if let every = killEvery {
+    Thread.detachNewThread {
+        while hubBox.lock.withLock({ hubBox.kills }) < maxKills {
+            usleep(UInt32(every * 1e6))
+            let victim: Process? = hubBox.lock.withLock { hubBox.stopped ? nil : hubBox.process }
+            guard let victim else { return }
+            kill(victim.processIdentifier, SIGKILL)
+            victim.waitUntilExit()
+            hubBox.lock.withLock {
+                guard !hubBox.stopped, let next = try? startHub() else { return }
+                hubBox.process = next
+                hubBox.kills += 1
+            }
+        }
+    }
+}
 var offeredElapsed = 0.0
 if let r = pacedRate {
     let interval = 1.0 / Double(r)
     for i in 0..<count {
         let wait = start.addingTimeInterval(Double(i) * interval).timeIntervalSinceNow
         if wait > 0 { usleep(UInt32(wait * 1e6)) }
-        _ = try a.compose(to: bobContact, text: text)
+        composedIDs.append(try a.compose(to: bobContact, text: text).messageID)
         aliceSession.flush()
     }
     offeredElapsed = Date().timeIntervalSince(start)
 }
 while latencies.lock.withLock({ latencies.values.count }) < count && Date().timeIntervalSince(start) < 600 { usleep(20_000) }
 let elapsed = Date().timeIntervalSince(start)
+if killEvery != nil {
+    let kills = hubBox.lock.withLock { hubBox.stopped = true; return hubBox.kills }
+    let inbox = try b.store.inbox().map(\.messageID)
+    let lost = Set(composedIDs).subtracting(inbox).count
+    let twice = inbox.count - Set(inbox).count
+    print(String(format: "kill loop: %d messages%@, hub SIGKILLed %d times (every %.1f s): %.0f msg/s end to end; lost %d, delivered twice %d",
+                 count, pacedRate.map { " offered at \($0) msg/s" } ?? " (a backlog)", kills, killEvery!,
+                 Double(inbox.count) / elapsed, lost, twice))
+    aliceSession.stop()
+    bobSession.stop()
+    hubBox.current.terminate()
+    hubBox.current.waitUntilExit()
+    try? FileManager.default.removeItem(atPath: work)
+    exit(lost == 0 && twice == 0 && inbox.count == count ? 0 : 1)
+}
 let endpointsCPU = cpuSeconds() - endpointsCPUBefore
 let cpuAfter = (try? String(contentsOfFile: "/proc/\(hub.processIdentifier)/stat", encoding: .utf8)) ?? ""
 let treeCPU = hubTreeCPU(hub.processIdentifier) - treeBefore
@@ -268,6 +321,11 @@ if (try? statusRun.run()) != nil {
        let counters = router["counters"] as? [String: Any], let commits = counters["groupCommits"] as? Int, let items = counters["groupCommitItems"] as? Int {
         print(String(format: "store: %d group commits covering %d router work items (%.1f per commit, %.2f commits per message)",
                      commits, items, Double(items) / Double(max(1, commits)), Double(commits) / Double(max(1, delivered))))
+        if let n = counters["hopLatencySamples"] as? Int, let p50 = counters["hopLatencyP50Us"] as? Int,
+           let p99 = counters["hopLatencyP99Us"] as? Int, let top = counters["hopLatencyMaxUs"] as? Int {
+            print(String(format: "hub's added latency per bundle (frame in → sent on, durable first): p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%d bundles, 50 µs buckets)",
+                         Double(p50) / 1000, Double(p99) / 1000, Double(top) / 1000, n))
+        }
     }
 }
 aliceSession.stop()

@@ -54,6 +54,31 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(Set(phone.frames(.custodyAck).map { Array($0.value.prefix(16)) }), Set(envelopes.map(\.bundleID)))
     }
 
+    /// The hub's added-latency figure (`hopLatency*` counters) runs from the frame's arrival to
+    /// the onward send, so it includes the commit: with every commit held 200 ms, no bundle can
+    /// report less.
+    func testHopLatencyCoversTheCommitBeforeTheOnwardSend() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"),
+                                 extraEnvironment: ["YAOK_TEST_COMMIT_DELAY_MS": "200"])
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        let alice = Identity.generate(), bob = Identity.generate()
+        let bobPhone = try RawPeer(identity: bob, role: .endpoint, hubPort: port)
+        let alicePhone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+        XCTAssertEqual(try counters(hub).hopLatencySamples, 0)
+        let envelopes = try (0..<5).map { try seal("timed \($0)", from: alice, to: bob) }
+        try sendUntilAcked(envelopes, via: alicePhone)
+        try TestSupport.waitUntil(timeout: 30, "five bundles at Bob") { bobPhone.frames(.bundle).count >= 5 }
+        let c = try counters(hub)
+        XCTAssertEqual(c.hopLatencySamples, 5, "each bundle counted once, on its first onward send")
+        XCTAssertGreaterThanOrEqual(c.hopLatencyP50Us, 200_000, "the 200 ms commit precedes every onward send")
+        XCTAssertGreaterThanOrEqual(c.hopLatencyP99Us, c.hopLatencyP50Us)
+        XCTAssertGreaterThanOrEqual(c.hopLatencyMaxUs, 200_000)
+    }
+
     func testABurstSharesCommitsAndAnIdleHubCommitsNothing() throws {
         let s = try startUDPHub(router: "\n  sender_envelopes_per_minute: 100000")
         defer { s.hub.stop() }
