@@ -130,7 +130,10 @@ final class RelayFailoverTests: XCTestCase {
         let change = details["last_node_change"] ?? ""
         XCTAssertTrue(change.hasPrefix("node 2 (127.0.0.1:\(hostile.port)) stopped answering at 20"), change)
         XCTAssertTrue(change.contains("relay key mismatch") && change.hasSuffix("now node 3 (127.0.0.1:\(node2.port))"), change)
-        XCTAssertTrue((status["reason"] as? String ?? "").contains("node 3 of 3"), "\(status)")
+        // The reason (what `yaok-hub status` prints) names the node in use and why it is that one.
+        let reason = status["reason"] as? String ?? ""
+        XCTAssertTrue(reason.hasPrefix("registered with relay node 3 of 3 (127.0.0.1:\(node2.port)); last move: node 2"), reason)
+        XCTAssertTrue(reason.contains("relay key mismatch"), reason)
 
         // The host re-sends what the relay never acknowledged (as the router does after a link
         // goes down); the acknowledged bundle is not sent again. A second re-send of the same
@@ -178,6 +181,58 @@ final class RelayFailoverTests: XCTestCase {
         XCTAssertEqual(change.to, 1)
         XCTAssertTrue(change.reason.contains("no handshake verified against the pinned key in 1 s"), change.reason)
         XCTAssertGreaterThan(silent.received, 0, "the silent node was tried first")
+    }
+
+    /// A node that stops answering requests on a live session (every packet from it dropped
+    /// on the way, no ICMP): after the silence bound the client leaves it, the SEND it was
+    /// waiting on fails with a timeout (its owner sends it again), and the session comes up
+    /// on the next node, where the re-send is queued.
+    func testClientLeavesANodeThatStopsAnsweringRequests() throws {
+        let (node1, node2, _) = try nodes()
+        let proxy = try UDPInterposer(relayPort: node1.port)
+        cleanup.append { proxy.stop() }
+        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(proxy.port)), relaySigningKey: node1.key)
+        cfg.alternates = [RelayClient.Node(address: RelayAddress(host: "127.0.0.1", port: UInt16(node2.port)))]
+        cfg.failoverSilenceMs = 1_500
+        cfg.handshakeRetryMs = 200
+        let client = RelayClient(configuration: cfg)
+        defer { client.stop() }
+        let alice = Identity.generate(), bob = Identity.generate()
+        let key = node1.key
+        // Alice registers on every session, fresh for its channel (the node after a move too).
+        client.registrationProvider = { channel in
+            [try! Registration.owner(alice, relaySigningKey: key, channel: channel, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))]
+        }
+        let registered = client.currentSeq()
+        try client.connect(timeout: 10)
+        XCTAssertEqual(client.currentNode.index, 0)
+        _ = try client.waitFor("registered on node 1", timeout: 10, after: registered) { e -> Bool? in
+            if case .registered(_, .accepted) = e { return true }
+            return nil
+        }
+
+        proxy.dropFromRelay = { _ in true }
+        let b = try bundle("waiting when node 1 fell silent", from: alice, to: bob)
+        let id = try XCTUnwrap(BundleID.of(bundle: b))
+        let mark = client.currentSeq()
+        let silentFrom = Date()
+        try client.send(bundle: b)
+        let failed: RelayProtocolError = try client.waitFor("the SEND to fail", timeout: 10, after: mark) { e in
+            if case .sendFailed(let sid, let error) = e, sid == id { return error }
+            return nil
+        }
+        guard case .timeout = failed else { return XCTFail("expected a timeout, got \(failed)") }
+        try client.waitFor("connected to node 2", timeout: 10, after: mark) { e -> Bool? in
+            if case .connected = e { return true }
+            return nil
+        }
+        XCTAssertLessThan(Date().timeIntervalSince(silentFrom), 6)
+        XCTAssertEqual(client.currentNode.index, 1)
+        let change = try XCTUnwrap(client.lastNodeChange)
+        XCTAssertEqual([change.from, change.to], [0, 1])
+        XCTAssertTrue(change.reason.hasPrefix("no answer to requests for 1 s"), change.reason)
+        XCTAssertEqual(try client.sendAndWait(bundle: b).status, .queued)
+        XCTAssertEqual(node2.metric("yaok_relay_queued_messages"), 1)
     }
 
     /// `yaok` with `--relay node1,hostile --relay node2`: Bob listens on node 1 and gets the

@@ -219,11 +219,13 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         let nodeText = nodes.count > 1 ? "node \(node.index + 1) of \(nodes.count) (\(node.name))" : node.name
         return lock.withLock {
             let state: TransportState = !running ? .stopped : (link != nil ? .running : .degraded)
-            let reason: String
+            var reason: String
             if !running { reason = "stopped" }
             else if link != nil { reason = "registered with relay \(nodeText)" }
             else if connected { reason = "connected to relay \(nodeText); registering" }
             else { reason = "connecting to relay \(nodeText)" + (clientError.map { ": \($0)" } ?? "") }
+            // `yaok-hub status` prints the reason: it says why this node is the one in use.
+            if running, let change { reason += "; last move: " + Self.describe(change) }
             var details = ["address": node.name,
                            "transport": nodes[node.index].makeLink == nil ? "udp" : node.name,
                            "relay_key": YaokPluginKit.Hex.encode(relayKey.prefix(4)) + "…",
