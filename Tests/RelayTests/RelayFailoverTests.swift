@@ -275,6 +275,100 @@ final class RelayFailoverTests: XCTestCase {
         XCTAssertNil(hostile.metric("yaok_relay_registrations_accepted_total").flatMap { $0 > 0 ? $0 : nil })
     }
 
+    /// The issue's "done when", with real processes: a `yaok-hub` whose relay plugin has
+    /// `addresses: [node 1, node 2]` in its YAML, Alice at the hub, Bob on the internet with
+    /// `yaok listen --relay node1,node2`. The first message goes hub → node 1 → Bob; node 1 is
+    /// killed (-9); the second message, handed to the hub afterwards, makes the hub's relay link
+    /// fail over to node 2 and reaches Bob there. Bob gets each message once (the one node 1
+    /// acknowledged is not sent again); `yaok-hub status` names node 2 and why; the hub logs
+    /// the move once.
+    func testHubFailsOverToNode2WithNothingLostOrDuplicated() throws {
+        let yaok = RelayProcess.productsDirectory + "/yaok", hubExe = RelayProcess.productsDirectory + "/yaok-hub"
+        for exe in [yaok, hubExe] where !FileManager.default.isExecutableFile(atPath: exe) { throw XCTSkip("\(exe) is not built") }
+        let (node1, node2, _) = try nodes()
+        let hubDir = try tempDir()
+        let plugins = hubDir + "/plugins"
+        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
+        for lib in ["libyaok-plugin-udp.so", "libyaok-plugin-relay.so"] {
+            try FileManager.default.copyItem(atPath: RelayProcess.productsDirectory + "/" + lib, toPath: plugins + "/" + lib)
+        }
+        let udp = try UDPSink()   // a free port: taken, then given to the hub
+        let udpPort = udp.port
+        udp.close()
+        let config = """
+        hub:
+          name: relay-failover
+          data_dir: \(hubDir)/data
+          control_socket: \(hubDir)/control.sock
+          plugin_dirs: ["\(plugins)"]
+          log_level: info
+        router:
+          custody_timeout_s: 5
+        transports:
+          udp:
+            enabled: true
+            listen: 127.0.0.1:\(udpPort)
+          relay:
+            enabled: true
+            addresses:
+              - 127.0.0.1:\(node1.port)
+              - 127.0.0.1:\(node2.port)
+            relay_key: \(Hex.encode(node1.key))
+            poll_interval_s: 1
+            failover_after_s: 3
+
+        """
+        try config.write(toFile: hubDir + "/hub.yaml", atomically: true, encoding: .utf8)
+        let hub = Process()
+        hub.executableURL = URL(fileURLWithPath: hubExe)
+        hub.arguments = ["run", "--config", hubDir + "/hub.yaml"]
+        var env = ProcessInfo.processInfo.environment
+        env.removeValue(forKey: "NOTIFY_SOCKET")
+        hub.environment = env
+        _ = FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
+        let logFile = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
+        hub.standardOutput = logFile
+        hub.standardError = logFile
+        try hub.run()
+        cleanup.append { if hub.isRunning { hub.terminate(); hub.waitUntilExit() } }
+        let hubLog = { (try? String(contentsOfFile: hubDir + "/hub.log", encoding: .utf8)) ?? "" }
+        XCTAssertTrue(waitUntil(timeout: 30) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
+
+        let (alice, bob) = try initAliceAndBob(yaok, in: hubDir)
+        let bobAt = ["--relay", "127.0.0.1:\(node1.port),127.0.0.1:\(node2.port)", "--relay-key", Hex.encode(node1.key)]
+        let listener = try ListenerProcess(yaok, ["listen", "--home", bob, "--count", "2", "--timeout", "90"] + bobAt)
+        cleanup.append { listener.kill() }
+        XCTAssertTrue(waitUntil(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 1")
+
+        let atHub = ["--hub", "udp://127.0.0.1:\(udpPort)", "--json", "--timeout", "20"]
+        let first = try runTool(yaok, ["send", "--home", alice, "Bob", "first, via node 1"] + atHub, timeout: 60)
+        XCTAssertEqual(first.0, 0, first.1)
+        // Node 1 took it from the hub and Bob acknowledged it there.
+        XCTAssertTrue(waitUntil(timeout: 20) { node1.metric("yaok_relay_acks_total") ?? 0 >= 1 }, listener.output() + hubLog())
+
+        node1.kill9()
+        let second = try runTool(yaok, ["send", "--home", alice, "Bob", "second, via node 2"] + atHub, timeout: 60)
+        XCTAssertEqual(second.0, 0, second.1)
+
+        XCTAssertTrue(listener.exited(within: 45), "Bob's listen did not end after two messages:\n\(listener.output())\nhub log:\n\(hubLog())")
+        let out = listener.output()
+        XCTAssertEqual(listener.status, 0, out)
+        XCTAssertEqual(out.components(separatedBy: "[Alice] first, via node 1").count - 1, 1, out)
+        XCTAssertEqual(out.components(separatedBy: "[Alice] second, via node 2").count - 1, 1, out)
+        XCTAssertFalse(out.contains("duplicate"), out)
+
+        let status = try runTool(hubExe, ["status", "--socket", hubDir + "/control.sock"])
+        XCTAssertEqual(status.0, 0, status.1)
+        XCTAssertTrue(status.1.contains("registered with relay node 2 of 2 (127.0.0.1:\(node2.port)); last move: node 1 (127.0.0.1:\(node1.port)) stopped answering at"), status.1)
+        let log = hubLog()
+        XCTAssertEqual(log.components(separatedBy: "relay failover: node 1").count - 1, 1, log)
+        // Logged by address and error text only: neither Alice's nor Bob's user ID appears.
+        for home in [alice, bob] {
+            let id = Hex.encode(try XCTUnwrap(IdentityFile.load(path: home + "/identity.key")).userID)
+            XCTAssertFalse(log.contains(id), "a full user ID in the hub log")
+        }
+    }
+
     /// Polls a condition that has no event (another process's metrics); bounded.
     private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
         let deadline = Date().addingTimeInterval(timeout)
