@@ -20,13 +20,13 @@ final class RelayFailoverTests: XCTestCase {
     private func tempDir() throws -> String { try makeTemporaryDirectory("yaok-relay-failover-", cleanup: &cleanup) }
 
     /// Two nodes with one key (separate stores) and a third relay with another key (hostile).
-    private func nodes() throws -> (node1: RelayProcess, node2: RelayProcess, hostile: RelayProcess) {
+    private func nodes(extra: [String] = []) throws -> (node1: RelayProcess, node2: RelayProcess, hostile: RelayProcess) {
         let dir = try tempDir()
-        let node1 = try RelayProcess(dataDir: dir + "/node1")
+        let node1 = try RelayProcess(dataDir: dir + "/node1", extra: extra)
         cleanup.append { node1.stop() }
         try FileManager.default.createDirectory(atPath: dir + "/node2", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         try FileManager.default.copyItem(atPath: dir + "/node1/relay.identity", toPath: dir + "/node2/relay.identity")
-        let node2 = try RelayProcess(dataDir: dir + "/node2")
+        let node2 = try RelayProcess(dataDir: dir + "/node2", extra: extra)
         cleanup.append { node2.stop() }
         let hostile = try RelayProcess(dataDir: dir + "/hostile")
         cleanup.append { hostile.stop() }
@@ -158,6 +158,44 @@ final class RelayFailoverTests: XCTestCase {
         try bobClient.ack([got.bundleID])
         XCTAssertTrue(waitUntil { node2.metric("yaok_relay_queued_messages") == 0 }, "node 2 held nothing else for Bob")
         XCTAssertEqual(try bobClient.pollAndWait().count, 0)
+    }
+
+    /// Over WebSocket/TLS: two `wss://` nodes with one certificate key (one pin for both).
+    /// Node 1 is killed (-9): its TCP connection closes, the link goes down at once (no send
+    /// needed) and comes up on node 2, whose URL the status shows.
+    func testPluginFailsOverBetweenWebSocketNodes() throws {
+        let tls = try TLSFixture.make()
+        cleanup.append { tls.remove() }
+        let (node1, node2, _) = try nodes(extra: ["--wss-listen", "127.0.0.1:0", "--tls-cert", tls.certificate, "--tls-key", tls.key])
+        XCTAssertEqual(node1.tlsPin, node2.tlsPin)
+        let url1 = "wss://127.0.0.1:\(node1.wssPort)", url2 = "wss://127.0.0.1:\(node2.wssPort)"
+        let host = try FakeHost()
+        XCTAssertNil(host.create(config: ["enabled": true, "relay_key": Hex.encode(node1.key), "tls_spki_sha256": Hex.encode(node1.tlsPin),
+                                          "failover_after_s": 2, "addresses": [url1, url2]]))
+        let m0 = host.mark
+        try host.start()
+        let link1: UInt64 = try host.wait("link up on node 1", after: m0) { e in
+            if case .linkUp(let id, 3, _, _) = e { return id }
+            return nil
+        }
+        XCTAssertEqual((host.statusJSON()["details"] as? [String: String])?["transport"], url1 + "/yaok-relay")
+
+        let m1 = host.mark
+        node1.kill9()
+        _ = try host.wait("link down", after: m1) { e -> Bool? in
+            if case .linkDown(let id, _) = e, id == link1 { return true }
+            return nil
+        }
+        let link2: UInt64 = try host.wait("link up on node 2", after: m1, timeout: 15) { e in
+            if case .linkUp(let id, 3, let key, _) = e { XCTAssertEqual(key, node2.key); return id }
+            return nil
+        }
+        XCTAssertNotEqual(link2, link1)
+        let details = host.statusJSON()["details"] as? [String: String] ?? [:]
+        XCTAssertEqual(details["node"], "2 of 2")
+        XCTAssertEqual(details["transport"], url2 + "/yaok-relay")
+        XCTAssertTrue(details["last_node_change"]?.hasPrefix("node 1 (\(url1)/yaok-relay) stopped answering at") == true, "\(details)")
+        XCTAssertEqual(node2.metric("yaok_relay_registrations_accepted_total"), 1)
     }
 
     /// A node that never answers (a silent UDP port: no ICMP, no reply) is left after the
