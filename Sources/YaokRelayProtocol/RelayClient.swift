@@ -359,13 +359,20 @@ public final class RelayClient: @unchecked Sendable {
         let mark = currentSeq()
         if !lock.withLock({ running }) { try start() }
         if isConnected { return }
-        try waitFor("the relay handshake", timeout: timeout, after: mark) { event -> Result<Void, RelayProtocolError>? in
-            switch event {
-            case .connected: return .success(())
-            case .handshakeFailed(let e): return failover ? nil : .failure(e)
-            default: return nil
-            }
-        }.get()
+        // With alternates one node's failure is not the end: wait for any node, and say what
+        // went wrong last when none answered.
+        let what = failover ? "a handshake with any of the \(configuration.nodes.count) relay nodes" : "the relay handshake"
+        do {
+            try waitFor(what, timeout: timeout, after: mark) { event -> Result<Void, RelayProtocolError>? in
+                switch event {
+                case .connected: return .success(())
+                case .handshakeFailed(let e): return failover ? nil : .failure(e)
+                default: return nil
+                }
+            }.get()
+        } catch RelayProtocolError.timeout(let w) where failover {
+            throw RelayProtocolError.timeout(w + (lastError.map { " (last error: \($0))" } ?? ""))
+        }
     }
 
     /// Registers and waits for every result.
