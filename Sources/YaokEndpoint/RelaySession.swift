@@ -53,12 +53,57 @@ public final class RelaySession: @unchecked Sendable {
     ///   - name: how to call the relay in events (default: its address).
     public init(endpoint: Endpoint, relay: RelayAddress, relayKey: [UInt8],
                 makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil,
+                alternates: [RelayClient.Node] = [],
+                configure: (inout RelayClient.Configuration) -> Void = { _ in },
                 onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
         self.endpoint = endpoint
         self.onEvent = onEvent
         self.relayName = name ?? relay.description
-        session = RelayUserSession(identity: endpoint.identity, relay: relay, relayKey: relayKey, makeLink: makeLink)
+        session = RelayUserSession(identity: endpoint.identity, relay: relay, relayKey: relayKey, makeLink: makeLink,
+                                   name: name, alternates: alternates, configure: configure)
     }
+
+    /// Several nodes of one relay (same pinned key), from `--relay` given repeated or
+    /// comma-separated: `HOST:PORT` (UDP) or `wss://HOST:PORT[/PATH]`. `pins` are the
+    /// `--relay-tls-pin` values: one for every `wss://` node, or one per `wss://` node in order.
+    public static func nodes(_ texts: [String], pins: [String]) throws -> [RelayClient.Node] {
+        let list = texts.flatMap { $0.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) } }.filter { !$0.isEmpty }
+        let wss = list.filter { $0.lowercased().hasPrefix("wss://") }.count
+        let pinList = pins.flatMap { $0.split(separator: ",").map { String($0).trimmingCharacters(in: .whitespaces) } }.filter { !$0.isEmpty }
+        if wss > 0, pinList.isEmpty { throw RelayProtocolError.invalid("a wss:// relay needs --relay-tls-pin (pin its TLS key)") }
+        if pinList.count > 1, pinList.count != wss {
+            throw RelayProtocolError.invalid("\(pinList.count) --relay-tls-pin values for \(wss) wss:// relays: give one for all, or one per wss:// relay in order")
+        }
+        var nodes: [RelayClient.Node] = []
+        var w = 0
+        for text in list {
+            if text.lowercased().hasPrefix("wss://") {
+                let ws = try webSocket(text, pin: pinList.count == 1 ? pinList[0] : pinList[w])
+                w += 1
+                nodes.append(RelayClient.Node(address: ws.address, makeLink: ws.makeLink, name: text))
+            } else {
+                guard let address = try? parseRelay(text) else {
+                    throw RelayProtocolError.invalid("relay \"\(text)\" is not HOST:PORT or wss://HOST:PORT[/PATH]")
+                }
+                nodes.append(RelayClient.Node(address: address, name: text))
+            }
+        }
+        guard !nodes.isEmpty else { throw RelayProtocolError.invalid("--relay needs HOST:PORT or wss://HOST:PORT") }
+        return nodes
+    }
+
+    /// A session with the first of `nodes` failing over to the others.
+    public convenience init(endpoint: Endpoint, nodes: [RelayClient.Node], relayKey: [UInt8],
+                            configure: (inout RelayClient.Configuration) -> Void = { _ in },
+                            onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
+        self.init(endpoint: endpoint, relay: nodes[0].address, relayKey: relayKey, makeLink: nodes[0].makeLink, name: nodes[0].name,
+                  alternates: Array(nodes.dropFirst()), configure: configure, onEvent: onEvent)
+    }
+
+    /// The node in use (0-based index into the nodes given) and its name.
+    public var currentNode: (index: Int, name: String) { session.client.currentNode }
+    /// The last move between nodes, if any.
+    public var lastNodeChange: RelayClient.NodeChange? { session.client.lastNodeChange }
 
     /// For a `wss://host:port[/path]` relay: its address and the link factory pinning the TLS
     /// key `pinHex` (64 hex digits, from `yaok-relay tls-pin`).
@@ -72,12 +117,13 @@ public final class RelaySession: @unchecked Sendable {
     /// session are reported as events (the client handshakes again by itself).
     public func open(timeout: TimeInterval = 10) throws {
         try session.open(timeout: timeout)
-        onEvent(.connected(hub: relayName))
-        let (onEvent, name) = (self.onEvent, relayName)
+        onEvent(.connected(hub: session.client.currentNode.name))
+        let (onEvent, client) = (self.onEvent, session.client)
         session.onConnectionChange { change in
             switch change {
             case .down(let reason): onEvent(.disconnected(reason))
-            case .up: onEvent(.connected(hub: name))
+            case .up: onEvent(.connected(hub: client.currentNode.name))
+            case .moved(let change): onEvent(.disconnected("relay failover: \(change.description)"))
             }
         }
     }
@@ -170,6 +216,11 @@ public final class RelaySession: @unchecked Sendable {
         var pacing = self.pacing
         var unanswered = 0
         var nextPoll = Date()
+        // With several relay nodes: how long without any session, after the last move, ends it.
+        let failover = !session.client.configuration.alternates.isEmpty
+        let budgetMs = Int64(pacing.maxUnanswered) * (pacing.answerTimeoutMs + pacing.retryMs)
+        var lastMove = session.client.lastNodeChange?.atMs
+        var offlineSince: Date?
         pushOutbox()
         while !shouldStop() {
             let now = Date()
@@ -179,10 +230,23 @@ public final class RelaySession: @unchecked Sendable {
                 do {
                     try session.poll(timeout: Double(pacing.answerTimeoutMs) / 1000)
                     unanswered = 0
+                    offlineSince = nil
                 } catch let error as RelayProtocolError {
                     switch error {
                     case .timeout, .notConnected: break
                     default: throw error
+                    }
+                    if case .notConnected = error, failover {
+                        // Between nodes: the client is handshaking with the next one. Give up
+                        // only when no node took us for the silence budget since the last move.
+                        let move = session.client.lastNodeChange?.atMs
+                        if move != lastMove || offlineSince == nil { lastMove = move; offlineSince = Date() }
+                        if let since = offlineSince, Date().timeIntervalSince(since) * 1000 > Double(budgetMs) {
+                            throw RelaySessionError.relaySilent(polls: unanswered + 1, last: session.client.lastError ?? error.description)
+                        }
+                        if processReceived() { pushOutbox() }
+                        nextPoll = Date().addingTimeInterval(Double(pacing.retryMs) / 1000)
+                        continue
                     }
                     unanswered += 1
                     guard unanswered < pacing.maxUnanswered else {

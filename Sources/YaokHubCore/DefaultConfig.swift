@@ -136,6 +136,8 @@ transports:
     # Where the uplink blocks UDP, WebSocket over TLS 1.3 instead:
     # address: wss://relay.example.org:7443
     # tls_spki_sha256: <64 hex digits, from `yaok-relay tls-pin --cert FILE`>
+    # Several nodes of one relay (same relay_key), for failover, instead of address:
+    # addresses: [relay1.example.org:7900, relay2.example.org:7900]
 """#
 
     /// The parsed default.

@@ -1,5 +1,6 @@
 import Foundation
 import YaokCrypto
+import YaokPluginKit
 
 /// A reusable client for the relay: handshake with the pinned relay key, registration,
 /// SEND with fragmentation and retransmission, pushed MSG, POLL, ACK, keep-alive PING and
@@ -38,10 +39,61 @@ public final class RelayClient: @unchecked Sendable {
         /// Opens the packet link to ``relay``; nil for UDP. The WebSocket-over-TLS link comes
         /// from module YaokRelayWebSocket (`RelayWebSocketLink.factory(url:spkiSHA256:)`).
         public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        /// How to call ``relay`` in status and events (default: its address).
+        public var relayName: String?
+        /// Further nodes of the same relay (same pinned ``relaySigningKey``), tried in order
+        /// after ``relay`` when the node in use stops answering (failover, see ``nodes``).
+        /// Empty: one node, retried for ever (the single-relay behaviour).
+        public var alternates: [Node] = []
+        /// With alternates: a node whose handshake brings no reply verified against the pinned
+        /// key within this long (no answer, a key mismatch, a refused connection) is left.
+        public var failoverHandshakeMs: Int64 = 5_000
+        /// With alternates: a session that hears nothing this long while a request (SEND,
+        /// POLL, REGISTER, PING) waits for its answer is left for the next node.
+        public var failoverSilenceMs: Int64 = 6_000
+        /// With alternates: each node's backoff after it failed (1 s doubling to 60 s, ±25 %).
+        public var failoverBackoff = Backoff(baseMs: 1_000, capMs: 60_000)
+        /// With alternates: a session up this long clears its node's backoff.
+        public var stableAfterMs: Int64 = 60_000
 
         public init(relay: RelayAddress, relaySigningKey: [UInt8]) {
             self.relay = relay
             self.relaySigningKey = relaySigningKey
+        }
+
+        /// Every node: ``relay`` first, then ``alternates``.
+        public var nodes: [Node] {
+            [Node(address: relay, makeLink: makeLink, name: relayName)] + alternates
+        }
+    }
+
+    /// One node of the relay: its address and how to reach it.
+    public struct Node: Sendable {
+        public var address: RelayAddress
+        /// nil for UDP; the WebSocket link factory for `wss://`.
+        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        /// As the user gave it (the `wss://` URL, or the address).
+        public var name: String
+
+        public init(address: RelayAddress, makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil) {
+            self.address = address
+            self.makeLink = makeLink
+            self.name = name ?? address.description
+        }
+    }
+
+    /// A move from one node to another (failover).
+    public struct NodeChange: Sendable, Equatable {
+        /// Indices into ``Configuration/nodes`` (0 = ``Configuration/relay``).
+        public let from: Int, to: Int
+        public let fromName: String, toName: String
+        /// Why the node `from` was left, e.g. "relay 127.0.0.1:7900 unreachable: Connection refused".
+        public let reason: String
+        /// Wall clock ms (``Configuration/clock``).
+        public let atMs: Int64
+
+        public var description: String {
+            "node \(from + 1) (\(fromName)) stopped answering: \(reason); now node \(to + 1) (\(toName))"
         }
     }
 
@@ -67,6 +119,9 @@ public final class RelayClient: @unchecked Sendable {
         case pollDone(remaining: UInt32)
         /// An ERROR not tied to a send.
         case relayError(RelayErrorNotice)
+        /// The node in use stopped answering; the client now handshakes with another one
+        /// (``Configuration/alternates``). Reported before that node's ``connected(sessionID:relayKXKey:)``.
+        case nodeChanged(NodeChange)
     }
 
     /// Counters for status.
@@ -110,6 +165,19 @@ public final class RelayClient: @unchecked Sendable {
     private var socket: RelayLink?
     private var thread: Thread?
     private var running = false
+    /// Which start() the running thread belongs to (a stop() then start() ends the old one).
+    private var generation = 0
+    // Failover (only with alternates): the node in use, each node's backoff and retry time.
+    private var nodeIndex = 0
+    private var nodeBackoff: [Backoff] = []
+    private var nodeRetryAtMs: [Int64] = []
+    /// When the first HELLO to the node in use went out in this handshake (its window).
+    private var handshakeStartedMs: Int64?
+    /// When the current session came up (its node's backoff clears once it is stable).
+    private var connectedSinceMs: Int64?
+    /// The oldest request still waiting for any answer from the relay.
+    private var unansweredSinceMs: Int64?
+    private var lastChange: NodeChange?
     private var lastHeardMs: Int64 = 0
     private var pingSentMs: Int64?
     private var pendingSends: [[UInt8]: PendingSend] = [:]
@@ -138,13 +206,45 @@ public final class RelayClient: @unchecked Sendable {
     /// Opens the socket and starts handshaking in the background. Returns at once.
     public func start() throws {
         guard !lock.withLock({ running }) else { return }
-        let s: RelayLink = try configuration.makeLink?(configuration.relay) ?? ConnectedDatagramSocket(to: configuration.relay)
-        lock.withLock {
-            socket = s
-            running = true
-            state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+        // The first node that opens (with alternates, one that cannot, e.g. a name that does
+        // not resolve, is skipped like a node that does not answer).
+        let nodes = configuration.nodes
+        var opened: (index: Int, link: RelayLink)?
+        var firstError: Error?
+        var skipped: [(Int, String)] = []
+        for (i, node) in nodes.enumerated() {
+            do {
+                opened = (i, try Self.open(node))
+                break
+            } catch {
+                if nodes.count == 1 { throw error }
+                firstError = firstError ?? error
+                skipped.append((i, "\(error)"))
+            }
         }
-        let t = Thread { [weak self] in self?.run(s) }
+        guard let opened else { throw firstError ?? RelayProtocolError.notConnected }
+        let now = configuration.clock()
+        let gen: Int = lock.withLock {
+            socket = opened.link
+            running = true
+            generation += 1
+            nodeIndex = opened.index
+            nodeBackoff = Array(repeating: configuration.failoverBackoff, count: nodes.count)
+            nodeRetryAtMs = Array(repeating: 0, count: nodes.count)
+            for (i, _) in skipped { nodeRetryAtMs[i] = now + nodeBackoff[i].nextDelayMs() }
+            handshakeStartedMs = nil
+            connectedSinceMs = nil
+            unansweredSinceMs = nil
+            state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+            return generation
+        }
+        if let (i, reason) = skipped.last, opened.index != i {
+            let change = NodeChange(from: i, to: opened.index, fromName: nodes[i].name, toName: nodes[opened.index].name,
+                                    reason: reason, atMs: now)
+            lock.withLock { lastChange = change }
+            emit(.nodeChanged(change))
+        }
+        let t = Thread { [weak self] in self?.run(gen) }
         t.name = "yaok-relay-client"
         thread = t
         t.start()
@@ -168,6 +268,22 @@ public final class RelayClient: @unchecked Sendable {
         if wasConnected { emit(.disconnected(reason: "client stopped")) }
         failAllPending("client stopped")
     }
+
+    static func open(_ node: Node) throws -> RelayLink {
+        try node.makeLink?(node.address) ?? ConnectedDatagramSocket(to: node.address)
+    }
+
+    /// Whether alternates are configured (failover on).
+    private var failover: Bool { !configuration.alternates.isEmpty }
+
+    /// The node in use: its index in ``Configuration/nodes`` and name.
+    public var currentNode: (index: Int, name: String) {
+        let i = lock.withLock { nodeIndex }
+        return (i, configuration.nodes[i].name)
+    }
+
+    /// The last move between nodes, if any.
+    public var lastNodeChange: NodeChange? { lock.withLock { lastChange } }
 
     /// Whether a session with the relay is up.
     public var isConnected: Bool { lock.withLock { if case .connected = state { return true }; return false } }
@@ -243,13 +359,20 @@ public final class RelayClient: @unchecked Sendable {
         let mark = currentSeq()
         if !lock.withLock({ running }) { try start() }
         if isConnected { return }
-        try waitFor("the relay handshake", timeout: timeout, after: mark) { event -> Result<Void, RelayProtocolError>? in
-            switch event {
-            case .connected: return .success(())
-            case .handshakeFailed(let e): return .failure(e)
-            default: return nil
-            }
-        }.get()
+        // With alternates one node's failure is not the end: wait for any node, and say what
+        // went wrong last when none answered.
+        let what = failover ? "a handshake with any of the \(configuration.nodes.count) relay nodes" : "the relay handshake"
+        do {
+            try waitFor(what, timeout: timeout, after: mark) { event -> Result<Void, RelayProtocolError>? in
+                switch event {
+                case .connected: return .success(())
+                case .handshakeFailed(let e): return failover ? nil : .failure(e)
+                default: return nil
+                }
+            }.get()
+        } catch RelayProtocolError.timeout(let w) where failover {
+            throw RelayProtocolError.timeout(w + (lastError.map { " (last error: \($0))" } ?? ""))
+        }
     }
 
     /// Registers and waits for every result.
@@ -357,6 +480,10 @@ public final class RelayClient: @unchecked Sendable {
     private func transmit(_ type: RelayPacketType, _ message: [UInt8], _ session: SecureSession) throws {
         let fid = nextFragmentID
         nextFragmentID &+= 1
+        switch type {
+        case .send, .poll, .register, .ping: if unansweredSinceMs == nil { unansweredSinceMs = configuration.clock() }
+        default: break
+        }
         for (t, plaintext) in try Fragment.split(type: type, message: message, fragmentID: fid) {
             let datagram = try session.seal(t, plaintext)
             sendRaw(datagram)
@@ -384,11 +511,15 @@ public final class RelayClient: @unchecked Sendable {
         for id in ids { emit(.sendFailed(bundleID: id, error: .timeout("QUEUED (\(reason))"))) }
     }
 
-    private func run(_ s: RelayLink) {
-        // A stop() followed by start() gives a new link; this thread then ends.
-        while lock.withLock({ running && socket === s }) {
+    private func run(_ gen: Int) {
+        // A stop() followed by start() starts a new thread; this one then ends. A move to
+        // another node swaps the link under this thread.
+        while let s = lock.withLock({ running && generation == gen ? socket : nil }) {
             tick()
-            switch s.receive(timeoutMs: 100) {
+            let received = s.receive(timeoutMs: 100)
+            // A packet or failure of a link already left (failover) means nothing.
+            guard lock.withLock({ socket === s }) else { continue }
+            switch received {
             case .packet(let d): handle(d)
             case .nothing: break
             case .failed(let error):
@@ -403,8 +534,70 @@ public final class RelayClient: @unchecked Sendable {
                     if handshaking { emit(.handshakeFailed(error)) }
                 }
                 disconnect(error.description)
+                // The node refused us (nobody listens, connection closed, TLS pin mismatch).
+                if failover { moveOn(error.description) }
             }
         }
+    }
+
+    /// Failover: the node in use failed (`reason`). It backs off; the client moves to the next
+    /// node in list order whose backoff has run out (or, if none, the one free soonest) and
+    /// handshakes there. The session, if any, is already gone (``disconnect(_:)``).
+    private func moveOn(_ reason: String) {
+        let nodes = configuration.nodes
+        let now = configuration.clock()
+        let (from, candidates): (Int, [Int]) = lock.withLock {
+            guard running else { return (nodeIndex, []) }
+            nodeRetryAtMs[nodeIndex] = now + nodeBackoff[nodeIndex].nextDelayMs()
+            let n = nodes.count
+            let order = (1...n).map { (nodeIndex + $0) % n }
+            let ready = order.filter { nodeRetryAtMs[$0] <= now }
+            let later = order.filter { nodeRetryAtMs[$0] > now }.sorted { nodeRetryAtMs[$0] < nodeRetryAtMs[$1] }
+            return (nodeIndex, ready + later)
+        }
+        for to in candidates {
+            if to == from {
+                // Every other node is further from being tried: this one again, after its backoff.
+                lock.withLock {
+                    guard running, nodeIndex == from else { return }
+                    restartHandshake(at: nodeRetryAtMs[from])
+                }
+                return
+            }
+            let link: RelayLink
+            do {
+                link = try Self.open(nodes[to])
+            } catch {
+                lock.withLock { if nodeRetryAtMs.indices.contains(to) { nodeRetryAtMs[to] = now + nodeBackoff[to].nextDelayMs() } }
+                continue
+            }
+            let change = NodeChange(from: from, to: to, fromName: nodes[from].name, toName: nodes[to].name, reason: reason, atMs: now)
+            let old: RelayLink? = lock.withLock {
+                guard running, nodeIndex == from else { return nil }
+                let old = socket
+                socket = link
+                nodeIndex = to
+                cookie = nil   // a cookie is one node's
+                lastChange = change
+                restartHandshake(at: nodeRetryAtMs[to])
+                return old
+            }
+            guard let old else { link.close(); return }
+            old.close()
+            emit(.nodeChanged(change))
+            return
+        }
+    }
+
+    /// A fresh handshake with the node in use, its first HELLO not before `notBeforeMs`.
+    /// Caller holds `lock`.
+    private func restartHandshake(at notBeforeMs: Int64) {
+        state = .handshaking(ephemeral: .generate(), nextAttemptMs: notBeforeMs, delayMs: configuration.handshakeRetryMs)
+        rehandshake = nil
+        pingSentMs = nil
+        handshakeStartedMs = nil
+        connectedSinceMs = nil
+        unansweredSinceMs = nil
     }
 
     /// Drops the session (if any) and starts handshaking again.
@@ -413,9 +606,7 @@ public final class RelayClient: @unchecked Sendable {
             lastErrorText = reason
             guard running else { return false }
             if case .connected = state {
-                state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
-                rehandshake = nil
-                pingSentMs = nil
+                restartHandshake(at: 0)
                 return true
             }
             return false
@@ -430,12 +621,19 @@ public final class RelayClient: @unchecked Sendable {
         let now = configuration.clock()
         var failed: [[UInt8]] = []
         var timedOut: String?
+        var leave: String?
         lock.withLock {
             guard running else { return }
             switch state {
             case .stopped: return
             case .handshaking(let eph, let next, let delay):
+                if failover, let started = handshakeStartedMs, now - started >= configuration.failoverHandshakeMs {
+                    leave = "no handshake verified against the pinned key in \(configuration.failoverHandshakeMs / 1000) s"
+                        + (lastErrorText.map { " (last error: \($0))" } ?? "")
+                    return
+                }
                 guard now >= next else { return }
+                if handshakeStartedMs == nil { handshakeStartedMs = now }
                 sendRaw(helloDatagram(eph))
                 state = .handshaking(ephemeral: eph, nextAttemptMs: now + delay, delayMs: min(delay * 2, configuration.maxHandshakeRetryMs))
             case .connected(let session):
@@ -446,6 +644,16 @@ public final class RelayClient: @unchecked Sendable {
                 if let sent = pingSentMs, now - sent > configuration.pingTimeoutMs {
                     timedOut = "relay did not answer for \((now - lastHeardMs) / 1000) s"
                     return
+                }
+                if failover {
+                    if let since = unansweredSinceMs, now - since >= configuration.failoverSilenceMs {
+                        timedOut = "no answer to requests for \((now - since) / 1000) s"
+                        return
+                    }
+                    if let up = connectedSinceMs, now - up >= configuration.stableAfterMs {
+                        nodeBackoff[nodeIndex].reset()
+                        connectedSinceMs = nil
+                    }
                 }
                 if pingSentMs == nil, now - lastHeardMs >= configuration.pingIntervalMs {
                     pingSentMs = now
@@ -475,7 +683,11 @@ public final class RelayClient: @unchecked Sendable {
                 }
             }
         }
-        if let timedOut { disconnect(timedOut) }
+        if let timedOut {
+            disconnect(timedOut)
+            if failover { moveOn(timedOut) }
+        }
+        if let leave { moveOn(leave) }
         for id in failed { emit(.sendFailed(bundleID: id, error: .timeout("QUEUED after \(configuration.maxAttempts) attempts"))) }
     }
 
@@ -544,6 +756,7 @@ public final class RelayClient: @unchecked Sendable {
                 guard let plaintext = try? session.open(packet) else { counters.dropped += 1; return }
                 lastHeardMs = now
                 pingSentMs = nil
+                unansweredSinceMs = nil
                 var type = packet.type
                 var message = plaintext
                 if type == .fragment {
@@ -577,6 +790,9 @@ public final class RelayClient: @unchecked Sendable {
             cookie = nil
             lastHeardMs = now
             pingSentMs = nil
+            handshakeStartedMs = nil
+            connectedSinceMs = now
+            unansweredSinceMs = nil
             counters.handshakes += 1
             events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
             return true

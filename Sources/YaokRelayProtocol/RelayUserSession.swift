@@ -62,19 +62,26 @@ public final class RelayUserSession: @unchecked Sendable {
         case down(reason: String)
         /// A new session is up (after a drop or a relay restart); registration follows.
         case up
+        /// The node in use stopped answering: the client moved to another node of the relay
+        /// (``RelayClient/Configuration/alternates``); `.up` follows once it answers.
+        case moved(RelayClient.NodeChange)
     }
 
     /// - Parameters:
     ///   - relay: the relay's address.
     ///   - relayKey: the relay's pinned Ed25519 key (from `yaok-relay key`).
     ///   - makeLink: the packet link; nil for UDP (see ``RelayClient/Configuration/makeLink``).
+    ///   - alternates: further nodes of the same relay (same key) to fail over to.
     ///   - configure: adjusts the client's settings (tests: shorter retries).
     public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8],
                 makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil,
+                name: String? = nil, alternates: [RelayClient.Node] = [],
                 configure: (inout RelayClient.Configuration) -> Void = { _ in }) {
         self.identity = identity
         var configuration = RelayClient.Configuration(relay: relay, relaySigningKey: relayKey)
         configuration.makeLink = makeLink
+        configuration.relayName = name
+        configuration.alternates = alternates
         configure(&configuration)
         client = RelayClient(configuration: configuration)
         let clock = client.configuration.clock
@@ -86,6 +93,7 @@ public final class RelayUserSession: @unchecked Sendable {
             case .message(let bundle, let id): inbox.add(bundle, id: id)
             case .disconnected(let reason): observer.notify(.down(reason: reason))
             case .connected: observer.notify(.up)
+            case .nodeChanged(let change): observer.notify(.moved(change))
             default: break
             }
         }

@@ -112,9 +112,10 @@ struct Contacts: ParsableCommand {
 /// Where to attach: a hub, or the relay directly.
 struct AttachOptions: ParsableArguments {
     @Option(help: "Hub to attach to: udp://HOST:PORT (UDP transport), tcp://HOST:PORT (Wi-Fi Direct group owner, port 7814) or ble://hciN/AA:BB:CC:DD:EE:FF (Bluetooth LE from adapter hciN to the hub's address; add ?type=random for a static random address, &mtu=N to ask for another ATT MTU), or p2p://IFACE[?ctrl=DIR][&pin=PIN][&name=INSTANCE][&timeout=S] (Wi-Fi Direct through this machine's wpa_supplicant on IFACE, control directory DIR, default /run/wpa_supplicant: find a hub by its _yaok._tcp service, join its group with push-button or the 8-digit PIN, take a DHCP lease, then TCP to the group owner; progress on stderr).") var hub: String?
-    @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT (UDP) or wss://HOST:PORT[/PATH] (WebSocket over TLS 1.3, with --relay-tls-pin).") var relay: String?
-    @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`).")
-    var relayTLSPin: String?
+    @Option(help: "Talk to the internet relay directly instead of a hub: HOST:PORT (UDP) or wss://HOST:PORT[/PATH] (WebSocket over TLS 1.3, with --relay-tls-pin). Repeated or comma-separated: nodes of one relay (same --relay-key), used in order; when the node in use stops answering the session moves to the next.")
+    var relay: [String] = []
+    @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`). One for every wss:// node, or repeated/comma-separated: one per wss:// node in order.")
+    var relayTLSPin: [String] = []
     @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub so internet users can reach you there.")
     var relayKey: String?
 
@@ -124,7 +125,7 @@ struct AttachOptions: ParsableArguments {
         return k
     }
 
-    var isSet: Bool { hub != nil || relay != nil }
+    var isSet: Bool { hub != nil || !relay.isEmpty }
 }
 
 /// Runs a session with a hub or the relay until `done` says stop or `timeout` passes.
@@ -132,20 +133,14 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
                  done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
     final class Flag: @unchecked Sendable { var set = false; let lock = NSLock() }
     let flag = Flag()
-    if let relay = attach.relay {
+    if !attach.relay.isEmpty {
         let handler: @Sendable (HubSession.Event) -> Void = { event in
             report(event, via: .relay, json: json)
             if done(event) { flag.lock.withLock { flag.set = true } }
         }
         guard let key = try attach.key() else { throw ValidationError("--relay needs --relay-key (pin the relay's key)") }
-        let session: RelaySession
-        if relay.lowercased().hasPrefix("wss://") {
-            guard let pin = attach.relayTLSPin else { throw ValidationError("a wss:// relay needs --relay-tls-pin (pin its TLS key)") }
-            let ws = try RelaySession.webSocket(relay, pin: pin)
-            session = RelaySession(endpoint: endpoint, relay: ws.address, relayKey: key, makeLink: ws.makeLink, name: relay, onEvent: handler)
-        } else {
-            session = RelaySession(endpoint: endpoint, relay: try RelaySession.parseRelay(relay), relayKey: key, onEvent: handler)
-        }
+        let nodes = try RelaySession.nodes(attach.relay, pins: attach.relayTLSPin)
+        let session = RelaySession(endpoint: endpoint, nodes: nodes, relayKey: key, onEvent: handler)
         defer { session.close() }
         try session.open()
         // Waits for the relay's pushes between paced polls; a lost datagram is retried, not fatal.

@@ -32,9 +32,10 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private let context: TransportContext
     private let client: RelayClient
     private let relayKey: [UInt8]
-    private let address: RelayAddress
-    /// `udp` or the `wss://` URL.
-    private let transportName: String
+    /// The relay's nodes (`address`, or `addresses` for failover), all with the pinned key.
+    private let nodes: [RelayClient.Node]
+    /// The node in use, as configured.
+    private var address: String { client.currentNode.name }
     private let pollIntervalMs: Int
     private let hubUserID: [UInt8]
     private let lock = NSLock()
@@ -51,44 +52,31 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private var lastRemaining: UInt32 = 0
     private var lastError: String?
     private var framesIn: UInt64 = 0, framesOut: UInt64 = 0
+    private var nodeChanges = 0
 
     public init(context: TransportContext) throws {
         self.context = context
         let config = context.config
-        try config.rejectUnknownKeys(allowed: ["address", "relay_key", "tls_spki_sha256", "poll_interval_s", "ping_interval_s"])
-        let text = try config.requiredString("address")
-        let address: RelayAddress
-        var webSocket: (url: RelayWebSocketURL, pin: [UInt8])?
-        if text.lowercased().hasPrefix("wss://") {
-            let url: RelayWebSocketURL
-            do { url = try RelayWebSocketURL(parsing: text) } catch { throw config.error("address", "\(error)") }
-            guard let pin = try config.hexKey("tls_spki_sha256") else {
-                throw config.error("tls_spki_sha256", "is required with a wss:// address: the SHA-256 of the relay's TLS public key (64 hex digits, from `yaok-relay tls-pin`)")
-            }
-            address = url.address
-            webSocket = (url, pin)
-        } else {
-            guard let a = RelayAddress(parsing: text), a.port > 0 else {
-                throw config.error("address", "expected host:port or wss://host:port, got \"\(text)\"")
-            }
-            if try config.hexKey("tls_spki_sha256") != nil {
-                throw config.error("tls_spki_sha256", "only applies to a wss:// address")
-            }
-            address = a
-        }
+        try config.rejectUnknownKeys(allowed: ["address", "addresses", "relay_key", "tls_spki_sha256", "poll_interval_s",
+                                               "ping_interval_s", "failover_after_s"])
+        let nodes = try Self.parseNodes(config)
         guard let key = try config.hexKey("relay_key") else {
             throw config.error("relay_key", "is required: the relay's public key (64 hex digits, from `yaok-relay key`)")
         }
-        self.address = address
-        self.transportName = webSocket.map { $0.url.description } ?? "udp"
+        self.nodes = nodes
         self.relayKey = key
         self.pollIntervalMs = try config.int("poll_interval_s", default: 30, range: 1...86_400) * 1000
         let ping = try config.int("ping_interval_s", default: 60, range: 5...3600)
         self.hubUserID = Hash.sha256(context.identity.signingKey)
-        var cfg = RelayClient.Configuration(relay: address, relaySigningKey: key)
+        let failoverAfter = Int64(try config.int("failover_after_s", default: 6, range: 2...300)) * 1000
+        var cfg = RelayClient.Configuration(relay: nodes[0].address, relaySigningKey: key)
+        cfg.makeLink = nodes[0].makeLink
+        cfg.relayName = nodes[0].name
+        cfg.alternates = Array(nodes.dropFirst())
+        cfg.failoverSilenceMs = failoverAfter
+        cfg.failoverHandshakeMs = failoverAfter
         cfg.pingIntervalMs = Int64(ping) * 1000
         cfg.eventHistory = 0   // events go to the host as they come; nothing waits on history
-        if let webSocket { cfg.makeLink = RelayWebSocketLink.factory(url: webSocket.url, spkiSHA256: webSocket.pin) }
         let clock = context.clock
         cfg.clock = { clock.nowMilliseconds() }
         self.client = RelayClient(configuration: cfg)
@@ -105,13 +93,75 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         client.onEvent = { [weak self] event in self?.handle(event) }
     }
 
+    /// The nodes from `address` (one) or `addresses` (a list, for failover), with their TLS
+    /// pins: `tls_spki_sha256` is one pin for every `wss://` node, or a list with one pin per
+    /// `wss://` node in the order they are listed.
+    static func parseNodes(_ config: ConfigSection) throws -> [RelayClient.Node] {
+        let key: String
+        let texts: [String]
+        switch (config.value("address"), config.value("addresses")) {
+        case (.some, .some):
+            throw config.error("addresses", "give either address (one relay) or addresses (several nodes of one relay), not both")
+        case (.none, .some):
+            key = "addresses"
+            texts = try config.strings("addresses", default: [])
+            guard !texts.isEmpty else { throw config.error(key, "needs at least one host:port or wss://host:port") }
+            guard texts.count <= 16 else { throw config.error(key, "at most 16 nodes, got \(texts.count)") }
+        default:
+            key = "address"
+            texts = [try config.requiredString("address")]
+        }
+        var pins: [[UInt8]] = []
+        switch config.value("tls_spki_sha256") {
+        case .none: break
+        case .list(let items):
+            for item in items {
+                guard case .string(let h) = item, let pin = YaokPluginKit.Hex.decode(h), pin.count == 32 else {
+                    throw config.error("tls_spki_sha256", "expected 64 hex digits or a list of them, one per wss:// address")
+                }
+                pins.append(pin)
+            }
+        default:
+            guard let pin = try config.hexKey("tls_spki_sha256") else { break }
+            pins = [pin]
+        }
+        let wssCount = texts.filter { $0.lowercased().hasPrefix("wss://") }.count
+        if wssCount == 0, !pins.isEmpty {
+            throw config.error("tls_spki_sha256", "only applies to a wss:// address")
+        }
+        if wssCount > 0, pins.isEmpty {
+            throw config.error("tls_spki_sha256", "is required with a wss:// address: the SHA-256 of the relay's TLS public key (64 hex digits, from `yaok-relay tls-pin`)")
+        }
+        if pins.count > 1, pins.count != wssCount {
+            throw config.error("tls_spki_sha256", "has \(pins.count) pins for \(wssCount) wss:// addresses: give one pin for all, or one per wss:// address in order")
+        }
+        var nodes: [RelayClient.Node] = []
+        var wssIndex = 0
+        for (i, text) in texts.enumerated() {
+            let which = texts.count > 1 ? "item \(i + 1): " : ""
+            if text.lowercased().hasPrefix("wss://") {
+                let url: RelayWebSocketURL
+                do { url = try RelayWebSocketURL(parsing: text) } catch { throw config.error(key, "\(which)\(error)") }
+                let pin = pins.count == 1 ? pins[0] : pins[wssIndex]
+                wssIndex += 1
+                nodes.append(RelayClient.Node(address: url.address, makeLink: RelayWebSocketLink.factory(url: url, spkiSHA256: pin), name: url.description))
+            } else {
+                guard let a = RelayAddress(parsing: text), a.port > 0 else {
+                    throw config.error(key, "\(which)expected host:port or wss://host:port, got \"\(text)\"")
+                }
+                nodes.append(RelayClient.Node(address: a))
+            }
+        }
+        return nodes
+    }
+
     // MARK: Transport
 
     public func start() throws {
         do {
             try client.start()
         } catch {
-            throw TransportError.failed("relay \(address): \(error)")
+            throw TransportError.failed("relay \(nodes.map(\.name).joined(separator: ", ")): \(error)")
         }
         lock.withLock { running = true }
         let t = DispatchSource.makeTimerSource(queue: timerQueue)
@@ -164,25 +214,39 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         let outstanding = client.outstandingSends
         let lastSync = client.lastSync
         let clientError = client.lastError
+        let node = client.currentNode
+        let change = client.lastNodeChange
+        let nodeText = nodes.count > 1 ? "node \(node.index + 1) of \(nodes.count) (\(node.name))" : node.name
         return lock.withLock {
             let state: TransportState = !running ? .stopped : (link != nil ? .running : .degraded)
-            let reason: String
+            var reason: String
             if !running { reason = "stopped" }
-            else if link != nil { reason = "registered with relay \(address)" }
-            else if connected { reason = "connected to relay \(address); registering" }
-            else { reason = "connecting to relay \(address)" + (clientError.map { ": \($0)" } ?? "") }
+            else if link != nil { reason = "registered with relay \(nodeText)" }
+            else if connected { reason = "connected to relay \(nodeText); registering" }
+            else { reason = "connecting to relay \(nodeText)" + (clientError.map { ": \($0)" } ?? "") }
+            // `yaok-hub status` prints the reason: it says why this node is the one in use.
+            if running, let change { reason += "; last move: " + Self.describe(change) }
+            var details = ["address": node.name,
+                           "transport": nodes[node.index].makeLink == nil ? "udp" : node.name,
+                           "relay_key": YaokPluginKit.Hex.encode(relayKey.prefix(4)) + "…",
+                           "connected": String(connected),
+                           "registered": String(registered),
+                           "last_sync": lastSync.map(String.init) ?? "never",
+                           "outstanding": String(outstanding + awaitingHost.count),
+                           "pending_registrations": String(pendingRegistrations.count)]
+            if nodes.count > 1 {
+                details["node"] = "\(node.index + 1) of \(nodes.count)"
+                details["node_changes"] = String(nodeChanges)
+                if let change {
+                    details["last_node_change"] = Self.describe(change)
+                    details["last_node_change_ms"] = String(change.atMs)
+                }
+            }
             return TransportStatus(
                 state: state, reason: reason, links: link == nil ? 0 : 1, peers: link == nil ? 0 : 1,
                 framesIn: framesIn, framesOut: framesOut, bytesIn: c.bytesIn, bytesOut: c.bytesOut,
                 lastError: lastError ?? clientError,
-                details: ["address": address.description,
-                          "transport": transportName,
-                          "relay_key": Hex.encode(relayKey.prefix(4)) + "…",
-                          "connected": String(connected),
-                          "registered": String(registered),
-                          "last_sync": lastSync.map(String.init) ?? "never",
-                          "outstanding": String(outstanding + awaitingHost.count),
-                          "pending_registrations": String(pendingRegistrations.count)])
+                details: details)
         }
     }
 
@@ -236,7 +300,18 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         case .relayError(let notice):
             lock.withLock { lastError = notice.description }
             context.logger.warning("relay: \(notice)")
+        case .nodeChanged(let change):
+            lock.withLock { nodeChanges += 1 }
+            // Once per move; the reason names addresses and errors only (no user IDs, no keys).
+            context.logger.warning("relay failover: \(Self.describe(change))")
+            context.events.statusChanged()
         }
+    }
+
+    /// "node 1 (host:port) stopped answering at 2026-…Z: <reason>; now node 2 (host:port)".
+    static func describe(_ change: RelayClient.NodeChange) -> String {
+        let at = ISO8601DateFormatter().string(from: Date(timeIntervalSince1970: Double(change.atMs) / 1000))
+        return "node \(change.from + 1) (\(change.fromName)) stopped answering at \(at): \(change.reason); now node \(change.to + 1) (\(change.toName))"
     }
 
     /// How the router should treat a relay refusal: retry later (rate limited, full) or never.
@@ -277,7 +352,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             nextLinkID += 1
             link = id
             return (LinkInfo(id: id, peerSigningKey: relayKey, peerKXKey: relayKXKey, peerRole: .relay,
-                             mtu: Self.linkMTU, cost: 100, kind: "relay", remote: address.description), carried)
+                             mtu: Self.linkMTU, cost: 100, kind: "relay", remote: address), carried)
         }
         if !carried.isEmpty { try? client.register(carried) }
         if let info {
