@@ -303,6 +303,10 @@ final class PluginProcess: @unchecked Sendable {
                 return
             }
             lock.withLock { () -> DispatchSemaphore in hello = (kind, pluginVersion); return helloWaiter }.signal()
+        case .sent(let requests):
+            // Unknown IDs (already timed out, or never posted) are ignored, as replies are.
+            let freed = lock.withLock { requests.reduce(0) { $0 + (posted.removeValue(forKey: $1) == nil ? 0 : 1) } }
+            for _ in 0..<freed { postCredits.signal() }
         case .reply(let r, let code, let text):
             if let sent = lock.withLock({ posted.removeValue(forKey: r) }) {
                 postCredits.signal()

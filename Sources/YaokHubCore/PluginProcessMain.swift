@@ -74,6 +74,10 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
     private let data = DispatchQueue(label: "yaok.plugin-host.send")
     private let lock = NSLock()
     private var nextSign: UInt32 = 1
+    /// Sends handed to `data` and not yet done (under `lock`), and the IDs of those that
+    /// succeeded since the last answer (touched on `data` only): one `sent` answer per burst.
+    private var sendsQueued = 0
+    private var succeeded: [UInt32] = []
     private var signWaiters: [UInt32: (DispatchSemaphore, [UInt8]?)] = [:]
 
     init(fd: Int32, plugin: LoadedPlugin) {
@@ -134,13 +138,20 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                 send(.reply(request: r, code: 0, text: lock.withLock({ driver })?.statusJSON() ?? ""))
             }
         case .send(let r, let link, let frame):
+            lock.withLock { sendsQueued += 1 }
             data.async { [self] in
                 do {
                     guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
                     try d.send(frame, to: link)
-                    send(.reply(request: r, code: 0, text: ""))
+                    succeeded.append(r)
                 } catch {
                     send(.reply(request: r, code: 1, text: "\(error)"))
+                }
+                // The burst is over (nothing else queued) or big: answer for it at once.
+                let idle = lock.withLock { sendsQueued -= 1; return sendsQueued == 0 }
+                if !succeeded.isEmpty && (idle || succeeded.count >= 64) {
+                    send(.sent(requests: succeeded))
+                    succeeded.removeAll(keepingCapacity: true)
                 }
             }
         case .signature(let r, let sig):

@@ -36,6 +36,9 @@ public enum PluginMessage: Equatable, Sendable {
     case carrierUp(CarrierInfo)
     /// One whole link record that arrived on a carrier.
     case carrierRecord(link: UInt64, record: [UInt8])
+    /// These ``send(request:link:frame:)`` requests succeeded: one answer for a burst of sends
+    /// instead of a ``reply(request:code:text:)`` each (a failed send still gets its own reply).
+    case sent(requests: [UInt32])
 
     /// The protocol version both ends speak; a process announcing another is refused.
     public static let version: UInt16 = 1
@@ -46,7 +49,7 @@ public enum PluginMessage: Equatable, Sendable {
         case create = 0x01, start = 0x02, stop = 0x03, send = 0x04, status = 0x05, signature = 0x06
         case carrierSend = 0x07, carrierClose = 0x08
         case hello = 0x80, reply = 0x81, log = 0x82, sign = 0x83, metric = 0x84, linkUp = 0x85, linkDown = 0x86
-        case frame = 0x87, statusChanged = 0x88, carrierUp = 0x89, carrierRecord = 0x8A
+        case frame = 0x87, statusChanged = 0x88, carrierUp = 0x89, carrierRecord = 0x8A, sent = 0x8B
     }
 
     public var encoded: [UInt8] {
@@ -78,6 +81,7 @@ public enum PluginMessage: Equatable, Sendable {
             w.u8(Tag.carrierUp.rawValue); w.u64(c.id); w.u8(c.dialled ? 1 : 0); w.u32(UInt32(clamping: c.mtu)); w.u32(UInt32(clamping: c.cost))
             str(c.kind); str(c.remote ?? "")
         case .carrierRecord(let link, let record): w.u8(Tag.carrierRecord.rawValue); w.u64(link); w.raw(record)
+        case .sent(let requests): w.u8(Tag.sent.rawValue); for r in requests { w.u32(r) }
         }
         return w.bytes
     }
@@ -126,6 +130,14 @@ public enum PluginMessage: Equatable, Sendable {
             let mtu = Int(try r.u32()), cost = Int(try r.u32()), kind = try str(), remote = try str()
             self = .carrierUp(CarrierInfo(id: id, dialled: dialled == 1, mtu: mtu, cost: cost, kind: kind, remote: remote.isEmpty ? nil : remote))
         case .carrierRecord: self = .carrierRecord(link: try r.u64(), record: try rest())
+        case .sent:
+            guard r.remaining % 4 == 0 else {
+                throw WireError.badLength(what: "plugin-process sent", detail: "\(r.remaining) bytes, not a whole number of request IDs")
+            }
+            var requests: [UInt32] = []
+            requests.reserveCapacity(r.remaining / 4)
+            while r.remaining > 0 { requests.append(try r.u32()) }
+            self = .sent(requests: requests)
         }
         try r.expectEnd()
     }

@@ -1,0 +1,20 @@
+import XCTest
+import YaokWire
+@testable import YaokHubCore
+
+/// The hub ↔ plugin-process messages (Docs/plugin-protocol.md): what a burst answer looks like
+/// on the socket, and that a malformed one is refused, not trusted.
+final class PluginMessageTests: XCTestCase {
+    func testSentListsRequestIDsAndRoundTrips() throws {
+        let m = PluginMessage.sent(requests: [1, 2, 0xDEAD_BEEF])
+        XCTAssertEqual(m.encoded, [0x8B, 0, 0, 0, 1, 0, 0, 0, 2, 0xDE, 0xAD, 0xBE, 0xEF])
+        XCTAssertEqual(try PluginMessage(parsing: m.encoded), m)
+        XCTAssertEqual(try PluginMessage(parsing: [0x8B]), .sent(requests: []))
+    }
+
+    func testASentWithAPartialIDIsRefused() {
+        XCTAssertThrowsError(try PluginMessage(parsing: [0x8B, 0, 0, 0, 1, 0, 0])) { error in
+            XCTAssertTrue("\(error)".contains("not a whole number of request IDs"), "\(error)")
+        }
+    }
+}
