@@ -88,6 +88,13 @@ final class RelayClusterTests: XCTestCase {
         let alice = Identity.generate(), bob = Identity.generate()
         let a = try registered(alice, on: nodes[0])
         let b = try registered(bob, on: nodes[1])
+        // A third listener on the channel sees what every node sees: a node tag and a hash.
+        let observer = try RelayPostgresStore(configuration: RelayPostgresConfiguration(url: pg.url, environment: [:]), logger: Logger(label: "test"))
+        cleanup.append { observer.close() }
+        let heard = NSLock()
+        nonisolated(unsafe) var keys: [String] = []
+        observer.startListening(onKeys: { k in heard.withLock { keys += k } }, onReconnect: {})
+        XCTAssertTrue(eventually { observer.isListening })
         var latencies: [Double] = []
         for (from, to, sender, recipient, rounds) in [(a, b, alice, bob, 20), (b, a, bob, alice, 20)] {
             for _ in 0..<rounds {
@@ -103,6 +110,11 @@ final class RelayClusterTests: XCTestCase {
             }
         }
         XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 0 }, "ACKs on the receiving node did not empty the shared queue: \(queued(pg))")
+        XCTAssertTrue(eventually { heard.withLock { Set(keys) } == [RelayPostgresStore.notifyKey(for: bob.userID), RelayPostgresStore.notifyKey(for: alice.userID)] },
+                      "notifications: \(heard.withLock { Set(keys) })")
+        for k in heard.withLock({ keys }) {
+            XCTAssertFalse(Hex.encode(bob.userID).contains(k) || Hex.encode(alice.userID).contains(k), "a notification carries part of a user ID in clear")
+        }
         let sorted = latencies.sorted()
         print(String(format: "relay cluster: send on one node → push from the other, %d messages: p50 %.1f ms, p99 %.1f ms, max %.1f ms",
                      sorted.count, sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.last ?? 0))
