@@ -183,6 +183,29 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertThrowsError(try b1.nextMessage(after: b1.currentSeq(), timeout: 3), "a message came a second time")
     }
 
+    /// Mallory, registered as herself on the other node, can neither take Bob's queued
+    /// message (poll) nor delete it (ACK of its bundle ID); Bob still gets it there.
+    func testAnotherUserOnTheOtherNodeCannotLeaseOrAckSomeoneElsesMessage() throws {
+        let (pg, nodes) = try cluster()
+        let alice = Identity.generate(), bob = Identity.generate(), mallory = Identity.generate()
+        let a = try registered(alice, on: nodes[0])
+        let bundle = try messageBundle(from: alice, to: bob)
+        let id = try XCTUnwrap(BundleID.of(bundle: bundle))
+        XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .queued)
+        let m = try registered(mallory, on: nodes[1])
+        XCTAssertEqual(try m.pollAndWait().count, 0, "Mallory's poll returned someone else's mail")
+        try m.ack([id])
+        _ = try m.pollAndWait()   // the ACK was handled before this poll's answer (one session, in order)
+        XCTAssertEqual(queued(pg), 1, "Mallory's ACK deleted Bob's message")
+        XCTAssertEqual(try pg.sql("SELECT count(*) FROM relay_queue WHERE lease_until_ms > 0"), "0", "Mallory's session leased Bob's message")
+        let b = client(nodes[1])
+        try b.connect(timeout: 10)
+        let mark = b.currentSeq()
+        XCTAssertEqual(try b.registerAndWait([Registration.owner(bob, relaySigningKey: nodes[1].key, channel: XCTUnwrap(b.channelBinding), timestampMs: nowMs())])
+            .map(\.status), [.accepted])
+        XCTAssertEqual(try b.nextMessage(after: mark, timeout: 5).bundle, bundle)
+    }
+
     /// A phone's registration carried by its hub on node 0 is refused as a replay when
     /// presented on node 1 (the replay cache is shared), while a fresh one is accepted there.
     func testRegistrationReplayedToTheOtherNodeIsRefused() throws {
