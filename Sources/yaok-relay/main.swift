@@ -252,11 +252,32 @@ extension YaokRelay {
         @Option(name: .customLong("wss-key"), help: "The certificate's PEM key (mode 0600).")
         var wssKey: String?
 
+        @Option(help: ArgumentHelp("Also measure a two-node cluster on this PostgreSQL database (a scratch database: it must hold no queued messages), after the single-node SQLCipher run.", valueName: "postgres-url"))
+        var cluster: String?
+
+        @Option(name: .customLong("store-password-file"), help: "File (mode 0600) with the PostgreSQL password for --cluster.")
+        var storePasswordFile: String?
+
+        @Flag(name: .customLong("cluster-only"), help: "With --cluster: skip the single-node run (the peak RSS printed is then the cluster's alone).")
+        var clusterOnly = false
+
+        @Option(name: .customLong("latency-samples"), help: "Sequential messages timed for the cross-node push latency (--cluster).")
+        var latencySamples = 200
+
         func run() throws {
             guard (wssCert == nil) == (wssKey == nil) else { throw ValidationError("--wss-cert and --wss-key go together") }
             let tls = wssCert.flatMap { cert in wssKey.map { (certificate: cert, key: $0) } }
-            print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
-                                         offlineMessages: max(20, offlineMessages), webSocket: tls))
+            if !(clusterOnly && cluster != nil) {
+                print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                             offlineMessages: max(20, offlineMessages), webSocket: tls))
+            }
+            if let cluster {
+                guard tls == nil else { throw ValidationError("--cluster measures UDP clients; leave out --wss-cert") }
+                let pg = try RelayPostgresConfiguration(url: cluster, passwordFile: storePasswordFile)
+                fflush(stdout)
+                print(try RelayClusterBenchmark.run(store: pg, clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                                    offlineMessages: max(20, offlineMessages), latencySamples: max(1, latencySamples)))
+            }
         }
     }
 }
