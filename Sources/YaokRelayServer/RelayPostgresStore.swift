@@ -450,6 +450,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
                         self?.onKeys([String(key)])
                     }
                     return c.query("LISTEN \(unescaped: RelayPostgresStore.channel)", logger: RelayPostgresStore.quietLogger).map { _ in c }
+                        .flatMapError { error in c.close().flatMapThrowing { throw error } }   // do not leak a half-set-up connection
                 }
                 .whenComplete { [weak self] result in
                     guard let self else { return }

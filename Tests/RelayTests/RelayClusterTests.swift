@@ -252,6 +252,24 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(try a.nextMessage(after: mark, timeout: 15).bundle, back)
     }
 
+    /// The nodes' LISTEN connections are cut (PostgreSQL stays up) and a message is queued
+    /// at once: its notification may be lost, and the node re-offers its users' queues when
+    /// its LISTEN connection is back, so Bob still gets it without polling.
+    func testNotificationsLostWhileListenReconnectsAreRecovered() throws {
+        let (pg, nodes) = try cluster()
+        let alice = Identity.generate(), bob = Identity.generate()
+        let a = try registered(alice, on: nodes[0])
+        let b = try registered(bob, on: nodes[1])
+        let cut = try pg.sql("SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'LISTEN %') t")
+        XCTAssertEqual(cut, "2", "one LISTEN connection per node")
+        let bundle = try messageBundle(from: alice, to: bob)
+        let mark = b.currentSeq()
+        XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .queued)
+        XCTAssertEqual(try b.nextMessage(after: mark, timeout: 10).bundle, bundle)
+        XCTAssertTrue(eventually(timeout: 10) { (try? pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")) == "2" },
+                      "the nodes did not LISTEN again")
+    }
+
     /// Store configuration errors name what is wrong, and no password travels in the URL.
     func testPostgresURLAndPasswordFileErrorsAreSpecific() throws {
         func reason(_ url: String, file: String? = nil) -> String {
