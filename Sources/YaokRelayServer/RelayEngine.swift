@@ -82,6 +82,8 @@ public final class RelayEngine: @unchecked Sendable {
     private var lastSweepMs: Int64 = 0
     /// Shared store: leases that ran out up to here have been looked at (``tick()``).
     private var leaseCheckedMs: Int64 = 0
+    /// Shared store: when the queue counts were last re-read before a refusal.
+    private var lastCountRefreshMs: Int64 = 0
     /// Shared store: notify key (``RelayPostgresStore/notifyKey(for:)``) → users registered
     /// or attached here, so a wake-up from another node finds who it is for.
     private var notifyUsers: [String: Set<[UInt8]>] = [:]
@@ -531,6 +533,12 @@ public final class RelayEngine: @unchecked Sendable {
                           "rate limit: \(limits.messagesPerHour) messages per hour per sender; retry in \((wait + 999) / 1000) s", retry: wait)
         }
         let recipient = envelope.recipientUserID
+        if store.isShared, queuedPerUser[recipient, default: 0] >= limits.maxQueuedPerUser || queuedTotal >= limits.maxQueuedTotal
+            || queuedPerSender[sender, default: 0] >= limits.maxQueuedPerSender {
+            // Other nodes' ACKs do not reach these counts until the next refresh: re-read them
+            // before refusing (at most once a second).
+            refreshSharedCounts(nowMs: t)
+        }
         guard queuedPerUser[recipient, default: 0] < limits.maxQueuedPerUser else {
             return refuse(.recipientQueueFull, "recipient_full", "the recipient already has \(limits.maxQueuedPerUser) queued messages", retry: 3_600_000)
         }
@@ -575,6 +583,17 @@ public final class RelayEngine: @unchecked Sendable {
         }
         logger.debug("queued \(Self.short(id)) for \(Self.short(recipient)) (\(status))")
         reply(.queued, QueuedNotice(bundleID: id, status: status).encoded, to: session, out: &out)
+    }
+
+    /// Shared store: re-reads the queue counts (what other nodes queued and acknowledged),
+    /// at most once a second.
+    private func refreshSharedCounts(nowMs t: Int64) {
+        guard t - lastCountRefreshMs >= 1_000 else { return }
+        lastCountRefreshMs = t
+        guard let counts = try? store.countsByRecipient(), let senders = try? store.countsBySender() else { return }
+        queuedPerUser = counts
+        queuedTotal = counts.values.reduce(0, +)
+        queuedPerSender = senders
     }
 
     // MARK: Poll and ack

@@ -58,8 +58,10 @@ final class RelayClusterTests: XCTestCase {
         return (pg, nodes)
     }
 
-    private func client(_ node: RelayProcess) -> RelayClient {
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(node.port)), relaySigningKey: node.key)
+    private func client(_ node: RelayProcess) -> RelayClient { client(port: node.port, key: node.key) }
+
+    private func client(port: Int, key: [UInt8]) -> RelayClient {
+        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(port)), relaySigningKey: key)
         cfg.handshakeRetryMs = 200
         cfg.maxHandshakeRetryMs = 1_000
         cfg.requestRetryMs = 1_000
@@ -70,10 +72,14 @@ final class RelayClusterTests: XCTestCase {
 
     /// A client connected to `node` with `user` registered.
     private func registered(_ user: Identity, on node: RelayProcess, file: StaticString = #filePath, line: UInt = #line) throws -> RelayClient {
-        let c = client(node)
+        try registered(user, port: node.port, key: node.key, file: file, line: line)
+    }
+
+    private func registered(_ user: Identity, port: Int, key: [UInt8], file: StaticString = #filePath, line: UInt = #line) throws -> RelayClient {
+        let c = client(port: port, key: key)
         try c.connect(timeout: 10)
         let channel = try XCTUnwrap(c.channelBinding)
-        let reg = try Registration.owner(user, relaySigningKey: node.key, channel: channel, timestampMs: nowMs())
+        let reg = try Registration.owner(user, relaySigningKey: key, channel: channel, timestampMs: nowMs())
         XCTAssertEqual(try c.registerAndWait([reg]).map(\.status), [.accepted], file: file, line: line)
         return c
     }
@@ -268,6 +274,47 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(try b.nextMessage(after: mark, timeout: 10).bundle, bundle)
         XCTAssertTrue(eventually(timeout: 10) { (try? pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")) == "2" },
                       "the nodes did not LISTEN again")
+    }
+
+    /// Two in-process nodes with a per-recipient queue limit of 2: Bob's queue is full on
+    /// node 0; he drains it through node 1; node 0 accepts for him again at once (it re-reads
+    /// the shared counts before refusing) instead of after its minute's refresh.
+    func testQueueLimitSeesAcknowledgementsMadeOnTheOtherNode() throws {
+        let pg = try PostgresTestServer()
+        cleanup.append { pg.tearDown() }
+        var limits = RelayLimits()
+        limits.maxQueuedPerUser = 2
+        let identity = Identity.generate()
+        var logger = Logger(label: "relay-cluster-test")
+        logger.logLevel = .warning
+        var ports: [Int] = []
+        for _ in 0..<2 {
+            let store = try RelayPostgresStore(configuration: RelayPostgresConfiguration(url: pg.url, environment: [:]), logger: logger)
+            let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger, now: { nowMs() })
+            let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: 0), logger: logger)
+            try server.start()
+            // The first tick makes the minute's expiry sweep (which re-reads the counts too);
+            // done now, the next one is a minute away, after this test.
+            server.withEngine { $0.tick() }
+            cleanup.append { server.stop(); store.close() }
+            ports.append(server.localAddress?.port ?? 0)
+        }
+        let key = identity.signingKey
+        let alice = Identity.generate(), bob = Identity.generate()
+        let a = try registered(alice, port: ports[0], key: key)
+        for _ in 0..<2 { XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: bob)).status, .queued) }
+        XCTAssertThrowsError(try a.sendAndWait(bundle: messageBundle(from: alice, to: bob))) { error in
+            XCTAssertTrue("\(error)".contains("queued messages"), "\(error)")
+        }
+        let b = client(port: ports[1], key: key)
+        try b.connect(timeout: 10)
+        let mark = b.currentSeq()
+        XCTAssertEqual(try b.registerAndWait([Registration.owner(bob, relaySigningKey: key, channel: XCTUnwrap(b.channelBinding), timestampMs: nowMs())])
+            .map(\.status), [.accepted])
+        try b.ack(try b.nextMessages(2, after: mark, timeout: 10).map(\.bundleID))
+        XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 0 })
+        Thread.sleep(forTimeInterval: 1.1)   // the re-read is at most once a second; node 0 did one at the refusal
+        XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: bob)).status, .queued, "node 0 still counted the messages Bob acknowledged on node 1")
     }
 
     /// Store configuration errors name what is wrong, and no password travels in the URL.
