@@ -8,8 +8,9 @@ cd "$(dirname "$0")/.."
 export PATH="/opt/swift/usr/bin:$PATH"
 bash packaging/dev-setup.sh || exit 1
 # Tools the script suites use (packaging tests: debootstrap, patchelf, nspawn, sqlcipher;
-# the secure-link interop check: python3-cryptography).
-test_tools=(debootstrap patchelf systemd-container sqlcipher python3 python3-cryptography)
+# the secure-link interop check: python3-cryptography; the relay cluster tests: postgresql-15,
+# started by the tests themselves in a temporary directory).
+test_tools=(debootstrap patchelf systemd-container sqlcipher python3 python3-cryptography postgresql-15)
 missing=()
 for p in "${test_tools[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

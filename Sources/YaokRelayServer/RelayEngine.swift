@@ -55,7 +55,8 @@ public final class RelayEngine: @unchecked Sendable {
 
     public let identity: Identity
     public let limits: RelayLimits
-    private let store: RelayQueueStore
+    /// Where queues, attachments, nonces and (for a shared store) leases and send counters live.
+    let store: any RelayStore
     private let logger: Logger
     private let now: @Sendable () -> Int64
 
@@ -79,6 +80,13 @@ public final class RelayEngine: @unchecked Sendable {
     private var sendIPBuckets: BucketMap<AddressPrefix>
     private var registrationBuckets: BucketMap<AddressPrefix>
     private var lastSweepMs: Int64 = 0
+    /// Shared store: leases that ran out up to here have been looked at (``tick()``).
+    private var leaseCheckedMs: Int64 = 0
+    /// Shared store: when the queue counts were last re-read before a refusal.
+    private var lastCountRefreshMs: Int64 = 0
+    /// Shared store: notify key (``RelayPostgresStore/notifyKey(for:)``) → users registered
+    /// or attached here, so a wake-up from another node finds who it is for.
+    private var notifyUsers: [String: Set<[UInt8]>] = [:]
     /// Bytes buffered in all sessions' reassemblers (kept up to date on every change).
     private var reassemblyBytes = 0
     /// The same, per address prefix (its share of ``RelayLimits/maxReassemblyBytes``).
@@ -97,7 +105,7 @@ public final class RelayEngine: @unchecked Sendable {
     public private(set) var metrics = RelayMetrics()
 
     /// Loads queue counts, attachments and the nonce cache from the store.
-    public init(identity: Identity, store: RelayQueueStore, limits: RelayLimits, logger: Logger,
+    public init(identity: Identity, store: any RelayStore, limits: RelayLimits, logger: Logger,
                 now: @escaping @Sendable () -> Int64) throws {
         self.identity = identity
         self.store = store
@@ -118,6 +126,16 @@ public final class RelayEngine: @unchecked Sendable {
         attachments = try store.attachments(nowMs: t)
         for (user, a) in attachments { attachedTo[a.owner, default: []].insert(user) }
         nonces = try store.nonces(nowMs: t)
+        leaseCheckedMs = t
+        if store.isShared {
+            for (user, a) in attachments { noteNotifyKey(user); noteNotifyKey(a.owner) }
+        }
+    }
+
+    /// Remembers `user`'s notify key (shared stores only).
+    private func noteNotifyKey(_ user: [UInt8]) {
+        guard store.isShared else { return }
+        notifyUsers[RelayPostgresStore.notifyKey(for: user), default: []].insert(user)
     }
 
     static func short(_ id: [UInt8]) -> String { Hex.encode(id.prefix(4)) }
@@ -139,7 +157,7 @@ public final class RelayEngine: @unchecked Sendable {
     /// dropped (clients retransmit) and the queue counters are reloaded from the database.
     public func handleBatch(_ datagrams: [(bytes: [UInt8], peer: RelayPeer)]) -> [Output] {
         do {
-            return try store.database.transaction {
+            return try store.transaction {
                 var out: [Output] = []
                 for d in datagrams { out += handle(d.bytes, from: d.peer) }
                 return out
@@ -371,7 +389,12 @@ public final class RelayEngine: @unchecked Sendable {
         let expiry = reg.timestampMs + limits.registrationWindowMs + 1
         let attachmentExpiry = min(reg.untilMs, t + limits.attachmentTTLMs)
         do {
-            try store.saveNonce(nonceKey, expiresMs: expiry)
+            // The store is the arbiter: with a shared store another node may have used this
+            // nonce (a registration replayed to another node of the cluster).
+            guard try store.claimNonce(nonceKey, expiresMs: expiry, nowMs: t) else {
+                nonces[nonceKey] = expiry
+                return .replayed
+            }
             if let collector { try store.saveAttachment(user: user, owner: collector, expiresMs: attachmentExpiry) }
         } catch {
             logger.error("store: cannot record a registration: \(error)")
@@ -384,12 +407,27 @@ public final class RelayEngine: @unchecked Sendable {
             attachments[user] = (collector, attachmentExpiry)
             attachedTo[collector, default: []].insert(user)
             session.carried.insert(user)
+            noteNotifyKey(user)
         } else if !already {
             session.users.append(user)
             session.ownerKeys.insert(reg.userSigningKey)
             userSessions[user, default: []].insert(session.id)
+            noteNotifyKey(user)
+            if store.isShared { loadSharedAttachments(ownedBy: user, nowMs: t) }
         }
         return .accepted
+    }
+
+    /// Shared store: phones a hub's carried registrations attached on any node become
+    /// reachable through the hub here too.
+    private func loadSharedAttachments(ownedBy owner: [UInt8], nowMs t: Int64) {
+        guard let attached = try? store.attachments(ownedBy: owner, nowMs: t) else { return }
+        for (user, expiry) in attached {
+            if let old = attachments[user], old.owner != owner { attachedTo[old.owner]?.remove(user) }
+            attachments[user] = (owner, expiry)
+            attachedTo[owner, default: []].insert(user)
+            noteNotifyKey(user)
+        }
     }
 
     /// Users this session may receive and acknowledge for: its authenticated owners, and the
@@ -479,12 +517,28 @@ public final class RelayEngine: @unchecked Sendable {
             return refuse(.rateLimited, "rate_limited_ip",
                           "rate limit: \(limits.sendsPerHourPerIP) messages per hour from one address; retry in \((wait + 999) / 1000) s", retry: wait)
         }
-        if let wait = senderBuckets.take(sender, nowMs: t) {
+        let senderWait: Int64?
+        if store.isShared {
+            // Counted in the shared store, so sending through several nodes does not multiply the budget.
+            do { senderWait = try store.chargeSend(sender: sender, nowMs: t, limit: limits.messagesPerHour) } catch {
+                logger.error("store: cannot count a send: \(error)")
+                return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
+            }
+        } else {
+            senderWait = senderBuckets.take(sender, nowMs: t)
+        }
+        if let wait = senderWait {
             logger.notice("sender \(Self.short(sender)) rate limited")
             return refuse(.rateLimited, "rate_limited",
                           "rate limit: \(limits.messagesPerHour) messages per hour per sender; retry in \((wait + 999) / 1000) s", retry: wait)
         }
         let recipient = envelope.recipientUserID
+        if store.isShared, queuedPerUser[recipient, default: 0] >= limits.maxQueuedPerUser || queuedTotal >= limits.maxQueuedTotal
+            || queuedPerSender[sender, default: 0] >= limits.maxQueuedPerSender {
+            // Other nodes' ACKs do not reach these counts until the next refresh: re-read them
+            // before refusing (at most once a second).
+            refreshSharedCounts(nowMs: t)
+        }
         guard queuedPerUser[recipient, default: 0] < limits.maxQueuedPerUser else {
             return refuse(.recipientQueueFull, "recipient_full", "the recipient already has \(limits.maxQueuedPerUser) queued messages", retry: 3_600_000)
         }
@@ -519,6 +573,7 @@ public final class RelayEngine: @unchecked Sendable {
         var status = QueuedNotice.Status.queued
         if let target = self.session(reaching: recipient, nowMs: t) {
             leases[id] = t + limits.leaseMs
+            _ = try? store.lease(id, untilMs: t + limits.leaseMs, nowMs: t)
             reply(.msg, message, to: target, out: &out)
             metrics.messagesDelivered += 1
             metrics.sendsPushed += 1
@@ -530,6 +585,17 @@ public final class RelayEngine: @unchecked Sendable {
         reply(.queued, QueuedNotice(bundleID: id, status: status).encoded, to: session, out: &out)
     }
 
+    /// Shared store: re-reads the queue counts (what other nodes queued and acknowledged),
+    /// at most once a second.
+    private func refreshSharedCounts(nowMs t: Int64) {
+        guard t - lastCountRefreshMs >= 1_000 else { return }
+        lastCountRefreshMs = t
+        guard let counts = try? store.countsByRecipient(), let senders = try? store.countsBySender() else { return }
+        queuedPerUser = counts
+        queuedTotal = counts.values.reduce(0, +)
+        queuedPerSender = senders
+    }
+
     // MARK: Poll and ack
 
     /// Up to `limit` unleased bundle IDs for `users`, and how many are queued for them in all.
@@ -537,11 +603,13 @@ public final class RelayEngine: @unchecked Sendable {
         var ids: [[UInt8]] = []
         var total = 0
         for user in users {
+            // A shared store's queue changes under us (other nodes queue and ACK): ask it.
             let n = queuedPerUser[user, default: 0]
-            guard n > 0 else { continue }
-            total += n
-            guard ids.count < limit else { continue }
+            guard n > 0 || store.isShared else { continue }
+            if !store.isShared { total += n }
+            guard ids.count < limit || store.isShared else { continue }
             let candidates = (try? store.bundleIDs(for: user, nowMs: t, limit: limits.maxQueuedPerUser)) ?? []
+            if store.isShared { total += candidates.count }
             for id in candidates where ids.count < limit {
                 if let until = leases[id], until > t { continue }
                 ids.append(id)
@@ -553,6 +621,8 @@ public final class RelayEngine: @unchecked Sendable {
     private func deliver(_ ids: [[UInt8]], to session: Session, nowMs t: Int64, out: inout [Output]) -> Int {
         var sent = 0
         for id in ids {
+            // Another node may hold the lease (a shared store): then it delivers, not us.
+            guard (try? store.lease(id, untilMs: t + limits.leaseMs, nowMs: t)) == true else { continue }
             guard let bundle = try? store.bundle(id) else { continue }
             leases[id] = t + limits.leaseMs
             reply(.msg, bundle, to: session, out: &out)
@@ -563,7 +633,7 @@ public final class RelayEngine: @unchecked Sendable {
     }
 
     private func pushQueued(for user: [UInt8], to session: Session, nowMs t: Int64, out: inout [Output]) {
-        guard queuedPerUser[user, default: 0] > 0 else { return }
+        guard queuedPerUser[user, default: 0] > 0 || store.isShared else { return }
         _ = deliver(unleased(for: [user], limit: limits.pollBatch, nowMs: t).ids, to: session, nowMs: t, out: &out)
     }
 
@@ -633,6 +703,15 @@ public final class RelayEngine: @unchecked Sendable {
         let t = now()
         sweepSessions(nowMs: t)
         leases = leases.filter { $0.value > t }
+        if store.isShared, t - leaseCheckedMs >= 1_000 {
+            // What another node leased and let run out (it died, or its client vanished):
+            // deliver it to sessions here.
+            let after = leaseCheckedMs
+            leaseCheckedMs = t
+            if let users = try? store.recipientsWithLeasesExpired(afterMs: after, untilMs: t), !users.isEmpty {
+                pendingOutputs += wakeUp(users, nowMs: t)
+            }
+        }
         if t - lastSweepMs >= 60_000 {
             lastSweepMs = t
             sweepExpired(nowMs: t)
@@ -657,12 +736,12 @@ public final class RelayEngine: @unchecked Sendable {
     public func sweepExpired(nowMs t: Int64) {
         do {
             let n = try store.expire(nowMs: t)
-            if n > 0 {
+            if n > 0 || store.isShared {   // a shared queue also changed through other nodes
                 metrics.expired += UInt64(n)
                 queuedPerUser = try store.countsByRecipient()
                 queuedTotal = queuedPerUser.values.reduce(0, +)
                 queuedPerSender = try store.countsBySender()
-                logger.info("expired \(n) queued messages")
+                if n > 0 { logger.info("expired \(n) queued messages") }
             }
         } catch {
             logger.error("store: expiry sweep failed: \(error)")
@@ -672,6 +751,12 @@ public final class RelayEngine: @unchecked Sendable {
             attachedTo[a.owner]?.remove(user)
         }
         nonces = nonces.filter { $0.value > t }
+        if store.isShared {
+            // Keep notify keys only for users still registered or attached here.
+            notifyUsers = [:]
+            for user in userSessions.keys { noteNotifyKey(user) }
+            for (user, a) in attachments { noteNotifyKey(user); noteNotifyKey(a.owner) }
+        }
         for (id, source) in queuedSource where source.expiresMs <= t {
             queuedSource[id] = nil
             Self.decrement(&queuedPerPrefix, source.prefix)
@@ -681,6 +766,55 @@ public final class RelayEngine: @unchecked Sendable {
         registrationBuckets.prune(nowMs: t)
         ipBuckets.prune(nowMs: t)
         helloBuckets.prune(nowMs: t)
+    }
+
+    // MARK: Cluster wake-ups (shared store)
+
+    /// Packets produced by ``tick()`` (deliveries after another node's lease ran out), for
+    /// the server to send; taken by ``takePendingOutputs()``.
+    private var pendingOutputs: [Output] = []
+
+    /// Takes what ``tick()`` produced.
+    public func takePendingOutputs() -> [Output] {
+        defer { pendingOutputs = [] }
+        return pendingOutputs
+    }
+
+    /// Other nodes queued bundles for users with these notify keys: push what is queued to
+    /// the sessions here that reach them (leasing each bundle; one transaction). Unknown keys
+    /// cost one dictionary lookup.
+    public func handleNotified(_ keys: Set<String>) -> [Output] {
+        let t = now()
+        var users: [[UInt8]] = []
+        for key in keys { users += notifyUsers[key] ?? [] }
+        guard !users.isEmpty else { return [] }
+        return wakeUp(users, nowMs: t)
+    }
+
+    /// After the notification connection was lost (notifications may have been missed):
+    /// offers every user with a live session here what is queued for it.
+    public func handleNotificationGap() -> [Output] {
+        let t = now()
+        var users = Set(userSessions.keys)
+        for (user, a) in attachments where a.expiresMs > t && userSessions[a.owner] != nil { users.insert(user) }
+        return wakeUp(Array(users), nowMs: t)
+    }
+
+    private func wakeUp(_ users: [[UInt8]], nowMs t: Int64) -> [Output] {
+        var out: [Output] = []
+        do {
+            try store.transaction {
+                for user in users {
+                    guard let target = session(reaching: user, nowMs: t) else { continue }
+                    pushQueued(for: user, to: target, nowMs: t, out: &out)
+                }
+            }
+        } catch {
+            logger.error("store: a cross-node wake-up did not commit: \(error)")
+            return []
+        }
+        metrics.datagramsOut += UInt64(out.count)
+        return out
     }
 
     /// Forgets the sessions bound to a closed stream connection (WebSocket): nothing can

@@ -13,7 +13,7 @@ import YaokWire
 ///
 /// Not thread-safe by itself beyond what ``SQLCipherDatabase`` serialises; the engine calls
 /// it from one queue.
-public final class RelayQueueStore: @unchecked Sendable {
+public final class RelayQueueStore: RelayStore, @unchecked Sendable {
     public let database: SQLCipherDatabase
 
     /// Version 1 of the queue, keyed by message ID. Kept verbatim: it is what older relays
@@ -226,6 +226,19 @@ public final class RelayQueueStore: @unchecked Sendable {
                              [.blob(key), .integer(expiresMs)], purpose: "saving a registration nonce")
     }
 
+    /// Records a nonce unless an unexpired one is recorded (an expired one is replaced);
+    /// false when it is (a replay).
+    public func claimNonce(_ key: [UInt8], expiresMs: Int64, nowMs: Int64) throws -> Bool {
+        try database.withExclusiveAccess {
+            // SQLite 3.15 (this SQLCipher) has no UPSERT: drop an expired row, then insert if absent.
+            try database.execute("DELETE FROM relay_nonces WHERE nonce_key = ? AND expires_ms <= ?",
+                                 [.blob(key), .integer(nowMs)], purpose: "dropping an expired registration nonce")
+            try database.execute("INSERT OR IGNORE INTO relay_nonces (nonce_key, expires_ms) VALUES (?, ?)",
+                                 [.blob(key), .integer(expiresMs)], purpose: "claiming a registration nonce")
+            return database.changes == 1
+        }
+    }
+
     /// Unexpired nonce keys.
     public func nonces(nowMs: Int64) throws -> [[UInt8]: Int64] {
         var out: [[UInt8]: Int64] = [:]
@@ -234,4 +247,34 @@ public final class RelayQueueStore: @unchecked Sendable {
         }
         return out
     }
+
+    // MARK: RelayStore (one node: the engine's memory is authoritative)
+
+    /// False: this file belongs to one relay process.
+    public var isShared: Bool { false }
+
+    /// One SQLCipher transaction (`synchronous=FULL`: durable on return).
+    public func transaction<T>(_ body: () throws -> T) throws -> T { try database.transaction(body) }
+
+    /// Live attachments owned by `owner`.
+    public func attachments(ownedBy owner: [UInt8], nowMs: Int64) throws -> [[UInt8]: Int64] {
+        var out: [[UInt8]: Int64] = [:]
+        for row in try database.query("SELECT user_id, expires_ms FROM relay_attachments WHERE owner = ? AND expires_ms > ?",
+                                      [.blob(owner), .integer(nowMs)], purpose: "loading a hub's attachments") {
+            if let u = row[0].blobValue, let e = row[1].int64Value { out[u] = e }
+        }
+        return out
+    }
+
+    /// Always granted: one node, whose engine keeps the leases.
+    public func lease(_ bundleID: [UInt8], untilMs: Int64, nowMs: Int64) throws -> Bool { true }
+
+    /// Empty: no other node can die holding leases.
+    public func recipientsWithLeasesExpired(afterMs: Int64, untilMs: Int64) throws -> [[UInt8]] { [] }
+
+    /// Nil: the engine's token bucket counts sends for one node.
+    public func chargeSend(sender: [UInt8], nowMs: Int64, limit: Int) throws -> Int64? { nil }
+
+    /// Closes the database.
+    public func close() { database.close() }
 }

@@ -124,9 +124,20 @@ public final class RelayServer: @unchecked Sendable {
         }
         let t = DispatchSource.makeTimerSource(queue: queue)
         t.schedule(deadline: .now() + 1, repeating: 1)
-        t.setEventHandler { [weak self] in self?.engine.tick() }
+        t.setEventHandler { [weak self] in
+            guard let self else { return }
+            self.engine.tick()
+            let out = self.engine.takePendingOutputs()
+            if !out.isEmpty { self.send(out) }
+        }
         t.resume()
         timer = t
+        if let pg = engine.store as? RelayPostgresStore {
+            // Wake-ups from the other nodes of the cluster (LISTEN/NOTIFY).
+            pg.startListening(onKeys: { [weak self] keys in self?.notified(keys) },
+                              onReconnect: { [weak self] in self?.notified([], gap: true) })
+            logger.notice("relay store: PostgreSQL \(pg.configuration.location), node \(pg.nodeTag)")
+        }
         logger.notice("relay listening on \(Self.hostPort(ch.localAddress)), key \(Hex.encode(engine.identity.signingKey))")
     }
 
@@ -169,6 +180,37 @@ public final class RelayServer: @unchecked Sendable {
 
     /// Runs `body` on the engine queue (tests, maintenance).
     public func withEngine<T>(_ body: (RelayEngine) throws -> T) rethrows -> T { try queue.sync { try body(engine) } }
+
+    /// Notify keys from other nodes waiting for the engine (at most ``maxNotifiedKeys``; past
+    /// that, one full re-check replaces them, so a flood costs bounded memory).
+    private var notifiedKeys: Set<String> = []
+    private var notificationGap = false
+    private var notifyScheduled = false
+    static let maxNotifiedKeys = 65_536
+
+    /// Hands wake-ups from other nodes to the engine queue, coalesced.
+    func notified(_ keys: [String], gap: Bool = false) {
+        let schedule: Bool = lock.withLock {
+            if gap || notifiedKeys.count + keys.count > Self.maxNotifiedKeys {
+                notificationGap = true
+                notifiedKeys = []
+            } else if !notificationGap {
+                notifiedKeys.formUnion(keys)
+            }
+            if notifyScheduled { return false }
+            notifyScheduled = true
+            return true
+        }
+        guard schedule else { return }
+        queue.async {
+            let (keys, gap): (Set<String>, Bool) = self.lock.withLock {
+                defer { self.notifiedKeys = []; self.notificationGap = false; self.notifyScheduled = false }
+                return (self.notifiedKeys, self.notificationGap)
+            }
+            let out = gap ? self.engine.handleNotificationGap() : self.engine.handleNotified(keys)
+            if !out.isEmpty { self.send(out) }
+        }
+    }
 
     fileprivate func received(_ bytes: [UInt8], from peer: RelayPeer) {
         if bytes.count > RelayPacket.maxDatagramLength {
@@ -247,6 +289,37 @@ public final class RelayServer: @unchecked Sendable {
         let key = try DatabaseKey.load(credentialName: "yaok-relay-db-key", keyFile: dir + "/relay.db.key")
         let db = try SQLCipherDatabase(path: dir + "/relay.db", key: key)
         return (identity, try RelayQueueStore(database: db, logger: logger))
+    }
+}
+
+extension RelayServer {
+    /// The systemd credential holding a cluster node's copy of the relay identity.
+    public static let identityCredential = "yaok-relay-identity"
+
+    /// A cluster node's identity: every node signs with the same relay key, so clients keep
+    /// one pin. Read from `$CREDENTIALS_DIRECTORY/yaok-relay-identity` if present, else
+    /// `<dataDir>/relay.identity` (0600). Never created here: a node that made its own key
+    /// would not be the relay its clients pinned (`yaok-relay key` makes the first one).
+    public static func loadClusterIdentity(dataDir: String, environment: [String: String] = ProcessInfo.processInfo.environment) throws -> Identity {
+        var path = dataDir + "/relay.identity"
+        if let dir = environment["CREDENTIALS_DIRECTORY"], !dir.isEmpty {
+            let credential = (dir.hasSuffix("/") ? dir : dir + "/") + identityCredential
+            if FileManager.default.fileExists(atPath: credential) { path = credential }
+        }
+        guard let identity = try IdentityFile.load(path: path) else { throw RelayClusterError.noIdentity(path: path) }
+        return identity
+    }
+}
+
+/// A cluster node's start-up problems.
+public enum RelayClusterError: Error, CustomStringConvertible {
+    case noIdentity(path: String)
+
+    public var description: String {
+        switch self {
+        case .noIdentity(let path):
+            return "no relay identity at \(path): a cluster node uses the cluster's shared key; copy relay.identity (0600) from the first node, or pass it as the systemd credential \(RelayServer.identityCredential)"
+        }
     }
 }
 

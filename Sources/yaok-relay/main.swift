@@ -34,6 +34,15 @@ extension YaokRelay {
         @Option(name: .customLong("data-dir"), help: "Directory for the relay key, the database and its key (created 0700).")
         var dataDir: String
 
+        @Option(help: ArgumentHelp("Where queues and registrations live: sqlcipher (default: relay.db in --data-dir) or a postgres:// URL shared by the nodes of a relay cluster, e.g. postgres://yaok_relay@db.example:5432/yaok_relay?sslmode=require or postgres://yaok_relay@/yaok_relay?host=/run/postgresql. No password in the URL.", valueName: "sqlcipher|postgres-url"))
+        var store = "sqlcipher"
+
+        @Option(name: .customLong("store-password-file"), help: "File (mode 0600) holding the PostgreSQL password; the systemd credential yaok-relay-pg-password takes precedence.")
+        var storePasswordFile: String?
+
+        @Option(name: .customLong("lease-seconds"), help: "How long a delivered, unacknowledged message is held for its session before it is offered again (in a cluster: before another node may deliver it), 1 to 300.")
+        var leaseSeconds = 30
+
         @Option(help: "Serve Prometheus /metrics on this address (host:port, keep it on localhost).")
         var metrics: String?
 
@@ -95,6 +104,7 @@ extension YaokRelay {
         var logLevel = "info"
 
         func run() throws {
+            let store_ = store
             var logger = Logger(label: "yaok-relay")
             logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
             let (host, port) = try parseHostPort(listen, option: "--listen")
@@ -142,7 +152,20 @@ extension YaokRelay {
             limits.maxQueuedPerSender = max(1, queueSharePerSender)
             limits.maxQueuedPerPrefix = max(1, queueSharePerPrefix)
             limits.maxReassemblyBytesPerPrefix = max(12_288, reassemblySharePerPrefix)
-            let (identity, store) = try RelayServer.openDataDirectory(dataDir, logger: logger)
+            guard (1...300).contains(leaseSeconds) else { throw ValidationError("--lease-seconds must be 1 to 300, got \(leaseSeconds)") }
+            limits.leaseMs = Int64(leaseSeconds) * 1000
+            let identity: Identity
+            let store: any RelayStore
+            if store_ == "sqlcipher" {
+                let opened = try RelayServer.openDataDirectory(dataDir, logger: logger)
+                (identity, store) = (opened.identity, opened.store)
+            } else if store_.hasPrefix("postgres://") || store_.hasPrefix("postgresql://") {
+                identity = try RelayServer.loadClusterIdentity(dataDir: dataDir)
+                let pg = try RelayPostgresConfiguration(url: store_, passwordFile: storePasswordFile)
+                store = try RelayPostgresStore(configuration: pg, logger: logger)
+            } else {
+                throw ValidationError("--store must be sqlcipher or a postgres:// URL")
+            }
             let engine = try RelayEngine(identity: identity, store: store, limits: limits, logger: logger,
                                          now: { Int64(Date().timeIntervalSince1970 * 1000) })
             // Signal handling first: a supervisor (or test) may send SIGTERM as soon as it
@@ -162,7 +185,7 @@ extension YaokRelay {
             done.wait()
             logger.notice("stopping")
             server.stop()
-            store.database.close()
+            store.close()
         }
     }
 
@@ -229,11 +252,32 @@ extension YaokRelay {
         @Option(name: .customLong("wss-key"), help: "The certificate's PEM key (mode 0600).")
         var wssKey: String?
 
+        @Option(help: ArgumentHelp("Also measure a two-node cluster on this PostgreSQL database (a scratch database: it must hold no queued messages), after the single-node SQLCipher run.", valueName: "postgres-url"))
+        var cluster: String?
+
+        @Option(name: .customLong("store-password-file"), help: "File (mode 0600) with the PostgreSQL password for --cluster.")
+        var storePasswordFile: String?
+
+        @Flag(name: .customLong("cluster-only"), help: "With --cluster: skip the single-node run (the peak RSS printed is then the cluster's alone).")
+        var clusterOnly = false
+
+        @Option(name: .customLong("latency-samples"), help: "Sequential messages timed for the cross-node push latency (--cluster).")
+        var latencySamples = 200
+
         func run() throws {
             guard (wssCert == nil) == (wssKey == nil) else { throw ValidationError("--wss-cert and --wss-key go together") }
             let tls = wssCert.flatMap { cert in wssKey.map { (certificate: cert, key: $0) } }
-            print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
-                                         offlineMessages: max(20, offlineMessages), webSocket: tls))
+            if !(clusterOnly && cluster != nil) {
+                print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                             offlineMessages: max(20, offlineMessages), webSocket: tls))
+            }
+            if let cluster {
+                guard tls == nil else { throw ValidationError("--cluster measures UDP clients; leave out --wss-cert") }
+                let pg = try RelayPostgresConfiguration(url: cluster, passwordFile: storePasswordFile)
+                fflush(stdout)
+                print(try RelayClusterBenchmark.run(store: pg, clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                                    offlineMessages: max(20, offlineMessages), latencySamples: max(1, latencySamples)))
+            }
         }
     }
 }
