@@ -207,6 +207,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var frameArrivedNs: UInt64 = 0
     private var arrivedNs: [[UInt8]: UInt64] = [:]
     private var hopLatency = HopLatency()
+    /// Where the next tick's page of due bundles starts (nil: from the oldest).
+    private var dueCursor: StoredBundle?
+    static let duePage = 500
     /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
     /// that depends on the group (a custody ack) left before it.
@@ -1322,8 +1325,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 }
             }
         }
-        if let due = try? store.due(nowMs: t, limit: 500, withBytes: false) {
+        // A page of due bundles a tick, walking round the whole queue: each is looked at
+        // again within (queued / 500) s, however many stay due ahead of it.
+        if let due = try? store.due(nowMs: t, limit: Self.duePage, withBytes: false, after: dueCursor) {
             for b in due { route(b) }
+            dueCursor = due.count < Self.duePage ? nil : due.last
         }
         if t - lastSweepMs >= 60_000 {
             lastSweepMs = t

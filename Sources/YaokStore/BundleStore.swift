@@ -202,10 +202,19 @@ public final class BundleStore: @unchecked Sendable {
     // (`bytes` is then empty, `size` is set), e.g. to choose what to offer among thousands of
     // bundles without reading hundreds of megabytes; fetch the chosen ones with `bundle(_:)`.
 
-    /// Queued bundles whose retry time has come, oldest accepted first.
-    public func due(nowMs: Int64, limit: Int, withBytes: Bool = true) throws -> [StoredBundle] {
-        try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit))],
-                           purpose: "listing due bundles").map(Self.decode)
+    /// Queued bundles whose retry time has come, oldest accepted first (ties by bundle ID),
+    /// starting after `cursor` (the last bundle of the previous page) when given. A caller
+    /// that looks at a page a tick must walk on with the cursor: bundles that stay queued and
+    /// due (a copy kept after handing one over) would otherwise fill every first page, and
+    /// the ones behind them would never be looked at again (issue 16's line run: 39 bundles
+    /// whose offer was dropped sat behind 20,000 such copies).
+    public func due(nowMs: Int64, limit: Int, withBytes: Bool = true, after cursor: StoredBundle? = nil) throws -> [StoredBundle] {
+        guard let cursor else {
+            return try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit))],
+                                      purpose: "listing due bundles").map(Self.decode)
+        }
+        return try database.query(SQL.dueAfter(withBytes), [.integer(nowMs), .int(max(0, limit)), .integer(cursor.acceptedMs), .blob(cursor.bundleID)],
+                                  purpose: "listing due bundles").map(Self.decode)
     }
 
     /// Carried bundles (queued, in flight, handed over) for one recipient, oldest first.
@@ -583,7 +592,16 @@ public final class BundleStore: @unchecked Sendable {
         static let dueWithoutBytes = dueSQL(columnsWithoutBytes)
         static func due(_ withBytes: Bool) -> String { withBytes ? dueWithBytes : dueWithoutBytes }
         private static func dueSQL(_ c: String) -> String {
-            "SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ? ORDER BY accepted_ms, id LIMIT ?"
+            "SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ?1 ORDER BY accepted_ms, bundle_id LIMIT ?2"
+        }
+        static let dueAfterWithBytes = dueAfterSQL(columns)
+        static let dueAfterWithoutBytes = dueAfterSQL(columnsWithoutBytes)
+        static func dueAfter(_ withBytes: Bool) -> String { withBytes ? dueAfterWithBytes : dueAfterWithoutBytes }
+        private static func dueAfterSQL(_ c: String) -> String {
+            """
+            SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ?1 \
+            AND (accepted_ms > ?3 OR (accepted_ms = ?3 AND bundle_id > ?4)) ORDER BY accepted_ms, bundle_id LIMIT ?2
+            """
         }
         static let pendingWithBytes = pendingSQL(columns)
         static let pendingWithoutBytes = pendingSQL(columnsWithoutBytes)

@@ -167,6 +167,31 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.bundle(bundleID(1))?.lastLink, "ble")
     }
 
+    /// Paging with the cursor visits every due bundle once per round, even when all of them
+    /// stay due (the router's tick walks the queue this way; it once re-read the first page forever).
+    func testDuePagesWalkTheWholeQueueWithTheCursor() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        // Ties on acceptance time are ordered by bundle ID.
+        for (n, t) in [(5, 100), (3, 100), (1, 200), (4, 100), (2, 300)] {
+            XCTAssertEqual(try store.accept(makeBundle(n), nowMs: Int64(t)), .stored)
+        }
+        var seen: [[UInt8]] = []
+        var cursor: StoredBundle?
+        var pages = 0
+        repeat {
+            let page = try store.due(nowMs: 1_000, limit: 2, withBytes: false, after: cursor)
+            seen += page.map(\.bundleID)
+            cursor = page.count < 2 ? nil : page.last
+            pages += 1
+        } while cursor != nil && pages < 10
+        XCTAssertEqual(seen, [3, 4, 5, 1, 2].map(bundleID), "oldest first, ties by ID, each once")
+        XCTAssertEqual(pages, 3)
+        // Nothing changed state, so the next round starts over with the oldest.
+        XCTAssertEqual(try store.due(nowMs: 1_000, limit: 2, withBytes: false, after: nil).map(\.bundleID), [3, 4].map(bundleID))
+        // A cursor past the end gives an empty page (the caller wraps round).
+        XCTAssertTrue(try store.due(nowMs: 1_000, limit: 2, after: try store.bundle(bundleID(2))).isEmpty)
+    }
+
     func testHandOverAndPeerTable() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 0), .stored)
