@@ -17,45 +17,9 @@ final class RelayClusterTests: XCTestCase {
         cleanup = []
     }
 
-    /// PostgreSQL, one relay identity, and `count` nodes; first two stores migrate the empty
-    /// database at the same moment (the advisory lock must make that safe).
+    /// PostgreSQL, one relay identity, and `count` nodes (``startRelayCluster``).
     private func cluster(_ count: Int = 2, extra: [String] = []) throws -> (pg: PostgresTestServer, nodes: [RelayProcess]) {
-        let pg = try PostgresTestServer()
-        cleanup.append { pg.tearDown() }
-        let root = try makeTemporaryDirectory("yaok-relay-cluster-", cleanup: &cleanup)
-        let first = root + "/node0"
-        let made = try runTool(RelayProcess.binary, ["key", "--data-dir", first])
-        XCTAssertEqual(made.0, 0, made.1)
-        for i in 1..<count {
-            let d = root + "/node\(i)"
-            try FileManager.default.createDirectory(atPath: d, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-            try FileManager.default.copyItem(atPath: first + "/relay.identity", toPath: d + "/relay.identity")
-            XCTAssertEqual(chmod(d + "/relay.identity", 0o600), 0)
-        }
-        // Two stores migrating at the same moment (threads, not processes: Foundation's Process
-        // notices a child's exit through a socket that a child spawned concurrently can inherit).
-        let lock = NSLock()
-        nonisolated(unsafe) var migrated: [Result<Int, Error>] = []
-        let pgConfig = try RelayPostgresConfiguration(url: pg.url, environment: [:])
-        DispatchQueue.concurrentPerform(iterations: 2) { _ in
-            let r = Result { () throws -> Int in
-                let store = try RelayPostgresStore(configuration: pgConfig, logger: Logger(label: "test"))
-                defer { store.close() }
-                return try store.appliedSchemaVersion()
-            }
-            lock.withLock { migrated.append(r) }
-        }
-        for r in migrated { XCTAssertEqual(try r.get(), RelayPostgresStore.schemaVersion) }
-        var nodes: [RelayProcess] = []
-        for i in 0..<count {
-            let n = try RelayProcess(dataDir: root + "/node\(i)", extra: ["--store", pg.url] + extra)
-            cleanup.append { n.stop() }
-            nodes.append(n)
-        }
-        for n in nodes.dropFirst() { XCTAssertEqual(n.key, nodes[0].key, "the nodes must sign as one relay") }
-        XCTAssertEqual(try pg.sql("SELECT max(version) FROM relay_schema_version"), "\(RelayPostgresStore.schemaVersion)")
-        XCTAssertEqual(try pg.sql("SELECT count(*) FROM relay_schema_version"), "1", "each version applied once")
-        return (pg, nodes)
+        try startRelayCluster(count, extra: extra, cleanup: &cleanup)
     }
 
     private func client(_ node: RelayProcess) -> RelayClient { client(port: node.port, key: node.key) }

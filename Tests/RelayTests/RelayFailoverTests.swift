@@ -325,51 +325,9 @@ final class RelayFailoverTests: XCTestCase {
         for exe in [yaok, hubExe] where !FileManager.default.isExecutableFile(atPath: exe) { throw XCTSkip("\(exe) is not built") }
         let (node1, node2, _) = try nodes()
         let hubDir = try tempDir()
-        let plugins = hubDir + "/plugins"
-        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
-        for lib in ["libyaok-plugin-udp.so", "libyaok-plugin-relay.so"] {
-            try FileManager.default.copyItem(atPath: RelayProcess.productsDirectory + "/" + lib, toPath: plugins + "/" + lib)
-        }
-        let udp = try UDPSink()   // a free port: taken, then given to the hub
-        let udpPort = udp.port
-        udp.close()
-        let config = """
-        hub:
-          name: relay-failover
-          data_dir: \(hubDir)/data
-          control_socket: \(hubDir)/control.sock
-          plugin_dirs: ["\(plugins)"]
-          log_level: info
-        router:
-          custody_timeout_s: 5
-        transports:
-          udp:
-            enabled: true
-            listen: 127.0.0.1:\(udpPort)
-          relay:
-            enabled: true
-            addresses:
-              - 127.0.0.1:\(node1.port)
-              - 127.0.0.1:\(node2.port)
-            relay_key: \(Hex.encode(node1.key))
-            poll_interval_s: 1
-            failover_after_s: 3
-
-        """
-        try config.write(toFile: hubDir + "/hub.yaml", atomically: true, encoding: .utf8)
-        let hub = Process()
-        hub.executableURL = URL(fileURLWithPath: hubExe)
-        hub.arguments = ["run", "--config", hubDir + "/hub.yaml"]
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "NOTIFY_SOCKET")
-        hub.environment = env
-        _ = FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
-        let logFile = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
-        hub.standardOutput = logFile
-        hub.standardError = logFile
-        try hub.run()
-        cleanup.append { if hub.isRunning { hub.terminate(); hub.waitUntilExit() } }
-        let hubLog = { (try? String(contentsOfFile: hubDir + "/hub.log", encoding: .utf8)) ?? "" }
+        let hub = try HubProcess(dir: hubDir, relayAddresses: ["127.0.0.1:\(node1.port)", "127.0.0.1:\(node2.port)"], relayKey: node1.key)
+        cleanup.append { hub.stop() }
+        let hubLog = { hub.log() }
         XCTAssertTrue(waitUntil(timeout: 30) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
 
         let (alice, bob) = try initAliceAndBob(yaok, in: hubDir)
@@ -378,7 +336,7 @@ final class RelayFailoverTests: XCTestCase {
         cleanup.append { listener.kill() }
         XCTAssertTrue(waitUntil(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 1")
 
-        let atHub = ["--hub", "udp://127.0.0.1:\(udpPort)", "--json", "--timeout", "20"]
+        let atHub = ["--hub", hub.url, "--json", "--timeout", "20"]
         let first = try runTool(yaok, ["send", "--home", alice, "Bob", "first, via node 1"] + atHub, timeout: 60)
         XCTAssertEqual(first.0, 0, first.1)
         // Node 1 took it from the hub and Bob acknowledged it there.
@@ -395,7 +353,7 @@ final class RelayFailoverTests: XCTestCase {
         XCTAssertEqual(out.components(separatedBy: "[Alice] second, via node 2").count - 1, 1, out)
         XCTAssertFalse(out.contains("duplicate"), out)
 
-        let status = try runTool(hubExe, ["status", "--socket", hubDir + "/control.sock"])
+        let status = try hub.status()
         XCTAssertEqual(status.0, 0, status.1)
         XCTAssertTrue(status.1.contains("registered with relay node 2 of 2 (127.0.0.1:\(node2.port)); last move: node 1 (127.0.0.1:\(node1.port)) stopped answering at"), status.1)
         let log = hubLog()
