@@ -117,7 +117,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var framesRefusedForRole = 0
         /// Bundles the router declined to send to an endpoint they are not addressed to.
         public var endpointMisroutesPrevented = 0
-        /// The hub's added latency per bundle since start, in µs (50 µs buckets): from its
+        /// The hub's added latency per bundle since start, in µs (``HopLatency``'s buckets): from its
         /// frame reaching the router to its first onward send, after the commit that made it
         /// durable. Bundles with no link at hand wait in the store and are not counted.
         public var hopLatencySamples = 0

@@ -209,12 +209,10 @@ public final class BundleStore: @unchecked Sendable {
     /// the ones behind them would never be looked at again (issue 16's line run: 39 bundles
     /// whose offer was dropped sat behind 20,000 such copies).
     public func due(nowMs: Int64, limit: Int, withBytes: Bool = true, after cursor: StoredBundle? = nil) throws -> [StoredBundle] {
-        guard let cursor else {
-            return try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit))],
-                                      purpose: "listing due bundles").map(Self.decode)
-        }
-        return try database.query(SQL.dueAfter(withBytes), [.integer(nowMs), .int(max(0, limit)), .integer(cursor.acceptedMs), .blob(cursor.bundleID)],
-                                  purpose: "listing due bundles").map(Self.decode)
+        // No cursor: start before every acceptance time (no bundle is accepted at Int64.min).
+        try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit)),
+                                                .integer(cursor?.acceptedMs ?? Int64.min), .blob(cursor?.bundleID ?? [])],
+                           purpose: "listing due bundles").map(Self.decode)
     }
 
     /// Carried bundles (queued, in flight, handed over) for one recipient, oldest first.
@@ -592,12 +590,6 @@ public final class BundleStore: @unchecked Sendable {
         static let dueWithoutBytes = dueSQL(columnsWithoutBytes)
         static func due(_ withBytes: Bool) -> String { withBytes ? dueWithBytes : dueWithoutBytes }
         private static func dueSQL(_ c: String) -> String {
-            "SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ?1 ORDER BY accepted_ms, bundle_id LIMIT ?2"
-        }
-        static let dueAfterWithBytes = dueAfterSQL(columns)
-        static let dueAfterWithoutBytes = dueAfterSQL(columnsWithoutBytes)
-        static func dueAfter(_ withBytes: Bool) -> String { withBytes ? dueAfterWithBytes : dueAfterWithoutBytes }
-        private static func dueAfterSQL(_ c: String) -> String {
             """
             SELECT \(c) FROM bundles WHERE state = 0 AND next_attempt_ms <= ?1 \
             AND (accepted_ms > ?3 OR (accepted_ms = ?3 AND bundle_id > ?4)) ORDER BY accepted_ms, bundle_id LIMIT ?2

@@ -323,7 +323,7 @@ if (try? statusRun.run()) != nil {
                      commits, items, Double(items) / Double(max(1, commits)), Double(commits) / Double(max(1, delivered))))
         if let n = counters["hopLatencySamples"] as? Int, let p50 = counters["hopLatencyP50Us"] as? Int,
            let p99 = counters["hopLatencyP99Us"] as? Int, let top = counters["hopLatencyMaxUs"] as? Int {
-            print(String(format: "hub's added latency per bundle (frame in → sent on, durable first): p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%d bundles, 50 µs buckets)",
+            print(String(format: "hub's added latency per bundle (frame in → sent on, durable first): p50 %.2f ms  p99 %.2f ms  max %.2f ms  (%d bundles; 50 µs buckets below 100 ms)",
                          Double(p50) / 1000, Double(p99) / 1000, Double(top) / 1000, n))
         }
     }
