@@ -364,16 +364,6 @@ final class RelayFailoverTests: XCTestCase {
             XCTAssertFalse(log.contains(id), "a full user ID in the hub log")
         }
     }
-
-    /// Polls a condition that has no event (another process's metrics); bounded.
-    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        return condition()
-    }
 }
 
 extension RelayProcess {

@@ -214,13 +214,4 @@ final class RelayHubEndToEndTests: XCTestCase {
         let status = try run(hubExe, ["status", "--socket", setup.hubDir + "/control.sock", "--json"])
         XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)
     }
-
-    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        return condition()
-    }
 }

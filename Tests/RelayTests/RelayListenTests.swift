@@ -106,16 +106,6 @@ final class RelayListenTests: XCTestCase {
         XCTAssertEqual(listener.status, 0, out)
         XCTAssertTrue(out.contains("[Alice] through the loss"), out)
     }
-
-    /// Polls a condition that has no event (another process's metrics); bounded.
-    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        return condition()
-    }
 }
 
 /// A `yaok` process in the background whose combined output is collected as it runs.

@@ -254,14 +254,4 @@ final class RelayPluginTests: XCTestCase {
         let head = try XCTUnwrap(FileHandle(forReadingAtPath: dir + "/relay.db")).readData(ofLength: 16)
         XCTAssertNotEqual(String(decoding: head, as: UTF8.self), "SQLite format 3\u{0}")
     }
-
-    /// Polls a condition that has no event (metrics of another process); every wait has a timeout.
-    private func waitUntil(timeout: TimeInterval = 10, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            Thread.sleep(forTimeInterval: 0.05)
-        }
-        return false
-    }
 }
