@@ -105,7 +105,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let hubLog = { (try? String(contentsOfFile: hubDir + "/hub.log", encoding: .utf8)) ?? "" }
 
         // The hub registers itself with the relay once its relay link is up.
-        XCTAssertTrue(waitUntil(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
+        XCTAssertTrue(eventually(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
         return Setup(relay: relay, hubDir: hubDir, udpPort: udpPort, log: hubLog)
     }
 
@@ -137,7 +137,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let plaintext = try bundle.envelope.open(with: bobIdentity)
         XCTAssertTrue(String(decoding: plaintext, as: UTF8.self).contains("hello over the uplink"))
         try bobAtRelay.acknowledge([bundle.envelope.bundleID])
-        XCTAssertTrue(waitUntil { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
         XCTAssertEqual(relay.metric("yaok_relay_sends_pushed_total"), 1)
         // The hub's relay link is up in its status.
         let status = try run(hubExe, ["status", "--socket", hubDir + "/control.sock", "--json"])
@@ -165,7 +165,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertEqual(got.0, 0, got.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
         // The relay deleted it only after the hub's store took custody.
-        XCTAssertTrue(waitUntil { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
+        XCTAssertTrue(eventually(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
     }
 
     /// Over WebSocket/TLS on both sides: Alice (at the hub) sends to Bob, who is on the
@@ -198,7 +198,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         listener.terminationHandler = { _ in exited.signal() }
         try listener.run()
         cleanup.append { if listener.isRunning { listener.terminate() } }
-        XCTAssertTrue(waitUntil(timeout: 20) { setup.relay.metric("yaok_relay_websocket_upgraded_total") ?? 0 >= 2 }, "Bob did not connect over wss")
+        XCTAssertTrue(eventually(timeout: 20) { setup.relay.metric("yaok_relay_websocket_upgraded_total") ?? 0 >= 2 }, "Bob did not connect over wss")
 
         // ... and Alice, at the hub (registered with the relay through it), waits for his receipt.
         let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over wss", "--hub", "udp://127.0.0.1:\(setup.udpPort)",
@@ -209,7 +209,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertTrue(bobOutput.contains("hello over wss"), bobOutput)
         XCTAssertEqual(sent.0, 0, sent.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(sent.1.contains("deliver"), sent.1)
-        XCTAssertTrue(waitUntil { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 2 }, "message and receipt acknowledged")
+        XCTAssertTrue(eventually(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 2 }, "message and receipt acknowledged")
         XCTAssertGreaterThanOrEqual(setup.relay.metric("yaok_relay_websocket_failed_total") ?? 0, 1, "the wrong-pin attempt")
         let status = try run(hubExe, ["status", "--socket", setup.hubDir + "/control.sock", "--json"])
         XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)
