@@ -152,7 +152,7 @@ public enum RelayBenchmark {
         if let webSocket {
             arguments += ["--wss-listen", "127.0.0.1:0", "--tls-cert", webSocket.certificate, "--tls-key", webSocket.key]
         }
-        let node = try RelayBenchmarkNode(index: 0, executable: relay, dataDir: dir + "/node0", arguments: arguments)
+        let node = try RelayNodeProcess(executable: relay, dataDir: dir + "/node0", arguments: arguments)
         defer { node.stop() }
         var report = try drive([node], webSocket: webSocket != nil, clients: clients, sessions: sessions,
                                messagesPerClient: messagesPerClient, offlineMessages: offlineMessages, latencySamples: latencySamples)
@@ -161,7 +161,7 @@ public enum RelayBenchmark {
     }
 
     /// The phases (see the type's documentation), on running nodes that sign with one key.
-    static func drive(_ nodes: [RelayBenchmarkNode], webSocket: Bool = false, clients: Int, sessions: Int?,
+    static func drive(_ nodes: [RelayNodeProcess], webSocket: Bool = false, clients: Int, sessions: Int?,
                       messagesPerClient: Int, offlineMessages: Int, latencySamples: Int) throws -> Report {
         let limits = RelayLimits()
         let sessionCount = max(nodes.count, min(clients, sessions ?? min(clients, 50)))

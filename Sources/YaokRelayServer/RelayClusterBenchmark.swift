@@ -41,11 +41,11 @@ public enum RelayClusterBenchmark {
 
         var arguments = RelayBenchmark.unthrottledNodeArguments(users: clients) + ["--store", store]
         if let passwordFile { arguments += ["--store-password-file", passwordFile] }
-        var nodes: [RelayBenchmarkNode] = []
+        var nodes: [RelayNodeProcess] = []
         defer { for n in nodes { n.stop() } }
         // One after the other: Foundation's Process can miss the exit of a child started concurrently.
         for k in 0..<2 {
-            nodes.append(try RelayBenchmarkNode(index: k, executable: relay, dataDir: dir + "/node\(k)", arguments: arguments))
+            nodes.append(try RelayNodeProcess(executable: relay, dataDir: dir + "/node\(k)", arguments: arguments))
         }
         var report = try RelayBenchmark.drive(nodes, clients: clients, sessions: sessions, messagesPerClient: messagesPerClient,
                                               offlineMessages: offlineMessages, latencySamples: latencySamples)
