@@ -6,13 +6,16 @@ import YaokCrypto
 /// `yaok-relay bench` for its nodes (the same binary), and by the tests. Its stderr goes to
 /// `node.log` in its data directory.
 public final class RelayNodeProcess: @unchecked Sendable {
+    /// The node's `--data-dir` (its `node.log` too).
     public let dataDir: String
+    /// The running process (for a test's SIGKILL).
     public let process = Process()
     /// The UDP port it listens on.
     public private(set) var port = 0
     /// The WebSocket/TLS port and the certificate's SPKI pin, when started with `--wss-listen`.
     public private(set) var wssPort = 0
     public private(set) var tlsPin: [UInt8] = []
+    /// Its Prometheus `/metrics` port on 127.0.0.1.
     public private(set) var metricsPort = 0
     /// The relay's public signing key.
     public private(set) var key: [UInt8] = []
@@ -89,6 +92,7 @@ public final class RelayNodeProcess: @unchecked Sendable {
         }
     }
 
+    /// Its process ID.
     public var pid: Int32 { process.processIdentifier }
 
     /// VmRSS and VmHWM of the node (zero once it has exited).
