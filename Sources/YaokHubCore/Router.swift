@@ -146,6 +146,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var offered: [[UInt8]] = []
         var drainingOffers = false
         var framesIn = 0
+        /// Bytes of the frames counted in `framesIn`.
+        var bytesIn = 0
         /// Hub links: the peer's key is in `trusted_hubs`.
         var listed = false
         /// Hub links: the peer presented a valid certificate, valid until this time.
@@ -506,6 +508,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleFrame(_ frame: [UInt8], key: LinkKey) {
         guard let link = links[key] else { return }
         link.framesIn += 1
+        link.bytesIn += frame.count
         let record: TLVRecord
         do {
             record = try TLVRecord(parsing: frame)
@@ -1367,7 +1370,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 counters: countersWithAdmission(),
                 links: links.values.sorted { $0.key.description < $1.key.description }.map {
                     RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
-                                          kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0))
+                                          kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
+                                          mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn)
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
         }
@@ -1433,6 +1437,11 @@ public struct RouterStatus: Sendable, Codable, Equatable {
         public var inFlight: Int
         /// Hub links: `listed` (trusted_hubs), `certified` (network certificate) or `untrusted`.
         public var trust: String?
+        /// Largest frame the link carries, when it came up (ms since 1970), and what arrived on it.
+        public var mtu: Int?
+        public var upAtMs: Int64?
+        public var framesIn: Int?
+        public var bytesIn: Int?
     }
     public struct Delivery: Sendable, Codable, Equatable {
         public var destination: String

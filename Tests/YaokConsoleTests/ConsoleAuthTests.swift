@@ -1,0 +1,3 @@
+import XCTest
+@testable import YaokConsole
+final class ConsoleAuthTests: XCTestCase { func testNothing() {} }
