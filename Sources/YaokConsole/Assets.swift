@@ -54,7 +54,8 @@ enum Assets {
     .two { display: grid; grid-template-columns: repeat(auto-fit, minmax(280px, 1fr)); gap: 1rem; }
     table { border-collapse: collapse; width: 100%; background: var(--card); }
     th, td { text-align: left; padding: .4rem .5rem; border-bottom: 1px solid var(--line); vertical-align: top; }
-    tbody th { font-weight: 400; } td { font-weight: 600; font-variant-numeric: tabular-nums; }
+    tbody th { font-weight: 400; } td { font-weight: 600; font-variant-numeric: tabular-nums; white-space: nowrap; }
+    table.grid td { white-space: normal; }
     table.grid td { font-weight: 400; } caption { text-align: left; font-weight: 600; padding: .25rem 0; }
     .scroll { overflow-x: auto; }
     .path code { overflow-wrap: anywhere; }
@@ -69,8 +70,16 @@ enum Assets {
     code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .95em; }
     .qr { margin: 1rem 0; max-width: 22rem; } .qr svg { width: 100%; height: auto; border: 1px solid var(--line); }
     .chart { margin: 1rem 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .5rem; }
-    .chart svg { width: 100%; height: auto; } .chart .grid { stroke: #d5d9de; stroke-width: 1; }
+    .chart svg { width: 100%; max-width: 720px; height: auto; display: block; } .chart .grid { stroke: #d5d9de; stroke-width: 1; }
     .chart .axis { font-size: 12px; fill: #3d4550; } .chart .label { font-size: 13px; font-weight: 700; }
+    @media (max-width: 640px) {
+      table.grid thead { position: absolute; left: -9999px; }
+      table.grid caption { display: block; text-align: left; }
+      table.grid, table.grid tbody, table.grid tr, table.grid td { display: block; width: 100%; }
+      table.grid tr { border: 1px solid var(--line); border-radius: 8px; margin: 0 0 .5rem; padding: .25rem .5rem; }
+      table.grid td { border: 0; padding: .15rem 0; display: grid; grid-template-columns: 7.5rem 1fr; gap: .5rem; }
+      table.grid td::before { content: attr(data-label); color: var(--muted); font-size: .85rem; }
+    }
     @media (max-width: 480px) { main { padding: .5rem; } .facts { grid-template-columns: 1fr 1fr; } header nav a { padding: .4rem .45rem; } }
     """#
 

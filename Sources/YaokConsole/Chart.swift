@@ -4,8 +4,9 @@ import Foundation
 /// end and has its own dash pattern, so no legend and no colour is needed to tell lines apart;
 /// the caption repeats the latest values in words for screen readers.
 enum Chart {
-    static let width = 640.0, height = 220.0
-    static let left = 48.0, right = 96.0, top = 14.0, bottom = 28.0
+    // Drawn small and scaled up to at most 720 px (CSS), so 12 px text stays legible on a 360 px phone.
+    static let width = 400.0, height = 200.0
+    static let left = 40.0, right = 84.0, top = 12.0, bottom = 26.0
     static let dashes = ["", "6 4", "2 3", "10 3 2 3", "1 5"]
     static let colours = ["#1b4f9c", "#8a3b00", "#246b2d", "#6b2a7a", "#333333"]
 
@@ -36,6 +37,11 @@ enum Chart {
         s += "<text x=\"\(left + plotW / 2)\" y=\"\(height - 8)\" text-anchor=\"middle\" class=\"axis\">30 min</text>"
         s += "<text x=\"\(width - right)\" y=\"\(height - 8)\" text-anchor=\"end\" class=\"axis\">now · \(HTML.esc(unit))</text>"
         var latest: [String] = []
+        // End labels sit at their line's last value, pushed apart so that none overlap.
+        var labelY: [Int: Double] = [:]
+        let ends = series.enumerated().compactMap { i, l in l.points.last(where: { $0.t >= t0 }).map { (i, y($0.v) + 4) } }.sorted { $0.1 < $1.1 }
+        var lastY = -Double.infinity
+        for (i, yy) in ends { let placed = max(yy, lastY + 14); labelY[i] = placed; lastY = placed }
         for (i, line) in series.enumerated() {
             let pts = line.points.filter { $0.t >= t0 }
             let dash = dashes[i % dashes.count], colour = colours[i % colours.count]
@@ -46,7 +52,7 @@ enum Chart {
                 s += "<circle cx=\"\(x(p.t))\" cy=\"\(y(p.v))\" r=\"3\" fill=\"\(colour)\"/>"
             }
             if let last = pts.last {
-                s += "<text x=\"\(x(last.t) + 6)\" y=\"\(y(last.v) + 4 + Double(i) * 0)\" class=\"label\" fill=\"\(colour)\">\(HTML.esc(line.name))</text>"
+                s += "<text x=\"\(x(last.t) + 6)\" y=\"\(labelY[i] ?? y(last.v) + 4)\" class=\"label\" fill=\"\(colour)\">\(HTML.esc(line.name))</text>"
                 latest.append("\(line.name) \(number(last.v))")
             }
         }

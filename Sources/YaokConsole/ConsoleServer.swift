@@ -372,7 +372,7 @@ final class BoundPort: @unchecked Sendable {
     }
 }
 
-/// Headers on every response, errors included: the CSP, no sniffing, no framing, no referrer,
+/// Headers on every response, errors included: the CSP, no sniffing, no framing, no referrer to other sites (`no-referrer` would make Chromium send `Origin: null` on our own forms),
 /// no caching of pages that show the hub's state.
 struct SecurityHeaders: RouterMiddleware {
     typealias Context = ConsoleContext
@@ -396,7 +396,7 @@ struct SecurityHeaders: RouterMiddleware {
         response.headers[.contentSecurityPolicy] = ConsoleServer.contentSecurityPolicy
         response.headers[.xContentTypeOptions] = "nosniff"
         response.headers[HTTPField.Name("X-Frame-Options")!] = "DENY"
-        response.headers[HTTPField.Name("Referrer-Policy")!] = "no-referrer"
+        response.headers[HTTPField.Name("Referrer-Policy")!] = "same-origin"
         if response.headers[.cacheControl] == nil { response.headers[.cacheControl] = "no-store" }
         return response
     }

@@ -46,16 +46,18 @@ enum Pages {
             return s
         }
         s += "<div class=\"scroll\" role=\"region\" aria-labelledby=\"links-cap\" tabindex=\"0\"><table class=\"grid\" id=\"links\">"
-        s += "<caption id=\"links-cap\">\(r.router.links.count) links up</caption><thead><tr><th scope=\"col\">Kind</th>"
+        s += "<caption id=\"links-cap\">\(r.router.links.count) \(r.router.links.count == 1 ? "link" : "links") up</caption><thead><tr><th scope=\"col\">Kind</th>"
         s += "<th scope=\"col\">Peer role</th><th scope=\"col\">Peer (fingerprint prefix)</th><th scope=\"col\">MTU</th>"
         s += "<th scope=\"col\">Up since</th><th scope=\"col\">Frames in</th><th scope=\"col\">Bytes in</th><th scope=\"col\">Awaiting ack</th></tr></thead><tbody>"
         for l in r.router.links {
             let role = l.trust.map { "\(l.role) (\($0))" } ?? l.role
-            s += "<tr><td>\(HTML.esc(l.kind))</td><td>\(HTML.esc(role))</td><td><code>\(HTML.esc(String(l.peer.prefix(8))))</code></td>"
-            s += "<td>\(l.mtu.map { "\($0) B" } ?? "—")</td>"
-            s += "<td>\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(ago($0, now: now))</time>" } ?? "—")</td>"
-            s += "<td>\(l.framesIn.map(String.init) ?? "—")</td><td>\(l.bytesIn.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—")</td>"
-            s += "<td>\(l.inFlight)</td></tr>"
+            s += "<tr><td data-label=\"Kind\">\(HTML.esc(l.kind))</td><td data-label=\"Peer role\">\(HTML.esc(role))</td>"
+            s += "<td data-label=\"Peer\"><code>\(HTML.esc(String(l.peer.prefix(8))))</code></td>"
+            s += "<td data-label=\"MTU\">\(l.mtu.map { "\($0) B" } ?? "—")</td>"
+            s += "<td data-label=\"Up since\">\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(ago($0, now: now))</time>" } ?? "—")</td>"
+            s += "<td data-label=\"Frames in\">\(l.framesIn.map(String.init) ?? "—")</td>"
+            s += "<td data-label=\"Bytes in\">\(l.bytesIn.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—")</td>"
+            s += "<td data-label=\"Awaiting ack\">\(l.inFlight)</td></tr>"
         }
         return s + "</tbody></table></div>"
     }
@@ -69,10 +71,11 @@ enum Pages {
         s += "<th scope=\"col\">Path</th><th scope=\"col\">Why refused</th></tr></thead><tbody>"
         for p in plugins {
             let loaded = p.state == .loaded
-            s += "<tr data-state=\"\(p.state.rawValue)\"><td><span class=\"pill \(loaded ? "ok" : "bad")\"><span aria-hidden=\"true\">\(loaded ? "✓" : "✕")</span> "
-            s += "\(loaded ? "Loaded" : "Refused")</span></td><td>\(HTML.esc(p.kind ?? "?"))</td><td>\(HTML.esc(p.version ?? "?"))</td>"
-            s += "<td>\(p.abiVersion.map(String.init) ?? "?")</td><td class=\"path\"><code>\(HTML.esc(p.path))</code></td>"
-            s += "<td>\(HTML.esc(p.reason ?? ""))</td></tr>"
+            s += "<tr data-state=\"\(p.state.rawValue)\"><td data-label=\"State\"><span class=\"pill \(loaded ? "ok" : "bad")\"><span aria-hidden=\"true\">\(loaded ? "✓" : "✕")</span> "
+            s += "\(loaded ? "Loaded" : "Refused")</span></td><td data-label=\"Kind\">\(HTML.esc(p.kind ?? "?"))</td>"
+            s += "<td data-label=\"Version\">\(HTML.esc(p.version ?? "?"))</td><td data-label=\"ABI\">\(p.abiVersion.map(String.init) ?? "?")</td>"
+            s += "<td data-label=\"Path\" class=\"path\"><code>\(HTML.esc(p.path))</code></td>"
+            s += "<td data-label=\"Why refused\">\(HTML.esc(p.reason ?? (loaded ? "—" : "")))</td></tr>"
         }
         return s + "</tbody></table></div>"
     }
@@ -98,9 +101,12 @@ enum Pages {
     static func charts(_ h: History, interval: Double) -> String {
         var s = "<h1>Last hour</h1><p>Sampled every \(Int(interval)) s; the newest point is on the right. Reload the page for new points.</p>"
         let rates = h.frameRates()
-        var series: [(String, History.Series)] = rates.keys.sorted().map { ($0, rates[$0] ?? []) }
-        if series.isEmpty { series = [] }
+        // A transport that moved no frame all hour would only be a flat line on zero: named, not drawn.
+        let names = rates.keys.sorted()
+        let series: [(String, History.Series)] = names.filter { n in rates[n]?.contains { $0.v > 0 } == true }.map { ($0, rates[$0] ?? []) }
+        let idle = names.filter { n in !series.contains { $0.0 == n } }
         s += Chart.svg(id: "chart-frames", title: "Frames per second, per transport", unit: "frames/s", series: series)
+        if !idle.isEmpty { s += "<p class=\"hint\">No frames in the last hour: \(HTML.esc(idle.joined(separator: ", "))).</p>" }
         s += Chart.svg(id: "chart-queue", title: "Queue depth (waiting + awaiting acknowledgement)", unit: "messages", series: [("queue", h.queueDepth())])
         s += Chart.svg(id: "chart-deliveries", title: "Deliveries per minute", unit: "per min", series: [("delivered", h.deliveriesPerMinute())])
         return s

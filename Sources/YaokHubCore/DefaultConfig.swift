@@ -109,6 +109,8 @@ console:
   password_file: console.pass
   # Minutes a login lasts without use (1 to 1440).
   session_minutes: 30
+  # Seconds between the samples behind the charts (1 to 60); they span one hour.
+  sample_interval_s: 10
 
 # One section per transport instance. `enabled` is required. `plugin` names the
 # plugin kind and defaults to the section name. Each plugin's README documents

@@ -98,11 +98,13 @@ public struct HubConfig: Sendable, Equatable {
         public var passwordFile = "console.pass"
         /// Minutes a login lasts without use.
         public var sessionMinutes = 30
+        /// Seconds between the samples behind the charts, which always span one hour.
+        public var sampleIntervalSeconds = 10
 
         public init(enabled: Bool = false, listen: String = "127.0.0.1:8480", passwordFile: String = "console.pass",
-                    sessionMinutes: Int = 30) {
+                    sessionMinutes: Int = 30, sampleIntervalSeconds: Int = 10) {
             self.enabled = enabled; self.listen = listen; self.passwordFile = passwordFile
-            self.sessionMinutes = sessionMinutes
+            self.sessionMinutes = sessionMinutes; self.sampleIntervalSeconds = sampleIntervalSeconds
         }
     }
 
@@ -196,7 +198,7 @@ extension HubConfig {
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
         let console = try top.mapping("console")
-        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes"])
+        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s"])
         if let listen = try console?.string("listen"), !Self.isHostPort(listen) {
             throw console!.error("listen", "expected host:port (e.g. 127.0.0.1:8480 or [::1]:8480), got \"\(listen)\"")
         }
@@ -230,7 +232,8 @@ extension HubConfig {
                 enabled: try console?.bool("enabled") ?? false,
                 listen: try console?.string("listen") ?? "127.0.0.1:8480",
                 passwordFile: try console?.string("password_file").flatMap { $0.isEmpty ? nil : $0 } ?? "console.pass",
-                sessionMinutes: try console?.int("session_minutes", range: 1...1440) ?? 30),
+                sessionMinutes: try console?.int("session_minutes", range: 1...1440) ?? 30,
+                sampleIntervalSeconds: try console?.int("sample_interval_s", range: 1...60) ?? 10),
             transports: [])
 
         if let transports = try top.mapping("transports") {

@@ -63,7 +63,8 @@ struct Run: ParsableCommand {
         if config.console.enabled {
             let server = ConsoleServer(settings: config.console,
                                        passwordPath: Paths.resolve(config.console.passwordFile, in: hub.dataDirectory),
-                                       backend: HubConsoleBackend(hub: hub, logger: logger), logger: logger)
+                                       backend: HubConsoleBackend(hub: hub, logger: logger), logger: logger,
+                                       sampleInterval: Double(config.console.sampleIntervalSeconds))
             do {
                 try server.start()
                 console = server
