@@ -11,7 +11,7 @@ hub. Screenshots of every page at 360 px and 1280 px go to Tests/console/out (or
 
 Exit 0: passed; 1: failed; 77: skipped because a tool is missing (a failure when YAOK_CI=1).
 """
-import json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.error, urllib.request
+import base64, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.error, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BIN", os.path.join(ROOT, ".build", "debug"))
@@ -277,7 +277,6 @@ try:
     check("links page shows the phone's link: kind, role, 8-digit prefix, MTU", len(rows) == 1 and "udp" in rows[0].text and "endpoint" in rows[0].text,
           rows[0].text if rows else "no rows")
     # The user's ID is bytes 1-32 of the contact code's payload (Docs/protocol.md).
-    import base64
     code = subprocess.run([os.path.join(BIN, "yaok"), "qr", "--home", home], capture_output=True, text=True, check=True).stdout.strip()
     d = code.split("d=", 1)[1].split("&")[0]
     alice_id = base64.urlsafe_b64decode(d + "=" * (-len(d) % 4))[1:33].hex()
@@ -312,6 +311,18 @@ try:
             check("plugins page lists the plugin files, loaded, with version", len(rows) >= 4 and "Loaded" in rows[0].text and "0." in rows[0].text)
         if page == "identity":
             check("identity page has the contact QR as SVG", len(driver.find_elements(By.CSS_SELECTOR, "svg.qrcode")) == 1)
+            # An independent decoder reads the QR from the browser's own rendering: the hub's contact code.
+            png = os.path.join(OUT, "identity-qr.png")
+            driver.find_element(By.CSS_SELECTOR, "svg.qrcode").screenshot(png)
+            if shutil.which("zbarimg"):
+                decoded = subprocess.run(["zbarimg", "-q", "--raw", png], capture_output=True, text=True).stdout.strip()
+                ok = decoded.startswith("yaok://contact?v=1&d=")
+                if ok:
+                    d = decoded.split("d=", 1)[1]
+                    ok = base64.urlsafe_b64decode(d + "=" * (-len(d) % 4))[1:33].hex() == st["hub"]["id"]
+                check("the QR decodes (zbarimg) to the hub's contact code, with the hub's ID", ok, decoded[:80])
+            elif os.environ.get("YAOK_CI") == "1":
+                check("zbarimg installed to decode the QR", False)
             check("identity page shows the fingerprint of yaok-hub status", st["hub"]["fingerprint"] in driver.page_source)
         if page == "charts":
             check("charts page draws three SVG charts", len(driver.find_elements(By.CSS_SELECTOR, "figure.chart svg")) == 3)
