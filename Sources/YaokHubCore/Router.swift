@@ -24,8 +24,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var linkFramesPerSecond: Int
         public var senderEnvelopesPerMinute: Int
         public var custodyTimeoutMs: Int64
-        /// Bundles awaiting custody on one link at once; more wait for acknowledgements.
-        public var linkWindow: Int
         /// Envelope lifetime rules (maximum TTL, clock skew) checked before anything is stored.
         public var lifetime: EnvelopeLifetime
         /// Which hub peers are trusted, and what the others get.
@@ -33,11 +31,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// This hub's own certificate (``HubCertificate`` bytes), sent on every hub link.
         public var ownCertificate: [UInt8]?
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
-                    linkWindow: Int = 64, lifetime: EnvelopeLifetime = EnvelopeLifetime(),
+                    lifetime: EnvelopeLifetime = EnvelopeLifetime(),
                     trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil) {
             self.trust = trust
             self.ownCertificate = ownCertificate
-            self.linkWindow = linkWindow
             self.lifetime = lifetime
             self.hopLimit = hopLimit
             self.linkFramesPerSecond = linkFramesPerSecond
@@ -138,6 +135,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var inFlight: [[UInt8]: Int64] = [:]
         /// Resends after a custody timeout on this (still up) link, per bundle.
         var resends: [[UInt8]: Int] = [:]
+        /// When each bundle in flight was first sent (its round trip, if sent once).
+        var firstSentMs: [[UInt8]: Int64] = [:]
+        /// The custody timeout and window, learnt from this link's acknowledgements.
+        var pacing: CustodyPacing
         /// IDs we asked this neighbour for, with a deadline; not asked elsewhere meanwhile.
         var requested: [[UInt8]: Int64] = [:]
         /// IDs this neighbour asked us for that did not fit the window yet, oldest first.
@@ -170,8 +171,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// Hub links: our exchanges this neighbour answered "busy".
         var syncBusyRetries = 0
 
-        init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64) {
+        /// Takes `id` out of flight: whether it was in flight, and when it was first sent if
+        /// it was sent only once (otherwise its round trip is ambiguous: Karn's rule).
+        @discardableResult
+        func endFlight(_ id: [UInt8]) -> (wasInFlight: Bool, sentOnceAtMs: Int64?) {
+            let was = inFlight.removeValue(forKey: id) != nil
+            let first = firstSentMs.removeValue(forKey: id)
+            let resent = resends.removeValue(forKey: id) != nil
+            return (was, resent ? nil : first)
+        }
+
+        init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64, custodyTimeoutMs: Int64) {
             self.key = key
+            self.pacing = CustodyPacing(maxTimeoutMs: custodyTimeoutMs)
             self.transport = transport
             self.info = info
             self.peerID = peerID
@@ -369,7 +381,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.bundle.rawValue,
                   let id = (try? YaokWire.Bundle(parsing: record.value))?.envelope.bundleID,
                   let l = self.links[key], l.inFlight[id] != nil else { return }
-            l.inFlight[id] = nil
+            l.endFlight(id)
             self.failAttemptIfStillInFlight(id, nowMs: self.now())
         }
     }
@@ -428,7 +440,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.warning("link \(key) from \(Self.shortID(peerID)) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
             return
         }
-        let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now())
+        let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), custodyTimeoutMs: settings.custodyTimeoutMs)
         links[key] = link
         logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
         switch info.peerRole {
@@ -704,9 +716,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleCustodyAck(_ value: [UInt8], from link: Link) {
         guard let ack = try? CustodyAck(parsing: value) else { counters.refusedMalformed += 1; return }
         let id = ack.bundleID
-        guard link.inFlight.removeValue(forKey: id) != nil else { return }
-        link.resends[id] = nil
+        let flight = link.endFlight(id)
+        guard flight.wasInFlight else { return }
         let t = now()
+        link.pacing.answered(rttMs: flight.sentOnceAtMs.map { t - $0 })
         if link.isUntrustedHub {
             // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
             // to queued, stays eligible for every other route, and only a verified delivery
@@ -716,7 +729,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             noteUntrustedHolds([id], on: link)
             failAttemptIfStillInFlight(id, nowMs: t)
             logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
-            if link.inFlight.count <= settings.linkWindow / 2 { sendWanted(on: link) }
+            if link.inFlight.count <= link.pacing.window / 2 { sendWanted(on: link) }
             onChange?()
             return
         }
@@ -737,7 +750,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.error("store: custody ack for \(Self.shortID(id)): \(error)")
         }
         // Refill once the window is half empty, so listing pending bundles is amortised.
-        if link.inFlight.count <= settings.linkWindow / 2 {
+        if link.inFlight.count <= link.pacing.window / 2 {
             switch link.info.peerRole {
             case .endpoint: pushPending(to: link)
             case .relay: pushForwardable(to: link)
@@ -750,7 +763,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleCustodyRefusal(_ value: [UInt8], from link: Link) {
         guard let refusal = try? CustodyRefusal(parsing: value) else { counters.refusedMalformed += 1; return }
         let id = refusal.bundleID
-        guard link.inFlight.removeValue(forKey: id) != nil else { return }
+        guard link.endFlight(id).wasInFlight else { return }
         logger.info("\(link.key) refused custody of \(Self.shortID(id)): \(refusal.reason)")
         switch refusal.reason {
         case .rateLimited, .storeFull:
@@ -862,7 +875,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Sends requested bundles while the link's window has room; the rest wait for acks.
     private func sendWanted(on link: Link) {
         var sent = 0
-        while sent < link.wanted.count, link.inFlight.count < settings.linkWindow {
+        while sent < link.wanted.count, link.inFlight.count < link.pacing.window {
             let id = link.wanted[sent]
             sent += 1
             guard let b = try? store.bundle(id), b.state != .delivered, b.state != .expired else { continue }
@@ -952,8 +965,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Sends the bundle itself on a link, recording custody in flight. Returns false when
     /// the link's window is full. `b` may come from a listing without bytes.
     @discardableResult
-    private func transmit(_ listed: StoredBundle, on link: Link) -> Bool {
-        guard link.inFlight.count < settings.linkWindow else { return false }
+    private func transmit(_ listed: StoredBundle, on link: Link, resend: Bool = false) -> Bool {
+        // A resend takes its own slot back, even when the window has just shrunk below it.
+        guard resend || link.inFlight.count < link.pacing.window else { return false }
         guard link.inFlight[listed.bundleID] == nil else { return true }
         // A phone receives only its own mail, whatever asked for this send.
         guard link.info.peerRole != .endpoint || listed.destination == link.peerID else {
@@ -981,10 +995,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return true
         }
         if b.state == .queued { try? store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }
-        link.inFlight[b.bundleID] = t + settings.custodyTimeoutMs
+        let resends = link.resends[b.bundleID] ?? 0
+        if resends == 0 { link.firstSentMs[b.bundleID] = t }
+        link.inFlight[b.bundleID] = t + link.pacing.timeoutMs(resends: resends)
         send(TLVRecord(.bundle, value: outgoing), on: link, arrivedNs: arrivedNs.removeValue(forKey: b.bundleID)) { [weak self, weak link] in
             guard let self, let link else { return }
-            link.inFlight[b.bundleID] = nil
+            link.endFlight(b.bundleID)
             self.failAttemptIfStillInFlight(b.bundleID, nowMs: t)
         }
         return true
@@ -992,8 +1008,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// An endpoint attached: hand it everything queued for it.
     private func pushPending(to link: Link) {
-        let room = settings.linkWindow - link.inFlight.count
-        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: settings.linkWindow + room, withBytes: false) else { return }
+        let room = link.pacing.window - link.inFlight.count
+        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: link.pacing.window + room, withBytes: false) else { return }
         for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.bundleID] == nil {
             if !transmit(b, on: link) { break }
         }
@@ -1301,12 +1317,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             for (id, deadline) in link.inFlight where deadline <= t {
                 link.inFlight[id] = nil
                 counters.custodyTimeouts += 1
+                link.pacing.timedOut(nowMs: t)
                 let resends = link.resends[id, default: 0]
                 if resends < Self.resendsBeforeBackoff, let b = try? store.bundle(id), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
                     link.resends[id] = resends + 1
-                    transmit(b, on: link)
+                    transmit(b, on: link, resend: true)
                 } else {
-                    link.resends[id] = nil
+                    link.endFlight(id)
                     failAttemptIfStillInFlight(id, nowMs: t)
                 }
             }
@@ -1320,7 +1337,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
             if !link.offered.isEmpty { drainOffers(link) }
             // Keep windows full even when acknowledgements stopped coming.
-            if link.inFlight.count <= settings.linkWindow / 2 {
+            if link.inFlight.count <= link.pacing.window / 2 {
                 switch link.info.peerRole {
                 case .endpoint: pushPending(to: link)
                 case .relay: if link.inFlight.isEmpty { pushForwardable(to: link) }
@@ -1371,6 +1388,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 links: links.values.sorted { $0.key.description < $1.key.description }.map {
                     RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
+                                          window: $0.pacing.window, roundTripMs: $0.pacing.smoothedRTTMs.map { Int($0.rounded()) },
+                                          custodyTimeoutMs: $0.pacing.timeoutMs(),
                                           mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn)
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
@@ -1437,6 +1456,11 @@ public struct RouterStatus: Sendable, Codable, Equatable {
         public var inFlight: Int
         /// Hub links: `listed` (trusted_hubs), `certified` (network certificate) or `untrusted`.
         public var trust: String?
+        /// Bundles this link may have in flight now (``CustodyPacing``), its smoothed custody
+        /// round trip (nil before the first answer) and the wait before a resend.
+        public var window: Int?
+        public var roundTripMs: Int?
+        public var custodyTimeoutMs: Int64?
         /// Largest frame the link carries, when it came up (ms since 1970), and what arrived on it.
         public var mtu: Int?
         public var upAtMs: Int64?

@@ -59,7 +59,7 @@ public enum StatusFormatter {
             for l in r.router.links { byRole[l.trust.map { "\(l.role) (\($0))" } ?? l.role, default: 0] += 1 }
             out.append("links: " + byRole.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
             for l in r.router.links {
-                out.append("  \(l.link)  \(l.role)\(l.trust.map { " (\($0))" } ?? "") \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)")
+                out.append("  \(l.link)  \(l.role)\(l.trust.map { " (\($0))" } ?? "") \(l.peer)  \(l.kind) \(l.remote ?? "")  in flight \(l.inFlight)\(l.window.map { "/\($0)" } ?? "")\(l.roundTripMs.map { ", round trip \($0) ms" } ?? "")")
             }
         }
         if !r.router.lastDelivery.isEmpty {
