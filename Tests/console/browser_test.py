@@ -248,6 +248,24 @@ try:
             reached = True
             break
     check("keyboard reaches the transport toggles", reached)
+    # WCAG 2.1 AA: the text colour of every visible text element against the background it
+    # actually sits on (the first ancestor with an opaque background), as the browser computed them.
+    low = driver.execute_script("""
+      function rgb(s) { var m = s.match(/[0-9.]+/g); return m ? m.map(Number) : null; }
+      function lum(c) { var v = c.slice(0, 3).map(function (x) { x /= 255; return x <= 0.03928 ? x / 12.92 : Math.pow((x + 0.055) / 1.055, 2.4); });
+        return 0.2126 * v[0] + 0.7152 * v[1] + 0.0722 * v[2]; }
+      function bg(el) { for (; el; el = el.parentElement) { var c = rgb(getComputedStyle(el).backgroundColor);
+        if (c && (c.length < 4 || c[3] > 0.99)) return c; } return [255, 255, 255]; }
+      var bad = [];
+      document.querySelectorAll('body *').forEach(function (el) {
+        var own = Array.prototype.some.call(el.childNodes, function (n) { return n.nodeType === 3 && n.textContent.trim(); });
+        if (!own || !el.offsetParent) return;
+        var a = lum(rgb(getComputedStyle(el).color)), b = lum(bg(el));
+        var ratio = (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+        if (ratio < 4.5) bad.push(el.tagName + '.' + el.className + ' "' + el.textContent.trim().slice(0, 20) + '" ' + ratio.toFixed(2));
+      });
+      return bad;""")
+    check("every text on the overview has WCAG AA contrast (4.5:1) against its background", not low, "; ".join(low[:5]))
     shoot("overview")
 
     # A POST without the CSRF token, with the real session cookie: refused, nothing changes.
