@@ -34,6 +34,9 @@ public final class ConsoleServer: @unchecked Sendable {
     public static let loginCookie = "yaok_console_login"
     /// Largest request body read (a login or toggle form is far smaller).
     static let maxBody = 4096
+    /// One password check at a time: each takes 64 MiB and a tenth of a second, so parallel
+    /// logins from many addresses must queue rather than exhaust a small box's memory.
+    static let verifyQueue = DispatchQueue(label: "yaok.console.verify")
 
     let settings: HubConfig.ConsoleSettings
     let passwordPath: String
@@ -265,7 +268,9 @@ public final class ConsoleServer: @unchecked Sendable {
         }
         // Argon2 takes a moment and 64 MiB: off the event loop.
         let password = form["password"] ?? ""
-        let ok = await Task.detached { PasswordFile.verify(password, hash: hash) }.value
+        let ok = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
+            Self.verifyQueue.async { done.resume(returning: PasswordFile.verify(password, hash: hash)) }
+        }
         guard ok else {
             let delay = throttle.failed(address)
             logger.warning("console: failed login from \(address)\(delay > 0 ? "; next attempt in \(Int(delay)) s" : "")")
@@ -377,9 +382,33 @@ final class BoundPort: @unchecked Sendable {
 struct SecurityHeaders: RouterMiddleware {
     typealias Context = ConsoleContext
 
+    /// True for `127.0.0.1`, `192.168.4.1:8480`, `[::1]:8480`, `localhost:8480`; false for names and garbage.
+    static func hostIsAddress(_ host: String?) -> Bool {
+        guard var h = host?.lowercased(), !h.isEmpty, h.count <= 64 else { return false }
+        if h.hasPrefix("[") {
+            guard let close = h.firstIndex(of: "]") else { return false }
+            let inner = String(h[h.index(after: h.startIndex)..<close])
+            var a6 = in6_addr()
+            return inet_pton(AF_INET6, inner, &a6) == 1
+        }
+        if let colon = h.lastIndex(of: ":") {
+            guard Int(h[h.index(after: colon)...]) != nil else { return false }
+            h = String(h[..<colon])
+        }
+        if h == "localhost" { return true }
+        var a4 = in_addr()
+        return inet_pton(AF_INET, h, &a4) == 1
+    }
+
     func handle(_ request: Request, context: ConsoleContext, next: (Request, ConsoleContext) async throws -> Response) async throws -> Response {
         var response: Response
         do {
+            // DNS rebinding: a page on some name that now resolves to this hub would be "same
+            // origin" to the browser. Field hubs are reached by address, so only an IP literal or
+            // localhost may name this server.
+            guard Self.hostIsAddress(request.head.authority) else {
+                throw HTTPError(.misdirectedRequest, message: "open the console by the hub's IP address (or localhost), not by a name")
+            }
             // A POST from another origin is refused before any handler (belt to SameSite's braces).
             if request.method == .post, let origin = request.headers[.origin], let host = request.head.authority,
                origin != "http://\(host)" && origin != "https://\(host)" {

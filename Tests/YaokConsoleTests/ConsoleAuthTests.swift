@@ -58,8 +58,8 @@ struct RawHTTP {
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard rc == 0 else { throw POSIXError(.ECONNREFUSED) }
-        var req = "\(method) \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
-        for (k, v) in headers { req += "\(k): \(v)\r\n" }
+        var req = "\(method) \(path) HTTP/1.1\r\nHost: \(headers["Host"] ?? "127.0.0.1:\(port)")\r\nConnection: close\r\n"
+        for (k, v) in headers where k != "Host" { req += "\(k): \(v)\r\n" }
         if method == "POST" { req += "Content-Length: \(body.utf8.count)\r\n" }
         req += "\r\n" + body
         let bytes = Array(req.utf8)
@@ -268,6 +268,18 @@ final class ConsoleAuthTests: XCTestCase {
         let r = try http.send("GET", "/", headers: ["Cookie": s.cookie])
         XCTAssertFalse(r.body.contains("<script>alert"))
         XCTAssertTrue(r.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+    }
+
+    func testHostMustBeAnAddressAgainstDNSRebinding() throws {
+        for good in ["127.0.0.1", "127.0.0.1:8480", "192.168.4.1:80", "[::1]:8480", "localhost:8480"] {
+            XCTAssertTrue(SecurityHeaders.hostIsAddress(good), good)
+        }
+        for bad in [nil, "", "evil.example", "evil.example:8480", "127.0.0.1.evil.example", "[::1", "1.2.3.4:x"] {
+            XCTAssertFalse(SecurityHeaders.hostIsAddress(bad), bad ?? "nil")
+        }
+        let r = try http.send("GET", "/login", headers: ["Host": "rebound.example:\(http.port)"])
+        XCTAssertEqual(r.status, 421)
+        XCTAssertNotNil(r.header("Content-Security-Policy"))
     }
 
     func testLogoutEndsTheSession() throws {
