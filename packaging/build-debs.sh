@@ -199,6 +199,7 @@ set_runpath "$relay/usr/bin/yaok-relay" '$ORIGIN/../lib/yaok-hub/swift'
 install -D -m 0644 packaging/systemd/yaok-relay.service "$relay/lib/systemd/system/yaok-relay.service"
 install -D -m 0644 packaging/systemd/yaok-relay.sysusers "$relay/usr/lib/sysusers.d/yaok-relay.conf"
 install -D -m 0644 packaging/systemd/yaok-relay.default "$relay/etc/default/yaok-relay"
+install -D -m 0644 packaging/systemd/yaok-relay-cluster.conf "$relay/usr/share/doc/yaok-relay/examples/cluster.conf"
 install_doc "$relay" yaok-relay
 relay_depends=$(depends_for "$relay/usr/bin/yaok-relay")
 echo /etc/default/yaok-relay > "$relay/DEBIAN/conffiles"

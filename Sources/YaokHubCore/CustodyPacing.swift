@@ -3,29 +3,35 @@
 ///
 /// - The timeout is TCP's retransmission timer (RFC 6298): smoothed round trip plus four
 ///   times its variation, measured only on bundles sent once (Karn's rule: an answer to a
-///   resent bundle could belong to either copy), doubled for each resend of a bundle, between
-///   ``minTimeoutMs`` and the configured `custody_timeout_s`. Before the first measurement it
-///   is `custody_timeout_s`, as before. A frame lost on a working link is resent after about a
+///   resent bundle could belong to either copy), between ``minTimeoutMs`` and the configured
+///   `custody_timeout_s`. It doubles for each resend of a bundle, and for the whole link after
+///   each timeout until a fresh measurement comes (RFC 6298 §5.5): a receiver that stalls
+///   for a moment (a checkpoint, a burst) makes the sender wait longer, not resend its whole
+///   window again and again. Before the first measurement it is `custody_timeout_s`, as before. A frame lost on a working link is resent after about a
 ///   second or two instead of the whole `custody_timeout_s` (issue 16: a line of hubs stalled
 ///   18–45 s on frames dropped under load).
-/// - The window grows by one bundle per acknowledgement (so it can double each round trip) up
-///   to ``maxWindow`` and halves, down to ``minWindow``, when a custody answer does not come
-///   in time: a link that loses frames (a BLE link, a neighbour whose queue is full) is sent
-///   less at once, a fast one is no longer held to a fixed 64.
+/// - The window starts at ``initialWindow``, grows by one bundle per acknowledgement (so it can
+///   double each round trip) up to ``maxWindow`` and halves, down to ``minWindow``, once per
+///   loss event: a link that loses frames (a slow BLE link, a neighbour whose queue is full)
+///   is sent less at once.
 ///
 /// Every input is a local measurement; nothing a peer claims goes into it. A peer can make
 /// its own link slow (late answers) but cannot shrink another link's window or timeout.
 struct CustodyPacing: Sendable, Equatable {
-    /// Bundles in flight on a new link (the fixed window this replaces).
-    static let initialWindow = 64
+    /// Bundles in flight on a new link.
+    static let initialWindow = 32
     /// Never fewer in flight than this, however lossy the link.
     static let minWindow = 8
-    /// At most this many in flight: half the receiving hub's per-link queue
-    /// (`FrameAdmission.maxBacklog`), so a full window of bundles plus their offers and
-    /// acknowledgements is never dropped there for being too many at once.
-    static let maxWindow = 128
-    /// The shortest wait for a custody answer (the router's tick runs once a second).
-    static let minTimeoutMs: Int64 = 1_000
+    /// At most this many in flight: a quarter of the receiving hub's per-link queue
+    /// (`FrameAdmission.maxBacklog`, 256 frames), which also holds the acknowledgements, offers
+    /// and requests of both directions. Measured: with 128, a line of four hubs under a
+    /// 20,000-bundle backlog had hundreds of frames dropped there (Docs/performance.md).
+    static let maxWindow = 64
+    /// The shortest wait for a custody answer. The router's tick runs once a second, and a
+    /// loaded hub answers custody after its queue and a group commit: in a line of four hubs
+    /// under a 20,000-message backlog a 1 s floor timed out hundreds of answers that were only
+    /// late, each resend adding load (Docs/performance.md, session 9).
+    static let minTimeoutMs: Int64 = 2_000
 
     /// The configured `custody_timeout_s`: the longest wait, and the wait before any sample.
     let maxTimeoutMs: Int64
@@ -33,6 +39,8 @@ struct CustodyPacing: Sendable, Equatable {
     private(set) var rttVariationMs: Double = 0
     private var windowSize = Double(Self.initialWindow)
     private var lastDecreaseMs: Int64?
+    /// Link-wide doublings since the last fresh measurement (at most 4: ×16).
+    private var backoffShift = 0
 
     init(maxTimeoutMs: Int64) {
         self.maxTimeoutMs = max(Self.minTimeoutMs, maxTimeoutMs)
@@ -45,15 +53,15 @@ struct CustodyPacing: Sendable, Equatable {
     /// after its first send (0 for the first send).
     func timeoutMs(resends: Int = 0) -> Int64 {
         guard let srtt = smoothedRTTMs else { return maxTimeoutMs }
-        let base = Int64((srtt + 4 * rttVariationMs).rounded(.up))
-        let backedOff = base << Int64(min(max(resends, 0), 16))
-        return min(maxTimeoutMs, max(Self.minTimeoutMs, backedOff))
+        let base = max(Self.minTimeoutMs, Int64((srtt + 4 * rttVariationMs).rounded(.up)))
+        return min(maxTimeoutMs, base << Int64(min(max(resends, 0) + backoffShift, 16)))
     }
 
     /// A custody answer arrived `rttMs` after the bundle's only send (nil when it had been
     /// resent, so the round trip is ambiguous and not measured).
     mutating func answered(rttMs: Int64?) {
         if let r = rttMs.map({ Double(max(0, $0)) }) {
+            backoffShift = 0
             if let srtt = smoothedRTTMs {
                 rttVariationMs = 0.75 * rttVariationMs + 0.25 * abs(srtt - r)
                 smoothedRTTMs = 0.875 * srtt + 0.125 * r
@@ -70,6 +78,7 @@ struct CustodyPacing: Sendable, Equatable {
     mutating func timedOut(nowMs: Int64) {
         if let last = lastDecreaseMs, nowMs - last < timeoutMs() { return }
         lastDecreaseMs = nowMs
+        backoffShift = min(backoffShift + 1, 4)
         windowSize = max(Double(Self.minWindow), windowSize / 2)
     }
 }

@@ -61,8 +61,10 @@ router:
   link_frames_per_second: 2000
   # Messages per minute accepted from one sender key; more are refused.
   sender_envelopes_per_minute: 600
-  # Seconds to wait for a next hop's custody acknowledgement before retrying
-  # (retries back off: 1 min, 5 min, 15 min, 1 h, 6 h).
+  # Longest wait for a next hop's custody acknowledgement before resending on the
+  # same link (each link measures its round trip and waits about that, at least 2 s).
+  # After 3 × this on a live link the bundle counts as a failed attempt and waits:
+  # 1 min, 5 min, 15 min, 1 h, 6 h.
   custody_timeout_s: 30
   # Longest envelope lifetime (expires - created) accepted, in hours: 1 to 168
   # (7 days, the protocol's ceiling). Longer ones are refused, never stored.

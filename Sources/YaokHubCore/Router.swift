@@ -1303,9 +1303,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Timers
 
-    /// Resends on a live link before a timeout counts as a failed attempt (with backoff):
-    /// a lost frame on a working link is not an absent next hop.
-    static let resendsBeforeBackoff = 3
+    /// How long a bundle is resent on a live link before it counts as a failed attempt (and
+    /// waits out the store's backoff, a minute at first): this many custody timeouts' worth.
+    /// A lost frame on a working link is not an absent next hop; resends come after the
+    /// link's measured timeout, doubling (``CustodyPacing``), so a count of resends would give
+    /// up after seconds on a link that is merely slow to answer.
+    static let custodyTimeoutsBeforeBackoff: Int64 = 3
 
     private func tick() {
         let t = now()
@@ -1319,7 +1322,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 counters.custodyTimeouts += 1
                 link.pacing.timedOut(nowMs: t)
                 let resends = link.resends[id, default: 0]
-                if resends < Self.resendsBeforeBackoff, let b = try? store.bundle(id), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
+                let trying = t - (link.firstSentMs[id] ?? t) < Self.custodyTimeoutsBeforeBackoff * settings.custodyTimeoutMs
+                if trying, let b = try? store.bundle(id), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
                     link.resends[id] = resends + 1
                     transmit(b, on: link, resend: true)
                 } else {

@@ -620,10 +620,8 @@ public final class RelayEngine: @unchecked Sendable {
 
     private func deliver(_ ids: [[UInt8]], to session: Session, nowMs t: Int64, out: inout [Output]) -> Int {
         var sent = 0
-        for id in ids {
-            // Another node may hold the lease (a shared store): then it delivers, not us.
-            guard (try? store.lease(id, untilMs: t + limits.leaseMs, nowMs: t)) == true else { continue }
-            guard let bundle = try? store.bundle(id) else { continue }
+        // Another node may hold a lease (a shared store): then it delivers that one, not us.
+        for (id, bundle) in (try? store.leaseBundles(ids, untilMs: t + limits.leaseMs, nowMs: t)) ?? [] {
             leases[id] = t + limits.leaseMs
             reply(.msg, bundle, to: session, out: &out)
             metrics.messagesDelivered += 1
@@ -654,15 +652,23 @@ public final class RelayEngine: @unchecked Sendable {
             return
         }
         let allowed = Set(reachableUsers(of: session, nowMs: t))
-        for id in list.bundleIDs {
-            guard let held = try? store.recipientAndSender(of: id) else { continue }
+        // Two statements for the whole list on a shared store: who holds each, then the delete.
+        let holders = (try? store.recipientsAndSenders(of: list.bundleIDs)) ?? [:]
+        var permitted: [[UInt8]] = []
+        var seen = Set<[UInt8]>()
+        for id in list.bundleIDs where seen.insert(id).inserted {
+            guard let held = holders[id] else { continue }
             // Only a session that may receive a message may delete it.
             guard allowed.contains(held.recipient) else {
                 metrics.acksRefused += 1
                 logger.notice("ACK of \(Self.short(id)) refused: its recipient is not reachable on this session")
                 continue
             }
-            guard (try? store.delete(id)) == true else { continue }
+            permitted.append(id)
+        }
+        let deleted = (try? store.delete(permitted)) ?? []
+        for id in permitted where deleted.contains(id) {
+            guard let held = holders[id] else { continue }
             leases[id] = nil
             metrics.acks += 1
             queuedTotal = max(0, queuedTotal - 1)

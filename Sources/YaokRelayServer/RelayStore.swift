@@ -75,6 +75,46 @@ public protocol RelayStore: AnyObject, Sendable {
     /// returns nil without counting (the engine's in-memory token bucket applies).
     func chargeSend(sender: [UInt8], nowMs: Int64, limit: Int) throws -> Int64?
 
+    /// Leases several bundles at once (see the extension's default, which calls
+    /// ``lease(_:untilMs:nowMs:)`` and ``bundle(_:)`` for each).
+    func leaseBundles(_ bundleIDs: [[UInt8]], untilMs: Int64, nowMs: Int64) throws -> [(id: [UInt8], bundle: [UInt8])]
+
+    /// Recipient and sender of several bundles at once (default: ``recipientAndSender(of:)`` for each).
+    func recipientsAndSenders(of bundleIDs: [[UInt8]]) throws -> [[UInt8]: (recipient: [UInt8], sender: [UInt8])]
+
+    /// Deletes several bundles at once (default: the single delete for each); the IDs that were there.
+    func delete(_ bundleIDs: [[UInt8]]) throws -> Set<[UInt8]>
+
     /// Closes the database connection(s).
     func close()
+}
+
+extension RelayStore {
+    /// Leases each of `bundleIDs` as ``lease(_:untilMs:nowMs:)`` does and returns the leased
+    /// ones with their bytes, in the order given (a bundle another node holds, or that is
+    /// gone, is left out). A store on a server overrides it with one round trip for all.
+    public func leaseBundles(_ bundleIDs: [[UInt8]], untilMs: Int64, nowMs: Int64) throws -> [(id: [UInt8], bundle: [UInt8])] {
+        var out: [(id: [UInt8], bundle: [UInt8])] = []
+        for id in bundleIDs {
+            guard try lease(id, untilMs: untilMs, nowMs: nowMs), let bundle = try bundle(id) else { continue }
+            out.append((id, bundle))
+        }
+        return out
+    }
+
+    /// Recipient and sender of each queued bundle among `bundleIDs` (those not queued are
+    /// left out). A store on a server overrides it with one round trip for all.
+    public func recipientsAndSenders(of bundleIDs: [[UInt8]]) throws -> [[UInt8]: (recipient: [UInt8], sender: [UInt8])] {
+        var out: [[UInt8]: (recipient: [UInt8], sender: [UInt8])] = [:]
+        for id in bundleIDs { if let held = try recipientAndSender(of: id) { out[id] = held } }
+        return out
+    }
+
+    /// Deletes the queued bundles among `bundleIDs`; returns the IDs that were there. A store
+    /// on a server overrides it with one round trip for all.
+    public func delete(_ bundleIDs: [[UInt8]]) throws -> Set<[UInt8]> {
+        var out = Set<[UInt8]>()
+        for id in bundleIDs { if try delete(id) { out.insert(id) } }
+        return out
+    }
 }

@@ -52,6 +52,15 @@ extension YaokRelay {
         @Option(name: .customLong("packets-per-second-per-ip"), help: "Datagrams per second accepted from one IP address (burst: twice this). Raise it for carrier-grade NAT.")
         var packetsPerSecondPerIP = 500
 
+        @Option(name: .customLong("hellos-per-second-per-ip"), help: "HELLOs (new sessions; each costs the relay a signature) accepted per second from one IP address (burst: twice this). Raise it for carrier-grade NAT.")
+        var hellosPerSecondPerIP = RelayLimits().hellosPerSecondPerIP
+
+        @Option(name: .customLong("registrations-per-minute-per-ip"), help: "Registrations accepted per minute from one IP address (burst: five times this). Raise it for carrier-grade NAT or a hub with many phones.")
+        var registrationsPerMinutePerIP = RelayLimits().registrationsPerMinutePerIP
+
+        @Option(name: .customLong("max-registrations"), help: "Users registered at once (directly or attached to a hub); in a cluster, per node.")
+        var maxRegistrations = RelayLimits().maxRegistrations
+
         @Option(name: .customLong("sends-per-hour-per-ip"), help: "New messages accepted per hour from one IP address, whoever signed them (a hub sends for all its phones). Raise it for carrier-grade NAT.")
         var sendsPerHourPerIP = 2_000
 
@@ -139,7 +148,17 @@ extension YaokRelay {
             guard (0...86_400).contains(clockSkewSeconds) else {
                 throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
             }
+            // The limits added for loopback benchmarks refuse nonsense instead of clamping it:
+            // 0 would silently lock every client out.
+            for (option, value) in [("--hellos-per-second-per-ip", hellosPerSecondPerIP),
+                                    ("--registrations-per-minute-per-ip", registrationsPerMinutePerIP),
+                                    ("--max-registrations", maxRegistrations)] where value < 1 {
+                throw ValidationError("\(option) must be 1 or more, got \(value)")
+            }
             var limits = RelayLimits()
+            limits.hellosPerSecondPerIP = hellosPerSecondPerIP
+            limits.registrationsPerMinutePerIP = registrationsPerMinutePerIP
+            limits.maxRegistrations = maxRegistrations
             limits.maxTTLMs = Int64(maxTTLHours) * 3_600_000
             limits.clockSkewMs = Int64(clockSkewSeconds) * 1000
             limits.messagesPerHour = max(1, messagesPerHour)
@@ -232,7 +251,7 @@ extension YaokRelay {
 extension YaokRelay {
     struct Bench: ParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Measure forwarding, queueing and poll rates on loopback (temporary data directory).")
+            abstract: "Measure forwarding, queueing, poll and push rates and each node's memory on loopback: the nodes are `yaok-relay run` processes (temporary data directories), the clients are in this process.")
 
         @Option(help: "Registered clients (users).")
         var clients = 200
@@ -255,27 +274,29 @@ extension YaokRelay {
         @Option(help: ArgumentHelp("Also measure a two-node cluster on this PostgreSQL database (a scratch database: it must hold no queued messages), after the single-node SQLCipher run.", valueName: "postgres-url"))
         var cluster: String?
 
-        @Option(name: .customLong("store-password-file"), help: "File (mode 0600) with the PostgreSQL password for --cluster.")
+        @Option(name: .customLong("store-password-file"), help: "File (mode 0600) with the PostgreSQL password for --cluster; the nodes get its path, never the password.")
         var storePasswordFile: String?
 
-        @Flag(name: .customLong("cluster-only"), help: "With --cluster: skip the single-node run (the peak RSS printed is then the cluster's alone).")
+        @Flag(name: .customLong("cluster-only"), help: "With --cluster: skip the single-node run.")
         var clusterOnly = false
 
-        @Option(name: .customLong("latency-samples"), help: "Sequential messages timed for the cross-node push latency (--cluster).")
+        @Option(name: .customLong("latency-samples"), help: "Sequential messages timed for the push latency (across nodes with --cluster).")
         var latencySamples = 200
 
         func run() throws {
             guard (wssCert == nil) == (wssKey == nil) else { throw ValidationError("--wss-cert and --wss-key go together") }
             let tls = wssCert.flatMap { cert in wssKey.map { (certificate: cert, key: $0) } }
+            if cluster != nil, tls != nil { throw ValidationError("--cluster measures UDP clients; leave out --wss-cert") }
+            // The nodes are this same program, run as `yaok-relay run` processes.
+            let relay = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
             if !(clusterOnly && cluster != nil) {
-                print(try RelayBenchmark.run(clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
-                                             offlineMessages: max(20, offlineMessages), webSocket: tls))
+                print(try RelayBenchmark.run(relay: relay, clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                                             offlineMessages: max(20, offlineMessages), latencySamples: max(1, latencySamples), webSocket: tls))
+                fflush(stdout)
             }
             if let cluster {
-                guard tls == nil else { throw ValidationError("--cluster measures UDP clients; leave out --wss-cert") }
-                let pg = try RelayPostgresConfiguration(url: cluster, passwordFile: storePasswordFile)
-                fflush(stdout)
-                print(try RelayClusterBenchmark.run(store: pg, clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
+                print(try RelayClusterBenchmark.run(relay: relay, store: cluster, passwordFile: storePasswordFile, clients: max(2, clients),
+                                                    sessions: sessions, messagesPerClient: max(1, messages),
                                                     offlineMessages: max(20, offlineMessages), latencySamples: max(1, latencySamples)))
             }
         }

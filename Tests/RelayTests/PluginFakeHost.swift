@@ -2,6 +2,7 @@ import CYaokPlugin
 import Foundation
 import XCTest
 import YaokCrypto
+import YaokRelayServer
 
 /// A host for one instance of the built relay plugin (`libyaok-plugin-relay.so`, loaded
 /// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) and recording
@@ -159,16 +160,18 @@ final class FakeHost: @unchecked Sendable {
     }
 }
 
-/// Runs `yaok-relay run` as a real process and reads the lines it prints at startup.
+/// `yaok-relay run` as a real process (``RelayNodeProcess``): skipped when the binary is not
+/// built next to the tests, and a relay that ignores SIGTERM fails the test.
 final class RelayProcess {
-    let process = Process()
-    let dataDir: String
-    private(set) var port = 0
-    private(set) var metricsPort = 0
-    private(set) var key: [UInt8] = []
+    let node: RelayNodeProcess
+    var process: Process { node.process }
+    var dataDir: String { node.dataDir }
+    var port: Int { node.port }
+    var metricsPort: Int { node.metricsPort }
+    var key: [UInt8] { node.key }
     /// The WebSocket/TLS port and the certificate's SPKI pin, when started with `--wss-listen`.
-    private(set) var wssPort = 0
-    private(set) var tlsPin: [UInt8] = []
+    var wssPort: Int { node.wssPort }
+    var tlsPin: [UInt8] { node.tlsPin }
 
     /// The build products directory (test bundle, yaok-relay, plugin libraries).
     static let productsDirectory: String = {
@@ -181,82 +184,18 @@ final class RelayProcess {
 
     init(dataDir: String, listen: String = "127.0.0.1:0", extra: [String] = []) throws {
         guard FileManager.default.fileExists(atPath: Self.binary) else { throw XCTSkip("yaok-relay is not built next to the tests") }
-        self.dataDir = dataDir
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = ["run", "--listen", listen, "--data-dir", dataDir, "--metrics", "127.0.0.1:0", "--log-level", "warning"] + extra
-        let out = Pipe()
-        process.standardOutput = out
-        process.standardError = FileHandle.nullDevice
-        try process.run()
-        // Startup prints "listening", "metrics" and "key" lines; read until all three came.
-        var text = ""
-        let deadline = Date().addingTimeInterval(20)
-        while !(text.contains("key ") && text.hasSuffix("\n")) && Date() < deadline {
-            let chunk = out.fileHandleForReading.availableData
-            if chunk.isEmpty { break }
-            text += String(decoding: chunk, as: UTF8.self)
-        }
-        for line in text.split(separator: "\n") {
-            let parts = line.split(separator: " ")
-            guard parts.count == 2 else { continue }
-            switch parts[0] {
-            case "listening": port = Int(parts[1].split(separator: ":").last ?? "") ?? 0
-            case "metrics": metricsPort = Int(parts[1].split(separator: ":").last ?? "") ?? 0
-            case "wss": wssPort = Int(parts[1].split(separator: ":").last ?? "") ?? 0
-            case "tls-pin": tlsPin = Hex.decode(String(parts[1])) ?? []
-            case "key": key = Hex.decode(String(parts[1])) ?? []
-            default: break
-            }
-        }
-        guard port > 0, key.count == 32 else {
-            process.terminate()
-            throw NSError(domain: "RelayProcess", code: 1, userInfo: [NSLocalizedDescriptionKey: "relay did not start: \(text)"])
-        }
+        node = try RelayNodeProcess(executable: Self.binary, dataDir: dataDir, listen: listen, arguments: extra, startTimeout: 20)
     }
 
     /// SIGTERM and wait (bounded: SIGKILL after 10 s, so a stuck relay fails the test
     /// instead of hanging the suite).
     func stop() {
-        guard process.isRunning else { return }
-        process.terminate()
-        let deadline = Date().addingTimeInterval(10)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        if process.isRunning {
-            XCTFail("yaok-relay did not stop within 10 s of SIGTERM")
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        if !node.stop() { XCTFail("yaok-relay did not stop within 10 s of SIGTERM") }
     }
 
-    /// `GET /metrics` over a plain TCP socket.
-    func metrics() -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var tv = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var sa = sockaddr_in()
-        sa.sin_family = sa_family_t(AF_INET)
-        sa.sin_port = UInt16(metricsPort).bigEndian
-        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
-        let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0 else { return "" }
-        let req = Array("GET /metrics HTTP/1.0\r\n\r\n".utf8)
-        _ = req.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-        var all: [UInt8] = []
-        var buf = [UInt8](repeating: 0, count: 8192)
-        while true {
-            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            all += buf[0..<n]
-        }
-        return String(decoding: all, as: UTF8.self)
-    }
+    /// `GET /metrics`: the Prometheus text.
+    func metrics() -> String { node.metricsText() }
 
     /// The value of one metric line (exact name with labels), or nil.
-    func metric(_ name: String) -> Double? {
-        for line in metrics().split(separator: "\n") where line.hasPrefix(name + " ") {
-            return Double(line.split(separator: " ").last ?? "")
-        }
-        return nil
-    }
+    func metric(_ name: String) -> Double? { node.metric(name) }
 }

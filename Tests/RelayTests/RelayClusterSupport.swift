@@ -68,28 +68,40 @@ func initUsers(_ yaok: String, _ names: [String], in dir: String, file: StaticSt
     return homes
 }
 
-/// A real `yaok-hub run` with the UDP transport on a free loopback port and the relay plugin
-/// on `relayAddresses` (its `addresses:` list), output to `dir/hub.log`.
+/// A real `yaok-hub run` with the UDP transport on a free loopback port and the relay plugin,
+/// output to `dir/hub.log`. Its relay section is `relay` (the YAML lines that name the relay:
+/// `address:` with its pins, or an `addresses:` list); `relayAddresses:` makes the list.
 final class HubProcess {
     static var binary: String { RelayProcess.productsDirectory + "/yaok-hub" }
     let dir: String
     let udpPort: UInt16
     private let process = Process()
 
-    init(dir: String, relayAddresses: [String], relayKey: [UInt8], custodyTimeoutS: Int = 5, failoverAfterS: Int = 3) throws {
+    /// A hub on the nodes of one relay (`addresses:`), moving to another after `failoverAfterS`.
+    convenience init(dir: String, relayAddresses: [String], relayKey: [UInt8], custodyTimeoutS: Int = 5, failoverAfterS: Int = 3) throws {
+        try self.init(dir: dir, relay: "addresses:\n" + relayAddresses.map { "  - " + $0 }.joined(separator: "\n")
+                        + "\nfailover_after_s: \(failoverAfterS)",
+                      relayKey: relayKey, custodyTimeoutS: custodyTimeoutS)
+    }
+
+    /// - Parameter relay: lines of the relay transport's section naming the relay, without
+    ///   indentation (e.g. `address: wss://…` and `tls_spki_sha256: …`).
+    init(dir: String, relay: String, relayKey: [UInt8], custodyTimeoutS: Int = 5, name: String = "relay-test") throws {
         guard FileManager.default.isExecutableFile(atPath: Self.binary) else { throw XCTSkip("\(Self.binary) is not built") }
         self.dir = dir
         let plugins = dir + "/plugins"
         try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
         for lib in ["libyaok-plugin-udp.so", "libyaok-plugin-relay.so"] {
-            try FileManager.default.copyItem(atPath: RelayProcess.productsDirectory + "/" + lib, toPath: plugins + "/" + lib)
+            let built = RelayProcess.productsDirectory + "/" + lib
+            guard FileManager.default.fileExists(atPath: built) else { throw XCTSkip("\(lib) is not built") }
+            try FileManager.default.copyItem(atPath: built, toPath: plugins + "/" + lib)
         }
         let udp = try UDPSink()   // a free port: taken, then given to the hub
         udpPort = udp.port
         udp.close()
         let config = """
         hub:
-          name: relay-failover
+          name: \(name)
           data_dir: \(dir)/data
           control_socket: \(dir)/control.sock
           plugin_dirs: ["\(plugins)"]
@@ -102,11 +114,9 @@ final class HubProcess {
             listen: 127.0.0.1:\(udpPort)
           relay:
             enabled: true
-            addresses:
-        \(relayAddresses.map { "      - " + $0 }.joined(separator: "\n"))
+        \(relay.split(separator: "\n").map { "    " + $0 }.joined(separator: "\n"))
             relay_key: \(Hex.encode(relayKey))
             poll_interval_s: 1
-            failover_after_s: \(failoverAfterS)
 
         """
         try config.write(toFile: dir + "/hub.yaml", atomically: true, encoding: .utf8)

@@ -24,30 +24,18 @@ final class RelayHubEndToEndTests: XCTestCase {
         try runTool(exe, args, timeout: timeout)
     }
 
-    private static func freeUDPPort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
-    }
-
     struct Setup {
         let relay: RelayProcess
-        let hubDir: String
-        let udpPort: UInt16
-        let log: () -> String
+        let hub: HubProcess
+        var hubDir: String { hub.dir }
+        var udpPort: UInt16 { hub.udpPort }
+        var log: () -> String { hub.log }
     }
 
     /// A relay process and a hub process with the udp and relay plugins, its relay link up;
     /// with `webSocket`, the relay also listens for WebSocket/TLS 1.3 and the hub's relay
     /// transport uses `wss://` with the certificate's SPKI pinned.
     private func startRelayAndHub(webSocket: Bool = false) throws -> Setup {
-        let hubExe = try product("yaok-hub")
         let relayDir = try tempDir()
         var extra: [String] = []
         if webSocket {
@@ -58,55 +46,14 @@ final class RelayHubEndToEndTests: XCTestCase {
         let relay = try RelayProcess(dataDir: relayDir + "/relay", extra: extra)
         cleanup.append { relay.stop() }
         let relayAddress = webSocket
-            ? "wss://127.0.0.1:\(relay.wssPort)\n    tls_spki_sha256: \(Hex.encode(relay.tlsPin))"
-            : "127.0.0.1:\(relay.port)"
-
-        // The hub, with the udp and relay plugins.
-        let hubDir = try tempDir()
-        let plugins = hubDir + "/plugins"
-        try FileManager.default.createDirectory(atPath: plugins, withIntermediateDirectories: true)
-        for lib in ["libyaok-plugin-udp.so", "libyaok-plugin-relay.so"] {
-            try FileManager.default.copyItem(atPath: try product(lib), toPath: plugins + "/" + lib)
-        }
-        let udpPort = Self.freeUDPPort()
-        let config = """
-        hub:
-          name: relay-e2e
-          data_dir: \(hubDir)/data
-          control_socket: \(hubDir)/control.sock
-          plugin_dirs: ["\(plugins)"]
-          log_level: debug
-        router:
-          custody_timeout_s: 5
-        transports:
-          udp:
-            enabled: true
-            listen: 127.0.0.1:\(udpPort)
-          relay:
-            enabled: true
-            address: \(relayAddress)
-            relay_key: \(Hex.encode(relay.key))
-            poll_interval_s: 1
-
-        """
-        try config.write(toFile: hubDir + "/hub.yaml", atomically: true, encoding: .utf8)
-        let hub = Process()
-        hub.executableURL = URL(fileURLWithPath: hubExe)
-        hub.arguments = ["run", "--config", hubDir + "/hub.yaml"]
-        var env = ProcessInfo.processInfo.environment
-        env.removeValue(forKey: "NOTIFY_SOCKET")
-        hub.environment = env
-        _ = FileManager.default.createFile(atPath: hubDir + "/hub.log", contents: nil)
-        let log = try XCTUnwrap(FileHandle(forWritingAtPath: hubDir + "/hub.log"))
-        hub.standardOutput = log
-        hub.standardError = log
-        try hub.run()
-        cleanup.append { if hub.isRunning { hub.terminate(); hub.waitUntilExit() } }
-        let hubLog = { (try? String(contentsOfFile: hubDir + "/hub.log", encoding: .utf8)) ?? "" }
+            ? "address: wss://127.0.0.1:\(relay.wssPort)\ntls_spki_sha256: \(Hex.encode(relay.tlsPin))"
+            : "address: 127.0.0.1:\(relay.port)"
+        let hub = try HubProcess(dir: try tempDir(), relay: relayAddress, relayKey: relay.key, name: "relay-e2e")
+        cleanup.append { hub.stop() }
 
         // The hub registers itself with the relay once its relay link is up.
-        XCTAssertTrue(eventually(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
-        return Setup(relay: relay, hubDir: hubDir, udpPort: udpPort, log: hubLog)
+        XCTAssertTrue(eventually(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hub.log())
+        return Setup(relay: relay, hub: hub)
     }
 
     func testEndpointToHubToRelayToInternetUser() throws {

@@ -175,33 +175,10 @@ func eventually(timeout: TimeInterval = 5, _ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-/// A plain HTTP/1.0 GET over a TCP socket to 127.0.0.1 (FoundationNetworking is not linked).
-func httpGet(port: Int, path: String) -> String? {
-    guard let fd = connectLoopbackTCP(port: port, receiveTimeoutSeconds: 5) else { return nil }
-    defer { close(fd) }
-    let request = Array("GET \(path) HTTP/1.0\r\nHost: localhost\r\n\r\n".utf8)
-    _ = request.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, 0) }
-    var response: [UInt8] = []
-    var buf = [UInt8](repeating: 0, count: 4096)
-    while true {
-        let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        if n <= 0 { break }
-        response += buf[0..<n]
-    }
-    return String(decoding: response, as: UTF8.self)
-}
+/// A plain HTTP/1.0 GET to 127.0.0.1: the whole response, or nil.
+func httpGet(port: Int, path: String) -> String? { RelayNodeProcess.httpGet(port: port, path: path) }
 
 /// A TCP socket connected to 127.0.0.1:`port` with a receive timeout; nil if the connect fails.
 func connectLoopbackTCP(port: Int, receiveTimeoutSeconds: Int = 10) -> Int32? {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { return nil }
-    var tv = timeval(tv_sec: receiveTimeoutSeconds, tv_usec: 0)
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-    var sa = sockaddr_in()
-    sa.sin_family = sa_family_t(AF_INET)
-    sa.sin_port = UInt16(port).bigEndian
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr)
-    let rc = withUnsafePointer(to: &sa) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-    guard rc == 0 else { close(fd); return nil }
-    return fd
+    RelayNodeProcess.connectLoopbackTCP(port: port, receiveTimeoutSeconds: receiveTimeoutSeconds)
 }

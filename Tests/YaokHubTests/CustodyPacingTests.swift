@@ -11,14 +11,23 @@ final class CustodyPacingTests: XCTestCase {
     func testTimeoutIsTheConfiguredOneUntilTheFirstAnswerThenFollowsTheRoundTrip() {
         var p = CustodyPacing(maxTimeoutMs: 30_000)
         XCTAssertEqual(p.timeoutMs(), 30_000, "no measurement yet: the configured timeout")
-        p.answered(rttMs: 400)
+        p.answered(rttMs: 800)
         // RFC 6298 first sample: srtt = r, rttvar = r / 2, timeout = srtt + 4 rttvar.
-        XCTAssertEqual(p.smoothedRTTMs, 400)
-        XCTAssertEqual(p.timeoutMs(), 1_200)
-        XCTAssertEqual(p.timeoutMs(resends: 1), 2_400, "doubled for each resend")
+        XCTAssertEqual(p.smoothedRTTMs, 800)
+        XCTAssertEqual(p.timeoutMs(), 2_400)
+        XCTAssertEqual(p.timeoutMs(resends: 1), 4_800, "doubled for each resend")
         XCTAssertEqual(p.timeoutMs(resends: 10), 30_000, "never above the configured timeout")
         for _ in 0..<50 { p.answered(rttMs: 2) }
         XCTAssertEqual(p.timeoutMs(), CustodyPacing.minTimeoutMs, "never below the floor")
+        // A timeout backs the whole link off until a fresh measurement.
+        p.timedOut(nowMs: 1_000)
+        XCTAssertEqual(p.timeoutMs(), 2 * CustodyPacing.minTimeoutMs)
+        p.timedOut(nowMs: 5_000)
+        XCTAssertEqual(p.timeoutMs(), 4 * CustodyPacing.minTimeoutMs)
+        p.answered(rttMs: nil)
+        XCTAssertEqual(p.timeoutMs(), 4 * CustodyPacing.minTimeoutMs, "an ambiguous answer does not end the backoff")
+        p.answered(rttMs: 2)
+        XCTAssertEqual(p.timeoutMs(), CustodyPacing.minTimeoutMs)
     }
 
     func testAResentBundlesAnswerIsNotMeasured() {
@@ -30,16 +39,18 @@ final class CustodyPacingTests: XCTestCase {
 
     func testWindowGrowsPerAnswerAndHalvesOncePerLossEvent() {
         var p = CustodyPacing(maxTimeoutMs: 30_000)
-        XCTAssertEqual(p.window, 64)
+        XCTAssertEqual(p.window, CustodyPacing.initialWindow)
         for _ in 0..<200 { p.answered(rttMs: 10) }
         XCTAssertEqual(p.window, CustodyPacing.maxWindow)
         // A burst of timeouts in one tick is one loss event.
         for _ in 0..<40 { p.timedOut(nowMs: 10_000) }
         XCTAssertEqual(p.window, CustodyPacing.maxWindow / 2)
-        // A round trip (here the 1 s floor) later, another loss halves it again.
-        p.timedOut(nowMs: 11_000)
+        // A timeout later (2 s floor, doubled by the first loss), another loss halves it again.
+        p.timedOut(nowMs: 13_999)
+        XCTAssertEqual(p.window, CustodyPacing.maxWindow / 2)
+        p.timedOut(nowMs: 14_000)
         XCTAssertEqual(p.window, CustodyPacing.maxWindow / 4)
-        for i in 0..<20 { p.timedOut(nowMs: 20_000 + Int64(i) * 10_000) }
+        for i in 0..<20 { p.timedOut(nowMs: 20_000 + Int64(i) * 40_000) }
         XCTAssertEqual(p.window, CustodyPacing.minWindow, "never below the floor")
     }
 
@@ -62,7 +73,7 @@ final class CustodyPacingTests: XCTestCase {
         func bobsLink() throws -> RouterStatus.LinkView? {
             try s.hub.status().router.links.first { $0.role == "endpoint" && $0.peer == Router.shortID(Hash.sha256(s.bob.signingKey)) }
         }
-        try TestSupport.waitUntil(timeout: 10, "bob's link measured") { try bobsLink()?.window == 74 }
+        try TestSupport.waitUntil(timeout: 10, "bob's link measured") { try bobsLink()?.window == CustodyPacing.initialWindow + 10 }
         let measured = try XCTUnwrap(bobsLink())
         XCTAssertNotNil(measured.roundTripMs)
         XCTAssertEqual(measured.custodyTimeoutMs, CustodyPacing.minTimeoutMs, "loopback round trips are far below the 1 s floor")
@@ -76,9 +87,9 @@ final class CustodyPacingTests: XCTestCase {
         }
         let resentAfter = Date().timeIntervalSince(firstCopy)
         print(String(format: "custody answer withheld: resent after %.2f s (configured custody_timeout_s 5)", resentAfter))
-        XCTAssertLessThan(resentAfter, 4, "resent after the measured timeout (1 s floor + the 1 s tick), not custody_timeout_s")
+        XCTAssertLessThan(resentAfter, 4.5, "resent after the measured timeout (2 s floor + the 1 s tick), not custody_timeout_s")
         let after = try XCTUnwrap(bobsLink())
-        XCTAssertEqual(after.window, 37, "the window halved on the loss")
+        XCTAssertEqual(after.window, (CustodyPacing.initialWindow + 10) / 2, "the window halved on the loss")
         XCTAssertGreaterThanOrEqual(try s.hub.status().router.counters.custodyTimeouts, 1)
         try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: lost.bundleID).encoded))
         try TestSupport.waitUntil(timeout: 10, "the bundle delivered") { try s.hub.status().router.queue.inFlight == 0 }

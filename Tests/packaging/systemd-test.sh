@@ -6,7 +6,11 @@
 # the credential (no store.key written), ambient capabilities, the watchdog (still the same
 # process with no restart after more than WatchdogSec), `systemctl reload` (SIGHUP via
 # /bin/kill), `yaok-hub status`, a clean stop, and remove/purge through systemd; then the
-# relay's unit (active, listening, key from its credential) and its purge.
+# relay's unit (active, listening, key from its credential), the relay as a cluster node with
+# the packaged drop-in (systemd-analyze verify; its relay key and PostgreSQL password as
+# credentials; a clear error naming the store while the database is unreachable; then, if
+# PostgreSQL is installed on this machine, serving on a real one reached through its UNIX
+# socket, bound into the container at /run/postgresql) and its purge.
 #
 # Exit 0 pass, 77 skipped (reason printed), 1 fail. Needs root, systemd-nspawn
 # (apt-get install systemd-container), and the packages in .build-pkg/debs-test (made by
@@ -33,6 +37,8 @@ base=$(ls -t "$work"/rootfs-*.tgz 2>/dev/null | head -1)
 
 root=$(mktemp -d "$work/sdroot.XXXXXX")
 nspawn_pid=""
+pg_dir=""
+pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5 -n | tail -1)
 cleanup() {
   if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
     kill -TERM "$nspawn_pid"   # nspawn asks the container's systemd to power off
@@ -40,6 +46,10 @@ cleanup() {
     kill -KILL "$nspawn_pid" 2>/dev/null
   fi
   rm -rf --one-file-system "$root"
+  if [ -n "$pg_dir" ]; then
+    [ -f "$pg_dir/data/postmaster.pid" ] && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -w -t 30 stop >/dev/null 2>&1
+    rm -rf "$pg_dir"
+  fi
 }
 trap cleanup EXIT
 trap 'exit 1' INT TERM
@@ -61,8 +71,35 @@ tar -C "$root" -xzf "$tarball"
 mkdir -p "$root/root/debs"
 cp "$debs"/yaok-swift-runtime_*.deb "$debs"/yaok-hub_*.deb "$debs"/yaok-relay_*.deb "$root/root/debs/"
 
+# A PostgreSQL for the relay cluster node, on this machine (the container has no network to
+# install one): UNIX socket only, in a directory bound into the container at /run/postgresql;
+# the relay's role logs in with a password (scram-sha-256), so the credential is really used.
+pg_bind=()
+pg_password=""
+if [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && id postgres >/dev/null 2>&1; then
+  step "PostgreSQL for the cluster node"
+  pg_dir=$(mktemp -d /tmp/yaok-sdpg.XXXXXX)
+  mkdir -m 0755 "$pg_dir/sock"
+  chown postgres:postgres "$pg_dir" "$pg_dir/sock"
+  chmod 0711 "$pg_dir"
+  pg_password=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+  if runuser -u postgres -- "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync -E UTF8 --locale=C >"$pg_dir/initdb.log" 2>&1 \
+     && printf 'local yaok_relay yaok_relay scram-sha-256\nlocal all postgres trust\n' > "$pg_dir/data/pg_hba.conf" \
+     && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 30 \
+          -o "-c listen_addresses='' -c unix_socket_directories='$pg_dir/sock' -c fsync=off" start >/dev/null \
+     && printf "CREATE ROLE yaok_relay LOGIN PASSWORD '%s';\nCREATE DATABASE yaok_relay OWNER yaok_relay;\n" "$pg_password" \
+          | runuser -u postgres -- "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$pg_dir/sock" -U postgres -d postgres -f - >/dev/null; then
+    pg_bind=(--bind="$pg_dir/sock:/run/postgresql")
+  else
+    echo "note: could not start PostgreSQL here ($pg_dir/*.log); the cluster node is checked without a database"
+  fi
+else
+  echo "note: no PostgreSQL on this machine; the cluster node is checked without a database"
+fi
+pg_sql() { runuser -u postgres -- "$pg_bin/psql" -X -A -t -h "$pg_dir/sock" -U postgres -d yaok_relay -c "$1" 2>&1; }
+
 step "boot"
-systemd-nspawn -q -D "$root" --boot --private-network --register=no --keep-unit --console=passive \
+systemd-nspawn -q -D "$root" --boot --private-network --register=no --keep-unit --console=passive "${pg_bind[@]}" \
   > "$work/systemd-test-console.log" 2>&1 &
 nspawn_pid=$!
 init_pid=""
@@ -153,6 +190,66 @@ check "relay.identity created" test -f "$root/var/lib/yaok-relay/relay.identity"
 if in_ct journalctl -u yaok-relay --no-pager | grep -E "SIGSYS|Operation not permitted|errno=1\b" ; then
   fail "relay sandbox denied something (see the lines above)"
 fi
+step "relay cluster node: the packaged drop-in, key and password as credentials"
+relay_journal() { in_ct journalctl -u yaok-relay --no-pager -o cat "$@"; }
+check "the drop-in is packaged" test -f "$root/usr/share/doc/yaok-relay/examples/cluster.conf"
+in_ct install -D -m 0644 /usr/share/doc/yaok-relay/examples/cluster.conf /etc/systemd/system/yaok-relay.service.d/cluster.conf
+# A cluster key of its own (not the data directory's), so the key the node prints shows which
+# file it used.
+cluster_key=$(in_ct sh -c 'yaok-relay key --data-dir /root/clusterkey' | tail -1)
+in_ct install -m 0600 -o root -g root /root/clusterkey/relay.identity /etc/yaok-relay/relay.identity
+[ -n "$pg_password" ] || pg_password=not-used-without-a-database
+( umask 077 && printf '%s\n' "$pg_password" > "$root/etc/yaok-relay/pg-password" )
+check "pg-password is root's, 0600" test "$(stat -c '%U %a' "$root/etc/yaok-relay/pg-password")" = "root 600"
+set_store() {  # URL: the node's --store, in /etc/default/yaok-relay as the docs say
+  in_ct sed -i '/^YAOK_RELAY_OPTS=/d' /etc/default/yaok-relay
+  echo "YAOK_RELAY_OPTS=\"--store $1\"" >> "$root/etc/default/yaok-relay"
+  in_ct systemctl daemon-reload
+}
+set_store 'postgres://yaok_relay@/yaok_relay?host=/run/yaok-no-database'
+verify=$(in_ct systemd-analyze verify yaok-relay.service 2>&1)
+check "systemd-analyze verify yaok-relay.service with the drop-in${verify:+ ($verify)}" test -z "$verify"
+check "the drop-in is in effect" sh -c "nsenter -t $init_pid -a systemctl cat yaok-relay | grep -q 'yaok-relay-pg-password:/etc/yaok-relay/pg-password'"
+# No database there: the node must fail with the reason, naming the store, and not crash.
+since=$(in_ct date '+%Y-%m-%d %H:%M:%S')
+in_ct systemctl restart yaok-relay
+nodb=""
+for _ in $(seq 1 100); do
+  nodb=$(relay_journal --since "$since" | grep -m1 "cannot connect to PostgreSQL at /run/yaok-no-database/.s.PGSQL.5432")
+  [ -n "$nodb" ] && break
+  sleep 0.2
+done
+check "unreachable database: the journal names the store ($nodb)" test -n "$nodb"
+check "and it exited with status 1, not a signal (Result=$(in_ct systemctl show -P Result yaok-relay))" \
+  sh -c "nsenter -t $init_pid -a systemctl show -p ExecMainCode -p ExecMainStatus yaok-relay | tr '\n' ' ' | grep -q 'ExecMainCode=1 ExecMainStatus=1'"
+if relay_journal --since "$since" | grep -E "Fatal error|core dumped|SIGSEGV|SIGILL|SIGSYS|Operation not permitted"; then
+  fail "the cluster node crashed or was denied something (see the lines above)"
+fi
+if [ ${#pg_bind[@]} -gt 0 ]; then
+  set_store 'postgres://yaok_relay@/yaok_relay?host=/run/postgresql'
+  since=$(in_ct date '+%Y-%m-%d %H:%M:%S')
+  in_ct systemctl restart yaok-relay
+  up=0
+  for _ in $(seq 1 150); do
+    relay_journal --since "$since" | grep -q "^listening " && { up=1; break; }
+    sleep 0.2
+  done
+  check "cluster node on PostgreSQL is active and listening" test "$up $(in_ct systemctl show -P ActiveState yaok-relay)" = "1 active"
+  check "it signs with the credential's key ($cluster_key)" sh -c "nsenter -t $init_pid -a journalctl -u yaok-relay --no-pager -o cat --since '$since' | grep -qx 'key $cluster_key'"
+  check "it migrated the database (schema version $(pg_sql 'SELECT max(version) FROM relay_schema_version'))" \
+    test "$(pg_sql 'SELECT count(*) > 0 FROM relay_schema_version')" = t
+  check "it logged in as yaok_relay with the password (scram-sha-256)" \
+    test "$(pg_sql "SELECT count(*) > 0 FROM pg_stat_activity WHERE usename = 'yaok_relay'")" = t
+  relay_pid=$(in_ct systemctl show -P MainPID yaok-relay)
+  check "the password is not on its command line" sh -c "! nsenter -t $init_pid -a cat /proc/$relay_pid/cmdline | grep -q '$pg_password'"
+  check "nor in its journal" sh -c "! nsenter -t $init_pid -a journalctl -u yaok-relay --no-pager | grep -q '$pg_password'"
+  if relay_journal --since "$since" | grep -E "SIGSYS|Operation not permitted|errno=1\b"; then
+    fail "cluster node sandbox denied something (see the lines above)"
+  fi
+fi
+in_ct systemctl stop yaok-relay
+in_ct rm -rf /etc/systemd/system/yaok-relay.service.d
+in_ct systemctl daemon-reload
 check "dpkg --purge yaok-relay" in_ct dpkg --purge yaok-relay
 check "relay data gone after purge" test ! -e "$root/var/lib/yaok-relay"
 

@@ -219,7 +219,7 @@ awk -v tick="$tick" 'NR == 2 { t = $1; d = $2; c = $4 } NR > 2 { n = $2 - d; pri
 # and the 30 s custody timer resent it), UDP datagrams dropped, mesh queue full / throttled.
 for n in A B C D; do
     hub_status "$n" > "$WORK/status-$n.json" || true
-    jq -r --arg n "$n" '"  hub \($n) counters: " + ([.router | paths(scalars) as $p | select(($p | last | tostring) | test("custody|Timeout|timeout|resend|refused|RateLimited"; "")) | "\($p | map(tostring) | join("."))=\(getpath($p))"] | join(" "))
+    jq -r --arg n "$n" '"  hub \($n) counters: " + ([.router | paths(scalars) as $p | select(($p | last | tostring) | test("custody|Timeout|timeout|resend|refused|RateLimited|QueueFull|window|roundTrip"; "")) | "\($p | map(tostring) | join("."))=\(getpath($p))"] | join(" "))
         + " | " + ([.transports[] | "\(.name): " + ([.status.details // {} | to_entries[] | select(.key | test("dropped|queue_full|throttled|failures")) | "\(.key)=\(.value)"] | join(" "))] | join("; "))' \
         "$WORK/status-$n.json" 2>/dev/null || echo "  hub $n: status unreadable"
 done
