@@ -9,6 +9,7 @@
 //   YaokReconcile — set reconciliation between hubs (IBLT + strata estimator; Docs/protocol.md, reconcile 0x0A)
 //   YaokHubCore  — the host: config, plugin loader, router, control socket, lifecycle
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`)
+//   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
 // Plugins/<Name> — one folder per transport plugin, built as libyaok-plugin-<name>.so
 import PackageDescription
 
@@ -39,6 +40,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
         .package(url: "https://github.com/vapor/postgres-nio.git", from: "1.33.2"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
     ],
     targets: [
         .systemLibrary(name: "CBluetooth", pkgConfig: "bluez", providers: [.apt(["libbluetooth-dev"])]),
@@ -63,8 +65,16 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
         ]),
+        // The operator console: a web page served by the hub (Hummingbird 2), assets embedded.
+        .target(name: "YaokConsole", dependencies: [
+            "YaokHubCore", "YaokCrypto", "YaokWire",
+            .product(name: "CSodium", package: "PluginAPI"),
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .executableTarget(name: "yaok-hub", dependencies: [
-            "YaokHubCore", "YaokATT",
+            "YaokHubCore", "YaokATT", "YaokConsole",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokRelayProtocol", dependencies: [
@@ -136,6 +146,7 @@ let package = Package(
         .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
+        .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),

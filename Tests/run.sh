@@ -9,8 +9,10 @@ export PATH="/opt/swift/usr/bin:$PATH"
 bash packaging/dev-setup.sh || exit 1
 # Tools the script suites use (packaging tests: debootstrap, patchelf, nspawn, sqlcipher;
 # the secure-link interop check: python3-cryptography; the relay cluster tests: postgresql-15,
-# started by the tests themselves in a temporary directory).
-test_tools=(debootstrap patchelf systemd-container sqlcipher python3 python3-cryptography postgresql-15)
+# started by the tests themselves in a temporary directory; the console's browser test:
+# chromium, chromium-driver, python3-selenium, and zbar-tools to decode its QR code).
+test_tools=(debootstrap patchelf systemd-container sqlcipher python3 python3-cryptography postgresql-15
+            chromium chromium-driver python3-selenium zbar-tools)
 missing=()
 for p in "${test_tools[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -59,6 +61,8 @@ run_suite() {
 }
 
 run_suite "interop: secure-link vectors recomputed by an independent implementation (Python cryptography)" python3 Tests/interop/secure_link_vectors.py
+# Debian's python3 (where python3-selenium is), not whatever python3 is first on PATH.
+run_suite "console: the operator console in headless Chromium (Selenium) against a real hub" /usr/bin/python3 Tests/console/browser_test.py
 run_suite "fuzzing: every parser for 5 s" bash Tests/Fuzz/run.sh 5
 run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local)" bash Plugins/Mesh/Tests/netns/run.sh
 

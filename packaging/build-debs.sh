@@ -162,7 +162,14 @@ for p in "${plugins[@]}"; do
   strip_elf "$hub/usr/lib/yaok-hub/plugins/$(basename "$p")"
   set_runpath "$hub/usr/lib/yaok-hub/plugins/$(basename "$p")" '$ORIGIN/../swift'
 done
-install -D -m 0644 config/hub.yaml "$hub/etc/yaok-hub/hub.yaml"
+# The packaged config is config/hub.yaml with the console switched on (Docs/console.md);
+# the embedded default keeps it off.
+install -d -m 0755 "$hub/etc/yaok-hub"
+awk 'BEGIN { section = "" } /^[a-z]/ { section = $0 }
+     section == "console:" && !done && $0 == "  enabled: false" { print "  enabled: true"; done = 1; next } { print }
+     END { if (!done) { print "build-debs: console.enabled not found in config/hub.yaml" > "/dev/stderr"; exit 1 } }' \
+  config/hub.yaml > "$hub/etc/yaok-hub/hub.yaml"
+chmod 0644 "$hub/etc/yaok-hub/hub.yaml"
 install -D -m 0644 packaging/systemd/yaok-hub.service "$hub/lib/systemd/system/yaok-hub.service"
 install -D -m 0644 packaging/systemd/yaok-hub.sysusers "$hub/usr/lib/sysusers.d/yaok-hub.conf"
 install -D -m 0644 packaging/systemd/yaok-hub.tmpfiles "$hub/usr/lib/tmpfiles.d/yaok-hub.conf"

@@ -97,6 +97,23 @@ metrics:
   enabled: false
   listen: 127.0.0.1:9478
 
+console:
+  # The operator console: a web page showing every transport, the queue, links,
+  # plugins and the hub's identity, live; transports can be switched on and off
+  # there (Docs/console.md). Off in the embedded default; the packaged config
+  # switches it on. Set its password first: yaok-hub console-password
+  enabled: false
+  # Address and port. Keep 127.0.0.1 (reach it over `ssh -L 8480:127.0.0.1:8480`):
+  # the console has no TLS yet, so on a LAN address the password crosses in clear.
+  listen: 127.0.0.1:8480
+  # Argon2id hash of the console password (mode 0600), written by
+  # `yaok-hub console-password`. Relative paths are inside data_dir.
+  password_file: console.pass
+  # Minutes a login lasts without use (1 to 1440).
+  session_minutes: 30
+  # Seconds between the samples behind the charts (1 to 60); they span one hour.
+  sample_interval_s: 10
+
 # One section per transport instance. `enabled` is required. `plugin` names the
 # plugin kind and defaults to the section name. Each plugin's README documents
 # its own keys: Plugins/<Name>/README.md.

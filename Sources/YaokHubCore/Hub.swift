@@ -343,6 +343,9 @@ public final class Hub: @unchecked Sendable {
 
     public var discoveredPlugins: [DiscoveredPlugin] { lock.withLock { catalog.discovered } }
 
+    /// The directories scanned for plugins (configured, or the defaults).
+    public var pluginDirectoriesInUse: [String] { lock.withLock { pluginDirectories } }
+
     private func handleControl(_ command: String) -> Result<Data, ControlError> {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]

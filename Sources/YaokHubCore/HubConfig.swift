@@ -23,6 +23,8 @@ public struct HubConfig: Sendable, Equatable {
     public var store: StoreSettings
     public var router: RouterSettings
     public var metrics: MetricsSettings
+    /// The operator console (`console:`; Docs/console.md).
+    public var console = ConsoleSettings()
     /// Transport sections in file order.
     public var transports: [TransportSection]
 
@@ -84,6 +86,26 @@ public struct HubConfig: Sendable, Equatable {
     public struct MetricsSettings: Sendable, Equatable {
         public var enabled: Bool
         public var listen: String
+    }
+
+    /// `console:` — the operator console, a web page served by the hub.
+    public struct ConsoleSettings: Sendable, Equatable {
+        /// Off unless the config says `enabled: true` (the packaged config does).
+        public var enabled = false
+        /// Address and port; 127.0.0.1 unless the operator chooses another address.
+        public var listen = "127.0.0.1:8480"
+        /// The Argon2id password hash file (`yaok-hub console-password`); relative to data_dir.
+        public var passwordFile = "console.pass"
+        /// Minutes a login lasts without use.
+        public var sessionMinutes = 30
+        /// Seconds between the samples behind the charts, which always span one hour.
+        public var sampleIntervalSeconds = 10
+
+        public init(enabled: Bool = false, listen: String = "127.0.0.1:8480", passwordFile: String = "console.pass",
+                    sessionMinutes: Int = 30, sampleIntervalSeconds: Int = 10) {
+            self.enabled = enabled; self.listen = listen; self.passwordFile = passwordFile
+            self.sessionMinutes = sessionMinutes; self.sampleIntervalSeconds = sampleIntervalSeconds
+        }
     }
 
     /// One `transports.<name>` section.
@@ -164,7 +186,7 @@ extension HubConfig {
         }
         guard let root else { throw ConfigError(keyPath: "(root)", line: nil, message: "the config file is empty") }
         let top = try MappingReader(node: root, path: "")
-        try top.allowOnly(["hub", "store", "router", "metrics", "transports"])
+        try top.allowOnly(["hub", "store", "router", "metrics", "console", "transports"])
 
         let hub = try top.mapping("hub")
         try hub?.allowOnly(["name", "data_dir", "identity_file", "plugin_dirs", "control_socket", "log_level"])
@@ -175,6 +197,11 @@ extension HubConfig {
                                   "max_ttl_h", "clock_skew_s", "hub_trust", "trusted_hubs", "network_key", "hub_certificate"])
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
+        let console = try top.mapping("console")
+        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s"])
+        if let listen = try console?.string("listen"), !Self.isHostPort(listen) {
+            throw console!.error("listen", "expected host:port (e.g. 127.0.0.1:8480 or [::1]:8480), got \"\(listen)\"")
+        }
 
         var config = HubConfig(
             source: source,
@@ -201,6 +228,12 @@ extension HubConfig {
             metrics: MetricsSettings(
                 enabled: try metrics?.bool("enabled") ?? false,
                 listen: try metrics?.string("listen") ?? "127.0.0.1:9478"),
+            console: ConsoleSettings(
+                enabled: try console?.bool("enabled") ?? false,
+                listen: try console?.string("listen") ?? "127.0.0.1:8480",
+                passwordFile: try console?.string("password_file").flatMap { $0.isEmpty ? nil : $0 } ?? "console.pass",
+                sessionMinutes: try console?.int("session_minutes", range: 1...1440) ?? 30,
+                sampleIntervalSeconds: try console?.int("sample_interval_s", range: 1...60) ?? 10),
             transports: [])
 
         if let transports = try top.mapping("transports") {
@@ -327,6 +360,13 @@ extension HubConfig {
     }
 
     /// 64 hex digits (either case) as 32 bytes.
+    /// `host:port` or `[v6]:port` with a port 0–65535 (0: any free port, for tests).
+    static func isHostPort(_ s: String) -> Bool {
+        guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else { return false }
+        let host = s[..<colon]
+        return !host.isEmpty && !host.contains(" ")
+    }
+
     static func hexKey(_ s: String) -> [UInt8]? {
         let hex = Array(s.utf8)
         guard hex.count == 64 else { return nil }

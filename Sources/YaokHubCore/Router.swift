@@ -147,6 +147,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var offered: [[UInt8]] = []
         var drainingOffers = false
         var framesIn = 0
+        /// Bytes of the frames counted in `framesIn`.
+        var bytesIn = 0
         /// Hub links: the peer's key is in `trusted_hubs`.
         var listed = false
         /// Hub links: the peer presented a valid certificate, valid until this time.
@@ -518,6 +520,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleFrame(_ frame: [UInt8], key: LinkKey) {
         guard let link = links[key] else { return }
         link.framesIn += 1
+        link.bytesIn += frame.count
         let record: TLVRecord
         do {
             record = try TLVRecord(parsing: frame)
@@ -1390,7 +1393,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                     RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
                                           window: $0.pacing.window, roundTripMs: $0.pacing.smoothedRTTMs.map { Int($0.rounded()) },
-                                          custodyTimeoutMs: $0.pacing.timeoutMs())
+                                          custodyTimeoutMs: $0.pacing.timeoutMs(),
+                                          mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn)
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
         }
@@ -1461,6 +1465,11 @@ public struct RouterStatus: Sendable, Codable, Equatable {
         public var window: Int?
         public var roundTripMs: Int?
         public var custodyTimeoutMs: Int64?
+        /// Largest frame the link carries, when it came up (ms since 1970), and what arrived on it.
+        public var mtu: Int?
+        public var upAtMs: Int64?
+        public var framesIn: Int?
+        public var bytesIn: Int?
     }
     public struct Delivery: Sendable, Codable, Equatable {
         public var destination: String

@@ -35,11 +35,7 @@ public enum StatusFormatter {
         out.append("")
         out.append("queue (\(r.router.policy)): queued \(q.queued), in flight \(q.inFlight), handed over \(q.handedOver), delivered \(q.delivered), expired \(q.expired); \(q.bytes) bytes")
         let c = r.router.counters
-        let refused: [(String, Int)] = [
-            ("malformed", c.refusedMalformed), ("bad signature", c.refusedSignature), ("expired", c.refusedExpired),
-            ("lifetime", c.refusedLifetime), ("hop limit", c.refusedHopLimit), ("rate limited", c.refusedRateLimited),
-            ("store full", c.refusedStoreFull), ("over share", c.refusedOverShare), ("conflict", c.refusedConflict),
-        ]
+        let refused = refusedByReason(c)
         out.append("messages: accepted \(c.accepted), duplicates \(c.duplicates), forwarded \(c.forwarded), delivered \(c.deliveredDirect), refused \(refused.reduce(0) { $0 + $1.1 }), evicted \(r.router.store.evicted)")
         let why = refused.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
         if !why.isEmpty { out.append("  refused: " + why.joined(separator: ", ")) }
@@ -74,6 +70,15 @@ public enum StatusFormatter {
             }
         }
         return out.joined(separator: "\n")
+    }
+
+    /// Messages refused, by reason in plain words, in a fixed order (status text and the console).
+    public static func refusedByReason(_ c: Router.Counters) -> [(reason: String, count: Int)] {
+        [
+            ("malformed", c.refusedMalformed), ("bad signature", c.refusedSignature), ("expired", c.refusedExpired),
+            ("lifetime", c.refusedLifetime), ("hop limit", c.refusedHopLimit), ("rate limited", c.refusedRateLimited),
+            ("store full", c.refusedStoreFull), ("over share", c.refusedOverShare), ("conflict", c.refusedConflict),
+        ]
     }
 
     static func duration(_ s: Int64) -> String {

@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import YaokConsole
 import YaokHubCore
 import YaokPluginKit
 import YaokProcess
@@ -57,7 +58,22 @@ struct Run: ParsableCommand {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
         }
+        // The console is optional like metrics: a port in use is logged, the hub runs on.
+        var console: ConsoleServer?
+        if config.console.enabled {
+            let server = ConsoleServer(settings: config.console,
+                                       passwordPath: Paths.resolve(config.console.passwordFile, in: hub.dataDirectory),
+                                       backend: HubConsoleBackend(hub: hub, logger: logger), logger: logger,
+                                       sampleInterval: Double(config.console.sampleIntervalSeconds))
+            do {
+                try server.start()
+                console = server
+            } catch {
+                logger.error("console not started on \(config.console.listen): \(error)")
+            }
+        }
         hub.runUntilSignalled()
+        console?.stop()
     }
 }
 

@@ -1,0 +1,114 @@
+import Foundation
+import YaokHubCore
+import YaokPluginKit
+
+/// The pages other than the overview. Each is a pure function of what the hub reports.
+enum Pages {
+    static func login(hubName: String, csrf: String, message: String?, passwordSet: Bool) -> String {
+        var s = "<h1>Log in</h1>"
+        if !passwordSet {
+            s += "<div class=\"banner warn\" role=\"alert\">No console password is set yet. On the hub, run "
+            s += "<code>yaok-hub console-password</code> (with the same <code>--config</code> as the hub), then log in here.</div>"
+        }
+        if let message { s += "<div class=\"banner bad\" role=\"alert\" id=\"login-error\">\(HTML.esc(message))</div>" }
+        s += """
+        <form method="post" action="/login" class="login">
+        <input type="hidden" name="csrf" value="\(HTML.esc(csrf))">
+        <label for="password">Console password</label>
+        <input id="password" name="password" type="password" autocomplete="current-password" required maxlength="256" autofocus>
+        <button type="submit">Log in</button>
+        </form>
+        <p class="hint">Forgot it? Set a new one on the hub with <code>yaok-hub console-password</code>.</p>
+        """
+        return HTML.page(title: "Log in", current: nil, hubName: hubName, csrf: nil, body: s)
+    }
+
+    static func time(_ ms: Int64) -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withInternetDateTime]
+        return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
+    }
+
+    static func ago(_ ms: Int64, now: Int64) -> String {
+        let s = max(0, (now - ms) / 1000)
+        if s < 120 { return "\(s) s ago" }
+        if s < 7200 { return "\(s / 60) min ago" }
+        return "\(s / 3600) h \((s % 3600) / 60) min ago"
+    }
+
+    /// Links: kind, peer role, fingerprint prefix, MTU, up since, frames and bytes received.
+    /// The peer appears only as the router's short ID prefix, never a full ID.
+    static func links(_ r: Hub.StatusReport) -> String {
+        let now = Int64(Date().timeIntervalSince1970 * 1000)
+        var s = "<h1>Links</h1>"
+        if r.router.links.isEmpty {
+            s += "<p id=\"no-links\">No links are up. Phones and hubs appear here while they are connected.</p>"
+            return s
+        }
+        s += "<div class=\"scroll\" role=\"region\" aria-labelledby=\"links-cap\" tabindex=\"0\"><table class=\"grid\" id=\"links\">"
+        s += "<caption id=\"links-cap\">\(r.router.links.count) \(r.router.links.count == 1 ? "link" : "links") up</caption><thead><tr><th scope=\"col\">Kind</th>"
+        s += "<th scope=\"col\">Peer role</th><th scope=\"col\">Peer (fingerprint prefix)</th><th scope=\"col\">MTU</th>"
+        s += "<th scope=\"col\">Up since</th><th scope=\"col\">Frames in</th><th scope=\"col\">Bytes in</th><th scope=\"col\">Awaiting ack</th></tr></thead><tbody>"
+        for l in r.router.links {
+            let role = l.trust.map { "\(l.role) (\($0))" } ?? l.role
+            s += "<tr><td data-label=\"Kind\">\(HTML.esc(l.kind))</td><td data-label=\"Peer role\">\(HTML.esc(role))</td>"
+            s += "<td data-label=\"Peer\"><code>\(HTML.esc(String(l.peer.prefix(8))))</code></td>"
+            s += "<td data-label=\"MTU\">\(l.mtu.map { "\($0) B" } ?? "—")</td>"
+            s += "<td data-label=\"Up since\">\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(ago($0, now: now))</time>" } ?? "—")</td>"
+            s += "<td data-label=\"Frames in\">\(l.framesIn.map(String.init) ?? "—")</td>"
+            s += "<td data-label=\"Bytes in\">\(l.bytesIn.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—")</td>"
+            s += "<td data-label=\"Awaiting ack\">\(l.inFlight)</td></tr>"
+        }
+        return s + "</tbody></table></div>"
+    }
+
+    static func plugins(directories: [String], plugins: [DiscoveredPlugin]) -> String {
+        var s = "<h1>Plugins</h1><p>Searched: " + directories.map { "<code>\(HTML.esc($0))</code>" }.joined(separator: ", ") + "</p>"
+        if plugins.isEmpty { return s + "<p>No plugin files were found there.</p>" }
+        s += "<div class=\"scroll\" role=\"region\" aria-labelledby=\"plugins-cap\" tabindex=\"0\"><table class=\"grid\" id=\"plugins\">"
+        s += "<caption id=\"plugins-cap\">\(plugins.filter { $0.state == .loaded }.count) loaded, \(plugins.filter { $0.state == .refused }.count) refused</caption>"
+        s += "<thead><tr><th scope=\"col\">State</th><th scope=\"col\">Kind</th><th scope=\"col\">Version</th><th scope=\"col\">ABI</th>"
+        s += "<th scope=\"col\">Path</th><th scope=\"col\">Why refused</th></tr></thead><tbody>"
+        for p in plugins {
+            let loaded = p.state == .loaded
+            s += "<tr data-state=\"\(p.state.rawValue)\"><td data-label=\"State\"><span class=\"pill \(loaded ? "ok" : "bad")\"><span aria-hidden=\"true\">\(loaded ? "✓" : "✕")</span> "
+            s += "\(loaded ? "Loaded" : "Refused")</span></td><td data-label=\"Kind\">\(HTML.esc(p.kind ?? "?"))</td>"
+            s += "<td data-label=\"Version\">\(HTML.esc(p.version ?? "?"))</td><td data-label=\"ABI\">\(p.abiVersion.map(String.init) ?? "?")</td>"
+            s += "<td data-label=\"Path\" class=\"path\"><code>\(HTML.esc(p.path))</code></td>"
+            s += "<td data-label=\"Why refused\">\(HTML.esc(p.reason ?? (loaded ? "—" : "")))</td></tr>"
+        }
+        return s + "</tbody></table></div>"
+    }
+
+    /// The hub's fingerprint and its contact code as a QR code. The contact code is the hub's
+    /// public card (public keys, self-signed): what a phone scans to pin the hub.
+    static func identity(fingerprint: String, contact: String?, hubIDPrefix: String) -> String {
+        var s = "<h1>Hub identity</h1>"
+        s += HTML.facts([("Fingerprint", fingerprint, "identity.fingerprint"), ("Hub ID (start)", hubIDPrefix + "…", nil)])
+        guard let contact else {
+            return s + "<p>The hub's name cannot go into a contact code (2 to 50 characters), so there is no QR code.</p>"
+        }
+        do {
+            let qr = try QRCode.encode(Array(contact.utf8), level: .medium)
+            s += "<figure class=\"qr\">\(qr.svg(title: "Contact QR code of this hub (fingerprint \(fingerprint))"))"
+            s += "<figcaption>Scan with the Ya OK app to pin this hub. Compare the fingerprint the app shows with the one above.</figcaption></figure>"
+        } catch {
+            s += "<p>The contact code does not fit a QR code: \(HTML.esc("\(error)"))</p>"
+        }
+        return s
+    }
+
+    static func charts(_ h: History, interval: Double) -> String {
+        var s = "<h1>Last hour</h1><p>Sampled every \(Int(interval)) s; the newest point is on the right. Reload the page for new points.</p>"
+        let rates = h.frameRates()
+        // A transport that moved no frame all hour would only be a flat line on zero: named, not drawn.
+        let names = rates.keys.sorted()
+        let series: [(String, History.Series)] = names.filter { n in rates[n]?.contains { $0.v > 0 } == true }.map { ($0, rates[$0] ?? []) }
+        let idle = names.filter { n in !series.contains { $0.0 == n } }
+        s += Chart.svg(id: "chart-frames", title: "Frames per second, per transport", unit: "frames/s", series: series)
+        if !idle.isEmpty { s += "<p class=\"hint\">No frames in the last hour: \(HTML.esc(idle.joined(separator: ", "))).</p>" }
+        s += Chart.svg(id: "chart-queue", title: "Queue depth (waiting + awaiting acknowledgement)", unit: "messages", series: [("queue", h.queueDepth())])
+        s += Chart.svg(id: "chart-deliveries", title: "Deliveries per minute", unit: "per min", series: [("delivered", h.deliveriesPerMinute())])
+        return s
+    }
+}

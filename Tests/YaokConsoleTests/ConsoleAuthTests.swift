@@ -1,0 +1,298 @@
+import Foundation
+import Logging
+import XCTest
+import YaokPluginKit
+@testable import YaokConsole
+@testable import YaokHubCore
+
+/// A backend with fixed status; records toggles.
+final class FakeBackend: ConsoleBackend, @unchecked Sendable {
+    static let hubID = String(repeating: "ab", count: 32)
+    let lock = NSLock()
+    var toggles: [(String, Bool)] = []
+    var refuse: String?
+    var reason = "listening on 127.0.0.1:7811"
+
+    func status() -> Hub.StatusReport {
+        let t = TransportRuntimeStatus(name: "udp", kind: "udp", enabled: true, pluginPath: "/p/libyaok-plugin-udp.so", pluginVersion: "0.1.0",
+                                       status: TransportStatus(state: .running, reason: lock.withLock { reason }, links: 1, peers: 2,
+                                                               framesIn: 10, framesOut: 11, bytesIn: 1000, bytesOut: 2000),
+                                       startFailures: 0, nextRetryInSeconds: nil)
+        let router = RouterStatus(policy: "epidemic",
+                                  queue: .init(queued: 3, inFlight: 1, handedOver: 0, delivered: 5, expired: 0, bytes: 4096),
+                                  store: .init(duplicatesDropped: 0, evicted: 0, expired: 0, evictedHeaviestSender: 0, evictedHeaviestOrigin: 0, conflicts: 0),
+                                  counters: Router.Counters(), links: [], lastDelivery: [])
+        return Hub.StatusReport(hub: .init(id: Self.hubID, fingerprint: "abab abab", name: "test-hub", config: "/tmp/x.yaml",
+                                           dataDirectory: "/tmp", uptimeSeconds: 5, pid: 1),
+                                transports: [t], router: router)
+    }
+    func plugins() -> (directories: [String], plugins: [DiscoveredPlugin]) { (["/p"], []) }
+    func identity() -> (fingerprint: String, contact: String?) { ("abab abab", "yaok://contact?v=1&d=AAAA") }
+    func setTransport(_ name: String, enabled: Bool) throws {
+        if let refuse { throw ConfigEditor.EditError.cannotEdit(refuse) }
+        lock.withLock { toggles.append((name, enabled)) }
+    }
+}
+
+/// One HTTP/1.1 exchange over a plain TCP socket: what a browser would send, read to the end.
+struct RawHTTP {
+    struct Reply {
+        var status: Int
+        var headers: [(String, String)]
+        var body: String
+        func header(_ name: String) -> String? { headers.first { $0.0.lowercased() == name.lowercased() }?.1 }
+        func all(_ name: String) -> [String] { headers.filter { $0.0.lowercased() == name.lowercased() }.map(\.1) }
+    }
+
+    let port: Int
+
+    func send(_ method: String, _ path: String, headers: [String: String] = [:], body: String = "") throws -> Reply {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw POSIXError(.EIO) }
+        defer { close(fd) }
+        var tv = timeval(tv_sec: 10, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        guard rc == 0 else { throw POSIXError(.ECONNREFUSED) }
+        var req = "\(method) \(path) HTTP/1.1\r\nHost: \(headers["Host"] ?? "127.0.0.1:\(port)")\r\nConnection: close\r\n"
+        for (k, v) in headers where k != "Host" { req += "\(k): \(v)\r\n" }
+        if method == "POST" { req += "Content-Length: \(body.utf8.count)\r\n" }
+        req += "\r\n" + body
+        let bytes = Array(req.utf8)
+        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
+        var data = [UInt8]()
+        var buf = [UInt8](repeating: 0, count: 65536)
+        let deadline = Date().addingTimeInterval(10)
+        while Date() < deadline {
+            let n = recv(fd, &buf, buf.count, 0)
+            if n <= 0 { break }
+            data += buf[0..<n]
+            // An event stream never ends: stop after its first whole event.
+            let text = String(decoding: data, as: UTF8.self)
+            if let ev = text.range(of: "event: overview"), text[ev.upperBound...].contains("\n\n") { break }
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        guard let split = text.range(of: "\r\n\r\n") else { throw POSIXError(.EPROTO) }
+        let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
+        let status = Int(lines[0].split(separator: " ")[1]) ?? 0
+        let hs = lines.dropFirst().compactMap { l -> (String, String)? in
+            guard let c = l.firstIndex(of: ":") else { return nil }
+            return (String(l[..<c]), l[l.index(after: c)...].trimmingCharacters(in: .whitespaces))
+        }
+        return Reply(status: status, headers: hs, body: String(text[split.upperBound...]))
+    }
+}
+
+final class ConsoleAuthTests: XCTestCase {
+    var dir = ""
+    var server: ConsoleServer!
+    var backend: FakeBackend!
+    var http: RawHTTP!
+    let password = "a long test password"
+
+    override func setUpWithError() throws {
+        dir = NSTemporaryDirectory() + "console-test-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        try PasswordFile.write(hash: PasswordFile.hash(password), path: dir + "/console.pass")
+        backend = FakeBackend()
+        var logger = Logger(label: "test")
+        logger.logLevel = .critical
+        server = ConsoleServer(settings: .init(enabled: true, listen: "127.0.0.1:0"), passwordPath: dir + "/console.pass",
+                               backend: backend, logger: logger, sampleInterval: 1, eventInterval: 0.2)
+        http = RawHTTP(port: try server.start())
+    }
+
+    override func tearDown() {
+        server?.stop()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    static func cookieValue(_ setCookie: String) -> String {
+        String(setCookie.split(separator: ";")[0].split(separator: "=", maxSplits: 1).last ?? "")
+    }
+
+    /// GET /login, then POST the form with its CSRF token; returns the reply.
+    func login(_ pw: String, csrf override: String? = nil) throws -> RawHTTP.Reply {
+        let page = try http.send("GET", "/login")
+        let cookie = try XCTUnwrap(page.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.loginCookie + "=") })
+        let token = Self.cookieValue(cookie)
+        let form = "csrf=\(override ?? token)&password=\(pw.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
+        return try http.send("POST", "/login", headers: ["Cookie": "\(ConsoleServer.loginCookie)=\(token)",
+                                                          "Content-Type": "application/x-www-form-urlencoded"], body: form)
+    }
+
+    /// A logged-in session: (cookie header, CSRF token from the overview page).
+    func session() throws -> (cookie: String, csrf: String) {
+        let r = try login(password)
+        XCTAssertEqual(r.status, 303)
+        let set = try XCTUnwrap(r.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.sessionCookie + "=") })
+        let cookie = "\(ConsoleServer.sessionCookie)=\(Self.cookieValue(set))"
+        let page = try http.send("GET", "/", headers: ["Cookie": cookie])
+        XCTAssertEqual(page.status, 200)
+        let csrf = try XCTUnwrap(page.body.range(of: #"name="csrf" value="[0-9a-f]{64}""#, options: .regularExpression).map {
+            String(page.body[$0].dropLast().suffix(64))
+        })
+        return (cookie, csrf)
+    }
+
+    // MARK: Password hash
+
+    func testPasswordIsStoredAsArgon2idIn0600File() throws {
+        let hash = try XCTUnwrap(PasswordFile.read(path: dir + "/console.pass"))
+        XCTAssertTrue(hash.hasPrefix("$argon2id$v=19$"), hash)
+        XCTAssertFalse(hash.contains(password))
+        XCTAssertTrue(PasswordFile.verify(password, hash: hash))
+        XCTAssertFalse(PasswordFile.verify(password + "x", hash: hash))
+        XCTAssertFalse(PasswordFile.verify(String(repeating: "x", count: 300), hash: hash), "over-long input is refused before hashing")
+        let mode = try FileManager.default.attributesOfItem(atPath: dir + "/console.pass")[.posixPermissions] as? Int
+        XCTAssertEqual(mode, 0o600)
+        XCTAssertThrowsError(try PasswordFile.hash("short"))
+    }
+
+    // MARK: Delay schedule
+
+    func testDelayScheduleIsFreeTwiceThen30sDoubling() {
+        XCTAssertEqual((0...7).map { LoginThrottle.delay(afterFailures: $0) }, [0, 0, 0, 30, 60, 120, 240, 480])
+        XCTAssertEqual(LoginThrottle.delay(afterFailures: 1000), LoginThrottle.maxDelay)
+    }
+
+    func testThrottleIsPerAddressAndClearedBySuccess() {
+        final class Clock: @unchecked Sendable { var t = 1000.0 }
+        let clock = Clock()
+        let th = LoginThrottle(now: { clock.t })
+        XCTAssertEqual(th.failed("10.0.0.1"), 0)
+        XCTAssertEqual(th.failed("10.0.0.1"), 0)
+        XCTAssertEqual(th.failed("10.0.0.1"), 30)
+        XCTAssertEqual(th.wait(for: "10.0.0.1"), 30)
+        XCTAssertEqual(th.wait(for: "10.0.0.2"), 0, "another address is not slowed")
+        clock.t += 31
+        XCTAssertEqual(th.wait(for: "10.0.0.1"), 0)
+        XCTAssertEqual(th.failed("10.0.0.1"), 60, "the fourth failure doubles")
+        th.succeeded("10.0.0.1")
+        XCTAssertEqual(th.failed("10.0.0.1"), 0)
+    }
+
+    func testThreeWrongPasswordsOverSocketDelayEvenTheRightOne() throws {
+        XCTAssertEqual(try login("wrong one").status, 401)
+        XCTAssertEqual(try login("wrong two").status, 401)
+        let third = try login("wrong three")
+        XCTAssertEqual(third.status, 429)
+        XCTAssertEqual(third.header("Retry-After"), "30")
+        XCTAssertTrue(third.body.contains("wait 30 seconds"), third.body)
+        let right = try login(password)
+        XCTAssertEqual(right.status, 429, "not even checked while the address waits")
+        XCTAssertFalse(right.all("Set-Cookie").contains { $0.hasPrefix(ConsoleServer.sessionCookie + "=") })
+    }
+
+    // MARK: Cookies, CSRF, headers
+
+    func testSessionCookieFlagsAndLoginCSRF() throws {
+        let r = try login(password)
+        XCTAssertEqual(r.status, 303)
+        XCTAssertEqual(r.header("Location"), "/")
+        let set = try XCTUnwrap(r.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.sessionCookie + "=") })
+        XCTAssertTrue(set.contains("HttpOnly"), set)
+        XCTAssertTrue(set.contains("SameSite=Strict"), set)
+        XCTAssertTrue(set.contains("Path=/"), set)
+        XCTAssertFalse(set.contains("Secure"), "no TLS here, so no Secure flag: \(set)")
+        XCTAssertEqual(Self.cookieValue(set).count, 64)
+        XCTAssertEqual(try login(password, csrf: String(repeating: "0", count: 64)).status, 403, "a login form without its token is refused")
+    }
+
+    func testStateChangesNeedTheSessionsCSRFToken() throws {
+        let s = try session()
+        let form = ["Cookie": s.cookie, "Content-Type": "application/x-www-form-urlencoded"]
+        XCTAssertEqual(try http.send("POST", "/transports/udp", headers: form, body: "enabled=false").status, 403)
+        XCTAssertEqual(try http.send("POST", "/transports/udp", headers: form, body: "enabled=false&csrf=\(String(repeating: "0", count: 64))").status, 403)
+        XCTAssertEqual(try http.send("POST", "/logout", headers: form, body: "").status, 403)
+        XCTAssertTrue(backend.lock.withLock { backend.toggles.isEmpty })
+        let cross = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://evil.example"]) { a, _ in a },
+                                  body: "enabled=false&csrf=\(s.csrf)")
+        XCTAssertEqual(cross.status, 403, "another origin is refused even with the token")
+        let ok = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://127.0.0.1:\(http.port)"]) { a, _ in a },
+                               body: "enabled=false&csrf=\(s.csrf)")
+        XCTAssertEqual(ok.status, 303)
+        XCTAssertEqual(backend.lock.withLock { backend.toggles.map { "\($0.0)=\($0.1)" } }, ["udp=false"])
+        XCTAssertEqual(try http.send("POST", "/transports/udp", headers: ["Content-Type": "application/x-www-form-urlencoded"],
+                                     body: "enabled=false&csrf=\(s.csrf)").status, 401, "no session, no change")
+    }
+
+    func testRefusedToggleShowsTheErrorAndStatus422() throws {
+        let s = try session()
+        backend.refuse = "transports.relay.address (line 18): is required"
+        let r = try http.send("POST", "/transports/relay", headers: ["Cookie": s.cookie, "Content-Type": "application/x-www-form-urlencoded"],
+                              body: "enabled=true&csrf=\(s.csrf)")
+        XCTAssertEqual(r.status, 422)
+        XCTAssertTrue(r.body.contains("transports.relay.address (line 18): is required"), r.body)
+    }
+
+    func testEveryResponseHasStrictCSPAndNoSniff() throws {
+        let s = try session()
+        for (path, cookie) in [("/login", ""), ("/", s.cookie), ("/links", s.cookie), ("/assets/console.js", ""), ("/nope", s.cookie), ("/", "")] {
+            let r = try http.send("GET", path, headers: cookie.isEmpty ? [:] : ["Cookie": cookie])
+            let csp = try XCTUnwrap(r.header("Content-Security-Policy"), path)
+            XCTAssertTrue(csp.contains("default-src 'none'"), csp)
+            XCTAssertTrue(csp.contains("script-src 'self'"), csp)
+            XCTAssertFalse(csp.contains("unsafe"), csp)
+            XCTAssertTrue(csp.contains("frame-ancestors 'none'"), csp)
+            XCTAssertEqual(r.header("X-Content-Type-Options"), "nosniff", path)
+        }
+        let page = try http.send("GET", "/", headers: ["Cookie": s.cookie])
+        XCTAssertFalse(page.body.contains("<script>"), "no inline script")
+        XCTAssertFalse(page.body.range(of: #"\son[a-z]+="#, options: .regularExpression) != nil, "no inline event handlers")
+        XCTAssertFalse(page.body.contains("http://") || page.body.contains("https://"), "nothing loaded from elsewhere")
+    }
+
+    func testPagesNeedASessionAndNeverCarryTheFullID() throws {
+        XCTAssertEqual(try http.send("GET", "/").status, 303)
+        XCTAssertEqual(try http.send("GET", "/events").status, 401)
+        let s = try session()
+        for path in ["/", "/links", "/plugins", "/identity", "/charts"] {
+            let r = try http.send("GET", path, headers: ["Cookie": s.cookie])
+            XCTAssertEqual(r.status, 200, path)
+            XCTAssertFalse(r.body.contains(FakeBackend.hubID), "\(path) carries the full ID")
+        }
+        let events = try http.send("GET", "/events", headers: ["Cookie": s.cookie])
+        XCTAssertEqual(events.header("Content-Type"), "text/event-stream; charset=utf-8")
+        XCTAssertTrue(events.body.contains("\"t.udp.framesIn\":[\"10\",\"10\"]"), events.body)
+        XCTAssertFalse(events.body.contains(FakeBackend.hubID))
+    }
+
+    func testPluginTextIsEscaped() throws {
+        backend.lock.withLock { backend.reason = "<script>alert(1)</script>" }
+        let s = try session()
+        let r = try http.send("GET", "/", headers: ["Cookie": s.cookie])
+        XCTAssertFalse(r.body.contains("<script>alert"))
+        XCTAssertTrue(r.body.contains("&lt;script&gt;alert(1)&lt;/script&gt;"))
+    }
+
+    func testHostMustBeAnAddressAgainstDNSRebinding() throws {
+        for good in ["127.0.0.1", "127.0.0.1:8480", "192.168.4.1:80", "[::1]:8480", "localhost:8480"] {
+            XCTAssertTrue(SecurityHeaders.hostIsAddress(good), good)
+        }
+        for bad in [nil, "", "evil.example", "evil.example:8480", "127.0.0.1.evil.example", "[::1", "1.2.3.4:x"] {
+            XCTAssertFalse(SecurityHeaders.hostIsAddress(bad), bad ?? "nil")
+        }
+        let r = try http.send("GET", "/login", headers: ["Host": "rebound.example:\(http.port)"])
+        XCTAssertEqual(r.status, 421)
+        XCTAssertNotNil(r.header("Content-Security-Policy"))
+    }
+
+    func testLogoutEndsTheSession() throws {
+        let s = try session()
+        let r = try http.send("POST", "/logout", headers: ["Cookie": s.cookie, "Content-Type": "application/x-www-form-urlencoded"], body: "csrf=\(s.csrf)")
+        XCTAssertEqual(r.status, 303)
+        XCTAssertEqual(try http.send("GET", "/", headers: ["Cookie": s.cookie]).status, 303, "the old cookie no longer works")
+    }
+
+    func testOversizedAndWrongTypeBodiesAreRefused() throws {
+        let s = try session()
+        let big = "csrf=\(s.csrf)&x=" + String(repeating: "a", count: 10_000)
+        XCTAssertEqual(try http.send("POST", "/transports/udp", headers: ["Cookie": s.cookie, "Content-Type": "application/x-www-form-urlencoded"], body: big).status, 413)
+        XCTAssertEqual(try http.send("POST", "/transports/udp", headers: ["Cookie": s.cookie, "Content-Type": "application/json"], body: "{}").status, 415)
+    }
+}
