@@ -130,8 +130,8 @@ extension YaokRelay {
                 let (wh, wp) = try parseHostPort(wssListen, option: "--wss-listen")
                 var ws = RelayWebSocketListener.Configuration(host: wh, port: wp, certificatePath: tlsCert, privateKeyPath: tlsKey)
                 ws.path = wssPath
-                ws.maxConnections = max(1, maxWSSConnections)
-                ws.connectionsPerMinutePerIP = max(1, wssConnectionsPerMinutePerIP)
+                ws.maxConnections = maxWSSConnections
+                ws.connectionsPerMinutePerIP = wssConnectionsPerMinutePerIP
                 ws.ipv6PrefixLength = ipv6Prefix
                 cfg.webSocket = ws
                 pin = try SPKIPin.sha256(certificateFile: tlsCert)
@@ -148,12 +148,22 @@ extension YaokRelay {
             guard (0...86_400).contains(clockSkewSeconds) else {
                 throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
             }
-            // The limits added for loopback benchmarks refuse nonsense instead of clamping it:
-            // 0 would silently lock every client out.
-            for (option, value) in [("--hellos-per-second-per-ip", hellosPerSecondPerIP),
-                                    ("--registrations-per-minute-per-ip", registrationsPerMinutePerIP),
-                                    ("--max-registrations", maxRegistrations)] where value < 1 {
-                throw ValidationError("\(option) must be 1 or more, got \(value)")
+            // Limits refuse nonsense instead of clamping it: 0 would silently lock every
+            // client out, and a clamped value is not what the operator asked for.
+            for (option, value, least) in [("--hellos-per-second-per-ip", hellosPerSecondPerIP, 1),
+                                           ("--registrations-per-minute-per-ip", registrationsPerMinutePerIP, 1),
+                                           ("--max-registrations", maxRegistrations, 1),
+                                           ("--messages-per-hour", messagesPerHour, 1),
+                                           ("--packets-per-second-per-ip", packetsPerSecondPerIP, 1),
+                                           ("--sends-per-hour-per-ip", sendsPerHourPerIP, 1),
+                                           ("--max-wss-connections", maxWSSConnections, 1),
+                                           ("--wss-connections-per-minute-per-ip", wssConnectionsPerMinutePerIP, 1),
+                                           ("--max-sessions", maxSessions, 2),
+                                           ("--sessions-per-prefix", sessionsPerPrefix, 1),
+                                           ("--queue-share-per-sender", queueSharePerSender, 1),
+                                           ("--queue-share-per-prefix", queueSharePerPrefix, 1),
+                                           ("--reassembly-share-per-prefix", reassemblySharePerPrefix, 12_288)] where value < least {
+                throw ValidationError("\(option) must be \(least) or more, got \(value)")
             }
             var limits = RelayLimits()
             limits.hellosPerSecondPerIP = hellosPerSecondPerIP
@@ -161,16 +171,16 @@ extension YaokRelay {
             limits.maxRegistrations = maxRegistrations
             limits.maxTTLMs = Int64(maxTTLHours) * 3_600_000
             limits.clockSkewMs = Int64(clockSkewSeconds) * 1000
-            limits.messagesPerHour = max(1, messagesPerHour)
-            limits.packetsPerSecondPerIP = max(1, packetsPerSecondPerIP)
-            limits.sendsPerHourPerIP = max(1, sendsPerHourPerIP)
+            limits.messagesPerHour = messagesPerHour
+            limits.packetsPerSecondPerIP = packetsPerSecondPerIP
+            limits.sendsPerHourPerIP = sendsPerHourPerIP
             limits.ipv6PrefixLength = ipv6Prefix
             limits.cookieHellosPerSecond = cookieHellosPerSecond
-            limits.maxSessions = max(2, maxSessions)
-            limits.maxSessionsPerPrefix = max(1, sessionsPerPrefix)
-            limits.maxQueuedPerSender = max(1, queueSharePerSender)
-            limits.maxQueuedPerPrefix = max(1, queueSharePerPrefix)
-            limits.maxReassemblyBytesPerPrefix = max(12_288, reassemblySharePerPrefix)
+            limits.maxSessions = maxSessions
+            limits.maxSessionsPerPrefix = sessionsPerPrefix
+            limits.maxQueuedPerSender = queueSharePerSender
+            limits.maxQueuedPerPrefix = queueSharePerPrefix
+            limits.maxReassemblyBytesPerPrefix = reassemblySharePerPrefix
             guard (1...300).contains(leaseSeconds) else { throw ValidationError("--lease-seconds must be 1 to 300, got \(leaseSeconds)") }
             limits.leaseMs = Int64(leaseSeconds) * 1000
             let identity: Identity

@@ -56,8 +56,12 @@ final class RelayRunOptionsTests: XCTestCase {
 
     func testABadLimitIsRefusedNamingTheOption() throws {
         let dir = try makeTemporaryDirectory("yaok-relay-options-", cleanup: &cleanup)
-        for option in ["--hellos-per-second-per-ip", "--registrations-per-minute-per-ip", "--max-registrations"] {
-            for value in ["0", "-3", "many"] {
+        let limits = ["--hellos-per-second-per-ip", "--registrations-per-minute-per-ip", "--max-registrations",
+                      "--messages-per-hour", "--packets-per-second-per-ip", "--sends-per-hour-per-ip", "--max-sessions",
+                      "--sessions-per-prefix", "--queue-share-per-sender", "--queue-share-per-prefix", "--reassembly-share-per-prefix"]
+        for option in limits {
+            // Each is refused, not clamped to its least value (which once turned 0 into 1).
+            for value in option == "--hellos-per-second-per-ip" ? ["0", "-3", "many"] : ["0"] {
                 let (rc, out) = try runTool(RelayProcess.binary, ["run", "--data-dir", dir + "/relay", "--listen", "127.0.0.1:0", option, value], timeout: 30)
                 XCTAssertNotEqual(rc, 0, "\(option) \(value): \(out)")
                 XCTAssertTrue(out.contains(option), "\(option) \(value): \(out)")
