@@ -133,7 +133,8 @@ public final class Hub: @unchecked Sendable {
             }
         }
         lock.withLock { ready = true }
-        logger.notice("hub \(identity.fingerprint.prefix(9)) ready: \(transports.count) transports running, control socket \(controlSocketPath)")
+        let states = transportStatuses().filter(\.enabled)
+        logger.notice("hub \(identity.fingerprint.prefix(9)) ready: \(Self.readySummary(states)), control socket \(controlSocketPath)")
         notifier.notify("READY=1\nSTATUS=running")
         if let interval = notifier.watchdogInterval {
             let timer = DispatchSource.makeTimerSource(queue: DispatchQueue(label: "yaok.watchdog"))
@@ -332,6 +333,21 @@ public final class Hub: @unchecked Sendable {
         public var hub: HubInfo
         public var transports: [TransportRuntimeStatus]
         public var router: RouterStatus
+    }
+
+    /// What the ready line says about the transports: how many of the enabled ones run, and
+    /// each that does not with its state, e.g. `1 of 3 transports running (udp); not running:
+    /// ble unavailable (no Bluetooth adapter), wifidirect failed (…)`. Before, it counted every
+    /// enabled transport as running, even those the box cannot run.
+    static func readySummary(_ states: [TransportRuntimeStatus]) -> String {
+        let running = states.filter { $0.status.state == .running || $0.status.state == .degraded }
+        var line = "\(running.count) of \(states.count) transports running"
+        if !running.isEmpty { line += " (" + running.map(\.name).joined(separator: ", ") + ")" }
+        let others = states.filter { $0.status.state != .running && $0.status.state != .degraded }
+        if !others.isEmpty {
+            line += "; not running: " + others.map { "\($0.name) \($0.status.state.rawValue) (\($0.status.reason))" }.joined(separator: ", ")
+        }
+        return line
     }
 
     public func statusReport() -> StatusReport {

@@ -207,13 +207,15 @@ public final class TransportHost: @unchecked Sendable {
         do {
             let reply = try p.call(timeout: 30) { .start(request: $0) }
             if reply.code == 0 {
-                lock.withLock {
-                    started = true
-                    startFailures = 0
-                    lastStartError = nil
-                    retryAt = nil
+                let after: Int = lock.withLock {
+                    defer { started = true; startFailures = 0; lastStartError = nil; retryAt = nil }
+                    return startFailures
                 }
-                logger.info("transport \(name) (\(plugin.kind)) started in process \(p.pid)")
+                if after > 0 {
+                    logger.notice("transport \(name) (\(plugin.kind)) started in process \(p.pid) after \(after) failed attempts")
+                } else {
+                    logger.info("transport \(name) (\(plugin.kind)) started in process \(p.pid)")
+                }
                 handler?.statusChanged(on: self)
                 return
             }
@@ -223,14 +225,27 @@ public final class TransportHost: @unchecked Sendable {
             if case PluginProcessError.timedOut = error { kill(p, because: "start did not return within 30 s") }
             return
         }
-        let delay: Double = lock.withLock {
+        let (delay, reasonChanged): (Double, Bool) = lock.withLock {
             startFailures += 1
+            let changed = lastStartError != reason
             lastStartError = reason
             let d = min(Self.maxBackoffSeconds, pow(2.0, Double(startFailures - 1)))
             retryAt = .now() + d
-            return d
+            return (d, changed)
         }
-        logger.error("transport \(name) failed to start: \(reason); retrying in \(Int(delay)) s")
+        // Said once, at the level it deserves, and again only when the reason changes: a box
+        // without Bluetooth is not an error every 1, 2, 4, 8 … seconds.
+        if reasonChanged {
+            let pluginSays = (try? p.call(timeout: 1) { .status(request: $0) })
+                .flatMap { try? JSONDecoder().decode(TransportStatus.self, from: Data($0.text.utf8)) }
+            if pluginSays?.state == .unavailable {
+                logger.warning("transport \(name) unavailable on this box: \(reason); checking again with backoff (next in \(Int(delay)) s)")
+            } else {
+                logger.error("transport \(name) failed to start: \(reason); retrying with backoff (next in \(Int(delay)) s)")
+            }
+        } else {
+            logger.debug("transport \(name) still not started (\(reason)); next attempt in \(Int(delay)) s")
+        }
         schedule(after: delay) { [weak self] in self?.attemptStart() }
         handler?.statusChanged(on: self)
     }

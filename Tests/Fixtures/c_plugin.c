@@ -45,7 +45,7 @@ static yaok_transport *create(const yaok_host_api *host, char *error, size_t err
 static int32_t start(yaok_transport *t, char *error, size_t error_len) {
     t->starts++;
     if (FAIL_STARTS < 0 || t->starts <= FAIL_STARTS) {
-        snprintf(error, error_len, "simulated start failure %d", t->starts);
+        snprintf(error, error_len, "simulated start failure");
         return 1;
     }
     t->running = 1;

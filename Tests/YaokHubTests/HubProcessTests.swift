@@ -74,7 +74,15 @@ final class HubProcessTests: XCTestCase {
 
         // The throwing start is retried with backoff (1 s, 2 s) and then runs.
         try TestSupport.waitUntil(timeout: 20, "flaky to start after retries") { try hub.transport("flaky")?.status.state == .running }
+        try TestSupport.waitUntil(timeout: 20, "broken to fail a second time") { try (hub.transport("broken")?.startFailures ?? 0) >= 2 }
         let status = try hub.status()
+        // Honest, quiet logs (issue 19 item 7): the ready line counts only what runs and names
+        // what does not; a start failure is logged once until its reason changes.
+        let log = try String(contentsOfFile: hub.logPath, encoding: .utf8)
+        XCTAssertTrue(log.contains("ready: 1 of 6 transports running (udp); not running: flaky failed ("), log)
+        XCTAssertTrue(log.contains("transport flaky (flaky) started in process") && log.contains("after 2 failed attempts"), log)
+        let brokenErrors = log.split(separator: "\n").filter { $0.contains("transport broken failed to start") }
+        XCTAssertEqual(brokenErrors.count, 1, "one error line for \(status.transports.first { $0.name == "broken" }?.startFailures ?? 0) failures with the same reason:\n\(log)")
         func t(_ name: String) -> TransportRuntimeStatus? { status.transports.first { $0.name == name } }
         XCTAssertEqual(t("udp")?.status.state, .running)
         XCTAssertEqual(t("broken")?.status.state, .failed)

@@ -16,7 +16,7 @@ final class RelayPathTests: XCTestCase {
         relay.executableURL = URL(fileURLWithPath: relayExe)
         relay.arguments = ["run", "--listen", "127.0.0.1:\(relayPort)", "--data-dir", relayData]
         let relayLog = dir + "/relay.log"
-        FileManager.default.createFile(atPath: relayLog, contents: nil)
+        _ = FileManager.default.createFile(atPath: relayLog, contents: nil)
         relay.standardError = FileHandle(forWritingAtPath: relayLog)
         relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
         try relay.run()

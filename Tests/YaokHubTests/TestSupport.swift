@@ -134,7 +134,7 @@ final class HubProcess {
         self.socketPath = dir + "/control.sock"
         self.logPath = dir + "/hub.log"
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
-        FileManager.default.createFile(atPath: logPath, contents: nil)
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
         process.executableURL = URL(fileURLWithPath: executable)
         process.arguments = ["run", "--config", configPath]
