@@ -323,6 +323,22 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.peerHas(bundleID(3), peer: userID(7)))
     }
 
+    /// Schema 5: eviction reads its victims from the partial indexes of evictable rows, in
+    /// their order (no sort), and the old state-keyed indexes are gone.
+    func testEvictionVictimsComeFromThePartialIndexesInTheirOrder() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 5)
+        for (sql, index) in [(BundleStore.SQL.victimsOfSender, "bundles_evictable_by_sender"),
+                             (BundleStore.SQL.victimsOfOrigin, "bundles_evictable_by_origin")] {
+            let plan = try store.database.query("EXPLAIN QUERY PLAN " + sql, [.blob([UInt8](repeating: 1, count: 32)), .int(5)])
+                .map { $0.last?.textValue ?? "" }.joined(separator: "\n")
+            XCTAssertTrue(plan.contains(index), plan)
+            XCTAssertFalse(plan.contains("TEMP B-TREE"), plan)
+        }
+        let indexes = try store.database.query("SELECT name FROM sqlite_master WHERE type = 'index'").compactMap { $0[0].textValue }
+        XCTAssertFalse(indexes.contains("bundles_by_sender") || indexes.contains("bundles_by_origin"), "\(indexes)")
+    }
+
     func testEvictionTakesFromTheHeaviestSenderOrOrigin() throws {
         // Cap: 10 bundles of 100 bytes.
         let store = try openStore(try makeTempDirectory(self), sizeCap: 1_000)
