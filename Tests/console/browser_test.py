@@ -365,12 +365,24 @@ try:
     driver.get(base + "/")
     driver.find_element(By.CSS_SELECTOR, ".logout button").click()
     wait.until(lambda d: d.find_elements(By.ID, "password"))
-    from selenium.webdriver.support import expected_conditions as EC
+    from selenium.common.exceptions import WebDriverException
+
+    def detached(element):
+        # Selenium 4.8's staleness_of knows only StaleElementReferenceException; Chromium 156
+        # reports a node of the page that was replaced as "Node with given id does not belong
+        # to the document" (a plain WebDriverException), which failed one CI run.
+        def check(_):
+            try:
+                element.is_enabled()
+                return False
+            except WebDriverException:
+                return True
+        return check
 
     def try_password(pw):
         old = driver.find_element(By.ID, "password")
         old.send_keys(pw + Keys.ENTER)
-        wait.until(EC.staleness_of(old))
+        wait.until(detached(old))
         return wait.until(lambda d: d.find_element(By.ID, "login-error")).text
 
     for i in range(3):

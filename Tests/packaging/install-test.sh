@@ -152,8 +152,9 @@ netns=()
 if unshare --net true 2>/dev/null && command -v ip >/dev/null; then netns=(unshare --net); fi
 log="$work/install-test-hub.log"
 # The console password, set as root the documented way: the hash file goes to the service user.
+# (Numeric IDs: the service user exists in the root, not necessarily on this machine.)
 check "yaok-hub console-password (as root) writes a 0600 file the service user owns" \
-  sh -c "echo 'field password 123' | chroot '$root' /usr/bin/yaok-hub console-password --config /etc/yaok-hub/hub.yaml --stdin >/dev/null && test \"\$(stat -c '%a %U:%G' '$root/var/lib/yaok-hub/console.pass')\" = '600 yaok-hub:yaok-hub'"
+  sh -c "echo 'field password 123' | chroot '$root' /usr/bin/yaok-hub console-password --config /etc/yaok-hub/hub.yaml --stdin >/dev/null && test \"\$(stat -c '%a %u:%g' '$root/var/lib/yaok-hub/console.pass')\" = '600 $(in_root id -u yaok-hub):$(in_root id -g yaok-hub)'"
 if [ ${#netns[@]} -gt 0 ]; then
   "${netns[@]}" sh -c 'ip link set lo up; exec "$@"' sh \
     chroot --userspec=yaok-hub:yaok-hub "$root" "${env_vars[@]}" /usr/bin/yaok-hub run --config /etc/yaok-hub/hub.yaml > "$log" 2>&1 &
