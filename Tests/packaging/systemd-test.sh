@@ -231,7 +231,10 @@ if [ ${#pg_bind[@]} -gt 0 ]; then
   in_ct systemctl restart yaok-relay
   up=0
   for _ in $(seq 1 150); do
-    relay_journal --since "$since" | grep -q "^listening " && { up=1; break; }
+    # The node prints "listening …" and then "key …": wait for both, since journald may
+    # take them in separately (one CI run read the journal between the two).
+    lines=$(relay_journal --since "$since")
+    grep -q "^listening " <<< "$lines" && grep -q "^key " <<< "$lines" && { up=1; break; }
     sleep 0.2
   done
   check "cluster node on PostgreSQL is active and listening" test "$up $(in_ct systemctl show -P ActiveState yaok-relay)" = "1 active"
