@@ -69,8 +69,9 @@ enum Assets {
     .hint { color: var(--muted); }
     code { font-family: ui-monospace, "DejaVu Sans Mono", monospace; font-size: .95em; }
     .qr { margin: 1rem 0; max-width: 22rem; } .qr svg { width: 100%; height: auto; border: 1px solid var(--line); }
-    .chart { margin: 1rem 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .5rem; }
-    .chart svg { width: 100%; max-width: 720px; height: auto; display: block; } .chart .grid { stroke: #d5d9de; stroke-width: 1; }
+    .charts { display: grid; grid-template-columns: repeat(auto-fit, minmax(min(100%, 520px), 1fr)); gap: 0 1rem; }
+    .chart { margin: 1rem 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .5rem; min-width: 0; }
+    .chart svg { width: 100%; height: auto; display: block; } .chart .grid { stroke: #d5d9de; stroke-width: 1; }
     .chart .axis { font-size: 12px; fill: #3d4550; } .chart .label { font-size: 13px; font-weight: 700; }
     @media (max-width: 640px) {
       table.grid thead { position: absolute; left: -9999px; }
@@ -83,13 +84,39 @@ enum Assets {
     @media (max-width: 480px) { main { padding: .5rem; } .facts { grid-template-columns: 1fr 1fr; } header nav a { padding: .4rem .45rem; } }
     """#
 
-    /// Live updates for the overview over Server-Sent Events: the server sends every field's
-    /// value and text; this sets them with textContent (never as HTML).
+    /// Live updates over Server-Sent Events. The overview: the server sends every field's value
+    /// and text; this sets them with textContent (never as HTML). The charts: the server sends
+    /// each chart's new SVG, parsed as SVG (XML, not HTML: no script runs from it, and the CSP
+    /// allows none inline) and swapped in whole, and the captions as text.
     static let js = #"""
     "use strict";
     (function () {
-      if (document.body.dataset.live !== "overview" || !window.EventSource) return;
+      var view = document.body.dataset.live;
+      if (!window.EventSource || (view !== "overview" && view !== "charts")) return;
       var live = document.getElementById("live");
+      function updated() { if (live) live.textContent = "Live: updated " + new Date().toLocaleTimeString(); }
+      if (view === "charts") {
+        var charts = new EventSource("/events?view=charts");
+        charts.addEventListener("charts", function (ev) {
+          var u;
+          try { u = JSON.parse(ev.data); } catch (e) { return; }
+          (u.charts || []).forEach(function (c) {
+            var fig = document.getElementById("fig-" + c.id), old = document.getElementById(c.id);
+            if (!fig || !old) return;
+            var doc = new DOMParser().parseFromString(c.svg, "image/svg+xml");
+            var svg = doc.documentElement;
+            if (!svg || svg.nodeName !== "svg" || svg.id !== c.id) return;
+            old.replaceWith(document.importNode(svg, true));
+            var words = fig.querySelector(".latest");
+            if (words) words.textContent = c.latest;
+          });
+          var idle = document.getElementById("charts-idle");
+          if (idle) idle.textContent = u.idle || "";
+          updated();
+        });
+        charts.addEventListener("error", function () { if (live) live.textContent = "Live updates paused: reconnecting…"; });
+        return;
+      }
       var names = Array.prototype.map.call(document.querySelectorAll("[data-transport]"), function (c) { return c.dataset.transport; });
       var es = new EventSource("/events");
       es.addEventListener("overview", function (ev) {
@@ -107,7 +134,7 @@ enum Assets {
             }
           }
         });
-        if (live) live.textContent = "Live: updated " + new Date().toLocaleTimeString();
+        updated();
       });
       es.addEventListener("error", function () { if (live) live.textContent = "Live updates paused: reconnecting…"; });
     })();

@@ -17,15 +17,25 @@ enum Chart {
         return String(format: "%.2f", v)
     }
 
+    /// One chart: the figure with its SVG and a caption that says the latest values in words.
     static func svg(id: String, title: String, unit: String, series: [(name: String, points: History.Series)],
                     now: Double = Date().timeIntervalSince1970) -> String {
+        let drawn = draw(id: id, title: title, unit: unit, series: series, now: now)
+        return "<figure class=\"chart\" id=\"fig-\(id)\">\(drawn.svg)<figcaption><strong>\(HTML.esc(title)).</strong> "
+            + "<span class=\"latest\">\(HTML.esc(drawn.latest))</span></figcaption></figure>"
+    }
+
+    /// The chart's `<svg>` element (standalone XML, so the page's script can swap in a newer
+    /// one parsed as `image/svg+xml`) and the caption's words for its latest values.
+    static func draw(id: String, title: String, unit: String, series: [(name: String, points: History.Series)],
+                     now: Double = Date().timeIntervalSince1970) -> (svg: String, latest: String) {
         let span = 3600.0
         let t0 = now - span
         let maxV = max(1, series.flatMap { $0.points.map(\.v) }.max() ?? 1)
         let plotW = width - left - right, plotH = height - top - bottom
         func x(_ t: Double) -> Double { left + max(0, min(1, (t - t0) / span)) * plotW }
         func y(_ v: Double) -> Double { top + plotH - (v / maxV) * plotH }
-        var s = "<figure class=\"chart\"><svg id=\"\(id)\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-labelledby=\"\(id)-t\">"
+        var s = "<svg xmlns=\"http://www.w3.org/2000/svg\" id=\"\(id)\" viewBox=\"0 0 \(Int(width)) \(Int(height))\" role=\"img\" aria-labelledby=\"\(id)-t\">"
         s += "<title id=\"\(id)-t\">\(HTML.esc(title))</title>"
         // Axes and grid: 0, half and max, with the unit.
         for frac in [0.0, 0.5, 1.0] {
@@ -56,9 +66,9 @@ enum Chart {
                 latest.append("\(line.name) \(number(last.v))")
             }
         }
-        s += "</svg><figcaption><strong>\(HTML.esc(title)).</strong> "
-        s += latest.isEmpty ? "No samples yet: the first appear a sampling interval after the hub starts."
-            : "Latest: " + HTML.esc(latest.joined(separator: ", ")) + " \(HTML.esc(unit))."
-        return s + "</figcaption></figure>"
+        s += "</svg>"
+        let words = latest.isEmpty ? "No samples yet: the first appear a sampling interval after the hub starts."
+            : "Latest: " + latest.joined(separator: ", ") + " \(unit)."
+        return (s, words)
     }
 }

@@ -1,8 +1,12 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
 import Logging
+import NIOConcurrencyHelpers
 import NIOCore
+import ServiceLifecycle
 import YaokHubCore
 import YaokPluginKit
 
@@ -50,27 +54,47 @@ public final class ConsoleServer: @unchecked Sendable {
     let eventInterval: Double
 
     private var task: Task<Void, Never>?
+    private var group: ServiceGroup?
     private var sampler: DispatchSourceTimer?
+    /// Signalled when the server task has ended (its port is free again).
+    private let finished = DispatchSemaphore(value: 0)
+    /// Set by ``stop()``: live-update streams end at their next step, so that stopping
+    /// does not wait for browsers to hang up.
+    private let stopping = NIOLockedValueBox(false)
+    /// The served certificate's fingerprint, when `settings.tls` (after ``start()``).
+    public private(set) var certificateFingerprint: String?
 
     /// - Parameters:
     ///   - passwordPath: the resolved `console.password_file`.
     ///   - sampleInterval: seconds between history samples (10 gives one hour in 360 samples).
+    ///   - history: samples to go on from (a console restarted by a reload keeps its charts).
+    ///   - tlsPaths: the resolved `console.tls_certificate` and `console.tls_key`, used when `settings.tls`.
     public init(settings: HubConfig.ConsoleSettings, passwordPath: String, backend: any ConsoleBackend, logger: Logger,
                 sampleInterval: Double = 10, eventInterval: Double = 2,
-                throttle: LoginThrottle = LoginThrottle()) {
+                throttle: LoginThrottle = LoginThrottle(), history: History? = nil,
+                tlsPaths: (certificate: String, key: String)? = nil) {
         self.settings = settings
         self.passwordPath = passwordPath
         self.backend = backend
         self.logger = logger
         self.throttle = throttle
         self.sessions = SessionStore(lifetimeSeconds: Double(settings.sessionMinutes) * 60)
-        self.history = History(capacity: max(2, Int((3600 / sampleInterval).rounded())))
+        self.history = history ?? History(capacity: Self.historyCapacity(sampleInterval: sampleInterval))
         self.sampleInterval = sampleInterval
         self.eventInterval = eventInterval
+        self.tlsPaths = tlsPaths ?? (settings.tlsCertificate, settings.tlsKey)
     }
 
+    let tlsPaths: (certificate: String, key: String)
+
+    /// Samples in one hour.
+    public static func historyCapacity(sampleInterval: Double) -> Int { max(2, Int((3600 / sampleInterval).rounded())) }
+
+    /// `http` or `https`.
+    var scheme: String { settings.tls ? "https" : "http" }
+
     /// Splits `host:port` / `[v6]:port`.
-    static func hostPort(_ listen: String) throws -> (String, Int) {
+    public static func hostPort(_ listen: String) throws -> (String, Int) {
         guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]), (0...65535).contains(port) else {
             throw ConfigError(keyPath: "console.listen", line: nil, message: "expected host:port, got \"\(listen)\"")
         }
@@ -84,38 +108,70 @@ public final class ConsoleServer: @unchecked Sendable {
     @discardableResult
     public func start() throws -> Int {
         let (host, port) = try Self.hostPort(settings.listen)
+        var server: HTTPServerBuilder = .http1()
+        if settings.tls {
+            let certificate = try ConsoleCertificate.loadOrCreate(certificatePath: tlsPaths.certificate, keyPath: tlsPaths.key,
+                                                                  hosts: ConsoleCertificate.hosts(listenHost: host))
+            if certificate.created { logger.notice("console: made a self-signed TLS certificate (\(tlsPaths.certificate))") }
+            certificateFingerprint = certificate.fingerprint
+            server = try .tls(.http1(), tlsConfiguration: certificate.tlsConfiguration)
+        }
         let bound = BoundPort()
         let app = Application(
             router: makeRouter(),
+            server: server,
             configuration: .init(address: .hostname(host, port: port), serverName: nil),
             onServerRunning: { channel in bound.set(.success(channel.localAddress?.port ?? port)) },
             logger: { var l = logger; l.logLevel = max(logger.logLevel, .warning); return l }())
+        let finished = self.finished
+        let serverLogger = app.logger
+        let group = ServiceGroup(services: [app], logger: serverLogger)
+        self.group = group
         task = Task.detached {
             do {
-                try await app.runService(gracefulShutdownSignals: [])
+                try await group.run()
             } catch {
                 bound.set(.failure(error))
             }
             bound.set(.failure(ConsoleStartError.stopped))
+            finished.signal()
         }
         let result = bound.wait(seconds: 10)
         switch result {
         case .success(let p):
             startSampling()
-            logger.notice("console on http://\(host.contains(":") ? "[\(host)]" : host):\(p)/")
+            let shown = "\(scheme)://\(host.contains(":") ? "[\(host)]" : host):\(p)/"
+            if let fingerprint = certificateFingerprint {
+                logger.notice("console on \(shown) (TLS certificate SHA-256 \(fingerprint))")
+            } else {
+                logger.notice("console on \(shown)")
+            }
             if PasswordFile.read(path: passwordPath) == nil {
                 logger.warning("console: no password set (\(passwordPath)); run `yaok-hub console-password` to log in")
             }
             return p
         case .failure(let e):
-            task?.cancel()
+            stop()
             throw e
         }
     }
 
+    /// Stops serving and sampling; returns once the port is free. Graceful: live-update
+    /// streams end at their next step and requests in progress finish; after 5 s the server
+    /// is cancelled outright, and after 10 s more this gives up waiting.
     public func stop() {
         sampler?.cancel()
-        task?.cancel()
+        stopping.withLockedValue { $0 = true }
+        guard let task, let group else { return }
+        self.task = nil
+        self.group = nil
+        Task { await group.triggerGracefulShutdown() }
+        if finished.wait(timeout: .now() + 5) == .timedOut {
+            task.cancel()
+            if finished.wait(timeout: .now() + 10) == .timedOut {
+                logger.warning("console: the server did not stop within 15 s")
+            }
+        }
     }
 
     private func startSampling() {
@@ -133,7 +189,7 @@ public final class ConsoleServer: @unchecked Sendable {
 
     func makeRouter() -> Hummingbird.Router<ConsoleContext> {
         let router = Hummingbird.Router(context: ConsoleContext.self)
-        router.add(middleware: SecurityHeaders())
+        router.add(middleware: SecurityHeaders(scheme: scheme))
         router.get("/assets/console.css") { _, _ in Self.asset(Assets.css, type: "text/css; charset=utf-8") }
         router.get("/assets/console.js") { _, _ in Self.asset(Assets.js, type: "text/javascript; charset=utf-8") }
         router.get("/assets/icon.svg") { _, _ in Self.asset(Assets.icon, type: "image/svg+xml") }
@@ -148,7 +204,7 @@ public final class ConsoleServer: @unchecked Sendable {
             }
         }
         router.get("/charts") { [self] request, _ in
-            try page(request) { _ in (Pages.charts(self.history, interval: self.sampleInterval), "Charts", "/charts", nil) }
+            try page(request) { _ in (Pages.charts(self.history, interval: self.sampleInterval), "Charts", "/charts", "charts") }
         }
         router.get("/links") { [self] request, _ in
             try page(request) { _ in (Pages.links(self.backend.status()), "Links", "/links", nil) }
@@ -192,10 +248,11 @@ public final class ConsoleServer: @unchecked Sendable {
         return Response(status: .seeOther, headers: headers)
     }
 
-    /// A cookie that only this site's own requests carry, never script (`Secure` would be
-    /// added with TLS, which the console does not serve yet).
-    static func cookie(_ name: String, _ value: String, maxAge: Int? = nil) -> String {
+    /// A cookie that only this site's own requests carry, never script, and with TLS only
+    /// over TLS (`Secure`).
+    func cookie(_ name: String, _ value: String, maxAge: Int? = nil) -> String {
         var c = "\(name)=\(value); Path=/; HttpOnly; SameSite=Strict"
+        if settings.tls { c += "; Secure" }
         if let maxAge { c += "; Max-Age=\(maxAge)" }
         return c
     }
@@ -224,7 +281,7 @@ public final class ConsoleServer: @unchecked Sendable {
         let token = SessionStore.randomToken()
         let body = Pages.login(hubName: backend.status().hub.name, csrf: token, message: message,
                                passwordSet: PasswordFile.read(path: passwordPath) != nil)
-        return Self.html(body, status: status, cookies: [Self.cookie(Self.loginCookie, token, maxAge: 3600)])
+        return Self.html(body, status: status, cookies: [cookie(Self.loginCookie, token, maxAge: 3600)])
     }
 
     /// A URL-encoded form body of at most ``maxBody`` bytes.
@@ -283,7 +340,7 @@ public final class ConsoleServer: @unchecked Sendable {
         throttle.succeeded(address)
         let (token, _) = sessions.create()
         logger.notice("console: login from \(address)")
-        return Self.redirect("/", cookies: [Self.cookie(Self.sessionCookie, token), Self.cookie(Self.loginCookie, "", maxAge: 0)])
+        return Self.redirect("/", cookies: [cookie(Self.sessionCookie, token), cookie(Self.loginCookie, "", maxAge: 0)])
     }
 
     func logout(request: Request, context: ConsoleContext) async throws -> Response {
@@ -292,7 +349,7 @@ public final class ConsoleServer: @unchecked Sendable {
             throw HTTPError(.forbidden, message: "missing or wrong CSRF token")
         }
         sessions.remove(token: request.cookies[Self.sessionCookie]?.value)
-        return Self.redirect("/login", cookies: [Self.cookie(Self.sessionCookie, "", maxAge: 0)])
+        return Self.redirect("/login", cookies: [cookie(Self.sessionCookie, "", maxAge: 0)])
     }
 
     // MARK: Toggle
@@ -326,20 +383,31 @@ public final class ConsoleServer: @unchecked Sendable {
 
     // MARK: Live updates
 
-    /// Server-Sent Events: the overview's fields every `eventInterval` seconds while the session lives.
+    /// Server-Sent Events while the session lives: the overview's fields every `eventInterval`
+    /// seconds, or with `?view=charts` the charts redrawn every sampling interval.
     func events(_ request: Request) throws -> Response {
         let token = request.cookies[Self.sessionCookie]?.value
         guard session(request) != nil else { throw HTTPError(.unauthorized, message: "log in first") }
         var headers = HTTPFields()
         headers[.contentType] = "text/event-stream; charset=utf-8"
         headers[.cacheControl] = "no-store"
-        let backend = self.backend, sessions = self.sessions, interval = eventInterval
+        let charts = request.uri.queryParameters["view"] == "charts"
+        let backend = self.backend, sessions = self.sessions, history = self.history, stopping = self.stopping
+        let interval = charts ? sampleInterval : eventInterval
         return Response(status: .ok, headers: headers, body: ResponseBody { writer in
             try await writer.write(ByteBuffer(string: "retry: 3000\n\n"))
-            while !Task.isCancelled, sessions.session(token: token) != nil {
-                let json = OverviewPage.json(backend.status())
-                try await writer.write(ByteBuffer(string: "event: overview\ndata: \(json)\n\n"))
-                try await Task.sleep(nanoseconds: UInt64(interval * 1_000_000_000))
+            func live() -> Bool { !Task.isCancelled && !stopping.withLockedValue { $0 } && sessions.session(token: token) != nil }
+            while live() {
+                let event = charts ? "event: charts\ndata: \(Pages.chartsJSON(history))\n\n"
+                    : "event: overview\ndata: \(OverviewPage.json(backend.status()))\n\n"
+                try await writer.write(ByteBuffer(string: event))
+                // In steps of at most half a second, so a stopping server is not held up.
+                var slept = 0.0
+                while slept < interval, live() {
+                    let step = min(0.5, interval - slept)
+                    try await Task.sleep(nanoseconds: UInt64(step * 1_000_000_000))
+                    slept += step
+                }
             }
             try await writer.finish(nil)
         })
@@ -381,6 +449,8 @@ final class BoundPort: @unchecked Sendable {
 /// no caching of pages that show the hub's state.
 struct SecurityHeaders: RouterMiddleware {
     typealias Context = ConsoleContext
+    /// `http` or `https`: the only origin scheme a POST may come from.
+    let scheme: String
 
     /// True for `127.0.0.1`, `192.168.4.1:8480`, `[::1]:8480`, `localhost:8480`; false for names and garbage.
     static func hostIsAddress(_ host: String?) -> Bool {
@@ -411,7 +481,7 @@ struct SecurityHeaders: RouterMiddleware {
             }
             // A POST from another origin is refused before any handler (belt to SameSite's braces).
             if request.method == .post, let origin = request.headers[.origin], let host = request.head.authority,
-               origin != "http://\(host)" && origin != "https://\(host)" {
+               origin != "\(scheme)://\(host)" {
                 throw HTTPError(.forbidden, message: "cross-origin request refused")
             }
             response = try await next(request, context)

@@ -48,15 +48,17 @@ enum Pages {
         s += "<div class=\"scroll\" role=\"region\" aria-labelledby=\"links-cap\" tabindex=\"0\"><table class=\"grid\" id=\"links\">"
         s += "<caption id=\"links-cap\">\(r.router.links.count) \(r.router.links.count == 1 ? "link" : "links") up</caption><thead><tr><th scope=\"col\">Kind</th>"
         s += "<th scope=\"col\">Peer role</th><th scope=\"col\">Peer (fingerprint prefix)</th><th scope=\"col\">MTU</th>"
-        s += "<th scope=\"col\">Up since</th><th scope=\"col\">Frames in</th><th scope=\"col\">Bytes in</th><th scope=\"col\">Awaiting ack</th></tr></thead><tbody>"
+        s += "<th scope=\"col\">Up since</th><th scope=\"col\">Frames in / out</th><th scope=\"col\">Bytes in / out</th><th scope=\"col\">Awaiting ack</th></tr></thead><tbody>"
         for l in r.router.links {
             let role = l.trust.map { "\(l.role) (\($0))" } ?? l.role
             s += "<tr><td data-label=\"Kind\">\(HTML.esc(l.kind))</td><td data-label=\"Peer role\">\(HTML.esc(role))</td>"
             s += "<td data-label=\"Peer\"><code>\(HTML.esc(String(l.peer.prefix(8))))</code></td>"
             s += "<td data-label=\"MTU\">\(l.mtu.map { "\($0) B" } ?? "—")</td>"
             s += "<td data-label=\"Up since\">\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(ago($0, now: now))</time>" } ?? "—")</td>"
-            s += "<td data-label=\"Frames in\">\(l.framesIn.map(String.init) ?? "—")</td>"
-            s += "<td data-label=\"Bytes in\">\(l.bytesIn.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—")</td>"
+            func count(_ n: Int?) -> String { n.map(String.init) ?? "—" }
+            func bytes(_ n: Int?) -> String { n.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—" }
+            s += "<td data-label=\"Frames in / out\">\(count(l.framesIn)) / \(count(l.framesOut))</td>"
+            s += "<td data-label=\"Bytes in / out\">\(bytes(l.bytesIn)) / \(bytes(l.bytesOut))</td>"
             s += "<td data-label=\"Awaiting ack\">\(l.inFlight)</td></tr>"
         }
         return s + "</tbody></table></div>"
@@ -98,17 +100,51 @@ enum Pages {
         return s
     }
 
-    static func charts(_ h: History, interval: Double) -> String {
-        var s = "<h1>Last hour</h1><p>Sampled every \(Int(interval)) s; the newest point is on the right. Reload the page for new points.</p>"
+    /// One chart of the charts page: what it shows, from the history.
+    struct ChartSpec {
+        var id, title, unit: String
+        var series: [(name: String, points: History.Series)]
+    }
+
+    /// The charts page's three charts, and the transports that moved no frame all hour (named,
+    /// not drawn: they would only be a flat line on zero).
+    static func chartSpecs(_ h: History) -> (charts: [ChartSpec], idle: [String]) {
         let rates = h.frameRates()
-        // A transport that moved no frame all hour would only be a flat line on zero: named, not drawn.
         let names = rates.keys.sorted()
-        let series: [(String, History.Series)] = names.filter { n in rates[n]?.contains { $0.v > 0 } == true }.map { ($0, rates[$0] ?? []) }
-        let idle = names.filter { n in !series.contains { $0.0 == n } }
-        s += Chart.svg(id: "chart-frames", title: "Frames per second, per transport", unit: "frames/s", series: series)
-        if !idle.isEmpty { s += "<p class=\"hint\">No frames in the last hour: \(HTML.esc(idle.joined(separator: ", "))).</p>" }
-        s += Chart.svg(id: "chart-queue", title: "Queue depth (waiting + awaiting acknowledgement)", unit: "messages", series: [("queue", h.queueDepth())])
-        s += Chart.svg(id: "chart-deliveries", title: "Deliveries per minute", unit: "per min", series: [("delivered", h.deliveriesPerMinute())])
-        return s
+        let series: [(name: String, points: History.Series)] = names.filter { n in rates[n]?.contains { $0.v > 0 } == true }
+            .map { ($0, rates[$0] ?? []) }
+        let idle = names.filter { n in !series.contains { $0.name == n } }
+        return ([
+            ChartSpec(id: "chart-frames", title: "Frames per second, per transport", unit: "frames/s", series: series),
+            ChartSpec(id: "chart-queue", title: "Queue depth (waiting + awaiting acknowledgement)", unit: "messages", series: [("queue", h.queueDepth())]),
+            ChartSpec(id: "chart-deliveries", title: "Deliveries per minute", unit: "per min", series: [("delivered", h.deliveriesPerMinute())]),
+        ], idle)
+    }
+
+    static func idleText(_ idle: [String]) -> String {
+        idle.isEmpty ? "" : "No frames in the last hour: \(idle.joined(separator: ", "))."
+    }
+
+    static func charts(_ h: History, interval: Double) -> String {
+        var s = "<h1>Last hour</h1><p>Sampled every \(Int(interval)) s; the newest point is on the right. "
+        s += "<span id=\"live\" role=\"status\">The charts follow new samples while this page is open.</span></p>"
+        let specs = chartSpecs(h)
+        s += "<p class=\"hint\" id=\"charts-idle\">\(HTML.esc(idleText(specs.idle)))</p><div class=\"charts\">"
+        for c in specs.charts { s += Chart.svg(id: c.id, title: c.title, unit: c.unit, series: c.series) }
+        return s + "</div>"
+    }
+
+    /// The live update of the charts page: each chart's new `<svg>` (drawn and escaped as on the
+    /// page) and its caption and the idle line as plain text.
+    static func chartsJSON(_ h: History, now: Double = Date().timeIntervalSince1970) -> String {
+        struct Drawn: Encodable { var id, svg, latest: String }
+        struct Update: Encodable { var charts: [Drawn]; var idle: String }
+        let specs = chartSpecs(h)
+        let drawn = specs.charts.map { c in
+            let d = Chart.draw(id: c.id, title: c.title, unit: c.unit, series: c.series, now: now)
+            return Drawn(id: c.id, svg: d.svg, latest: d.latest)
+        }
+        let data = (try? JSONEncoder().encode(Update(charts: drawn, idle: idleText(specs.idle)))) ?? Data("{}".utf8)
+        return String(decoding: data, as: UTF8.self)
     }
 }

@@ -63,20 +63,8 @@ public enum PasswordFile {
     /// Writes the hash with mode 0600 through a temporary file and rename; when run as root,
     /// the file goes to the owner of its directory (the service user), who must read it.
     public static func write(hash: String, path: String) throws {
-        let dir = (path as NSString).deletingLastPathComponent
-        let tmp = path + ".tmp-\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC, 0o600)
-        guard fd >= 0 else { throw Failure.cannotWrite(path, String(cString: strerror(errno))) }
-        let line = Array((hash + "\n").utf8)
-        let written = line.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        var dirStat = stat()
-        if geteuid() == 0, stat(dir.isEmpty ? "." : dir, &dirStat) == 0 { _ = fchown(fd, dirStat.st_uid, dirStat.st_gid) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == line.count, synced, rename(tmp, path) == 0 else {
-            let why = String(cString: strerror(errno))
-            unlink(tmp)
-            throw Failure.cannotWrite(path, why)
+        do { try PrivateFile.write(Array((hash + "\n").utf8), to: path, mode: 0o600) } catch {
+            throw Failure.cannotWrite(error.path, error.why)
         }
     }
 }

@@ -103,9 +103,18 @@ console:
   # there (Docs/console.md). Off in the embedded default; the packaged config
   # switches it on. Set its password first: yaok-hub console-password
   enabled: false
-  # Address and port. Keep 127.0.0.1 (reach it over `ssh -L 8480:127.0.0.1:8480`):
-  # the console has no TLS yet, so on a LAN address the password crosses in clear.
+  # Address and port. Keep 127.0.0.1 (reach it over `ssh -L 8480:127.0.0.1:8480`)
+  # unless you switch TLS on: on a LAN address without it, the password crosses
+  # in clear.
   listen: 127.0.0.1:8480
+  # Serve HTTPS. Without tls_certificate/tls_key files the hub makes a
+  # self-signed certificate on first start; compare the fingerprint your
+  # browser shows with `yaok-hub console-certificate` before you log in.
+  tls: false
+  # The certificate chain (PEM) and its private key (PEM, mode 0600): both or
+  # neither. Relative paths are inside data_dir.
+  tls_certificate: console-tls.crt
+  tls_key: console-tls.key
   # Argon2id hash of the console password (mode 0600), written by
   # `yaok-hub console-password`. Relative paths are inside data_dir.
   password_file: console.pass

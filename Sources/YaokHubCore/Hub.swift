@@ -34,6 +34,13 @@ public final class Hub: @unchecked Sendable {
     private var metricsServer: MetricsHTTPServer?
     private let notifier = SystemdNotifier()
     private let lock = NSLock()
+    private var reloadObservers: [@Sendable (HubConfig) -> Void] = []
+
+    /// Calls `observer` on the reload queue with each config a reload (SIGHUP or the console's
+    /// switch) has applied: for parts of the process outside the hub, such as the console.
+    public func onReload(_ observer: @escaping @Sendable (HubConfig) -> Void) {
+        lock.withLock { reloadObservers.append(observer) }
+    }
     private let reloadQueue = DispatchQueue(label: "yaok.hub.reload")
     private var signalsInstalled = false
     private var watchdog: DispatchSourceTimer?
@@ -228,6 +235,7 @@ public final class Hub: @unchecked Sendable {
                 config = newConfig
             }
             logger.notice("reloaded \(newConfig.source)")
+            for observer in lock.withLock({ reloadObservers }) { observer(newConfig) }
         }
     }
 

@@ -100,11 +100,18 @@ public struct HubConfig: Sendable, Equatable {
         public var sessionMinutes = 30
         /// Seconds between the samples behind the charts, which always span one hour.
         public var sampleIntervalSeconds = 10
+        /// Serve HTTPS with `tlsCertificate` and `tlsKey` (made self-signed when both are absent).
+        public var tls = false
+        /// The certificate chain (PEM) and its private key (PEM, 0600); relative to data_dir.
+        public var tlsCertificate = "console-tls.crt"
+        public var tlsKey = "console-tls.key"
 
         public init(enabled: Bool = false, listen: String = "127.0.0.1:8480", passwordFile: String = "console.pass",
-                    sessionMinutes: Int = 30, sampleIntervalSeconds: Int = 10) {
+                    sessionMinutes: Int = 30, sampleIntervalSeconds: Int = 10,
+                    tls: Bool = false, tlsCertificate: String = "console-tls.crt", tlsKey: String = "console-tls.key") {
             self.enabled = enabled; self.listen = listen; self.passwordFile = passwordFile
             self.sessionMinutes = sessionMinutes; self.sampleIntervalSeconds = sampleIntervalSeconds
+            self.tls = tls; self.tlsCertificate = tlsCertificate; self.tlsKey = tlsKey
         }
     }
 
@@ -198,7 +205,7 @@ extension HubConfig {
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
         let console = try top.mapping("console")
-        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s"])
+        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s", "tls", "tls_certificate", "tls_key"])
         if let listen = try console?.string("listen"), !Self.isHostPort(listen) {
             throw console!.error("listen", "expected host:port (e.g. 127.0.0.1:8480 or [::1]:8480), got \"\(listen)\"")
         }
@@ -233,7 +240,10 @@ extension HubConfig {
                 listen: try console?.string("listen") ?? "127.0.0.1:8480",
                 passwordFile: try console?.string("password_file").flatMap { $0.isEmpty ? nil : $0 } ?? "console.pass",
                 sessionMinutes: try console?.int("session_minutes", range: 1...1440) ?? 30,
-                sampleIntervalSeconds: try console?.int("sample_interval_s", range: 1...60) ?? 10),
+                sampleIntervalSeconds: try console?.int("sample_interval_s", range: 1...60) ?? 10,
+                tls: try console?.bool("tls") ?? false,
+                tlsCertificate: try console?.string("tls_certificate").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.crt",
+                tlsKey: try console?.string("tls_key").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.key"),
             transports: [])
 
         if let transports = try top.mapping("transports") {

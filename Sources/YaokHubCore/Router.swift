@@ -149,6 +149,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var framesIn = 0
         /// Bytes of the frames counted in `framesIn`.
         var bytesIn = 0
+        /// Frames the transport accepted for this link, and their bytes.
+        var framesOut = 0
+        var bytesOut = 0
         /// Hub links: the peer's key is in `trusted_hubs`.
         var listed = false
         /// Hub links: the peer presented a valid certificate, valid until this time.
@@ -506,7 +509,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func sendNow(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
         do {
-            try link.transport.send(record.encoded, to: link.info.id)
+            let frame = record.encoded
+            try link.transport.send(frame, to: link.info.id)
+            link.framesOut += 1
+            link.bytesOut += frame.count
             if let arrivedNs { hopLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- arrivedNs) }
             return true
         } catch {
@@ -1394,7 +1400,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
                                           window: $0.pacing.window, roundTripMs: $0.pacing.smoothedRTTMs.map { Int($0.rounded()) },
                                           custodyTimeoutMs: $0.pacing.timeoutMs(),
-                                          mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn)
+                                          mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn,
+                                          framesOut: $0.framesOut, bytesOut: $0.bytesOut)
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
         }
@@ -1465,11 +1472,14 @@ public struct RouterStatus: Sendable, Codable, Equatable {
         public var window: Int?
         public var roundTripMs: Int?
         public var custodyTimeoutMs: Int64?
-        /// Largest frame the link carries, when it came up (ms since 1970), and what arrived on it.
+        /// Largest frame the link carries, when it came up (ms since 1970), what arrived on it
+        /// and what its transport accepted to send on it.
         public var mtu: Int?
         public var upAtMs: Int64?
         public var framesIn: Int?
         public var bytesIn: Int?
+        public var framesOut: Int?
+        public var bytesOut: Int?
     }
     public struct Delivery: Sendable, Codable, Equatable {
         public var destination: String

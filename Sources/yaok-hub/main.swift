@@ -58,22 +58,13 @@ struct Run: ParsableCommand {
             logger.critical("cannot start: \(error)")
             throw ExitCode(1)
         }
-        // The console is optional like metrics: a port in use is logged, the hub runs on.
-        var console: ConsoleServer?
-        if config.console.enabled {
-            let server = ConsoleServer(settings: config.console,
-                                       passwordPath: Paths.resolve(config.console.passwordFile, in: hub.dataDirectory),
-                                       backend: HubConsoleBackend(hub: hub, logger: logger), logger: logger,
-                                       sampleInterval: Double(config.console.sampleIntervalSeconds))
-            do {
-                try server.start()
-                console = server
-            } catch {
-                logger.error("console not started on \(config.console.listen): \(error)")
-            }
-        }
+        // The console is optional like metrics: a port in use is logged, the hub runs on. A
+        // reload applies a changed `console:` section.
+        let console = ConsoleRunner(backend: HubConsoleBackend(hub: hub, logger: logger), dataDirectory: hub.dataDirectory, logger: logger)
+        console.apply(config.console)
+        hub.onReload { console.apply($0.console) }
         hub.runUntilSignalled()
-        console?.stop()
+        console.stop()
     }
 }
 

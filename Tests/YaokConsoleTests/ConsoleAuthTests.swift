@@ -73,7 +73,7 @@ struct RawHTTP {
             data += buf[0..<n]
             // An event stream never ends: stop after its first whole event.
             let text = String(decoding: data, as: UTF8.self)
-            if let ev = text.range(of: "event: overview"), text[ev.upperBound...].contains("\n\n") { break }
+            if let ev = text.range(of: "\nevent: "), text[ev.upperBound...].contains("\n\n") { break }
         }
         let text = String(decoding: data, as: UTF8.self)
         guard let split = text.range(of: "\r\n\r\n") else { throw POSIXError(.EPROTO) }

@@ -73,5 +73,15 @@ final class ConfigEditorTests: XCTestCase {
             XCTAssertEqual((error as? ConfigError)?.line, 2)
         }
         XCTAssertThrowsError(try HubConfig.parse(yaml: "console:\n  enabled: yes\n", source: "t"))
+        // TLS: off by default, files inside data_dir unless named; a bad value names key and line.
+        XCTAssertEqual(try DefaultConfig.load().console.tls, false)
+        let tls = try HubConfig.parse(yaml: "console:\n  tls: true\n  tls_certificate: /etc/ssl/hub.pem\n", source: "t")
+        XCTAssertEqual(tls.console.tls, true)
+        XCTAssertEqual(tls.console.tlsCertificate, "/etc/ssl/hub.pem")
+        XCTAssertEqual(tls.console.tlsKey, "console-tls.key")
+        XCTAssertThrowsError(try HubConfig.parse(yaml: "console:\n  enabled: true\n  tls: sometimes\n", source: "t")) { error in
+            XCTAssertEqual((error as? ConfigError)?.keyPath, "console.tls")
+            XCTAssertEqual((error as? ConfigError)?.line, 3)
+        }
     }
 }

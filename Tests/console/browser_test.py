@@ -114,6 +114,10 @@ def status():
     return json.loads(out)
 
 
+def status_out(peer):
+    return sum(l["framesOut"] for l in status()["router"]["links"] if l["peer"] == peer)
+
+
 def fetch(path, data=None, headers=None):
     req = urllib.request.Request(base + path, data=data, headers=headers or {})
     try:
@@ -151,6 +155,9 @@ try:
               "--disable-component-update", "--disable-default-apps", "--lang=en-GB", "--force-device-scale-factor=1"):
         opts.add_argument(a)
     opts.set_capability("goog:loggingPrefs", {"performance": "ALL", "browser": "ALL"})
+    # The TLS phase's certificate is self-signed: the test checks its fingerprint instead, as
+    # an operator would.
+    opts.set_capability("acceptInsecureCerts", True)
     driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
     driver.set_window_size(1280, 900)
     wait = WebDriverWait(driver, 15)
@@ -299,9 +306,44 @@ try:
     d = code.split("d=", 1)[1].split("&")[0]
     alice_id = base64.urlsafe_b64decode(d + "=" * (-len(d) % 4))[1:33].hex()
     check("links page never shows the user's full ID", len(alice_id) == 64 and alice_id not in driver.page_source.lower())
+    # Frames and bytes both ways per link, as the router counts them: Bob sends Alice a
+    # message through the hub, so Alice's link carries frames out.
+    yaok = os.path.join(BIN, "yaok")
+    bob = os.path.join(work, "bob")
+    subprocess.run([yaok, "init", "--home", bob, "--name", "Bob"], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([yaok, "contacts", "add", "--home", bob, code], check=True, stdout=subprocess.DEVNULL)
+    subprocess.run([yaok, "send", "--home", bob, "Alice", "hello from the console test", "--hub", f"udp://127.0.0.1:{udp_port}",
+                    "--timeout", "30"], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    wait_until("the message on Alice's link", lambda: status_out(alice_id[:8]) >= 1)
+    link = [l for l in status()["router"]["links"] if l["peer"] == alice_id[:8]]
+    check("status --json counts frames and bytes out on Alice's link", len(link) == 1 and link[0]["framesOut"] >= 1 and link[0]["bytesOut"] > 200,
+          json.dumps(link))
+    driver.get(base + "/links")
+    cells = {}
+    for row in driver.find_elements(By.CSS_SELECTOR, "#links tbody tr"):
+        c = {td.get_attribute("data-label"): td.text for td in row.find_elements(By.TAG_NAME, "td")}
+        if c.get("Peer") == alice_id[:8]:
+            cells = c
+    shown = cells.get("Frames in / out", "").split(" / ")
+    check("links page shows Alice's frames out, as the router counts them",
+          len(shown) == 2 and shown[1].isdigit() and 1 <= int(shown[1]) <= status_out(alice_id[:8]), str(cells))
     time.sleep(2)  # two more chart samples with the phone attached
     driver.get(base + "/charts")
     check("frames chart has a line for udp", len(driver.find_elements(By.CSS_SELECTOR, "#chart-frames polyline")) >= 1)
+    # Live: the charts are redrawn from new samples without a reload.
+    driver.execute_script("window.__firstChart = document.getElementById('chart-queue'); window.__page = performance.timeOrigin;")
+    wait.until(lambda d: d.execute_script("return document.getElementById('chart-queue') !== window.__firstChart"))
+    check("charts update live: a new SVG replaced the first, without a page load",
+          driver.execute_script("return window.__page === performance.timeOrigin && document.getElementById('live').textContent.indexOf('Live: updated') === 0"))
+    check("the live chart is the SVG the server drew (still three charts, udp's line there)",
+          len(driver.find_elements(By.CSS_SELECTOR, "figure.chart svg")) == 3 and len(driver.find_elements(By.CSS_SELECTOR, "#chart-frames polyline")) >= 1)
+    # At 1280 px the charts fill the content width (two a row), not half of it.
+    span = driver.execute_script("""
+      var m = document.querySelector('main').getBoundingClientRect(), figs = document.querySelectorAll('figure.chart');
+      var l = Infinity, r = -Infinity;
+      figs.forEach(function (f) { var b = f.getBoundingClientRect(); l = Math.min(l, b.left); r = Math.max(r, b.right); });
+      return (r - l) / (m.width - 2 * parseFloat(getComputedStyle(document.querySelector('main')).paddingLeft));""")
+    check("at 1280 px the charts span the page's content width", span > 0.9, f"{span:.2f}")
     shoot("charts-attached")
     driver.get(base + "/links")
     shoot("links-attached")
@@ -359,6 +401,53 @@ try:
     console_errors = [e["message"] for e in driver.get_log("browser")
                       if e["level"] == "SEVERE" and "Failed to load resource" not in e["message"]]
     check("no CSP violations or script errors in the browser console", not console_errors, "; ".join(console_errors[:3]))
+
+    # A reload applies a changed console section: a new port with TLS on. The old port closes;
+    # the new one serves the certificate whose fingerprint `yaok-hub console-certificate` and
+    # the hub's log give; the browser logs in over TLS and gets a Secure cookie.
+    import hashlib, ssl
+    tls_port = free_port()
+    text = open(config).read()
+    text = text.replace(f"  listen: 127.0.0.1:{port}\n", f"  listen: 127.0.0.1:{tls_port}\n  tls: true\n", 1)
+    with open(config, "w") as f:
+        f.write(text)
+    os.kill(hub.pid, signal.SIGHUP)
+
+    def tls_fingerprint():
+        ctx = ssl.create_default_context()
+        ctx.check_hostname = False
+        ctx.verify_mode = ssl.CERT_NONE
+        with socket.create_connection(("127.0.0.1", tls_port), timeout=5) as raw:
+            with ctx.wrap_socket(raw) as t:
+                return ":".join("%02X" % b for b in hashlib.sha256(t.getpeercert(binary_form=True)).digest())
+
+    served = wait_until("the console over TLS on its new port", tls_fingerprint)
+
+    def old_port_closed():
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=2).close()
+            return False
+        except OSError:
+            return True
+    check("after the reload the old plain-HTTP port is closed", wait_until("the old port to close", old_port_closed))
+    printed = subprocess.run([hub_bin, "console-certificate", "-c", config], capture_output=True, text=True, check=True).stdout
+    check("yaok-hub console-certificate prints the fingerprint the console serves", f"SHA-256 {served}" in printed, printed + " vs " + served)
+    check("the hub's log names the same fingerprint", f"TLS certificate SHA-256 {served}" in open(os.path.join(work, "hub.log")).read())
+    key_mode = os.stat(os.path.join(work, "data", "console-tls.key")).st_mode & 0o777
+    check("the console's TLS key is mode 0600", key_mode == 0o600, oct(key_mode))
+    base = f"https://127.0.0.1:{tls_port}"
+    driver.get(base + "/")
+    driver.find_element(By.ID, "password").send_keys(PASSWORD + Keys.ENTER)
+    wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-transport]"))
+    check("logged in over TLS after the reload", driver.current_url.startswith(base) and driver.title.startswith("Overview"), driver.current_url)
+    session = driver.get_cookie("yaok_console")
+    check("over TLS the session cookie is Secure, HttpOnly, SameSite=Strict",
+          bool(session) and session.get("secure") and session.get("httpOnly") and session.get("sameSite") == "Strict", str(session))
+    wait.until(lambda d: d.find_element(By.ID, "live").text.startswith("Live: updated"))
+    check("live updates arrive over TLS", True)
+    shoot("overview-tls")
+    check("the console's restart logged no error", " error " not in open(os.path.join(work, "hub.log")).read(),
+          "".join(l for l in open(os.path.join(work, "hub.log")) if " error " in l)[:400])
 
     # Log out, then three wrong passwords: the third earns a 30 s wait, and even the right
     # password is not checked until it is over.
