@@ -159,12 +159,14 @@ let package = Package(
         .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
-        .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore"]),
+        // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
+        .target(name: "YaokTesting"),
+        .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto"]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),

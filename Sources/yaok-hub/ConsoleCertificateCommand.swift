@@ -14,13 +14,7 @@ struct ConsoleCertificateCommand: ParsableCommand {
     @Option(name: .shortAndLong, help: "Config file (default: the embedded default config).") var config: String?
 
     func run() throws {
-        let cfg: HubConfig
-        do { cfg = try config.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load() } catch {
-            FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
-            throw ExitCode(exitConfigError)
-        }
-        let dataDir = Paths.dataDirectory(configured: cfg.dataDir)
-        try Paths.ensureDirectory(dataDir, mode: 0o700)
+        let (cfg, dataDir) = try consoleConfig(config)
         let certificatePath = Paths.resolve(cfg.console.tlsCertificate, in: dataDir)
         let keyPath = Paths.resolve(cfg.console.tlsKey, in: dataDir)
         let host = (try? ConsoleServer.hostPort(cfg.console.listen).0) ?? "127.0.0.1"

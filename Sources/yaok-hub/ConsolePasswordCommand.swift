@@ -13,13 +13,7 @@ struct ConsolePasswordCommand: ParsableCommand {
     @Flag(help: "Read the password from standard input (one line) instead of asking.") var stdin = false
 
     func run() throws {
-        let cfg: HubConfig
-        do { cfg = try config.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load() } catch {
-            FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
-            throw ExitCode(exitConfigError)
-        }
-        let dataDir = Paths.dataDirectory(configured: cfg.dataDir)
-        try Paths.ensureDirectory(dataDir, mode: 0o700)
+        let (cfg, dataDir) = try consoleConfig(config)
         let path = Paths.resolve(cfg.console.passwordFile, in: dataDir)
         let password: String
         if stdin {
@@ -46,4 +40,17 @@ struct ConsolePasswordCommand: ParsableCommand {
         guard isatty(0) == 1, let p = getpass(prompt) else { return nil }
         return String(cString: p)
     }
+}
+
+/// The config a console verb works on (the embedded default without `--config`; a bad one
+/// exits with EX_CONFIG) and its data directory, made 0700 if absent.
+func consoleConfig(_ path: String?) throws -> (HubConfig, String) {
+    let cfg: HubConfig
+    do { cfg = try path.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load() } catch {
+        FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
+        throw ExitCode(exitConfigError)
+    }
+    let dataDir = Paths.dataDirectory(configured: cfg.dataDir)
+    try Paths.ensureDirectory(dataDir, mode: 0o700)
+    return (cfg, dataDir)
 }

@@ -4,6 +4,7 @@ import XCTest
 import YaokPluginKit
 @testable import YaokConsole
 @testable import YaokHubCore
+import YaokTesting
 
 /// A backend with fixed status; records toggles.
 final class FakeBackend: ConsoleBackend, @unchecked Sendable {
@@ -47,34 +48,19 @@ struct RawHTTP {
     let port: Int
 
     func send(_ method: String, _ path: String, headers: [String: String] = [:], body: String = "") throws -> Reply {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw POSIXError(.EIO) }
+        let fd = try Loopback.connectTCP(port: port)
         defer { close(fd) }
-        var tv = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0 else { throw POSIXError(.ECONNREFUSED) }
         var req = "\(method) \(path) HTTP/1.1\r\nHost: \(headers["Host"] ?? "127.0.0.1:\(port)")\r\nConnection: close\r\n"
         for (k, v) in headers where k != "Host" { req += "\(k): \(v)\r\n" }
         if method == "POST" { req += "Content-Length: \(body.utf8.count)\r\n" }
         req += "\r\n" + body
-        let bytes = Array(req.utf8)
-        _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
-        var data = [UInt8]()
-        var buf = [UInt8](repeating: 0, count: 65536)
-        let deadline = Date().addingTimeInterval(10)
-        while Date() < deadline {
-            let n = recv(fd, &buf, buf.count, 0)
-            if n <= 0 { break }
-            data += buf[0..<n]
-            // An event stream never ends: stop after its first whole event.
+        Loopback.sendAll(fd, Array(req.utf8))
+        // An event stream never ends: stop after its first whole event.
+        let data = Loopback.receive(fd) { data in
             let text = String(decoding: data, as: UTF8.self)
-            if let ev = text.range(of: "\nevent: "), text[ev.upperBound...].contains("\n\n") { break }
-        }
+            guard let ev = text.range(of: "\nevent: ") else { return false }
+            return text[ev.upperBound...].contains("\n\n")
+        }.bytes
         let text = String(decoding: data, as: UTF8.self)
         guard let split = text.range(of: "\r\n\r\n") else { throw POSIXError(.EPROTO) }
         let lines = text[..<split.lowerBound].components(separatedBy: "\r\n")
@@ -117,12 +103,7 @@ final class ConsoleAuthTests: XCTestCase {
 
     /// GET /login, then POST the form with its CSRF token; returns the reply.
     func login(_ pw: String, csrf override: String? = nil) throws -> RawHTTP.Reply {
-        let page = try http.send("GET", "/login")
-        let cookie = try XCTUnwrap(page.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.loginCookie + "=") })
-        let token = Self.cookieValue(cookie)
-        let form = "csrf=\(override ?? token)&password=\(pw.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
-        return try http.send("POST", "/login", headers: ["Cookie": "\(ConsoleServer.loginCookie)=\(token)",
-                                                          "Content-Type": "application/x-www-form-urlencoded"], body: form)
+        try ConsoleAuthSession.login(port: http.port, password: pw, csrf: override)
     }
 
     /// A logged-in session: (cookie header, CSRF token from the overview page).

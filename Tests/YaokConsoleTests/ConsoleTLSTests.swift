@@ -6,6 +6,7 @@ import Logging
 import XCTest
 @testable import YaokConsole
 @testable import YaokHubCore
+import YaokTesting
 
 /// The console's TLS (`console.tls`) and its restart on a changed `console:` section, against
 /// independent TLS clients: OpenSSL's command line and Python's `ssl` module.
@@ -210,32 +211,27 @@ struct ConsoleAuthSession {
 
     init(port: Int, password: String) throws {
         self.port = port
-        let http = RawHTTP(port: port)
-        let page = try http.send("GET", "/login")
-        let loginCookie = try XCTUnwrap(page.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.loginCookie + "=") })
-        let token = ConsoleAuthTests.cookieValue(loginCookie)
-        let form = "csrf=\(token)&password=\(password.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
-        let r = try http.send("POST", "/login", headers: ["Cookie": "\(ConsoleServer.loginCookie)=\(token)",
-                                                          "Content-Type": "application/x-www-form-urlencoded"], body: form)
+        let r = try Self.login(port: port, password: password)
         let set = try XCTUnwrap(r.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.sessionCookie + "=") })
         cookie = "\(ConsoleServer.sessionCookie)=\(ConsoleAuthTests.cookieValue(set))"
     }
 
+    /// GET /login, then POST the form with its CSRF token (or `override`); returns the reply.
+    static func login(port: Int, password: String, csrf override: String? = nil) throws -> RawHTTP.Reply {
+        let http = RawHTTP(port: port)
+        let page = try http.send("GET", "/login")
+        let loginCookie = try XCTUnwrap(page.all("Set-Cookie").first { $0.hasPrefix(ConsoleServer.loginCookie + "=") })
+        let token = ConsoleAuthTests.cookieValue(loginCookie)
+        let form = "csrf=\(override ?? token)&password=\(password.addingPercentEncoding(withAllowedCharacters: .alphanumerics)!)"
+        return try http.send("POST", "/login", headers: ["Cookie": "\(ConsoleServer.loginCookie)=\(token)",
+                                                         "Content-Type": "application/x-www-form-urlencoded"], body: form)
+    }
+
     /// Opens /events and leaves it open; returns the socket.
     func openEventStream() throws -> Int32 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        guard rc == 0 else { close(fd); throw POSIXError(.ECONNREFUSED) }
-        let req = Array("GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nCookie: \(cookie)\r\n\r\n".utf8)
-        _ = req.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, 0) }
-        var tv = timeval(tv_sec: 10, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
-        var buf = [UInt8](repeating: 0, count: 4096)
-        guard recv(fd, &buf, buf.count, 0) > 0 else { close(fd); throw POSIXError(.EPROTO) }
+        let fd = try Loopback.connectTCP(port: port)
+        Loopback.sendAll(fd, Array("GET /events HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nCookie: \(cookie)\r\n\r\n".utf8))
+        guard !Loopback.receive(fd, done: { !$0.isEmpty }).bytes.isEmpty else { close(fd); throw POSIXError(.EPROTO) }
         return fd
     }
 }

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import XCTest
 @testable import YaokHubCore
+import YaokTesting
 
 /// The /metrics endpoint over a real TCP socket, spoken to with raw bytes.
 final class MetricsHTTPServerTests: XCTestCase {
@@ -23,30 +24,14 @@ final class MetricsHTTPServerTests: XCTestCase {
 
     /// Sends `request`, reads until the server closes (5 s receive timeout), returns the text.
     private func exchange(port: Int, _ request: String) throws -> String {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        XCTAssertGreaterThanOrEqual(fd, 0)
+        let fd = try Loopback.connectTCP(port: port, receiveTimeout: 5)
         defer { close(fd) }
-        var timeout = timeval(tv_sec: 5, tv_usec: 0)
-        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, socklen_t(MemoryLayout<timeval>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard rc == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
-        let bytes = Array(request.utf8)
-        let sent = bytes.withUnsafeBytes { send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-        XCTAssertEqual(sent, bytes.count)
-        var response: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n > 0 { response.append(contentsOf: chunk[0..<n]) } else { break }
-            if n < 0 { XCTFail("recv failed or timed out: errno \(errno)"); break }
-        }
-        return String(decoding: response, as: UTF8.self)
+        XCTAssertTrue(Loopback.sendAll(fd, Array(request.utf8)))
+        let reply = Loopback.receive(fd, seconds: 10)
+        // A reset ends the reply like a close (the server drops garbage that way); a receive
+        // timeout means the server never answered nor closed.
+        if let e = reply.error, e == EAGAIN || e == ETIMEDOUT { XCTFail("no reply and no close within the timeout: errno \(e)") }
+        return String(decoding: reply.bytes, as: UTF8.self)
     }
 
     func testGetMetricsReturnsRenderedText() throws {
