@@ -5,6 +5,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
+import YaokTesting
 
 /// A self-signed certificate and its 0600 key, made by `openssl req` (the documented way).
 struct TLSFixture {
@@ -35,7 +36,7 @@ struct TLSFixture {
 
 /// Runs a tool to completion (bounded to 60 s), returning status and combined output.
 func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeInterval = 60) throws -> (Int32, String) {
-    guard FileManager.default.isExecutableFile(atPath: exe) else { throw XCTSkip("\(exe) is not installed") }
+    try RequiredTool.require(exe, package: ["openssl": "openssl", "bash": "bash"][(exe as NSString).lastPathComponent] ?? "coreutils")
     let p = Process()
     p.executableURL = URL(fileURLWithPath: exe)
     p.arguments = args

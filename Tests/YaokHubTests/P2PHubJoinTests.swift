@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 @testable import YaokEndpoint
 import YaokTransportWiFiDirect
+import YaokTesting
 
 /// `yaok --hub p2p://…` without a radio: the address syntax, the errors a user sees before any
 /// radio work (no control socket, a supplicant that cannot do P2P, no DHCP client), and the
@@ -82,7 +83,7 @@ final class P2PHubJoinTests: XCTestCase {
     /// client socket behind.
     func testASupplicantWithoutP2PIsRefusedByName() throws {
         let binary = "/usr/sbin/wpa_supplicant"
-        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: binary), "wpa_supplicant is not installed")
+        try RequiredTool.require(binary, package: "wpasupplicant")
         let dir = try tempDir("nop2p")
         try "ctrl_interface=\(dir)/ctrl\n".write(toFile: "\(dir)/wpa.conf", atomically: true, encoding: .utf8)
         let p = try ChildProcess(executable: binary, arguments: ["-D", "none", "-i", "lo", "-c", "\(dir)/wpa.conf"], logPath: "\(dir)/wpa.log", hint: "")

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// A transport as a standalone program (`command:`): Tests/PythonTransport/yaok_tcp_transport.py,
 /// Python's standard library only, carries a real message between two real hubs. The hubs run
@@ -32,9 +33,7 @@ final class ProgramTransportTests: XCTestCase {
 
     /// Hub A dials hub B over the Python transport; each has UDP for phones.
     func startHubs() throws -> TwoHubs {
-        guard FileManager.default.isExecutableFile(atPath: Self.python) else {
-            throw XCTSkip("needs \(Self.python) (.ci/run installs python3)")
-        }
+        try RequiredTool.require(Self.python, package: "python3")
         let plugins = try TestSupport.pluginDirectory(self)
         let (udpA, udpB, tcpA, tcpB) = (HubProcessTests.freePort(), HubProcessTests.freePort(),
                                         TestSupport.freePort(type: Int32(SOCK_STREAM.rawValue)), TestSupport.freePort(type: Int32(SOCK_STREAM.rawValue)))
@@ -160,7 +159,7 @@ final class ProgramTransportTests: XCTestCase {
 
     /// A program's config error names the key and line, as a plugin's does; `check-config` says so.
     func testAProgramConfigErrorNamesKeyAndLine() throws {
-        guard FileManager.default.isExecutableFile(atPath: Self.python) else { throw XCTSkip("needs \(Self.python)") }
+        try RequiredTool.require(Self.python, package: "python3")
         let dir = try TestSupport.temporaryDirectory(self)
         let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: nil,
                                             extra: section(listen: 7000, peers: [], extra: "    colour: blue\n"))

@@ -3,6 +3,7 @@ import XCTest
 import CSQLCipher
 #if canImport(Glibc)
 import Glibc
+import YaokTesting
 #endif
 
 final class SQLCipherDatabaseTests: XCTestCase {
@@ -327,7 +328,7 @@ final class SQLCipherCLIInteropTests: XCTestCase {
     /// `PRAGMA key = "x'<hex>'"` (so the key really is applied as a raw key).
     func testSQLCipherCLIReadsTheFileWithTheRawKey() throws {
         let cli = "/usr/bin/sqlcipher"
-        guard FileManager.default.isExecutableFile(atPath: cli) else { throw XCTSkip("sqlcipher CLI not installed") }
+        try RequiredTool.require(cli, package: "sqlcipher")
         let dir = try makeTempDirectory(self)
         let path = dir + "/a.db"
         do {

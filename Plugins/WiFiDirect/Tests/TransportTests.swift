@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokTesting
 
 /// Config keys, and the transport's start paths that can be real on this machine.
 final class TransportTests: XCTestCase {
@@ -83,7 +84,7 @@ final class TransportTests: XCTestCase {
     /// refused and the transport says which command.
     func testASupplicantThatRefusesTheGroupFailsStart() throws {
         let dir = TestConfig.tempDir("refuse")
-        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: WPAControlTests.binary))
+        try RequiredTool.require(WPAControlTests.binary, package: "wpasupplicant")
         let p = try ChildProcess(executable: WPAControlTests.binary, arguments: ["-g", "\(dir)/global"], logPath: "\(dir)/wpa.log", hint: "")
         defer { p.stop() }
         let deadline = Date().addingTimeInterval(10)
@@ -102,7 +103,7 @@ final class TransportTests: XCTestCase {
     /// managed binary here is a stand-in speaking the control protocol (PING, OK to the rest);
     /// the VM test does the same with the real one on hwsim.
     func testStopDuringASupplicantRestartIsBoundedAndLeavesNoHelper() throws {
-        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: "/usr/bin/python3"), "needs python3 for the stand-in")
+        try RequiredTool.require("/usr/bin/python3", package: "python3")
         let dir = TestConfig.tempDir("restart")
         let standIn = "\(dir)/stand-in-supplicant"
         try Self.standInSupplicant.write(toFile: standIn, atomically: true, encoding: .utf8)

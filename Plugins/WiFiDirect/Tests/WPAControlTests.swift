@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokTesting
 
 /// The control-interface client against a real wpa_supplicant (Debian's wpasupplicant). This
 /// machine has no Wi-Fi, so the supplicant runs with only its global control socket (`-g`),
@@ -10,7 +11,7 @@ final class WPAControlTests: XCTestCase {
     static let binary = "/usr/sbin/wpa_supplicant"
 
     func startGlobalSupplicant(_ dir: String) throws -> ChildProcess {
-        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: Self.binary), "wpa_supplicant is not installed")
+        try RequiredTool.require(Self.binary, package: "wpasupplicant")
         let p = try ChildProcess(executable: Self.binary, arguments: ["-g", "\(dir)/global"], logPath: "\(dir)/wpa.log", hint: "")
         addTeardownBlock { p.stop() }
         let deadline = Date().addingTimeInterval(10)
@@ -62,7 +63,7 @@ final class WPAControlTests: XCTestCase {
     /// A real supplicant with a saved persistent group (driver `none` on `lo`: no radio needed
     /// for the network list): the client list is emptied in memory and in the saved file.
     func testPersistentGroupClientListIsClearedAndSaved() throws {
-        try XCTSkipUnless(FileManager.default.isExecutableFile(atPath: Self.binary), "wpa_supplicant is not installed")
+        try RequiredTool.require(Self.binary, package: "wpasupplicant")
         let dir = TestConfig.tempDir("clients")
         let conf = "\(dir)/wpa.conf"
         try """
