@@ -52,15 +52,15 @@ let package = Package(
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CLinuxProcess"),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
-        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI")]),
+        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokWire", dependencies: [
             "YaokCrypto",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
-        .target(name: "YaokATT"),
+        .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
-        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI")]),
+        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
@@ -95,7 +95,7 @@ let package = Package(
         ]),
         // The relay's messages over WebSocket + TLS 1.3 (server listener and pinned client).
         .target(name: "YaokRelayWebSocket", dependencies: [
-            "YaokRelayProtocol", "YaokCrypto",
+            "YaokRelayProtocol", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -103,7 +103,7 @@ let package = Package(
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .target(name: "YaokRelayServer", dependencies: [
-            "YaokRelayProtocol", "YaokRelayWebSocket", "YaokStore",
+            "YaokRelayProtocol", "YaokRelayWebSocket", "YaokStore", .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "Prometheus", package: "swift-prometheus"),
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -111,7 +111,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "yaok-relay", dependencies: [
-            "YaokRelayServer", "YaokProcess",
+            "YaokRelayServer", "YaokProcess", .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
@@ -165,12 +165,12 @@ let package = Package(
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
-        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto"]),
+        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
-        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting"]),
+        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
     ],

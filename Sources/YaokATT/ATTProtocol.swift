@@ -1,3 +1,4 @@
+import enum YaokPluginKit.Hex
 /// ATT PDU opcodes (Core Spec Vol 3 Part F 3.4.8). Bit 6 (0x40) marks a command,
 /// bit 7 (0x80) an authentication signature.
 public enum ATTOpcode {

@@ -1,3 +1,4 @@
+import enum YaokPluginKit.Hex
 /// An attribute type: a Bluetooth UUID, stored as its full 128-bit value.
 ///
 /// 16-bit (and 32-bit) UUIDs are shorthands for UUIDs on the Bluetooth Base UUID

@@ -1,4 +1,5 @@
 import Foundation
+import enum YaokPluginKit.Hex
 
 /// Why an attribute-table file could not be loaded. Every content error names the
 /// attribute index (0-based, in file order) and the field.

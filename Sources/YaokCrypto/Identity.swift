@@ -1,3 +1,4 @@
+import enum YaokPluginKit.Hex
 /// A Ya OK identity: an Ed25519 signing key pair and an X25519 key-agreement key pair.
 ///
 /// The user ID is SHA-256 of the Ed25519 public key; it is what envelopes address.

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import enum YaokPluginKit.Hex
 
 /// Errors loading or creating the identity file.
 public enum IdentityFileError: Error, Sendable, Equatable, CustomStringConvertible {

@@ -377,16 +377,10 @@ extension HubConfig {
         return !host.isEmpty && !host.contains(" ")
     }
 
+    /// A 32-byte key as 64 hex digits.
     static func hexKey(_ s: String) -> [UInt8]? {
-        let hex = Array(s.utf8)
-        guard hex.count == 64 else { return nil }
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
-        for i in stride(from: 0, to: 64, by: 2) {
-            guard let b = UInt8(String(decoding: hex[i..<i + 2], as: UTF8.self), radix: 16) else { return nil }
-            out.append(b)
-        }
-        return out
+        guard s.utf8.count == 64, let key = Hex.decode(s), key.count == 32 else { return nil }
+        return key
     }
 
     /// Flattens nested mappings into dotted keys, keeping each value's line.

@@ -1,5 +1,6 @@
 import CSodium
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 /// A 16-byte bundle ID held as two integers, so sets of 100,000 of them cost no heap
 /// allocation per ID. `hi` is bytes 0..<8 read big-endian and `lo` bytes 8..<16, so the

@@ -1,6 +1,7 @@
 import CSodium
 import YaokCrypto
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// What a session's handshake fixed, as 32 bytes: BLAKE2b-256 of
 /// `"yaok-relay-channel-v1" || sessionID(8) || clientKey(32) || relayEphemeralKey(32)`.

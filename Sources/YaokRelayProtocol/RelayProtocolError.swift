@@ -1,4 +1,5 @@
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 /// Errors parsing relay packets, running the secure channel, or talking to a relay.
 public enum RelayProtocolError: Error, Sendable, Equatable, CustomStringConvertible {

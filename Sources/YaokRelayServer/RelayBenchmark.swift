@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// Measures relay nodes on loopback. Each node is a real `yaok-relay run` process (the binary
 /// passed in), so the figures include its memory alone; the clients are real ``RelayClient``s

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// The relay's logic, independent of sockets: datagram in → datagrams out.
 ///

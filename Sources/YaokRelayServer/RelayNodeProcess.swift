@@ -1,5 +1,6 @@
 import Foundation
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 /// A relay node as a real `yaok-relay run` process: its ports, key and TLS pin from the lines
 /// it prints at startup, its `/metrics`, and its memory from `/proc/PID/status`. Used by

@@ -5,6 +5,7 @@ import NIOPosix
 import NIOSSL
 import PostgresNIO
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 /// The relay's durable state on PostgreSQL, shared by every node of a relay cluster: the
 /// queue (with per-row leases), phone → hub attachments, the registration replay cache and

@@ -2,6 +2,7 @@ import Logging
 import YaokCrypto
 import YaokStore
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// The relay's durable state on SQLCipher: queued bundles, phone → hub attachments, and
 /// the registration replay cache. Every write commits durably before it returns

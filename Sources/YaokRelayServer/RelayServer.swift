@@ -7,6 +7,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokStore
+import enum YaokPluginKit.Hex
 
 /// The relay server: a SwiftNIO UDP socket and, optionally, a WebSocket-over-TLS 1.3
 /// listener feeding one ``RelayEngine`` on one serial queue, a 1-second timer, and an optional

@@ -14,6 +14,7 @@ import YaokRelayProtocol
 #if canImport(Glibc)
 import Glibc
 #endif
+import enum YaokPluginKit.Hex
 
 /// Errors setting up the TLS listener or client.
 public enum RelayTLSError: Error, Sendable, Equatable, CustomStringConvertible {

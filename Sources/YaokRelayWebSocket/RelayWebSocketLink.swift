@@ -6,6 +6,7 @@ import NIOSSL
 import NIOWebSocket
 import YaokCrypto
 import YaokRelayProtocol
+import enum YaokPluginKit.Hex
 
 /// The client side: a ``RelayLink`` that carries relay packets as binary WebSocket messages
 /// over TLS 1.3 to `wss://host:port/path`, accepting the server only if its certificate's

@@ -3,6 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import enum YaokPluginKit.Hex
 
 /// Where the 32-byte database key comes from.
 ///
@@ -105,26 +106,10 @@ public enum DatabaseKey {
         guard text.count == 64 else {
             throw StoreError.malformedKeyFile(path: path, reason: "\(content.count) bytes")
         }
-        var key: [UInt8] = []
-        key.reserveCapacity(32)
-        var i = text.startIndex
-        while i < text.endIndex {
-            guard let hi = hexValue(text[i]), let lo = hexValue(text[i + 1]) else {
-                throw StoreError.malformedKeyFile(path: path, reason: "64 characters but not all hex digits")
-            }
-            key.append(hi << 4 | lo)
-            i += 2
+        guard let key = Hex.decode(ascii: text) else {
+            throw StoreError.malformedKeyFile(path: path, reason: "64 characters but not all hex digits")
         }
         return key
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
     }
 
     /// Creates a new key file exclusively. If another process wins the race, its key is used.

@@ -4,6 +4,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import enum YaokPluginKit.Hex
 
 /// SQLite's "copy the bound value now" destructor sentinel (SQLITE_TRANSIENT), which the C
 /// macro expresses as a cast of -1 that Swift cannot import.
@@ -154,13 +155,11 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     }
 
     static func rawKeyLiteral(_ key: [UInt8]) -> [UInt8] {
-        let digits = Array("0123456789abcdef".utf8)
+        var digits = Hex.ascii(key)
+        defer { wipe(&digits) }
         var text: [UInt8] = [UInt8(ascii: "x"), UInt8(ascii: "'")]
-        text.reserveCapacity(3 + key.count * 2)
-        for byte in key {
-            text.append(digits[Int(byte >> 4)])
-            text.append(digits[Int(byte & 0x0f)])
-        }
+        text.reserveCapacity(3 + digits.count)
+        text += digits
         text.append(UInt8(ascii: "'"))
         return text
     }

@@ -7,6 +7,7 @@ import YaokRelayProtocol
 import YaokProcess
 import YaokRelayServer
 import YaokRelayWebSocket
+import enum YaokPluginKit.Hex
 
 /// `yaok-relay`: the Ya OK internet relay (UDP, and WebSocket over TLS 1.3).
 struct YaokRelay: ParsableCommand {

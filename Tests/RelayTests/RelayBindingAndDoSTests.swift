@@ -7,6 +7,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// A relay session driven by hand over a real UDP socket (RawUDP): HELLO with or without a
 /// cookie, then sealed packets. For what RelayClient never sends (v1 REGISTER, cookie-less

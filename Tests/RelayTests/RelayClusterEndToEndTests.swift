@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 /// Issue 17's end-to-end test, all real processes on one database: PostgreSQL, two
 /// `yaok-relay` nodes with one key, a `yaok-hub` whose relay plugin has both nodes, Alice (a

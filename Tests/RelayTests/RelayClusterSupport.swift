@@ -3,6 +3,7 @@ import Logging
 import XCTest
 import YaokCrypto
 import YaokRelayServer
+import enum YaokPluginKit.Hex
 
 /// Shared by the cluster, failover and cluster end-to-end tests: a PostgreSQL-backed relay
 /// cluster of real `yaok-relay` processes, a real `yaok-hub` with a relay plugin on several

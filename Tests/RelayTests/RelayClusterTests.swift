@@ -5,6 +5,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// Issue 17: several `yaok-relay` processes (real processes, built binaries) sharing one real
 /// PostgreSQL server (``PostgresTestServer``) and one relay key. Users connect to the node

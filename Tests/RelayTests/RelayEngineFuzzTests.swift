@@ -6,6 +6,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import YaokStore
+import enum YaokPluginKit.Hex
 
 /// Drives the engine directly (no sockets) with authenticated garbage: every sealed type
 /// with random payloads, random fragments. The engine must neither crash nor grow without bound.

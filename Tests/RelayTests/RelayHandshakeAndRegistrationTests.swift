@@ -2,6 +2,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
+import enum YaokPluginKit.Hex
 
 final class RelayHandshakeAndRegistrationTests: XCTestCase {
     var relay: RelayHarness!

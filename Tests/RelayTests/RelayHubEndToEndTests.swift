@@ -3,6 +3,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// Real processes end to end: a `yaok` endpoint hands a message to a `yaok-hub` over UDP;
 /// the hub's relay transport (the built plugin) carries it to a `yaok-relay`, which pushes it

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
+import enum YaokPluginKit.Hex
 
 /// `yaok listen --relay` for an internet user with nothing queued (issue 13, item 5): real
 /// `yaok` processes against a real `yaok-relay` on loopback. The listener used to poll again

@@ -3,6 +3,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokWire
+import enum YaokPluginKit.Hex
 
 final class RelayProtocolUnitTests: XCTestCase {
     private func pair(sessionID: UInt64 = 7) throws -> (client: SecureSession, relay: SecureSession) {

@@ -7,6 +7,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
+import enum YaokPluginKit.Hex
 
 /// A relay server running in this process on a real loopback UDP socket, with its data
 /// directory (identity, SQLCipher database, key) in a temporary directory.

@@ -1,5 +1,6 @@
 import YaokCrypto
 import YaokRelayProtocol
+import enum YaokPluginKit.Hex
 
 /// Fixed inputs for the test vectors in Docs/relay-protocol.md ("Test vectors").
 enum RelayVectorInputs {

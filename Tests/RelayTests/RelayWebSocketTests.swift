@@ -6,6 +6,7 @@ import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
 import YaokTesting
+import enum YaokPluginKit.Hex
 
 /// A self-signed certificate and its 0600 key, made by `openssl req` (the documented way).
 struct TLSFixture {

@@ -149,6 +149,8 @@ final class HubTrustConfigTests: XCTestCase {
             ("router:\n  hub_trust: network\n", "router.hub_trust", 2),
             ("router:\n  policy: epidemic\n  trusted_hubs: [\"abc\"]\n", "router.trusted_hubs", 3),
             ("router:\n  network_key: 1234\n", "router.network_key", 2),
+            // 64 characters that Int(radix: 16) would half-accept ("+f" is 15): not hex digits.
+            ("router:\n  network_key: \"\(String(repeating: "+f", count: 32))\"\n", "router.network_key", 2),
             ("transports:\n  udp:\n    enabled: true\n    peer_roles: [relay]\n", "transports.udp.peer_roles", 4),
             ("transports:\n  udp:\n    enabled: true\n    peer_roles: [phone]\n", "transports.udp.peer_roles", 4),
             ("transports:\n  udp:\n    enabled: true\n    peer_roles: []\n", "transports.udp.peer_roles", 4),

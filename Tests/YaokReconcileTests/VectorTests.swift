@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 @testable import YaokReconcile
+import enum YaokPluginKit.Hex
 
 /// The test vectors of Docs/protocol.md, `reconcile (0x0A)`.
 enum ReconcileVectors {

@@ -1,5 +1,6 @@
 import XCTest
 import YaokCrypto
+import enum YaokPluginKit.Hex
 
 final class CryptoTests: XCTestCase {
     func testSignVerifyAndTamper() {

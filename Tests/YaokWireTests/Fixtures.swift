@@ -1,6 +1,7 @@
 import XCTest
 import YaokCrypto
 @testable import YaokWire
+import enum YaokPluginKit.Hex
 
 /// Deterministic identities and values shared by the tests and the vectors in Docs/protocol.md.
 enum Fixed {
