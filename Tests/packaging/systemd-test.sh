@@ -282,6 +282,28 @@ in_ct systemctl restart yaok-hub
 check "restarted without the drop-in" wait_active
 main_pid=$(in_ct systemctl show -P MainPID yaok-hub)
 
+step "a hub.yaml that is root's again: the switch refuses and leaves nothing behind"
+# Also the service-user way of setting the console password that Docs/operations.md gives
+# (a root command need not read the config the service can write).
+console_pw=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+set_console_pw_as_hub() {
+  printf '%s\n' "$console_pw" | in_ct runuser -u yaok-hub -- env STATE_DIRECTORY=/var/lib/yaok-hub \
+    yaok-hub console-password --config $conf --stdin >/dev/null
+}
+check "console-password as the service user" set_console_pw_as_hub
+check "console.pass still yaok-hub's, 600" test "$(in_ct stat -c '%U:%G %a' /var/lib/yaok-hub/console.pass)" = "yaok-hub:yaok-hub 600"
+check "console login with that password" console_login
+in_ct chown root:root $conf
+cp -p "$root$conf" "$work/hub.yaml.before-rootowned"
+code=$(console_toggle udp true)
+check "the switch is refused (HTTP $code, 422)" test "$code" = 422
+check "and says why: cannot keep the owner" \
+  sh -c "nsenter -t $init_pid -a grep -q 'cannot keep the owner (uid 0, gid 0) of /etc/yaok-hub/hub.yaml: Operation not permitted' /root/toggle.html"
+check "hub.yaml unchanged, still root's" test "$(cmp -s "$work/hub.yaml.before-rootowned" "$root$conf" && echo same) $(in_ct stat -c '%U:%G %a' $conf)" = "same root:root 644"
+check "no temporary file left in /etc/yaok-hub ($(ls -A "$root/etc/yaok-hub" | paste -sd' '))" \
+  test "$(ls -A "$root/etc/yaok-hub" | sort | paste -sd' ')" = "db.key hub.yaml"
+in_ct chown yaok-hub:yaok-hub $conf
+
 step "upgrade (reinstall: postinst try-restarts a running hub, keeps its identity)"
 fingerprint=$(in_ct yaok-hub identity | grep fingerprint)
 check "dpkg -i yaok-hub again" in_ct sh -c 'dpkg -i /root/debs/yaok-hub_*.deb >/dev/null'
