@@ -72,6 +72,9 @@ public enum ConfigEditor {
     /// config, and (when switching on) the transport's section by its plugin as `check-config`
     /// does, before the file is replaced by an atomic rename that keeps its mode and owner.
     public static func setTransport(_ name: String, enabled: Bool, path: String, checkPlugin: (HubConfig) -> [String]) throws -> HubConfig {
+        // Two switches at once (two browsers) must not both read the old text and lose one edit.
+        editLock.lock()
+        defer { editLock.unlock() }
         let text: String
         do { text = try String(contentsOfFile: path, encoding: .utf8) } catch {
             throw EditError.cannotEdit("cannot read \(path): \(error.localizedDescription)")
@@ -87,16 +90,40 @@ public enum ConfigEditor {
         return config
     }
 
+    /// One edit at a time in this process: see ``setTransport(_:enabled:path:checkPlugin:)``.
+    private static let editLock = NSLock()
+
     /// Writes a sibling temporary file (same mode and owner as the original), syncs it, renames
     /// it over `path` and syncs the directory: a crash leaves the old file or the new one.
+    ///
+    /// The temporary name is `.<name>.console-<pid>-<random>.tmp`, created with O_EXCL (which
+    /// also refuses a symlink planted there) and tried again under a new name if it exists:
+    /// neither a file left by a crash in an earlier process with the same PID nor one that
+    /// another writer of the directory created can block or redirect the edit. It is removed
+    /// on every failure. The packaged hub runs as the file's owner in a sticky directory
+    /// (Docs/operations.md): its chown to its own user and group is skipped; if the file
+    /// belongs to someone else and the chown is refused, the edit is refused rather than
+    /// silently handing the file to the hub's user.
     static func replaceAtomically(path: String, with data: Data) throws {
         var st = stat()
         guard stat(path, &st) == 0 else { throw EditError.cannotEdit("cannot stat \(path): \(String(cString: strerror(errno)))") }
         let dir = (path as NSString).deletingLastPathComponent
-        let tmp = (dir.isEmpty ? "." : dir) + "/." + (path as NSString).lastPathComponent + ".console-\(getpid()).tmp"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, st.st_mode & 0o7777)
+        let base = (dir.isEmpty ? "." : dir) + "/." + (path as NSString).lastPathComponent + ".console-\(getpid())-"
+        var tmp = ""
+        var fd: Int32 = -1
+        for _ in 0..<8 {
+            tmp = base + String(UInt64.random(in: 0...UInt64.max), radix: 16) + ".tmp"
+            fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, st.st_mode & 0o7777)
+            if fd >= 0 || errno != EEXIST { break }
+        }
         guard fd >= 0 else { throw EditError.cannotEdit("cannot write next to \(path): \(String(cString: strerror(errno)))") }
-        var ok = data.withUnsafeBytes { buf -> Bool in
+        func fail(_ what: String) -> EditError {
+            let why = String(cString: strerror(errno))
+            close(fd)
+            unlink(tmp)
+            return EditError.cannotEdit("\(what) \(path): \(why)")
+        }
+        let written = data.withUnsafeBytes { buf -> Bool in
             var off = 0
             while off < buf.count {
                 let n = write(fd, buf.baseAddress! + off, buf.count - off)
@@ -105,9 +132,16 @@ public enum ConfigEditor {
             }
             return true
         }
-        if ok { _ = fchown(fd, st.st_uid, st.st_gid); _ = fchmod(fd, st.st_mode & 0o7777); ok = fsync(fd) == 0 }
+        guard written else { throw fail("cannot write the new") }
+        // Owner first (a chown by a non-root user clears set-id bits), then the mode, which
+        // the process's umask narrowed at open.
+        if st.st_uid != geteuid() || st.st_gid != getegid() {
+            guard fchown(fd, st.st_uid, st.st_gid) == 0 else { throw fail("cannot keep the owner (uid \(st.st_uid), gid \(st.st_gid)) of") }
+        }
+        guard fchmod(fd, st.st_mode & 0o7777) == 0 else { throw fail("cannot keep the mode of") }
+        guard fsync(fd) == 0 else { throw fail("cannot sync the new") }
         close(fd)
-        guard ok, rename(tmp, path) == 0 else {
+        guard rename(tmp, path) == 0 else {
             let why = String(cString: strerror(errno))
             unlink(tmp)
             throw EditError.cannotEdit("cannot replace \(path): \(why)")

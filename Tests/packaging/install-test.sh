@@ -104,6 +104,34 @@ check "/var/lib/yaok-hub is 700 yaok-hub" test "$(mode_owner /var/lib/yaok-hub)"
 check "/var/lib/yaok-relay is 700 yaok-relay" test "$(mode_owner /var/lib/yaok-relay)" = "700 yaok-relay:yaok-relay"
 check "/etc/yaok-hub/db.key is 600 root, 32 bytes" \
   test "$(mode_owner /etc/yaok-hub/db.key) $(stat -c %s "$root/etc/yaok-hub/db.key")" = "600 root:root 32"
+# The console's switch rewrites hub.yaml (Docs/operations.md, "The config file is the hub's"):
+# the directory is group-writable for the hub, sticky so that it can replace only its own files.
+check "/etc/yaok-hub is 1775 root:yaok-hub" test "$(mode_owner /etc/yaok-hub)" = "1775 root:yaok-hub"
+check "/etc/yaok-hub has the sticky bit" test -k "$root/etc/yaok-hub"
+check "/etc/yaok-hub/hub.yaml is 644 yaok-hub" test "$(mode_owner /etc/yaok-hub/hub.yaml)" = "644 yaok-hub:yaok-hub"
+check "no other file in /etc/yaok-hub ($(ls -A "$root/etc/yaok-hub" | paste -sd' '))" \
+  test "$(ls -A "$root/etc/yaok-hub" | sort | paste -sd' ')" = "db.key hub.yaml"
+check "the unit may write /etc/yaok-hub (ReadWritePaths)" grep -qx 'ReadWritePaths=/etc/yaok-hub' "$root/lib/systemd/system/yaok-hub.service"
+as_hub() { chroot --userspec=yaok-hub:yaok-hub "$root" "$@"; }
+check "the service user can create and remove its own file in /etc/yaok-hub" \
+  as_hub sh -c 'echo x > /etc/yaok-hub/.probe && rm /etc/yaok-hub/.probe'
+check "the service user cannot remove db.key (sticky)" sh -c "! chroot --userspec=yaok-hub:yaok-hub '$root' rm -f /etc/yaok-hub/db.key 2>/dev/null"
+check "nor rename it" sh -c "! chroot --userspec=yaok-hub:yaok-hub '$root' mv /etc/yaok-hub/db.key /etc/yaok-hub/x 2>/dev/null"
+check "db.key still there, 600 root" test "$(mode_owner /etc/yaok-hub/db.key)" = "600 root:root"
+# Opting out the Debian way: a local dpkg-statoverride survives postinst (and upgrades).
+# (As dpkg would run it: deb-systemd-helper refuses to act for a script dpkg did not start.)
+postinst_again() { in_root env DPKG_MAINTSCRIPT_PACKAGE=yaok-hub DPKG_MAINTSCRIPT_NAME=postinst /var/lib/dpkg/info/yaok-hub.postinst configure 0.0.0 >/dev/null; }
+in_root dpkg-statoverride --update --add root root 0644 /etc/yaok-hub/hub.yaml
+check "statoverride gives hub.yaml back to root" test "$(mode_owner /etc/yaok-hub/hub.yaml)" = "644 root:root"
+check "postinst configure runs" postinst_again
+check "postinst keeps the statoverride's owner" test "$(mode_owner /etc/yaok-hub/hub.yaml)" = "644 root:root"
+in_root dpkg-statoverride --remove /etc/yaok-hub/hub.yaml
+check "without it, postinst hands a root-owned hub.yaml to the hub again" sh -c "chroot '$root' env DPKG_MAINTSCRIPT_PACKAGE=yaok-hub DPKG_MAINTSCRIPT_NAME=postinst /var/lib/dpkg/info/yaok-hub.postinst configure 0.0.0 >/dev/null && test \"\$(stat -c %u:%g '$root/etc/yaok-hub/hub.yaml')\" = '$(in_root id -u yaok-hub):$(in_root id -g yaok-hub)'"
+check "postinst refuses a db.key that is a symlink" sh -c "
+  mv '$root/etc/yaok-hub/db.key' '$root/etc/yaok-hub/db.key.saved' && ln -s /etc/passwd '$root/etc/yaok-hub/db.key' &&
+  ! chroot '$root' env DPKG_MAINTSCRIPT_PACKAGE=yaok-hub DPKG_MAINTSCRIPT_NAME=postinst /var/lib/dpkg/info/yaok-hub.postinst configure 0.0.0 >/dev/null 2>&1; rc=\$?
+  rm -f '$root/etc/yaok-hub/db.key'; mv '$root/etc/yaok-hub/db.key.saved' '$root/etc/yaok-hub/db.key'; exit \$rc"
+check "db.key and /etc/passwd as they were" test "$(mode_owner /etc/yaok-hub/db.key) $(mode_owner /etc/passwd)" = "600 root:root 644 root:root"
 # The packaged config is the repo's with the console switched on (that one line differs).
 check "/etc/yaok-hub/hub.yaml is the repo's config with console.enabled: true" \
   sh -c "sed '/^console:/,/^transports:/ s/^  enabled: false\$/  enabled: true/' config/hub.yaml | cmp -s - '$root/etc/yaok-hub/hub.yaml'"

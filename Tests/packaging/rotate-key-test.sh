@@ -56,18 +56,19 @@ cp "$dir/db.key" "$dir/old.key"
 
 # The documented procedure (Docs/operations.md, "Rotate the database key").
 hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
-head -c 32 /dev/urandom > "$dir/db.key.new"
+new=$(mktemp "$dir/.db.key.new.XXXXXXXX")
+head -c 32 /dev/urandom > "$new"
 sqlcipher "$dir/data/store.db" > "$dir/sqlcipher.out" 2>&1 <<EOF || fail "sqlcipher rekey: $(cat "$dir/sqlcipher.out")"
 PRAGMA key = "x'$(hex "$dir/db.key")'";
 PRAGMA cipher_page_size = 4096;
 PRAGMA wal_checkpoint(TRUNCATE);
 PRAGMA journal_mode = DELETE;
-PRAGMA rekey = "x'$(hex "$dir/db.key.new")'";
+PRAGMA rekey = "x'$(hex "$new")'";
 PRAGMA journal_mode = WAL;
 SELECT count(*) FROM sqlite_master;
 EOF
 grep -qi error "$dir/sqlcipher.out" && fail "sqlcipher reported: $(cat "$dir/sqlcipher.out")"
-mv "$dir/db.key.new" "$dir/db.key"
+mv "$new" "$dir/db.key"
 cmp -s "$dir/db.key" "$dir/old.key" && fail "key did not change"
 
 start_hub || fail "hub did not start after the rekey"

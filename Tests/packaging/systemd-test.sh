@@ -55,13 +55,16 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 step "systemd root"
-tarball="$work/sdroot-$(basename "$base")"
+# What the container needs beyond the base root: systemd itself, and curl for the console
+# check. The cache is keyed by this list too.
+sd_packages="systemd dbus procps curl"
+tarball="$work/sdroot-$(echo "$sd_packages" | md5sum | cut -c1-8)-$(basename "$base")"
 if [ ! -s "$tarball" ]; then
   fresh="$work/sdroot-new"
   rm -rf "$fresh"; mkdir -p "$fresh"
   tar -C "$fresh" -xzf "$base"
   cp /etc/resolv.conf "$fresh/etc/resolv.conf"
-  chroot "$fresh" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd dbus procps' \
+  chroot "$fresh" env sd_packages="$sd_packages" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $sd_packages' \
     > "$work/sdroot.log" 2>&1 || { rm -rf "$fresh"; skip "cannot install systemd in the root (no Debian mirror?)"; }
   rm -f "$fresh/etc/resolv.conf"
   tar -C "$fresh" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
@@ -152,6 +155,89 @@ step "reload"
 check "systemctl reload yaok-hub" in_ct systemctl reload yaok-hub
 check "same process after reload" test "$(in_ct systemctl show -P MainPID yaok-hub)" = "$main_pid"
 
+step "console switch under the unit (issue 18: the packaged hub edits its own config)"
+# /etc/yaok-hub is root:yaok-hub 1775 (sticky), hub.yaml is the service user's, and the unit
+# has ReadWritePaths=/etc/yaok-hub: the console's switch must rewrite one line of hub.yaml.
+conf=/etc/yaok-hub/hub.yaml
+check "/etc/yaok-hub is root:yaok-hub 1775" test "$(in_ct stat -c '%U:%G %a' /etc/yaok-hub)" = "root:yaok-hub 1775"
+check "hub.yaml is yaok-hub's, 644" test "$(in_ct stat -c '%U:%G %a' $conf)" = "yaok-hub:yaok-hub 644"
+check "db.key is root's, 600" test "$(in_ct stat -c '%U:%G %a' /etc/yaok-hub/db.key)" = "root:root 600"
+check "the unit may write /etc/yaok-hub" sh -c "nsenter -t $init_pid -a systemctl show -P ReadWritePaths yaok-hub | grep -qx /etc/yaok-hub"
+console_url=http://127.0.0.1:8480
+jar=/root/console.jar
+# The password and the tokens go to curl on stdin (printf is a shell builtin), never argv.
+console_pw=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+set_console_pw() { printf '%s\n' "$console_pw" | in_ct yaok-hub console-password --config $conf --stdin >/dev/null; }
+check "console-password (as root, password on stdin)" set_console_pw
+ct_curl() { in_ct curl -sS --max-time 20 -b "$jar" -c "$jar" "$@"; }
+csrf_of() { sed -n 's/.*name="csrf" value="\([0-9a-f]*\)".*/\1/p' | head -1; }
+# Logs in as a browser does; sets $csrf to the session's CSRF token.
+console_login() {
+  local page="" token code
+  in_ct rm -f "$jar"
+  for _ in $(seq 1 100); do   # the console may still be starting: up to 20 s
+    page=$(ct_curl "$console_url/login" 2>/dev/null) && break
+    sleep 0.2
+  done
+  token=$(csrf_of <<< "$page")
+  [ -n "$token" ] || { echo "no csrf input on the login page"; return 1; }
+  code=$(printf 'password=%s&csrf=%s' "$console_pw" "$token" \
+    | ct_curl -o /dev/null -w '%{http_code} %{redirect_url}' --data-binary @- "$console_url/login")
+  [ "$code" = "303 $console_url/" ] || { echo "POST /login answered $code"; return 1; }
+  csrf=$(ct_curl "$console_url/" | csrf_of)
+  [ -n "$csrf" ] || { echo "no session csrf on the overview"; return 1; }
+}
+# Posts the switch; prints the HTTP status and leaves the answer in /root/toggle.html.
+console_toggle() { # name true|false
+  printf 'enabled=%s&csrf=%s' "$2" "$csrf" \
+    | ct_curl -o /root/toggle.html -w '%{http_code}' --data-binary @- "$console_url/transports/$1"
+}
+udp_row() { in_ct yaok-hub status | awk '$1 == "udp"'; }
+csrf=""
+check "console login (GET /login, POST /login, GET /)" console_login
+udp_state=$(udp_row | awk '{print $3}')
+check "udp is running before the switch ($udp_state)" test "$udp_state" = running
+cp -p "$root$conf" "$work/hub.yaml.before"
+key_sum=$(sha256sum < "$root/etc/yaok-hub/db.key")
+# The line of transports.udp.enabled in the packaged file.
+udp_line=$(awk '/^transports:/ {t = 1} t && /^  udp:/ {u = 1; next} u && /^    enabled:/ {print NR; exit}' "$work/hub.yaml.before")
+check "transports.udp.enabled found (line $udp_line, '$(sed -n "${udp_line:-0}p" "$work/hub.yaml.before" 2>/dev/null)')" \
+  sh -c "test -n '$udp_line' && sed -n '${udp_line}p' '$work/hub.yaml.before' | grep -qx '    enabled: true'"
+since=$(in_ct date '+%Y-%m-%d %H:%M:%S')
+code=$(console_toggle udp false)
+check "POST /transports/udp enabled=false answers 303 ($code)" test "$code" = 303
+sed "${udp_line}s/^    enabled: true\$/    enabled: false/" "$work/hub.yaml.before" > "$work/hub.yaml.expected"
+check "hub.yaml: that one line says enabled: false, every other byte the same" cmp "$work/hub.yaml.expected" "$root$conf"
+check "diff shows exactly one changed line" test "$(diff "$work/hub.yaml.before" "$root$conf" | grep -c '^[<>]')" = 2
+diff "$work/hub.yaml.before" "$root$conf" | sed 's/^/    /'
+udp_off=""
+for _ in $(seq 1 50); do   # the reload runs on the hub's queue: up to 10 s
+  udp_off=$(udp_row)
+  echo "$udp_off" | awk '$3 == "stopped"' | grep -q "disabled in config" && break
+  sleep 0.2
+done
+check "yaok-hub status: udp switched off ($udp_off)" sh -c "echo '$udp_off' | awk '\$3 == \"stopped\"' | grep -q 'disabled in config'"
+check "same hub process (a reload, not a restart)" test "$(in_ct systemctl show -P MainPID yaok-hub)" = "$main_pid"
+check "hub.yaml still yaok-hub's, mode 644 kept" test "$(in_ct stat -c '%U:%G %a' $conf)" = "yaok-hub:yaok-hub 644"
+check "/etc/yaok-hub still root:yaok-hub 1775" test "$(in_ct stat -c '%U:%G %a' /etc/yaok-hub)" = "root:yaok-hub 1775"
+check "db.key untouched (same bytes, root, 600)" test "$(sha256sum < "$root/etc/yaok-hub/db.key") $(in_ct stat -c '%U:%G %a' /etc/yaok-hub/db.key)" = "$key_sum root:root 600"
+check "no temporary file left in /etc/yaok-hub ($(ls -A "$root/etc/yaok-hub" | paste -sd' '))" \
+  test "$(ls -A "$root/etc/yaok-hub" | sort | paste -sd' ')" = "db.key hub.yaml"
+check "the journal records the edit" sh -c "nsenter -t $init_pid -a journalctl -u yaok-hub --no-pager -o cat --since '$since' | grep -q 'console: transports.udp.enabled set to false'"
+no_secret_in_journal() { ! in_ct journalctl --no-pager | grep -qF -f <(printf '%s\n' "$console_pw" ${csrf:+"$csrf"}); }
+check "the journal has neither the console password nor the session's CSRF token" no_secret_in_journal
+
+step "attack check: the service user cannot touch root's files in /etc/yaok-hub (sticky bit)"
+as_hub() { in_ct runuser -u yaok-hub -- "$@"; }
+check "yaok-hub cannot read db.key" sh -c "! nsenter -t $init_pid -a runuser -u yaok-hub -- cat /etc/yaok-hub/db.key >/dev/null 2>&1"
+check "yaok-hub cannot remove db.key" sh -c "! nsenter -t $init_pid -a runuser -u yaok-hub -- rm -f /etc/yaok-hub/db.key 2>/dev/null"
+check "yaok-hub cannot rename db.key" sh -c "! nsenter -t $init_pid -a runuser -u yaok-hub -- mv /etc/yaok-hub/db.key /etc/yaok-hub/stolen 2>/dev/null"
+check "yaok-hub can create a file there (group-writable)" as_hub sh -c 'echo planted > /etc/yaok-hub/.planted'
+check "but cannot rename it over db.key" sh -c "! nsenter -t $init_pid -a runuser -u yaok-hub -- mv -f /etc/yaok-hub/.planted /etc/yaok-hub/db.key 2>/dev/null"
+as_hub rm -f /etc/yaok-hub/.planted
+check "db.key still the same bytes, root, 600" test "$(sha256sum < "$root/etc/yaok-hub/db.key") $(in_ct stat -c '%U:%G %a' /etc/yaok-hub/db.key)" = "$key_sum root:root 600"
+check "the hub still answers" sh -c "nsenter -t $init_pid -a yaok-hub status >/dev/null"
+
 step "watchdog (waiting past WatchdogSec=30)"
 started=$(in_ct systemctl show -P ExecMainStartTimestampMonotonic yaok-hub)
 for _ in $(seq 1 40); do
@@ -168,6 +254,56 @@ if in_ct journalctl -u yaok-hub --no-pager | grep -E "SIGSYS|Operation not permi
   fail "sandbox denied something (see the lines above)"
 fi
 
+step "opt-out: ReadOnlyPaths=/etc/yaok-hub in a drop-in makes the switch refuse"
+wait_active() {
+  local a=""
+  for _ in $(seq 1 100); do
+    a=$(in_ct systemctl show -P ActiveState yaok-hub)
+    [ "$a" = active ] || [ "$a" = failed ] && break
+    sleep 0.2
+  done
+  [ "$a" = active ]
+}
+mkdir -p "$root/etc/systemd/system/yaok-hub.service.d"
+printf '[Service]\nReadOnlyPaths=/etc/yaok-hub\n' > "$root/etc/systemd/system/yaok-hub.service.d/read-only-config.conf"
+in_ct systemctl daemon-reload
+in_ct systemctl restart yaok-hub
+check "restarted with the drop-in" wait_active
+cp -p "$root$conf" "$work/hub.yaml.before-optout"
+check "console login after the restart" console_login
+code=$(console_toggle udp true)
+check "the switch is refused (HTTP $code, 422)" test "$code" = 422
+check "and says why: Read-only file system" sh -c "nsenter -t $init_pid -a grep -q 'Read-only file system' /root/toggle.html"
+check "hub.yaml unchanged" cmp "$work/hub.yaml.before-optout" "$root$conf"
+rm -f "$root/etc/systemd/system/yaok-hub.service.d/read-only-config.conf"
+rmdir "$root/etc/systemd/system/yaok-hub.service.d"
+in_ct systemctl daemon-reload
+in_ct systemctl restart yaok-hub
+check "restarted without the drop-in" wait_active
+main_pid=$(in_ct systemctl show -P MainPID yaok-hub)
+
+step "a hub.yaml that is root's again: the switch refuses and leaves nothing behind"
+# Also the service-user way of setting the console password that Docs/operations.md gives
+# (a root command need not read the config the service can write).
+console_pw=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
+set_console_pw_as_hub() {
+  printf '%s\n' "$console_pw" | in_ct runuser -u yaok-hub -- env STATE_DIRECTORY=/var/lib/yaok-hub \
+    yaok-hub console-password --config $conf --stdin >/dev/null
+}
+check "console-password as the service user" set_console_pw_as_hub
+check "console.pass still yaok-hub's, 600" test "$(in_ct stat -c '%U:%G %a' /var/lib/yaok-hub/console.pass)" = "yaok-hub:yaok-hub 600"
+check "console login with that password" console_login
+in_ct chown root:root $conf
+cp -p "$root$conf" "$work/hub.yaml.before-rootowned"
+code=$(console_toggle udp true)
+check "the switch is refused (HTTP $code, 422)" test "$code" = 422
+check "and says why: cannot keep the owner" \
+  sh -c "nsenter -t $init_pid -a grep -q 'cannot keep the owner (uid 0, gid 0) of /etc/yaok-hub/hub.yaml: Operation not permitted' /root/toggle.html"
+check "hub.yaml unchanged, still root's" test "$(cmp -s "$work/hub.yaml.before-rootowned" "$root$conf" && echo same) $(in_ct stat -c '%U:%G %a' $conf)" = "same root:root 644"
+check "no temporary file left in /etc/yaok-hub ($(ls -A "$root/etc/yaok-hub" | paste -sd' '))" \
+  test "$(ls -A "$root/etc/yaok-hub" | sort | paste -sd' ')" = "db.key hub.yaml"
+in_ct chown yaok-hub:yaok-hub $conf
+
 step "upgrade (reinstall: postinst try-restarts a running hub, keeps its identity)"
 fingerprint=$(in_ct yaok-hub identity | grep fingerprint)
 check "dpkg -i yaok-hub again" in_ct sh -c 'dpkg -i /root/debs/yaok-hub_*.deb >/dev/null'
@@ -175,6 +311,9 @@ new_pid=$(in_ct systemctl show -P MainPID yaok-hub)
 check "restarted (new PID) and active" test "$(in_ct systemctl show -P ActiveState yaok-hub) $([ "$new_pid" != "$main_pid" ] && echo new)" = "active new"
 main_pid=$new_pid
 check "same identity after upgrade" test "$(in_ct yaok-hub identity | grep fingerprint)" = "$fingerprint"
+check "the switched config survived the upgrade (dpkg keeps a changed conffile)" cmp "$work/hub.yaml.expected" "$root$conf"
+check "and is still yaok-hub's, 644" test "$(in_ct stat -c '%U:%G %a' $conf)" = "yaok-hub:yaok-hub 644"
+check "/etc/yaok-hub still root:yaok-hub 1775 after the upgrade" test "$(in_ct stat -c '%U:%G %a' /etc/yaok-hub)" = "root:yaok-hub 1775"
 
 step "relay"
 check "dpkg -i yaok-relay" in_ct sh -c 'dpkg -i /root/debs/yaok-relay_*.deb'
