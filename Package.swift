@@ -168,7 +168,7 @@ let package = Package(
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
-        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
+        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
         .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),

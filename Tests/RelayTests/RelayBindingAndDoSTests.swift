@@ -8,6 +8,7 @@ import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// A relay session driven by hand over a real UDP socket (RawUDP): HELLO with or without a
 /// cookie, then sealed packets. For what RelayClient never sends (v1 REGISTER, cookie-less
@@ -103,7 +104,7 @@ final class RelayBindingAndDoSTests: XCTestCase {
         XCTAssertEqual(try m.registerAndWait([relay.registration(mallory, on: m), captured]).map(\.status), [.accepted, .collectorMismatch])
         XCTAssertEqual(try m.pollAndWait().count, 0)
         try m.ack([bundleID])
-        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().acksRefused == 1 }, "the forged ACK is counted")
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsSnapshot().acksRefused == 1 }, "the forged ACK is counted")
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: phone.userID) }, 1, "the forged ACK deleted nothing")
         XCTAssertNil(try? m.nextMessage(after: attackerMark, timeout: 0.3), "the attacker never got the phone's mail")
         let refused = relay.server.metricsSnapshot().registrationsRefusedByReason
@@ -117,7 +118,7 @@ final class RelayBindingAndDoSTests: XCTestCase {
         let got = try h.nextMessage(after: mark, timeout: 5)
         XCTAssertEqual(got.bundle, bundle)
         try h.ack([got.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
         XCTAssertEqual(try h.pollAndWait().count, 0)
         XCTAssertThrowsError(try h.nextMessages(2, after: mark, timeout: 0.3), "the hub got the bundle exactly once")
         // And the attacker's session still cannot reach it: a later message for the phone is
@@ -346,7 +347,7 @@ final class RelayBindingAndDoSTests: XCTestCase {
                 try raw.post(.fragment, f.encoded)
             }
         }
-        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().fragmentsDropped >= 3 }, "fragments beyond the prefix's share are dropped")
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsSnapshot().fragmentsDropped >= 3 }, "fragments beyond the prefix's share are dropped")
         XCTAssertEqual(relay.server.withEngine { $0.reassemblyBufferedBytes }, 3 * 1_425)
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// Issue 17's end-to-end test, all real processes on one database: PostgreSQL, two
 /// `yaok-relay` nodes with one key, a `yaok-hub` whose relay plugin has both nodes, Alice (a
@@ -69,7 +70,7 @@ final class RelayClusterEndToEndTests: XCTestCase {
 
         let hub = try HubProcess(dir: dir + "/hub", relayAddresses: [a0, a1], relayKey: n0.key)
         cleanup.append { hub.stop() }
-        XCTAssertTrue(eventually(timeout: 30) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "the hub did not register on node 0:\n\(hub.log())")
+        XCTAssertTrue(Wait.poll(timeout: 30) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "the hub did not register on node 0:\n\(hub.log())")
 
         let homes = try initUsers(yaok, ["Alice", "Bob", "Carol"], in: dir)
         let (alice, bob, carol) = (homes[0], homes[1], homes[2])
@@ -80,10 +81,10 @@ final class RelayClusterEndToEndTests: XCTestCase {
         // Bob on node 0 (then node 1), Carol on node 1 (then node 0): both listening.
         let bobListen = try ListenerProcess(yaok, ["listen", "--home", bob, "--count", "\(batch)", "--timeout", "150", "--relay", "\(a0),\(a1)", "--relay-key", key])
         cleanup.append { bobListen.kill() }
-        XCTAssertTrue(eventually(timeout: 15) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 0:\n\(bobListen.output())")
+        XCTAssertTrue(Wait.poll(timeout: 15) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 0:\n\(bobListen.output())")
         let carolListen = try ListenerProcess(yaok, ["listen", "--home", carol, "--count", "\(toCarol)", "--timeout", "150", "--relay", "\(a1),\(a0)", "--relay-key", key])
         cleanup.append { carolListen.kill() }
-        XCTAssertTrue(eventually(timeout: 15) { n1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Carol did not register on node 1:\n\(carolListen.output())")
+        XCTAssertTrue(Wait.poll(timeout: 15) { n1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Carol did not register on node 1:\n\(carolListen.output())")
 
         // Alice hands the hub a batch for Bob and waits for every delivery receipt.
         let atHub = ["--hub", hub.url, "--relay-key", key, "--json"]
@@ -91,7 +92,7 @@ final class RelayClusterEndToEndTests: XCTestCase {
         cleanup.append { aliceSend.kill() }
         // Mid-transfer: some of the batch reached node 0 (queued or pushed to Bob), not all.
         func throughNode0() -> Double { (n0.metric("yaok_relay_sends_pushed_total") ?? 0) + (n0.metric("yaok_relay_sends_queued_total") ?? 0) }
-        XCTAssertTrue(eventually(timeout: 60) { throughNode0() >= 5 }, "the batch did not start through node 0:\n\(aliceSend.output())\n\(hub.log())")
+        XCTAssertTrue(Wait.poll(timeout: 60) { throughNode0() >= 5 }, "the batch did not start through node 0:\n\(aliceSend.output())\n\(hub.log())")
         let atKill = throughNode0()
         n0.kill9()
         let inQueue = try pg.sql("SELECT count(*) FROM relay_queue")

@@ -6,6 +6,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// Issue 17: several `yaok-relay` processes (real processes, built binaries) sharing one real
 /// PostgreSQL server (``PostgresTestServer``) and one relay key. Users connect to the node
@@ -65,7 +66,7 @@ final class RelayClusterTests: XCTestCase {
         let heard = NSLock()
         nonisolated(unsafe) var keys: [String] = []
         observer.startListening(onKeys: { k in heard.withLock { keys += k } }, onReconnect: {})
-        XCTAssertTrue(eventually { observer.isListening })
+        XCTAssertTrue(Wait.poll { observer.isListening })
         var latencies: [Double] = []
         for (from, to, sender, recipient, rounds) in [(a, b, alice, bob, 20), (b, a, bob, alice, 20)] {
             for _ in 0..<rounds {
@@ -80,8 +81,8 @@ final class RelayClusterTests: XCTestCase {
                 try to.ack([got.bundleID])
             }
         }
-        XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 0 }, "ACKs on the receiving node did not empty the shared queue: \(queued(pg))")
-        XCTAssertTrue(eventually { heard.withLock { Set(keys) } == [RelayPostgresStore.notifyKey(for: bob.userID), RelayPostgresStore.notifyKey(for: alice.userID)] },
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.queued(pg) == 0 }, "ACKs on the receiving node did not empty the shared queue: \(queued(pg))")
+        XCTAssertTrue(Wait.poll { heard.withLock { Set(keys) } == [RelayPostgresStore.notifyKey(for: bob.userID), RelayPostgresStore.notifyKey(for: alice.userID)] },
                       "notifications: \(heard.withLock { Set(keys) })")
         for k in heard.withLock({ keys }) {
             XCTAssertFalse(Hex.encode(bob.userID).contains(k) || Hex.encode(alice.userID).contains(k), "a notification carries part of a user ID in clear")
@@ -103,7 +104,7 @@ final class RelayClusterTests: XCTestCase {
         let listener = try ListenerProcess(yaok, ["listen", "--home", bob, "--count", "1", "--timeout", "60",
                                                   "--relay", "127.0.0.1:\(nodes[1].port)", "--relay-key", key])
         cleanup.append { listener.kill() }
-        XCTAssertTrue(eventually(timeout: 15) { nodes[1].metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register on node 1")
+        XCTAssertTrue(Wait.poll(timeout: 15) { nodes[1].metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register on node 1")
         let sent = try runTool(yaok, ["send", "--home", alice, "Bob", "hello across the cluster", "--wait-delivered", "--json", "--timeout", "30",
                                       "--relay", "127.0.0.1:\(nodes[0].port)", "--relay-key", key], timeout: 60)
         XCTAssertEqual(sent.0, 0, sent.1)
@@ -131,7 +132,7 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(Set(first.map(\.bundleID)), sent)
         let acked = Set(first.prefix(4).map(\.bundleID))
         try b0.ack(Array(acked))
-        XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 6 }, "the 4 ACKs did not reach the database: \(queued(pg)) queued")
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.queued(pg) == 6 }, "the 4 ACKs did not reach the database: \(queued(pg)) queued")
         XCTAssertEqual(try pg.sql("SELECT count(*) FROM relay_queue WHERE lease_until_ms > (extract(epoch from now()) * 1000)::bigint"), "6",
                        "node 0 should hold leases on the 6 unacknowledged messages")
 
@@ -149,7 +150,7 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(Set(ids).count, 6, "a message was delivered twice")
         XCTAssertEqual(Set(ids), sent.subtracting(acked), "lost or re-delivered acknowledged messages")
         try b1.ack(ids)
-        XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 0 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.queued(pg) == 0 })
         // Nothing more comes, also after another lease period (no event marks "nothing"; the bound is the assertion).
         XCTAssertThrowsError(try b1.nextMessage(after: b1.currentSeq(), timeout: 3), "a message came a second time")
     }
@@ -237,7 +238,7 @@ final class RelayClusterTests: XCTestCase {
         let mark = b.currentSeq()
         XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .queued)
         XCTAssertEqual(try b.nextMessage(after: mark, timeout: 10).bundle, bundle)
-        XCTAssertTrue(eventually(timeout: 10) { (try? pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")) == "2" },
+        XCTAssertTrue(Wait.poll(timeout: 10) { (try? pg.sql("SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'LISTEN %'")) == "2" },
                       "the nodes did not LISTEN again")
     }
 
@@ -277,7 +278,7 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(try b.registerAndWait([Registration.owner(bob, relaySigningKey: key, channel: XCTUnwrap(b.channelBinding), timestampMs: nowMs())])
             .map(\.status), [.accepted])
         try b.ack(try b.nextMessages(2, after: mark, timeout: 10).map(\.bundleID))
-        XCTAssertTrue(eventually(timeout: 10) { self.queued(pg) == 0 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.queued(pg) == 0 })
         Thread.sleep(forTimeInterval: 1.1)   // the re-read is at most once a second; node 0 did one at the refusal
         XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: bob)).status, .queued, "node 0 still counted the messages Bob acknowledged on node 1")
     }

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokWire
+import YaokTesting
 
 /// Failover in the clients (issue 17, item 3): the hub's relay plugin and `yaok` given
 /// several nodes of one relay (one pinned key) move to another node when the one in use stops
@@ -156,7 +157,7 @@ final class RelayFailoverTests: XCTestCase {
         let got = try bobClient.nextMessage(after: mark, timeout: 10)
         XCTAssertEqual(got.bundleID, BundleID.of(bundle: later))
         try bobClient.ack([got.bundleID])
-        XCTAssertTrue(eventually(timeout: 10) { node2.metric("yaok_relay_queued_messages") == 0 }, "node 2 held nothing else for Bob")
+        XCTAssertTrue(Wait.poll(timeout: 10) { node2.metric("yaok_relay_queued_messages") == 0 }, "node 2 held nothing else for Bob")
         XCTAssertEqual(try bobClient.pollAndWait().count, 0)
     }
 
@@ -287,12 +288,12 @@ final class RelayFailoverTests: XCTestCase {
                   "--relay-key", Hex.encode(node1.key)]
         let listener = try ListenerProcess(yaok, ["listen", "--home", bob, "--count", "2", "--timeout", "90"] + at)
         cleanup.append { listener.kill() }
-        XCTAssertTrue(eventually(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register on node 1")
+        XCTAssertTrue(Wait.poll(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register on node 1")
 
         let first = try runTool(yaok, ["send", "--home", alice, "Bob", "first, via node 1", "--json", "--timeout", "20"] + at, timeout: 60)
         XCTAssertEqual(first.0, 0, first.1)
         // Bob got it (pushed) and acknowledged it: node 1 holds nothing more for him.
-        XCTAssertTrue(eventually(timeout: 15) { node1.metric("yaok_relay_acks_total") ?? 0 >= 1 }, listener.output())
+        XCTAssertTrue(Wait.poll(timeout: 15) { node1.metric("yaok_relay_acks_total") ?? 0 >= 1 }, listener.output())
 
         node1.kill9()
         let second = try runTool(yaok, ["send", "--home", alice, "Bob", "second, after the failover", "--json", "--timeout", "30"] + at, timeout: 60)
@@ -328,19 +329,19 @@ final class RelayFailoverTests: XCTestCase {
         let hub = try HubProcess(dir: hubDir, relayAddresses: ["127.0.0.1:\(node1.port)", "127.0.0.1:\(node2.port)"], relayKey: node1.key)
         cleanup.append { hub.stop() }
         let hubLog = { hub.log() }
-        XCTAssertTrue(eventually(timeout: 30) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
+        XCTAssertTrue(Wait.poll(timeout: 30) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
 
         let (alice, bob) = try initAliceAndBob(yaok, in: hubDir)
         let bobAt = ["--relay", "127.0.0.1:\(node1.port),127.0.0.1:\(node2.port)", "--relay-key", Hex.encode(node1.key)]
         let listener = try ListenerProcess(yaok, ["listen", "--home", bob, "--count", "2", "--timeout", "90"] + bobAt)
         cleanup.append { listener.kill() }
-        XCTAssertTrue(eventually(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 1")
+        XCTAssertTrue(Wait.poll(timeout: 15) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 2 }, "Bob did not register on node 1")
 
         let atHub = ["--hub", hub.url, "--json", "--timeout", "20"]
         let first = try runTool(yaok, ["send", "--home", alice, "Bob", "first, via node 1"] + atHub, timeout: 60)
         XCTAssertEqual(first.0, 0, first.1)
         // Node 1 took it from the hub and Bob acknowledged it there.
-        XCTAssertTrue(eventually(timeout: 20) { node1.metric("yaok_relay_acks_total") ?? 0 >= 1 }, listener.output() + hubLog())
+        XCTAssertTrue(Wait.poll(timeout: 20) { node1.metric("yaok_relay_acks_total") ?? 0 >= 1 }, listener.output() + hubLog())
 
         node1.kill9()
         let second = try runTool(yaok, ["send", "--home", alice, "Bob", "second, via node 2"] + atHub, timeout: 60)

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokWire
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// Real processes end to end: a `yaok` endpoint hands a message to a `yaok-hub` over UDP;
 /// the hub's relay transport (the built plugin) carries it to a `yaok-relay`, which pushes it
@@ -53,7 +54,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         cleanup.append { hub.stop() }
 
         // The hub registers itself with the relay once its relay link is up.
-        XCTAssertTrue(eventually(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hub.log())
+        XCTAssertTrue(Wait.poll(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hub.log())
         return Setup(relay: relay, hub: hub)
     }
 
@@ -85,7 +86,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let plaintext = try bundle.envelope.open(with: bobIdentity)
         XCTAssertTrue(String(decoding: plaintext, as: UTF8.self).contains("hello over the uplink"))
         try bobAtRelay.acknowledge([bundle.envelope.bundleID])
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
         XCTAssertEqual(relay.metric("yaok_relay_sends_pushed_total"), 1)
         // The hub's relay link is up in its status.
         let status = try run(hubExe, ["status", "--socket", hubDir + "/control.sock", "--json"])
@@ -113,7 +114,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertEqual(got.0, 0, got.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
         // The relay deleted it only after the hub's store took custody.
-        XCTAssertTrue(eventually(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 1 })
     }
 
     /// Over WebSocket/TLS on both sides: Alice (at the hub) sends to Bob, who is on the
@@ -146,7 +147,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         listener.terminationHandler = { _ in exited.signal() }
         try listener.run()
         cleanup.append { if listener.isRunning { listener.terminate() } }
-        XCTAssertTrue(eventually(timeout: 20) { setup.relay.metric("yaok_relay_websocket_upgraded_total") ?? 0 >= 2 }, "Bob did not connect over wss")
+        XCTAssertTrue(Wait.poll(timeout: 20) { setup.relay.metric("yaok_relay_websocket_upgraded_total") ?? 0 >= 2 }, "Bob did not connect over wss")
 
         // ... and Alice, at the hub (registered with the relay through it), waits for his receipt.
         let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over wss", "--hub", "udp://127.0.0.1:\(setup.udpPort)",
@@ -157,7 +158,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertTrue(bobOutput.contains("hello over wss"), bobOutput)
         XCTAssertEqual(sent.0, 0, sent.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(sent.1.contains("deliver"), sent.1)
-        XCTAssertTrue(eventually(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 2 }, "message and receipt acknowledged")
+        XCTAssertTrue(Wait.poll(timeout: 10) { setup.relay.metric("yaok_relay_acks_total") ?? 0 >= 2 }, "message and receipt acknowledged")
         XCTAssertGreaterThanOrEqual(setup.relay.metric("yaok_relay_websocket_failed_total") ?? 0, 1, "the wrong-pin attempt")
         let status = try run(hubExe, ["status", "--socket", setup.hubDir + "/control.sock", "--json"])
         XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)

@@ -7,6 +7,7 @@ import YaokRelayServer
 import YaokStore
 import YaokWire
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// Delivery integrity at the relay (issue 13), each attack written as an attacker would run
 /// it against a relay with real UDP sockets and its real SQLCipher queue: the victim's
@@ -72,7 +73,7 @@ final class RelayIntegrityTests: XCTestCase {
         XCTAssertEqual(try YaokWire.Bundle(parsing: delivered.bundle).envelope.open(with: bob), Array("the real one".utf8))
         // Bob's acknowledgement of the real one deletes exactly that one.
         try b.ack([real.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 1 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 1 })
         XCTAssertFalse(try relay.store.contains(real.bundleID))
         XCTAssertTrue(try relay.store.contains(squat.bundleID))
         XCTAssertEqual(try b.pollAndWait().filter { $0.bundleID == real.bundleID }.count, 0, "offered again after its ACK")
@@ -251,7 +252,7 @@ final class RelayIntegrityTests: XCTestCase {
         XCTAssertEqual(got.bundleID, forBob.bundleID)
         XCTAssertEqual(try YaokWire.Bundle(parsing: got.bundle).envelope.open(with: bob), Array("queued before the upgrade".utf8))
         try b.ack([got.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
         // The same envelope sent again after the upgrade is a new bundle for an empty queue,
         // and a conflicting one under Carol's queued bundle ID is refused: dedupe works on
         // migrated rows.

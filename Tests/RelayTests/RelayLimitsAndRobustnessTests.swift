@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
+import YaokTesting
 
 final class RelayLimitsAndRobustnessTests: XCTestCase {
     var relay: RelayHarness!
@@ -95,7 +96,7 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         raw.send(try RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: [1, 2, 3]).encoded(), port: port)  // short HELLO
         raw.send([UInt8](repeating: 0x59, count: 4000), port: port)          // oversized
         raw.send(RelayPacket.magic + [UInt8](repeating: 0, count: 1500), port: port)  // oversized with magic
-        XCTAssertTrue(eventually {
+        XCTAssertTrue(Wait.poll {
             let m = self.relay.server.metricsSnapshot()
             return m.droppedMalformed - before.droppedMalformed == 6 && m.droppedOversized - before.droppedOversized == 2
         }, "\(relay.server.metricsSnapshot())")
@@ -121,7 +122,7 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         relay = try RelayHarness(limits: limits)
         let raw = RawUDP()
         for _ in 0..<200 { raw.send(Array("junk".utf8), port: relay.port) }
-        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().datagramsIn >= 200 })
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsSnapshot().datagramsIn >= 200 })
         let m = relay.server.metricsSnapshot()
         XCTAssertGreaterThanOrEqual(m.droppedRateLimited, 150)
         XCTAssertEqual(m.droppedRateLimited + m.droppedMalformed, 200)
@@ -163,7 +164,7 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         let got = try c2.nextMessage(after: mark2, timeout: 5)
         XCTAssertEqual(got.bundle, bundle)
         try c2.ack([got.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
     }
 
     func testMetricsEndpointServesPrometheusText() throws {
@@ -181,7 +182,7 @@ final class RelayLimitsAndRobustnessTests: XCTestCase {
         // Counters advance between scrapes (the registry is brought up to the engine's values).
         RawUDP().send([0x59, 0x41, 0x4f, 0x4b, 0xff], port: relay.port)
         _ = try relay.registeredClient(Identity.generate())
-        XCTAssertTrue(eventually { self.relay.server.metricsText().contains("yaok_relay_dropped_total{reason=\"malformed\"} 1") }, relay.server.metricsText())
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsText().contains("yaok_relay_dropped_total{reason=\"malformed\"} 1") }, relay.server.metricsText())
         let again = relay.server.metricsText()
         XCTAssertTrue(again.contains("yaok_relay_handshakes_total 2"), again)
         XCTAssertTrue(again.contains("yaok_relay_registered_users 2"), again)

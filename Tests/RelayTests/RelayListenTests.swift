@@ -3,6 +3,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// `yaok listen --relay` for an internet user with nothing queued (issue 13, item 5): real
 /// `yaok` processes against a real `yaok-relay` on loopback. The listener used to poll again
@@ -41,7 +42,7 @@ final class RelayListenTests: XCTestCase {
         let (relay, alice, bob) = try relayAndUsers()
         let at = ["--relay", "127.0.0.1:\(relay.port)", "--relay-key", Hex.encode(relay.key)]
         let listener = try startListener(["listen", "--home", bob, "--count", "1", "--timeout", "60"] + at)
-        XCTAssertTrue(eventually(timeout: 15) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register")
+        XCTAssertTrue(Wait.poll(timeout: 15) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Bob did not register")
 
         // Idle for 5 s: the old listener was gone after ~3 s. The exit is the event waited for;
         // not seeing it within the bound is the assertion.
@@ -69,7 +70,7 @@ final class RelayListenTests: XCTestCase {
         let outbox = try runTool(yaok, ["outbox", "--home", alice, "--json"])
         XCTAssertTrue(outbox.1.contains("\"state\":\"delivered\""), outbox.1)
         // The message and the receipt were each delivered once and acknowledged.
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_acks_total") ?? 0 >= 2 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_acks_total") ?? 0 >= 2 })
         XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 0)
     }
 
@@ -92,7 +93,7 @@ final class RelayListenTests: XCTestCase {
         }
         let key = ["--relay-key", Hex.encode(relay.key)]
         let listener = try startListener(["listen", "--home", bob, "--count", "1", "--timeout", "60", "--relay", "127.0.0.1:\(proxy.port)"] + key)
-        XCTAssertTrue(eventually(timeout: 20) { dropped.lock.withLock { dropped.n } == 2 }, "the listener did not poll twice:\n\(listener.output())")
+        XCTAssertTrue(Wait.poll(timeout: 20) { dropped.lock.withLock { dropped.n } == 2 }, "the listener did not poll twice:\n\(listener.output())")
         // Each lost answer is retried after its 2 s answer timeout and a 1 s pause: still
         // listening well past both (the old client gave up at the first).
         XCTAssertFalse(listener.exited(within: 4), "listen ended after lost datagrams:\n\(listener.output())")

@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
+import YaokTesting
 
 final class RelayMessagingTests: XCTestCase {
     var relay: RelayHarness!
@@ -27,7 +28,7 @@ final class RelayMessagingTests: XCTestCase {
         // The relay held it durably before pushing and keeps it until the ACK.
         XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: bob.userID) }, 1)
         try b.ack([got.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
         XCTAssertFalse(try relay.store.contains(got.bundleID))
         // Sending it again is recognised... as new, since it was delivered and deleted; but a
         // duplicate while queued is reported as such.
@@ -65,12 +66,12 @@ final class RelayMessagingTests: XCTestCase {
         // Acknowledge all but one: they are deleted; the last is offered again after its lease.
         let ids = Array(received.keys)
         try c.ack(Array(ids.dropLast()))
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 1 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 1 })
         Thread.sleep(forTimeInterval: 1.1)   // let the 1 s lease run out (no event marks a lease ending)
         let again = try c.pollAndWait()
         XCTAssertTrue(again.map(\.bundleID) == [ids.last!], "re-offered \(again.count) messages")
         try c.ack([ids.last!])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: carol.userID) } == 0 })
         XCTAssertEqual(try c.pollAndWait().count, 0)
     }
 
@@ -126,7 +127,7 @@ final class RelayMessagingTests: XCTestCase {
         XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: phone)).status, .pushed)
         let m = try h.nextMessage(after: mark, timeout: 5)
         try h.ack([m.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
 
         // The hub reconnects on a new session and registers only itself: the phone stays reachable.
         h.stop()
@@ -157,7 +158,7 @@ final class RelayUserSessionTests: XCTestCase {
         let bundle = try XCTUnwrap(got.first)
         XCTAssertEqual(try bundle.envelope.open(with: bob), Array("over the internet".utf8))
         try b.acknowledge([bundle.envelope.bundleID])
-        XCTAssertTrue(eventually { relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
         XCTAssertEqual(try b.receive().count, 0)
 
         let wrong = RelayUserSession(identity: alice, relay: relay.address, relayKey: Identity.generate().signingKey)

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokWire
+import YaokTesting
 
 /// The relay transport plugin, loaded from its built .so, against a real `yaok-relay` process.
 final class RelayPluginTests: XCTestCase {
@@ -99,7 +100,7 @@ final class RelayPluginTests: XCTestCase {
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         let reg = try Registration.carried(by: phone, relaySigningKey: relay.key, collector: host.identity.signingKey, timestampMs: now, untilMs: now + 3_600_000)
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: reg.encoded).encoded, link: link))
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_registrations_accepted_total") == 2 })
         // The plugin carries only v2 registrations naming this hub: one naming another hub and
         // a v1 record (a bearer token) are dropped before the relay sees them, so the relay
         // counts no refusal by the time it accepts the next good one.
@@ -110,7 +111,7 @@ final class RelayPluginTests: XCTestCase {
         let another = try Registration.carried(by: Identity.generate(), relaySigningKey: relay.key, collector: host.identity.signingKey,
                                                timestampMs: now, untilMs: now + 3_600_000)
         XCTAssertNil(host.send(TLVRecord(type: 0x07, value: another.encoded).encoded, link: link))
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_registrations_accepted_total") == 3 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_registrations_accepted_total") == 3 })
         XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"collector_mismatch\"}"))
         XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"v1\"}"))
 
@@ -133,7 +134,7 @@ final class RelayPluginTests: XCTestCase {
         // Not deleted until the host's store says so.
         XCTAssertEqual(relay.metric("yaok_relay_acks_total"), 0)
         XCTAssertNil(host.send(CustodyAck(bundleID: BundleID.of(bundle: forPhone)!).frame, link: link))
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
 
         let status = host.statusJSON()
         XCTAssertEqual(status["state"] as? String, "running")
@@ -223,7 +224,7 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertEqual(Set(delivered), [YaokWire.Bundle(envelope: real).encoded, YaokWire.Bundle(envelope: squat).encoded])
         // The host kept only the real one (the squatter is no contact of Bob's): its ack deletes that one only.
         XCTAssertNil(host.send(CustodyAck(bundleID: real.bundleID).frame, link: link))
-        XCTAssertTrue(eventually(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
+        XCTAssertTrue(Wait.poll(timeout: 10) { relay.metric("yaok_relay_acks_total") == 1 })
         XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 1)
         // An ack by bare message ID names no bundle the plugin handed over: it goes nowhere.
         XCTAssertNil(host.send(CustodyAck(bundleID: squat.messageID).frame, link: link))

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
+import YaokTesting
 
 /// `yaok-relay run`'s per-address registration and HELLO limits and its registration ceiling
 /// (the options a loopback benchmark of many users from one address needs), on real processes.
@@ -44,7 +45,7 @@ final class RelayRunOptionsTests: XCTestCase {
             raw.send(try RelayPacket(type: .hello, sessionID: 0, counter: 0, payload: Hello(clientKey: EphemeralKX.generate().publicKey).encoded).encoded(),
                      port: relay.port)
         }
-        XCTAssertTrue(eventually { relay.metric(#"yaok_relay_dropped_total{reason="rate_limited"}"#) ?? 0 >= 3 },
+        XCTAssertTrue(Wait.poll { relay.metric(#"yaok_relay_dropped_total{reason="rate_limited"}"#) ?? 0 >= 3 },
                       relay.metrics().split(separator: "\n").filter { $0.contains("dropped") || $0.contains("handshakes") }.joined(separator: "\n"))
     }
 

@@ -8,6 +8,7 @@ import YaokRelayServer
 import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
+import YaokTesting
 
 /// A relay server running in this process on a real loopback UDP socket, with its data
 /// directory (identity, SQLCipher database, key) in a temporary directory.
@@ -163,17 +164,6 @@ final class RawUDP {
         let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
         return n > 0 ? Array(buf[0..<n]) : nil
     }
-}
-
-/// Polls `condition` until true or the timeout; for state that has no event to wait on
-/// (server-side counters). Returns whether it became true.
-func eventually(timeout: TimeInterval = 5, _ condition: () -> Bool) -> Bool {
-    let deadline = Date().addingTimeInterval(timeout)
-    while Date() < deadline {
-        if condition() { return true }
-        Thread.sleep(forTimeInterval: 0.02)
-    }
-    return condition()
 }
 
 /// A plain HTTP/1.0 GET to 127.0.0.1: the whole response, or nil.

@@ -139,7 +139,7 @@ final class RelayWebSocketTests: XCTestCase {
         let got = try b.nextMessage(after: markB, timeout: 10)
         XCTAssertEqual(got.bundle, toBob)
         try b.ack([got.bundleID])
-        XCTAssertTrue(eventually { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
 
         // wss → UDP and UDP → wss.
         let markC = c.currentSeq()
@@ -219,7 +219,7 @@ final class RelayWebSocketTests: XCTestCase {
         relay.tearDown()
         relay = try RelayHarness(webSocket: tls.listener(maxConnections: 1))
         let holder = try XCTUnwrap(connectLoopbackTCP(port: relay.wssPort))
-        XCTAssertTrue(eventually { self.relay.server.webSocketCounters?.accepted == 1 })
+        XCTAssertTrue(Wait.poll { self.relay.server.webSocketCounters?.accepted == 1 })
         let refused = wssClient()
         XCTAssertThrowsError(try refused.connect(timeout: 1))
         XCTAssertGreaterThanOrEqual(relay.server.webSocketCounters?.refusedFull ?? 0, 1)
@@ -247,8 +247,8 @@ final class RelayWebSocketTests: XCTestCase {
         XCTAssertEqual(try c.registerAndWait([relay.registration(Identity.generate(), on: c)]).map(\.status), [.accepted])
         XCTAssertEqual(relay.server.metricsSnapshot().sessions, 1)
         c.stop()
-        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().sessions == 0 })
-        XCTAssertTrue(eventually { self.relay.server.metricsSnapshot().registeredUsers == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsSnapshot().sessions == 0 })
+        XCTAssertTrue(Wait.poll { self.relay.server.metricsSnapshot().registeredUsers == 0 })
     }
 
     /// The `yaok-relay` process: `tls-pin` prints the pin clients need; `run` refuses a key

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import YaokTesting
 
 /// `yaok-hub att-serve` as a real process, driven PDU by PDU over SOCK_SEQPACKET.
 final class ATTServeProcessTests: XCTestCase {
@@ -41,7 +42,7 @@ final class ATTServeProcessTests: XCTestCase {
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
         defer { p.terminate(); p.waitUntilExit() }
-        try TestSupport.waitUntil(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
+        try Wait.until(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
 
         let a = try connectSeqpacket(socketPath)
         defer { close(a) }

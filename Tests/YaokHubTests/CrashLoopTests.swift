@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokEndpoint
 @testable import YaokHubCore
+import YaokTesting
 
 /// SIGKILL the hub over and over during a large transfer: no message may be lost and
 /// none may reach the recipient twice.
@@ -54,7 +55,7 @@ final class CrashLoopTests: XCTestCase {
             try hub.waitReady()
         }
         do {
-            try TestSupport.waitUntil(timeout: 600, "all \(count) messages at Bob") { received() >= count }
+            try Wait.until(timeout: 600, "all \(count) messages at Bob") { received() >= count }
         } catch {
             let status = (try? String(decoding: hub.client.request("status"), as: UTF8.self)) ?? "no status"
             XCTFail("stalled at \(received()) of \(count); alice pending \((try? alice.store.outbox(states: [.pending]).count) ?? -1); hub status: \(status)\nhub log tail: \(hub.log.suffix(3000))")
@@ -74,7 +75,7 @@ final class CrashLoopTests: XCTestCase {
         XCTAssertEqual(inbox.count, count)
         XCTAssertEqual(Set(inbox.map(\.text)), Set(texts))
         // Every message left Alice's outbox for good.
-        try TestSupport.waitUntil(timeout: 60, "alice's outbox drained") {
+        try Wait.until(timeout: 60, "alice's outbox drained") {
             try alice.store.outbox(states: [.pending], limit: 1).isEmpty
         }
     }

@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Each link's custody timeout and window are learnt from its own acknowledgements
 /// (``CustodyPacing``): the arithmetic alone, then a real hub resending a bundle whose
@@ -67,22 +68,22 @@ final class CustodyPacingTests: XCTestCase {
         for i in 0..<10 {
             let e = try seal("warm-up \(i)", from: s.alice, to: s.bob)
             try alice.send(e)
-            try TestSupport.waitUntil(timeout: 10, "warm-up \(i) reached bob") { bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID } }
+            try Wait.until(timeout: 10, "warm-up \(i) reached bob") { bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID } }
             try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
         }
         func bobsLink() throws -> RouterStatus.LinkView? {
             try s.hub.status().router.links.first { $0.role == "endpoint" && $0.peer == Router.shortID(Hash.sha256(s.bob.signingKey)) }
         }
-        try TestSupport.waitUntil(timeout: 10, "bob's link measured") { try bobsLink()?.window == CustodyPacing.initialWindow + 10 }
+        try Wait.until(timeout: 10, "bob's link measured") { try bobsLink()?.window == CustodyPacing.initialWindow + 10 }
         let measured = try XCTUnwrap(bobsLink())
         XCTAssertNotNil(measured.roundTripMs)
         XCTAssertEqual(measured.custodyTimeoutMs, CustodyPacing.minTimeoutMs, "loopback round trips are far below the 1 s floor")
 
         let lost = try seal("its answer is lost", from: s.alice, to: s.bob)
         try alice.send(lost)
-        try TestSupport.waitUntil(timeout: 10, "the bundle reached bob") { bob.receivedEnvelopes.contains { $0.bundleID == lost.bundleID } }
+        try Wait.until(timeout: 10, "the bundle reached bob") { bob.receivedEnvelopes.contains { $0.bundleID == lost.bundleID } }
         let firstCopy = Date()
-        try TestSupport.waitUntil(timeout: 10, "the hub sent it again") {
+        try Wait.until(timeout: 10, "the hub sent it again") {
             bob.receivedEnvelopes.filter { $0.bundleID == lost.bundleID }.count >= 2
         }
         let resentAfter = Date().timeIntervalSince(firstCopy)
@@ -92,7 +93,7 @@ final class CustodyPacingTests: XCTestCase {
         XCTAssertEqual(after.window, (CustodyPacing.initialWindow + 10) / 2, "the window halved on the loss")
         XCTAssertGreaterThanOrEqual(try s.hub.status().router.counters.custodyTimeouts, 1)
         try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: lost.bundleID).encoded))
-        try TestSupport.waitUntil(timeout: 10, "the bundle delivered") { try s.hub.status().router.queue.inFlight == 0 }
+        try Wait.until(timeout: 10, "the bundle delivered") { try s.hub.status().router.queue.inFlight == 0 }
         XCTAssertEqual(try s.hub.status().router.queue.queued, 0)
     }
 }

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// The attacks of Docs/protocol.md "Threats and answers", each run against a real hub
 /// process by an attacker with no keys but its own throwaway ones. Every test asserts that
@@ -58,7 +59,7 @@ final class DeliveryIntegrityTests: XCTestCase {
                                         from: s.bob, createdMs: Clock.nowMilliseconds())
         try bob.send(real)
         _ = try bob.answer(for: real.bundleID)
-        try TestSupport.waitUntil(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered == 1 }
+        try Wait.until(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered == 1 }
     }
 
     // MARK: 2. ID squatting
@@ -84,7 +85,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         try phone.send(equivocation)
         let answers = try XCTUnwrap({ () -> [TLVRecord] in
             var found: [TLVRecord] = []
-            try TestSupport.waitUntil(timeout: 10, "conflict refusal") {
+            try Wait.until(timeout: 10, "conflict refusal") {
                 found = phone.frames(.custodyRefused).filter { Array($0.value.prefix(16)) == victim.bundleID }
                 return !found.isEmpty
             }
@@ -138,7 +139,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertTrue(text.contains("lifetime 1"), text)
 
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
-        try TestSupport.waitUntil(timeout: 60, "all 30 of alice's messages delivered") {
+        try Wait.until(timeout: 60, "all 30 of alice's messages delivered") {
             let got = Set(bob.receivedEnvelopes.map(\.bundleID))
             for e in bob.receivedEnvelopes where got.contains(e.bundleID) {
                 try? bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
@@ -178,7 +179,7 @@ final class DeliveryIntegrityTests: XCTestCase {
             let e = try seal("during the flood", from: s.alice, to: s.bob)
             let t0 = Date()
             try phone.send(e)
-            try TestSupport.waitUntil(timeout: 30, "message delivered during the flood") {
+            try Wait.until(timeout: 30, "message delivered during the flood") {
                 bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
             }
             latencies.append(Date().timeIntervalSince(t0) * 1000)
@@ -233,7 +234,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         let phoneKey = Identity.generate()
         let phoneAttacker = try RawPeer(identity: phoneKey, role: .endpoint, hubPort: s.port, host: "127.0.0.3")
         try phoneAttacker.send(TLVRecord(.attachment, value: try AttachmentAnnouncement.signed(by: phoneKey, timestampMs: now, userIDs: [s.bob.userID]).encoded))
-        try TestSupport.waitUntil(timeout: 10, "four announcements refused") { try s.hub.status().router.counters.attachmentsRefused == 4 }
+        try Wait.until(timeout: 10, "four announcements refused") { try s.hub.status().router.counters.attachmentsRefused == 4 }
 
         // The victim's mail is still delivered, exactly once, when bob attaches.
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
@@ -253,7 +254,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         // Any UDP peer could say "I am the relay" and was handed every attached phone's relay
         // registration and the bundles routed to the internet.
         let fakeRelay = try RawPeer(identity: Identity.generate(), role: .relay, hubPort: s.port, host: "127.0.0.2")
-        try TestSupport.waitUntil(timeout: 10, "the claimed relay role refused") { try s.hub.status().router.counters.rolesRefused == 1 }
+        try Wait.until(timeout: 10, "the claimed relay role refused") { try s.hub.status().router.counters.rolesRefused == 1 }
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         try phone.send(TLVRecord(.registration, value: [UInt8](repeating: 0x52, count: 120)))
         let victim = try seal("for bob, wherever he is", from: s.alice, to: s.bob)
@@ -292,7 +293,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertFalse(again.contains { $0["event"] as? String == "message" }, "not shown twice")
         XCTAssertEqual(try MessagePathTests.yaok(bob, ["inbox", "--json"]).count, 1)
         var outbox: [[String: Any]] = []
-        try TestSupport.waitUntil(timeout: 40, "alice's outbox shows delivered") {
+        try Wait.until(timeout: 40, "alice's outbox shows delivered") {
             _ = try MessagePathTests.yaok(alice, ["listen", "--hub", url, "--json", "--timeout", "2"])
             outbox = try MessagePathTests.yaok(alice, ["outbox", "--json"])
             return outbox.first?["state"] as? String == "delivered"

@@ -6,6 +6,7 @@ import YaokPluginKit
 import YaokStore
 import YaokTransportUDP
 import YaokWire
+import YaokTesting
 
 /// The endpoint's group commit (HubSession): a burst of frames shares one durable commit,
 /// and nothing that depends on it (custody answers, receipts, events) leaves before it.
@@ -99,7 +100,7 @@ final class EndpointGroupCommitTests: XCTestCase {
     func attachBob(_ hub: FakeHub, onEvent: @escaping @Sendable (HubSession.Event) -> Void = { _ in }) throws -> HubSession {
         let session = HubSession(endpoint: bob, hub: hub.address, onEvent: onEvent)
         try session.start()
-        try TestSupport.waitUntil(timeout: 10, "bob linked to the fake hub") { hub.lock.withLock { hub.link != nil } }
+        try Wait.until(timeout: 10, "bob linked to the fake hub") { hub.lock.withLock { hub.link != nil } }
         return session
     }
 
@@ -134,8 +135,8 @@ final class EndpointGroupCommitTests: XCTestCase {
         }
         defer { session.stop() }
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
-        try TestSupport.waitUntil(timeout: 30, "all 300 acknowledged") { hub.acked.count == incoming.count }
-        try TestSupport.waitUntil(timeout: 30, "all 300 receipts sent") { Set(byReceipt.all).count == incoming.count }
+        try Wait.until(timeout: 30, "all 300 acknowledged") { hub.acked.count == incoming.count }
+        try Wait.until(timeout: 30, "all 300 receipts sent") { Set(byReceipt.all).count == incoming.count }
         XCTAssertEqual(violations.all, [])
         XCTAssertEqual(events.all, [])
         XCTAssertEqual(hub.acked, Set(incoming.map(\.envelope.bundleID)))
@@ -144,7 +145,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         XCTAssertLessThan(commits.groups, incoming.count, "a burst shares commits: \(commits)")
         print("300 bundles in a burst: \(commits.groups) group commits covering \(commits.frames) frames")
         // The receipts were taken by the hub: handed over, durably.
-        try TestSupport.waitUntil(timeout: 10, "receipts handed over") {
+        try Wait.until(timeout: 10, "receipts handed over") {
             try bob.store.outbox(states: [.pending]).isEmpty
         }
     }
@@ -183,7 +184,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
         // Everything outside the failed group is answered; let the session settle.
         var last = -1
-        try TestSupport.waitUntil(timeout: 30, "answers settle") {
+        try Wait.until(timeout: 30, "answers settle") {
             let n = hub.acked.count
             defer { last = n }
             if n != last || n == 0 { usleep(500_000); return false }
@@ -201,7 +202,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         // The hub keeps custody and sends everything again once the fault is gone.
         try observer.db.execute("DROP TRIGGER fail_one")
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
-        try TestSupport.waitUntil(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
+        try Wait.until(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
         XCTAssertEqual(violations.all, [])
         let inbox = try bob.store.inbox()
         XCTAssertEqual(inbox.count, incoming.count, "each message stored once")
@@ -228,7 +229,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         }
         try session.start()
         defer { session.stop() }
-        try TestSupport.waitUntil(timeout: 30, "all 200 handed over") { Set(handed.all).count == sent.count }
+        try Wait.until(timeout: 30, "all 200 handed over") { Set(handed.all).count == sent.count }
         XCTAssertEqual(violations.all, [])
         XCTAssertTrue(try alice.store.outbox(states: [.pending]).isEmpty)
         XCTAssertTrue(sent.allSatisfy { observer.outboxState($0.messageID) == "handed_over" })
@@ -254,7 +255,7 @@ final class EndpointGroupCommitTests: XCTestCase {
             if (try? observer.db.scalar("SELECT value FROM profile WHERE key = 'note'"))?.textValue != "\(i)" { notDurable += 1 }
         }
         XCTAssertEqual(notDurable, 0, "a write from another thread returned before it was committed")
-        try TestSupport.waitUntil(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
+        try Wait.until(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
     }
 
     /// `advance` is one UPDATE whose WHERE names the states it may move from: still never backwards.
@@ -310,13 +311,13 @@ final class EndpointGroupCommitTests: XCTestCase {
         }
         hub.lock.withLock { hub.link = nil }
         let slow = try listen(delayMs: 400)
-        try TestSupport.waitUntil(timeout: 20, "yaok linked") { hub.lock.withLock { hub.link != nil } }
+        try Wait.until(timeout: 20, "yaok linked") { hub.lock.withLock { hub.link != nil } }
         // Bundles in small bursts: several groups, each held 400 ms before its commit.
         for (i, b) in incoming.enumerated() {
             try hub.send(TLVRecord(.bundle, value: b.encoded))
             if i % 8 == 7 { usleep(150_000) }
         }
-        try TestSupport.waitUntil(timeout: 20, "some acknowledged") { !hub.acked.isEmpty }
+        try Wait.until(timeout: 20, "some acknowledged") { !hub.acked.isEmpty }
         usleep(200_000)
         kill(slow.processIdentifier, SIGKILL)
         slow.waitUntilExit()
@@ -329,9 +330,9 @@ final class EndpointGroupCommitTests: XCTestCase {
         hub.lock.withLock { hub.link = nil }
         let again = try listen(delayMs: nil)
         defer { again.terminate(); again.waitUntilExit() }
-        try TestSupport.waitUntil(timeout: 20, "yaok linked again") { hub.lock.withLock { hub.link != nil } }
+        try Wait.until(timeout: 20, "yaok linked again") { hub.lock.withLock { hub.link != nil } }
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
-        try TestSupport.waitUntil(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
+        try Wait.until(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }
         XCTAssertEqual(violations.all, [])
         XCTAssertEqual(observer.inboxCount(), incoming.count, "each message stored once")
         let texts = try observer.db.query("SELECT text FROM inbox_messages").compactMap { $0.first?.textValue }

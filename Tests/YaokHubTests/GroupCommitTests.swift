@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Group commit in a real hub (Docs/performance.md, "Group commit"): a burst of bundles shares
 /// commits, every custody ack comes only after the commit covering its bundle (so a SIGKILL
@@ -16,7 +17,7 @@ final class GroupCommitTests: XCTestCase {
     func sendUntilAcked(_ envelopes: [Envelope], via phone: RawPeer) throws {
         func acked() -> Set<[UInt8]> { Set(phone.frames(.custodyAck).map { Array($0.value.prefix(16)) }) }
         var lastSend = Date.distantPast
-        try TestSupport.waitUntil(timeout: 60, "\(envelopes.count) custody acks") {
+        try Wait.until(timeout: 60, "\(envelopes.count) custody acks") {
             let have = acked()
             if Date().timeIntervalSince(lastSend) > 2 {
                 for e in envelopes where !have.contains(e.bundleID) { try phone.send(e) }
@@ -71,7 +72,7 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(try counters(hub).hopLatencySamples, 0)
         let envelopes = try (0..<5).map { try seal("timed \($0)", from: alice, to: bob) }
         try sendUntilAcked(envelopes, via: alicePhone)
-        try TestSupport.waitUntil(timeout: 30, "five bundles at Bob") { bobPhone.frames(.bundle).count >= 5 }
+        try Wait.until(timeout: 30, "five bundles at Bob") { bobPhone.frames(.bundle).count >= 5 }
         let c = try counters(hub)
         XCTAssertEqual(c.hopLatencySamples, 5, "each bundle counted once, on its first onward send")
         XCTAssertGreaterThanOrEqual(c.hopLatencyP50Us, 200_000, "the 200 ms commit precedes every onward send")

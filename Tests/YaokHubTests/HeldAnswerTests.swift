@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Issue 16 item 4, "no endless re-offers", with two real hubs that trust each other: each
 /// holds the same bundle without knowing the other does (as after a kill -9 between storing a
@@ -42,7 +43,7 @@ final class HeldAnswerTests: XCTestCase {
         addTeardownBlock { hubA.stop() }
         try hubA.waitReady()
         func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
-        try TestSupport.waitUntil(timeout: 30, "each told the other it holds the bundle") {
+        try Wait.until(timeout: 30, "each told the other it holds the bundle") {
             try counters(hubA).heldReceived >= 1 && counters(hubB).heldReceived >= 1
         }
         XCTAssertGreaterThanOrEqual(try counters(hubA).heldSent, 1)
@@ -60,7 +61,7 @@ final class HeldAnswerTests: XCTestCase {
         XCTAssertNotNil(hubA.waitExit(timeout: 10))
         hubA = try HubProcess(dir: hubs.dirA, config: configA, executable: exe, extraEnvironment: listing)
         try hubA.waitReady()
-        try TestSupport.waitUntil(timeout: 20, "A and B linked again") {
+        try Wait.until(timeout: 20, "A and B linked again") {
             try hubA.status().router.links.contains { $0.role == "hub" && $0.trust == "listed" }
         }
         let offersAfterRestart = try counters(hubB).offersReceived

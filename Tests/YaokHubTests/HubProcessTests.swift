@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+import YaokTesting
 
 /// Real `yaok-hub` processes with real sockets and real plugins.
 final class HubProcessTests: XCTestCase {
@@ -73,8 +74,8 @@ final class HubProcessTests: XCTestCase {
         try hub.waitReady()
 
         // The throwing start is retried with backoff (1 s, 2 s) and then runs.
-        try TestSupport.waitUntil(timeout: 20, "flaky to start after retries") { try hub.transport("flaky")?.status.state == .running }
-        try TestSupport.waitUntil(timeout: 20, "broken to fail a second time") { try (hub.transport("broken")?.startFailures ?? 0) >= 2 }
+        try Wait.until(timeout: 20, "flaky to start after retries") { try hub.transport("flaky")?.status.state == .running }
+        try Wait.until(timeout: 20, "broken to fail a second time") { try (hub.transport("broken")?.startFailures ?? 0) >= 2 }
         let status = try hub.status()
         // Honest, quiet logs (issue 19 item 7): the ready line counts only what runs and names
         // what does not; a start failure is logged once until its reason changes.
@@ -128,7 +129,7 @@ final class HubProcessTests: XCTestCase {
         try a.waitReady()
         try b.waitReady()
 
-        try TestSupport.waitUntil(timeout: 20, "udp link up on both hubs") {
+        try Wait.until(timeout: 20, "udp link up on both hubs") {
             try a.transport("udp")?.status.links == 1 && b.transport("udp")?.status.links == 1
         }
         let linkBefore = try XCTUnwrap(a.status().router.links.first)
@@ -138,21 +139,21 @@ final class HubProcessTests: XCTestCase {
         // Enable `extra` and reload: it starts; the UDP link is untouched.
         try Self.config(dir: dirA, pluginDirs: [plugins], udpPort: portA, peers: [portB], extra: extraOn).write(toFile: a.configPath, atomically: true, encoding: .utf8)
         a.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 10, "extra running after SIGHUP") { try a.transport("extra")?.status.state == .running }
+        try Wait.until(timeout: 10, "extra running after SIGHUP") { try a.transport("extra")?.status.state == .running }
         XCTAssertEqual(try a.status().router.links.first, linkBefore, "the unchanged transport kept its link")
         XCTAssertEqual(try a.transport("udp")?.status.links, 1)
 
         // A bad edit is refused and the running config stays.
         try "hub:\n  bogus_key: 1\n".write(toFile: a.configPath, atomically: true, encoding: .utf8)
         a.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 10, "reload error logged") { a.log.contains("keeping the running config") }
+        try Wait.until(timeout: 10, "reload error logged") { a.log.contains("keeping the running config") }
         XCTAssertTrue(a.log.contains("hub.bogus_key (line 2)"), a.log)
         XCTAssertEqual(try a.transport("extra")?.status.state, .running)
 
         // Disable it again.
         try Self.config(dir: dirA, pluginDirs: [plugins], udpPort: portA, peers: [portB], extra: extraOff).write(toFile: a.configPath, atomically: true, encoding: .utf8)
         a.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 10, "extra stopped after SIGHUP") { try a.transport("extra")?.status.state == .stopped }
+        try Wait.until(timeout: 10, "extra stopped after SIGHUP") { try a.transport("extra")?.status.state == .stopped }
         XCTAssertEqual(try a.status().router.links.first, linkBefore)
 
         // Frames really flow: keep-alives and offers were counted both ways.

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Issue 14 part 2, "roles are authorised, not claimed", against real hub processes: which
 /// hubs are trusted (`router.hub_trust`), what an untrusted one gets, hub certificates,
@@ -47,15 +48,15 @@ final class HubRolesTests: XCTestCase {
     }
 
     func waitOffered(_ id: [UInt8], to peer: RawPeer, _ who: String) throws {
-        try TestSupport.waitUntil(timeout: 15, "\(who) offered \(Hex.encode(id.prefix(4)))") { offered(to: peer).contains(id) }
+        try Wait.until(timeout: 15, "\(who) offered \(Hex.encode(id.prefix(4)))") { offered(to: peer).contains(id) }
     }
 
     /// Bob attaches and takes his mail; returns how often `id` came.
     func deliver(_ id: [UInt8], to s: Setup) throws -> Int {
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
-        try TestSupport.waitUntil(timeout: 20, "bob gets \(Hex.encode(id.prefix(4)))") { bob.receivedEnvelopes.contains { $0.bundleID == id } }
+        try Wait.until(timeout: 20, "bob gets \(Hex.encode(id.prefix(4)))") { bob.receivedEnvelopes.contains { $0.bundleID == id } }
         try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded))
-        try TestSupport.waitUntil(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered >= 1 }
+        try Wait.until(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered >= 1 }
         return bob.receivedEnvelopes.filter { $0.bundleID == id }.count
     }
 
@@ -75,7 +76,7 @@ final class HubRolesTests: XCTestCase {
 
         let malloryKey = Identity.generate()
         let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
-        try TestSupport.waitUntil(timeout: 10, "mallory's link shown untrusted") { try linkTrust(s, malloryKey) == "untrusted" }
+        try Wait.until(timeout: 10, "mallory's link shown untrusted") { try linkTrust(s, malloryKey) == "untrusted" }
         // It tries every way in: an announcement pulling bob's mail to it, an offer, a request
         // for the victim's bundle, and a bundle of its own.
         let pull = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: Clock.nowMilliseconds(), userIDs: [s.bob.userID])
@@ -84,7 +85,7 @@ final class HubRolesTests: XCTestCase {
         try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
         let junk = try seal("junk", from: Identity.generate(), to: s.bob)
         try mallory.send(junk)
-        try TestSupport.waitUntil(timeout: 10, "mallory's frames refused and counted") {
+        try Wait.until(timeout: 10, "mallory's frames refused and counted") {
             let c = try s.hub.status().router.counters
             return c.attachmentsRefused == 1 && c.untrustedHubFramesRefused == 3
         }
@@ -93,7 +94,7 @@ final class HubRolesTests: XCTestCase {
         let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
         try waitOffered(victim.bundleID, to: trusty, "the listed hub")
         XCTAssertEqual(try linkTrust(s, trustyKey), "listed")
-        try TestSupport.waitUntil(timeout: 5, "a trusted hub hears our attachments") { !trusty.frames(.attachment).isEmpty }
+        try Wait.until(timeout: 5, "a trusted hub hears our attachments") { !trusty.frames(.attachment).isEmpty }
         XCTAssertTrue(mallory.frames(.summary).isEmpty, "no offers to an untrusted hub")
         XCTAssertTrue(mallory.frames(.attachment).isEmpty, "no attachment announcements to an untrusted hub")
         XCTAssertTrue(mallory.receivedEnvelopes.isEmpty, "no bundles to an untrusted hub")
@@ -125,10 +126,10 @@ final class HubRolesTests: XCTestCase {
         let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
         try waitOffered(victim.bundleID, to: mallory, "the untrusted hub (open trust)")
         try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
-        try TestSupport.waitUntil(timeout: 10, "the bundle sent to the untrusted hub") { mallory.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
+        try Wait.until(timeout: 10, "the bundle sent to the untrusted hub") { mallory.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
         // It says it took custody (and would then drop the bundle).
         try mallory.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: victim.bundleID).encoded))
-        try TestSupport.waitUntil(timeout: 10, "the hand-over counted") { try s.hub.status().router.counters.untrustedHandOvers == 1 }
+        try Wait.until(timeout: 10, "the hand-over counted") { try s.hub.status().router.counters.untrustedHandOvers == 1 }
         var status = try s.hub.status().router
         XCTAssertEqual(status.queue.handedOver, 0, "custody did not pass to the untrusted hub")
         XCTAssertEqual(status.queue.queued, 1, "the bundle is ours and queued again")
@@ -139,9 +140,9 @@ final class HubRolesTests: XCTestCase {
         let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
         try waitOffered(victim.bundleID, to: trusty, "the listed hub")
         try trusty.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
-        try TestSupport.waitUntil(timeout: 10, "the bundle sent to the listed hub") { trusty.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
+        try Wait.until(timeout: 10, "the bundle sent to the listed hub") { trusty.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
         try trusty.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: victim.bundleID).encoded))
-        try TestSupport.waitUntil(timeout: 10, "custody handed to the listed hub") { try s.hub.status().router.queue.handedOver == 1 }
+        try Wait.until(timeout: 10, "custody handed to the listed hub") { try s.hub.status().router.queue.handedOver == 1 }
         status = try s.hub.status().router
         XCTAssertEqual(status.counters.forwarded, 1)
         XCTAssertEqual(mallory.receivedEnvelopes.filter { $0.bundleID == victim.bundleID }.count, 1, "never resent to the hub that has it")
@@ -183,7 +184,7 @@ final class HubRolesTests: XCTestCase {
         let thiefKey = Identity.generate()
         let thief = try RawPeer(identity: thiefKey, role: .hub, hubPort: s.port, host: "127.0.0.4")
         try thief.send(certFrame(try HubCertificate.issue(networkKey: network, hubKey: Identity.generate().signingKey, notBeforeMs: now - day, notAfterMs: now + day)))
-        try TestSupport.waitUntil(timeout: 10, "three certificates refused") { try s.hub.status().router.counters.certificatesRefused == 3 }
+        try Wait.until(timeout: 10, "three certificates refused") { try s.hub.status().router.counters.certificatesRefused == 3 }
 
         // A member: certified, trusted, offered the victim.
         let memberKey = Identity.generate()
@@ -245,16 +246,16 @@ final class HubRolesTests: XCTestCase {
         func trust(_ hub: HubProcess, _ of: Identity) throws -> String? {
             try hub.status().router.links.first { $0.peer == Hex.encode(of.userID.prefix(4)) }?.trust
         }
-        try TestSupport.waitUntil(timeout: 20, "A and B certified to each other") { try trust(hubA, idB) == "certified" && trust(hubB, idA) == "certified" }
-        try TestSupport.waitUntil(timeout: 10, "C untrusted at A") { try trust(hubA, idC) == "untrusted" }
+        try Wait.until(timeout: 20, "A and B certified to each other") { try trust(hubA, idB) == "certified" && trust(hubB, idA) == "certified" }
+        try Wait.until(timeout: 10, "C untrusted at A") { try trust(hubA, idC) == "untrusted" }
 
         let alice = Identity.generate(), bob = Identity.generate()
         let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: portA)
         let message = try seal("across the network", from: alice, to: bob)
         try submit(message, via: phone)
-        try TestSupport.waitUntil(timeout: 20, "B took custody from A") { try hubA.status().router.queue.handedOver == 1 }
+        try Wait.until(timeout: 20, "B took custody from A") { try hubA.status().router.queue.handedOver == 1 }
         let bobPhone = try RawPeer(identity: bob, role: .endpoint, hubPort: portB)
-        try TestSupport.waitUntil(timeout: 20, "bob gets the message at B") { bobPhone.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
+        try Wait.until(timeout: 20, "bob gets the message at B") { bobPhone.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
         XCTAssertEqual(try bobPhone.receivedEnvelopes.first { $0.bundleID == message.bundleID }?.open(with: bob), Array("across the network".utf8))
         let c = try hubC.status().router
         XCTAssertEqual(c.queue.queued + c.queue.inFlight + c.queue.handedOver, 0, "the uncertified hub got the bundle")
@@ -274,7 +275,7 @@ final class HubRolesTests: XCTestCase {
         try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
         let unknown = Random.bytes(16)
         try mallory.send(TLVRecord(.summary, value: SummaryVector(bundleIDs: [victim.bundleID, unknown].sorted { $0.lexicographicallyPrecedes($1) }).encoded))
-        try TestSupport.waitUntil(timeout: 10, "both refused for the endpoint role") { try s.hub.status().router.counters.framesRefusedForRole == 2 }
+        try Wait.until(timeout: 10, "both refused for the endpoint role") { try s.hub.status().router.counters.framesRefusedForRole == 2 }
         XCTAssertEqual(try deliver(victim.bundleID, to: s), 1)
         XCTAssertTrue(mallory.receivedEnvelopes.isEmpty, "an endpoint got someone else's bundle")
         XCTAssertTrue(mallory.frames(.request).isEmpty, "the hub asked a phone for bundles off its offer")
@@ -288,7 +289,7 @@ final class HubRolesTests: XCTestCase {
         defer { s.hub.stop() }
         let posingKey = Identity.generate()
         let posing = try RawPeer(identity: posingKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
-        try TestSupport.waitUntil(timeout: 10, "the hub role refused") { try s.hub.status().router.counters.rolesRefused == 1 }
+        try Wait.until(timeout: 10, "the hub role refused") { try s.hub.status().router.counters.rolesRefused == 1 }
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         let victim = try seal("phones only here", from: s.alice, to: s.bob)
         try submit(victim, via: phone)

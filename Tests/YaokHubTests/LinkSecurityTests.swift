@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Sends one datagram from `fd` to an IPv4 address (the attack tests' raw sends).
 func sendDatagram(_ fd: Int32, _ bytes: [UInt8], to address: sockaddr_in) {
@@ -105,7 +106,7 @@ final class LinkSecurityTests: XCTestCase {
         try phone.send(message)
         XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
-        try TestSupport.waitUntil(timeout: 20, "bob got the message") { bob.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
+        try Wait.until(timeout: 20, "bob got the message") { bob.receivedEnvelopes.contains { $0.bundleID == message.bundleID } }
 
         let capture = tap.snapshot
         XCTAssertGreaterThanOrEqual(capture.count, 5, "hello, cookie, hello, reply, sealed frames")
@@ -143,7 +144,7 @@ final class LinkSecurityTests: XCTestCase {
         try phone.send(message)
         XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
         // The hub has pushed the bundle towards bob (and the tap dropped it).
-        try TestSupport.waitUntil(timeout: 10, "the bundle in flight to bob") { try s.hub.status().router.queue.inFlight >= 1 }
+        try Wait.until(timeout: 10, "the bundle in flight to bob") { try s.hub.status().router.queue.inFlight >= 1 }
 
         let sealedRefusedBefore = try udpDetail(s.hub, "sealed_refused")
         let droppedBefore = try udpDetail(s.hub, "dropped_datagrams")
@@ -152,7 +153,7 @@ final class LinkSecurityTests: XCTestCase {
         let replays = tap.snapshot.filter { $0.fromVictim && $0.bytes.first == FrameType.sealed.rawValue }.map(\.bytes)
         XCTAssertFalse(replays.isEmpty)
         for r in replays { tap.inject(r) }
-        try TestSupport.waitUntil(timeout: 10, "the forgeries counted") {
+        try Wait.until(timeout: 10, "the forgeries counted") {
             try udpDetail(s.hub, "dropped_datagrams") >= droppedBefore + 2
                 && udpDetail(s.hub, "sealed_refused") >= sealedRefusedBefore + replays.count
         }
@@ -164,7 +165,7 @@ final class LinkSecurityTests: XCTestCase {
         // The path clears: the hub's retransmission reaches bob over the same, still-live session.
         tap.dropFromHub = { _ in false }
         XCTAssertEqual(try deliveries(of: message.bundleID, to: bob, settle: 1.5), 1)
-        try TestSupport.waitUntil(timeout: 10, "bob's real ack accepted") { try s.hub.status().router.queue.inFlight == 0 }
+        try Wait.until(timeout: 10, "bob's real ack accepted") { try s.hub.status().router.queue.inFlight == 0 }
     }
 
     /// Many one-off datagrams from many source addresses: 3-byte junk and cookie-less hellos.
@@ -188,7 +189,7 @@ final class LinkSecurityTests: XCTestCase {
             sent += datagram.count
         }
         do {
-            try TestSupport.waitUntil(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
+            try Wait.until(timeout: 10, "150 cookies sent") { try udpDetail(s.hub, "cookies_sent") >= 150 }
         } catch {
             XCTFail("udp: \(String(describing: try? s.hub.transport("udp")))\nlog: \(s.hub.log.suffix(3000))")
             throw error
@@ -224,7 +225,7 @@ final class LinkSecurityTests: XCTestCase {
         }
         defer { peers.forEach { $0.close() } }
         for p in peers { p.helloWithCookie() }
-        try TestSupport.waitUntil(timeout: 10, "the per-address cap refused most") { try udpDetail(s.hub, "slots_refused") >= 60 }
+        try Wait.until(timeout: 10, "the per-address cap refused most") { try udpDetail(s.hub, "slots_refused") >= 60 }
         XCTAssertLessThanOrEqual(try udpDetail(s.hub, "sessions"), 16)
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         let message = try seal("through the flood", from: s.alice, to: s.bob)

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import YaokHubCore
+import YaokTesting
 
 /// `yaok` endpoints (real processes) exchanging messages through a real hub.
 final class MessagePathTests: XCTestCase {
@@ -61,7 +62,7 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(message["text"] as? String, "meet at the well at noon")
         XCTAssertEqual(message["from"] as? String, "Alice")
         XCTAssertEqual(message["id"] as? String, id)
-        try TestSupport.waitUntil(timeout: 10, "message delivered at the hub") { try hub.status().router.queue.delivered >= 1 }
+        try Wait.until(timeout: 10, "message delivered at the hub") { try hub.status().router.queue.delivered >= 1 }
 
         // Alice attaches and learns it was delivered.
         let receipts = try Self.yaok(alice, ["listen", "--hub", url, "--json", "--timeout", "5"], expectSuccess: true)

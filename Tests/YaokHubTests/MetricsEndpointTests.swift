@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import YaokHubCore
+import YaokTesting
 
 /// The hub's Prometheus endpoint, scraped over a real TCP connection.
 final class MetricsEndpointTests: XCTestCase {
@@ -40,7 +41,7 @@ final class MetricsEndpointTests: XCTestCase {
         defer { hub.stop() }
         try hub.waitReady()
         var text = ""
-        try TestSupport.waitUntil(timeout: 10, "metrics endpoint answers") {
+        try Wait.until(timeout: 10, "metrics endpoint answers") {
             text = (try? Self.get(port: port, path: "/metrics")) ?? ""
             return text.contains("200")
         }

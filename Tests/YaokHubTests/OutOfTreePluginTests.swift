@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Builds Tests/OutOfTreePlugin (its own package, depending only on the plugin API
 /// package) the way a third party would, and has a hub load it.
@@ -38,20 +39,20 @@ final class OutOfTreePluginTests: XCTestCase {
         let hub = try HubProcess(dir: dir, config: config, executable: hubExe)
         defer { hub.stop() }
         try hub.waitReady()
-        try TestSupport.waitUntil(timeout: 10, "echo running") { try hub.transport("echo")?.status.state == .running }
+        try Wait.until(timeout: 10, "echo running") { try hub.transport("echo")?.status.state == .running }
         XCTAssertEqual(try hub.transport("echo")?.status.reason, "echo says bonjour")
         // Two Swift plugins, each with its own copy of the kit, side by side.
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
 
         // A remote peer's datagram makes a Swift plugin call fatalError in its own thread: only
         // its process goes; it is restarted, the log says why, and UDP carries a message meanwhile.
-        try TestSupport.waitUntil(timeout: 10, "swiftfault running") { try hub.transport("swiftfault")?.status.state == .running }
+        try Wait.until(timeout: 10, "swiftfault running") { try hub.transport("swiftfault")?.status.state == .running }
         let firstPID = try XCTUnwrap(hub.transport("swiftfault")?.pid)
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
         var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
         _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        try TestSupport.waitUntil(timeout: 20, "the trapped process replaced (log: \(hub.log.suffix(2000)))") {
+        try Wait.until(timeout: 20, "the trapped process replaced (log: \(hub.log.suffix(2000)))") {
             let t = try hub.transport("swiftfault")
             return (t?.restarts ?? 0) >= 1 && t?.pid != nil && t?.pid != firstPID
         }

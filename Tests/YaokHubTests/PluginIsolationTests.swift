@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Every transport runs in its own plugin process: faulty plugins (Tests/Fixtures/crash_plugin.c)
 /// crash, hang, leak and flood next to a working UDP transport in a real hub, and the hub, its
@@ -55,7 +56,7 @@ final class PluginIsolationTests: XCTestCase {
         try hub.waitReady()
 
         // A remote peer's datagram triggers the bug in segv_datagram once it listens.
-        try TestSupport.waitUntil(timeout: 20, "segv_datagram listening") { try hub.transport("segv_datagram")?.status.state == .running }
+        try Wait.until(timeout: 20, "segv_datagram listening") { try hub.transport("segv_datagram")?.status.state == .running }
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
         var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
@@ -74,7 +75,7 @@ final class PluginIsolationTests: XCTestCase {
         ]
         var seen = ""
         do {
-            try TestSupport.waitUntil(timeout: 60, "every faulty transport restarted with its reason") {
+            try Wait.until(timeout: 60, "every faulty transport restarted with its reason") {
                 let s = try hub.status().transports
                 seen = s.map { "\($0.name): restarts \($0.restarts ?? 0), last \($0.lastExit ?? "-"), \($0.status.state) \($0.status.reason)" }.joined(separator: "\n")
                 return expected.allSatisfy { name, exit in
@@ -95,12 +96,12 @@ final class PluginIsolationTests: XCTestCase {
         XCTAssertNotEqual(udp.pid, hub.process.processIdentifier, "UDP runs in its own process")
         let flood = try XCTUnwrap(hub.transport("log_flood"))
         XCTAssertEqual(flood.restarts ?? 0, 0, "a noisy plugin is rate-limited, not restarted")
-        try TestSupport.waitUntil(timeout: 20, "log lines dropped and counted") { hub.log.contains("log lines from the plugin dropped") }
+        try Wait.until(timeout: 20, "log lines dropped and counted") { hub.log.contains("log lines from the plugin dropped") }
         XCTAssertLessThan(hub.log.components(separatedBy: "crashy: flooding the log").count, 2_000, "the flood did not reach the log")
         XCTAssertTrue(hub.log.contains("crashy: out of memory"), "the last stderr lines of a crashed process are logged")
 
         // A plugin that crashes at every start ends failed, with the reason, and stays down.
-        try TestSupport.waitUntil(timeout: 60, "segv_start gives up") {
+        try Wait.until(timeout: 60, "segv_start gives up") {
             try hub.transport("segv_start")?.status.reason == "crashed 5 times in 60 s (last: SIGSEGV)"
         }
         let failed = try XCTUnwrap(hub.transport("segv_start"))
@@ -112,7 +113,7 @@ final class PluginIsolationTests: XCTestCase {
 
         // SIGHUP gives it another chance: a new process, which crashes again.
         hub.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 20, "segv_start tried again after SIGHUP") {
+        try Wait.until(timeout: 20, "segv_start tried again after SIGHUP") {
             try hub.transport("segv_start")?.status.reason == "plugin process ended (SIGSEGV); restarting"
         }
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
@@ -130,13 +131,13 @@ final class PluginIsolationTests: XCTestCase {
         try hub.waitReady()
         let alice = Identity.generate()
         let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
-        try TestSupport.waitUntil(timeout: 10, "the phone's link") { try hub.status().router.links.count == 1 }
+        try Wait.until(timeout: 10, "the phone's link") { try hub.status().router.links.count == 1 }
         let pid = try XCTUnwrap(hub.transport("udp")?.pid)
 
         try config.replacingOccurrences(of: "keepalive_s: 1", with: "keepalive_s: 1\n    no_such_key: 5")
             .write(toFile: hub.configPath, atomically: true, encoding: .utf8)
         hub.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 20, "the refusal logged") { hub.log.contains("reload: keeping transport udp as it runs; its new section is refused") }
+        try Wait.until(timeout: 20, "the refusal logged") { hub.log.contains("reload: keeping transport udp as it runs; its new section is refused") }
         XCTAssertTrue(hub.log.contains("no_such_key"), hub.log.suffix(2000).description)
         XCTAssertEqual(try hub.transport("udp")?.pid, pid, "the same process")
         XCTAssertEqual(try hub.status().router.links.count, 1, "the phone's link stayed up")
@@ -156,7 +157,7 @@ final class PluginIsolationTests: XCTestCase {
         let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
         addTeardownBlock { hub.stop() }
         try hub.waitReady()
-        try TestSupport.waitUntil(timeout: 20, "raw running") { try hub.transport("raw")?.status.state == .running }
+        try Wait.until(timeout: 20, "raw running") { try hub.transport("raw")?.status.state == .running }
         func field(_ pid: Int32, _ name: String) throws -> UInt64 {
             let status = try String(contentsOfFile: "/proc/\(pid)/status", encoding: .utf8)
             let line = try XCTUnwrap(status.split(separator: "\n").first { $0.hasPrefix(name + ":") })
@@ -190,7 +191,7 @@ final class PluginIsolationTests: XCTestCase {
         let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
         addTeardownBlock { hub.stop() }
         try hub.waitReady()
-        try TestSupport.waitUntil(timeout: 20, "calm running") { try hub.transport("calm")?.status.state == .running }
+        try Wait.until(timeout: 20, "calm running") { try hub.transport("calm")?.status.state == .running }
         let firstPID = try XCTUnwrap(hub.transport("calm")?.pid)
 
         // Overwrite in place, as `cp` does (same inode, new bytes).
@@ -209,7 +210,7 @@ final class PluginIsolationTests: XCTestCase {
         chmod(temp, 0o755)
         XCTAssertEqual(rename(temp, installed), 0)
         hub.signal(SIGHUP)
-        try TestSupport.waitUntil(timeout: 20, "calm runs version 2.0.0 in a new process") {
+        try Wait.until(timeout: 20, "calm runs version 2.0.0 in a new process") {
             let t = try hub.transport("calm")
             return t?.pluginVersion == "2.0.0" && t?.status.state == .running && t?.pid != firstPID
         }

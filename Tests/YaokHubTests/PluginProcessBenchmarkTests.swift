@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+import YaokTesting
 
 /// What the process boundary costs (printed, never asserted): `send` round trips to a plugin in
 /// its own process vs. the same plugin driven in this process, and the cold start of five plugin
@@ -58,7 +59,7 @@ final class PluginProcessBenchmarkTests: XCTestCase {
             start = Date()
             for _ in 0..<n { try process.sendFrame(frame, to: 1, timeout: 5) }
             let handedOver = Date().timeIntervalSince(start) / Double(n) * 1e6
-            try TestSupport.waitUntil(timeout: 30, "every send answered") { process.unansweredSends == 0 }
+            try Wait.until(timeout: 30, "every send answered") { process.unansweredSends == 0 }
             let pipelined = Date().timeIntervalSince(start) / Double(n) * 1e6
             print(String(format: "BENCH plugin send %5d B: in process %.2f µs; across the process boundary pipelined %.0f frames/s, "
                          + "the sender busy %.1f µs per frame (added %.1f µs); one waited-for round trip %.1f µs",

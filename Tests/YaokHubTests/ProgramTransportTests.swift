@@ -62,7 +62,7 @@ final class ProgramTransportTests: XCTestCase {
 
     func testAPythonTransportCarriesAMessageBetweenTwoHubs() throws {
         let hubs = try startHubs()
-        try TestSupport.waitUntil(timeout: 20, "the hubs linked over the Python transport (A: \(hubs.a.log.suffix(1500)))") {
+        try Wait.until(timeout: 20, "the hubs linked over the Python transport (A: \(hubs.a.log.suffix(1500)))") {
             try hubLinks(hubs.a).count == 1 && hubLinks(hubs.b).count == 1
         }
         // The process serving the section is the program itself, sandboxed like any plugin process.
@@ -81,7 +81,7 @@ final class ProgramTransportTests: XCTestCase {
         try phoneA.send(envelope)
         XCTAssertNil(RawPeer.refusal(try phoneA.answer(for: envelope.bundleID)), "hub A took custody")
         // hub_trust is open here: A hands B a copy (custody stays with A until delivery).
-        try TestSupport.waitUntil(timeout: 20, "hub B holds a copy") { try hubs.b.status().router.queue.queued >= 1 }
+        try Wait.until(timeout: 20, "hub B holds a copy") { try hubs.b.status().router.queue.queued >= 1 }
         let phoneB = try RawPeer(identity: bob, role: .endpoint, hubPort: hubs.udpB)
         XCTAssertEqual(try deliveries(of: envelope.bundleID, to: phoneB), 1)
         let opened = try XCTUnwrap(phoneB.receivedEnvelopes.first { $0.bundleID == envelope.bundleID })
@@ -92,11 +92,11 @@ final class ProgramTransportTests: XCTestCase {
     /// hubs link again; the other hub, its UDP and custody are untouched.
     func testAKilledProgramIsRestartedAndTheLinkComesBack() throws {
         let hubs = try startHubs()
-        try TestSupport.waitUntil(timeout: 20, "linked") { try hubLinks(hubs.a).count == 1 }
+        try Wait.until(timeout: 20, "linked") { try hubLinks(hubs.a).count == 1 }
         let pid = try XCTUnwrap(hubs.a.transport("pytcp")?.pid)
         kill(pid, SIGKILL)
-        try TestSupport.waitUntil(timeout: 10, "the end noticed") { try hubs.a.transport("pytcp")?.lastExit == "SIGKILL" }
-        try TestSupport.waitUntil(timeout: 20, "a new program linked again") {
+        try Wait.until(timeout: 10, "the end noticed") { try hubs.a.transport("pytcp")?.lastExit == "SIGKILL" }
+        try Wait.until(timeout: 20, "a new program linked again") {
             let s = try hubs.a.transport("pytcp")
             let (linksA, linksB) = (try hubLinks(hubs.a).count, try hubLinks(hubs.b).count)
             return s?.pid != nil && s?.pid != pid && linksA == 1 && linksB == 1
@@ -110,7 +110,7 @@ final class ProgramTransportTests: XCTestCase {
     /// only its own carrier; the honest hub still links, and the hub never trusts the program's bytes.
     func testHostileCarriersEndOnlyThemselves() throws {
         let hubs = try startHubs()
-        try TestSupport.waitUntil(timeout: 20, "linked") { try hubLinks(hubs.b).count == 1 }
+        try Wait.until(timeout: 20, "linked") { try hubLinks(hubs.b).count == 1 }
         func connect() throws -> Int32 {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
             var to = SocketAddress(host: "127.0.0.1", port: hubs.tcpB).sockaddr

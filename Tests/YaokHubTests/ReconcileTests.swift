@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokReconcile
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Issue 16 item 3 with two real hubs over UDP: set reconciliation (Docs/protocol.md,
 /// reconcile 0x0A) finds what each lacks without listing the IDs both hold, survives a kill -9,
@@ -55,7 +56,7 @@ final class ReconcileTests: XCTestCase {
     func testTwoHubsFindTheirDifferenceWithoutListingAndCarryOnlyIt() throws {
         var pair = try startPair()
         do {
-            try TestSupport.waitUntil(timeout: 60, "each hub took the other's \(Self.unique) bundles") {
+            try Wait.until(timeout: 60, "each hub took the other's \(Self.unique) bundles") {
                 try counters(pair.a).accepted == Self.unique && counters(pair.b).accepted == Self.unique
             }
         } catch {
@@ -86,7 +87,7 @@ final class ReconcileTests: XCTestCase {
         addTeardownBlock { restarted.stop() }
         try pair.a.waitReady()
         do {
-            try TestSupport.waitUntil(timeout: 30, "A and B reconciled again") {
+            try Wait.until(timeout: 30, "A and B reconciled again") {
                 try counters(pair.a).reconciled >= 1 && counters(pair.b).reconciled >= 2
             }
         } catch {
@@ -108,7 +109,7 @@ final class ReconcileTests: XCTestCase {
     /// two still end up with each other's bundles.
     func testAHubFromBeforeReconciliationStillSyncs() throws {
         let pair = try startPair(oldB: true)
-        try TestSupport.waitUntil(timeout: 60, "each hub took the other's \(Self.unique) bundles") {
+        try Wait.until(timeout: 60, "each hub took the other's \(Self.unique) bundles") {
             try counters(pair.a).accepted == Self.unique && counters(pair.b).accepted == Self.unique
         }
         let a = try counters(pair.a), b = try counters(pair.b)
@@ -143,12 +144,12 @@ final class ReconcileTests: XCTestCase {
         Thread.sleep(forTimeInterval: 1.2)
         let before = stranger.frames(.reconcile).count
         try stranger.send(TLVRecord(.reconcile, value: estimate))
-        try TestSupport.waitUntil(timeout: 10, "a table answers the estimate") {
+        try Wait.until(timeout: 10, "a table answers the estimate") {
             stranger.frames(.reconcile).dropFirst(before).contains { (try? ReconcileMessage(parsing: $0.value)).map { if case .table = $0 { return true }; return false } ?? false }
         }
         let second = ReconcileInitiator(ids: ids).firstMessage.encoded
         try stranger.send(TLVRecord(.reconcile, value: second))
-        try TestSupport.waitUntil(timeout: 10, "the second estimate is answered busy") {
+        try Wait.until(timeout: 10, "the second estimate is answered busy") {
             stranger.frames(.reconcile).contains { (try? ReconcileMessage(parsing: $0.value)).map { if case .abort(let a) = $0 { return a.reason == .busy }; return false } ?? false }
         }
         let c = try counters(setup.hub)

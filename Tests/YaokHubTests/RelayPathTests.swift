@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import YaokHubCore
+import YaokTesting
 
 /// A phone attached to a hub reaches an internet user through the relay, and back, with
 /// delivery receipts: real yaok-hub, yaok-relay and yaok processes on loopback.
@@ -38,7 +39,7 @@ final class RelayPathTests: XCTestCase {
                                  executable: try TestSupport.product("yaok-hub"))
         defer { hub.stop() }
         try hub.waitReady()
-        try TestSupport.waitUntil(timeout: 30, "relay link up at the hub (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
+        try Wait.until(timeout: 30, "relay link up at the hub (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
 
         let (alice, bob) = try MessagePathTests.initPair(dir)
         let hubURL = "udp://127.0.0.1:\(hubPort)"
@@ -61,7 +62,7 @@ final class RelayPathTests: XCTestCase {
         XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
 
         // Bob's delivery receipt travels relay → hub → Alice.
-        try TestSupport.waitUntil(timeout: 30, "Alice's receipt") {
+        try Wait.until(timeout: 30, "Alice's receipt") {
             let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
             return events.contains { $0["event"] as? String == "delivered" && $0["id"] as? String == id }
         }

@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokTransportUDP
 import YaokWire
 @testable import YaokHubCore
+import YaokTesting
 
 /// Bad bundles from the network get a specific custody refusal, are counted, and harm nothing.
 final class RouterRefusalTests: XCTestCase {
@@ -77,7 +78,7 @@ final class RouterRefusalTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(c.refusedMalformed, 1)
         XCTAssertEqual(c.refusedHopLimit, 1)
         XCTAssertGreaterThanOrEqual(c.refusedRateLimited, 1)
-        try TestSupport.waitUntil(timeout: 5, "unknown frame counted") { try hub.status().router.counters.unknownFrames == 1 }
+        try Wait.until(timeout: 5, "unknown frame counted") { try hub.status().router.counters.unknownFrames == 1 }
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
         // Only the good bundles were stored.
         let q = try hub.status().router.queue

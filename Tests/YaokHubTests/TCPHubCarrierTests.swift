@@ -6,6 +6,7 @@ import YaokPluginKit
 import YaokWire
 #if canImport(Glibc)
 import Glibc
+import YaokTesting
 #endif
 
 /// The TCP hub carrier (`yaok --hub tcp://` and `p2p://`) against a real loopback hub that
@@ -28,7 +29,7 @@ final class TCPHubCarrierTests: XCTestCase {
         defer { carrier.stop() }
 
         // Up, then declared lost for silence, then found again and up on a second connection.
-        try TestSupport.waitUntil(timeout: 20, "a second link after the silent one") {
+        try Wait.until(timeout: 20, "a second link after the silent one") {
             events.items.filter { $0 == "up" }.count >= 2
         }
         let items = events.items
@@ -48,7 +49,7 @@ final class TCPHubCarrierTests: XCTestCase {
         carrier.onDown = { events.append("down: \($0)") }
         carrier.start()
         defer { carrier.stop() }
-        try TestSupport.waitUntil(timeout: 20, "the carrier to reconnect") { hub.connections >= 2 }
+        try Wait.until(timeout: 20, "the carrier to reconnect") { hub.connections >= 2 }
         XCTAssertFalse(events.items.contains { $0.hasPrefix("log:") }, "\(events.items)")
     }
 }

@@ -105,18 +105,6 @@ enum TestSupport {
         _ = readDone.wait(timeout: .now() + 10)
         return RunResult(status: p.terminationStatus, output: String(decoding: output.data, as: UTF8.self))
     }
-
-    /// Polls `condition` every 50 ms until it holds or `timeout` passes.
-    static func waitUntil(timeout: TimeInterval, _ what: String, _ condition: () throws -> Bool) throws {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if (try? condition()) == true { return }
-            usleep(50_000)
-        }
-        if try condition() { return }
-        XCTFail("timed out after \(timeout) s waiting for \(what)")
-        throw NSError(domain: "timeout", code: 2, userInfo: [NSLocalizedDescriptionKey: what])
-    }
 }
 
 /// A `yaok-hub run` child process with its own data directory and control socket.
@@ -174,7 +162,7 @@ final class HubProcess {
     }
 
     func waitReady(timeout: TimeInterval = 30) throws {
-        try TestSupport.waitUntil(timeout: timeout, "hub control socket at \(socketPath) (log: \(log))") {
+        try Wait.until(timeout: timeout, "hub control socket at \(socketPath) (log: \(log))") {
             (try? client.request("ping")) != nil
         }
     }
@@ -203,6 +191,7 @@ final class HubProcess {
 }
 
 @testable import YaokHubCore
+import YaokTesting
 
 /// A raw link client: the UDP engine with our own identity and role, as an attacker or a
 /// hand-driven phone would use it. `host` is the local address it sends from (any of
@@ -245,7 +234,7 @@ final class RawPeer: @unchecked Sendable {
     /// Waits for a custody answer (ack or refusal) about bundle `id`.
     func answer(for id: [UInt8], timeout: TimeInterval = 10) throws -> TLVRecord {
         var found: TLVRecord?
-        try TestSupport.waitUntil(timeout: timeout, "custody answer for \(Hex.encode(id))") {
+        try Wait.until(timeout: timeout, "custody answer for \(Hex.encode(id))") {
             found = lock.withLock { frames.first { ($0.type == FrameType.custodyAck.rawValue || $0.type == FrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
             return found != nil
         }
@@ -298,7 +287,7 @@ extension XCTestCase {
     /// Attaches `bob` and waits until the bundle `id` has arrived; then acknowledges every
     /// bundle as a phone would, waits a little longer and returns how often `id` came.
     func deliveries(of id: [UInt8], to bob: RawPeer, settle: TimeInterval = 1.5) throws -> Int {
-        try TestSupport.waitUntil(timeout: 20, "bundle \(Hex.encode(id.prefix(4))) delivered") {
+        try Wait.until(timeout: 20, "bundle \(Hex.encode(id.prefix(4))) delivered") {
             bob.receivedEnvelopes.contains { $0.bundleID == id }
         }
         for e in bob.receivedEnvelopes { try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded)) }

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportMesh
+import YaokTesting
 
 /// The engine over real loopback TCP sockets (discovery off; beacons run in the netns tests).
 final class MeshEngineTests: XCTestCase {
@@ -291,10 +292,9 @@ final class MeshEngineTests: XCTestCase {
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(2)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let silent1 = try RawPeer(port: port)
-        let deadline = Date().addingTimeInterval(5)
-        while engine.snapshot.sessions < 1 && Date() < deadline { usleep(10_000) }
+        Wait.poll(timeout: 5) { engine.snapshot.sessions >= 1 }
         let silent2 = try RawPeer(port: port)
-        while engine.snapshot.sessions < 2 && Date() < deadline { usleep(10_000) }
+        Wait.poll(timeout: 5) { engine.snapshot.sessions >= 2 }
         XCTAssertEqual(engine.snapshot.sessions, 2, "the table is full of unfinished handshakes")
         let honest = try RawPeer(port: port)
         XCTAssertTrue(honest.handshake(as: bob, role: .hub))

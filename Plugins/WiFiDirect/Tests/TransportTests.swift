@@ -87,8 +87,7 @@ final class TransportTests: XCTestCase {
         try RequiredTool.require(WPAControlTests.binary, package: "wpasupplicant")
         let p = try ChildProcess(executable: WPAControlTests.binary, arguments: ["-g", "\(dir)/global"], logPath: "\(dir)/wpa.log", hint: "")
         defer { p.stop() }
-        let deadline = Date().addingTimeInterval(10)
-        while !FileManager.default.fileExists(atPath: "\(dir)/global") && Date() < deadline { usleep(20_000) }
+        Wait.poll(timeout: 10) { FileManager.default.fileExists(atPath: "\(dir)/global") }
         let (t, r) = try transport(["manage_supplicant": .bool(false), "ctrl_interface": .string("\(dir)/global"), "runtime_dir": .string(dir)],
                                    probe: Self.fakeRadio)
         XCTAssertThrowsError(try t.start())
@@ -119,10 +118,9 @@ final class TransportTests: XCTestCase {
         kill(first, SIGKILL)
         r.wait("the loss noticed", timeout: 5) { $0.logs.contains { $0.contains("lost wpa_supplicant") } }
         var second: Int32?
-        let deadline = Date().addingTimeInterval(15)
-        while Date() < deadline {
-            if let p = pid(), p != first { second = p; break }
-            usleep(20_000)
+        Wait.poll(timeout: 15) {
+            if let p = pid(), p != first { second = p }
+            return second != nil
         }
         let restarting = try XCTUnwrap(second, "the supervisor starts a new supplicant within 15 s")
         XCTAssertEqual(kill(restarting, 0), 0, "the restart is in progress")
@@ -171,8 +169,7 @@ final class TransportTests: XCTestCase {
         XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/a.pid"), "the stale pid file is removed either way")
         sleeper.writePIDFile("\(dir)/b.pid")
         XCTAssertEqual(ChildProcess.endStale(pidFile: "\(dir)/b.pid", command: "sleep"), sleeper.pid)
-        let deadline = Date().addingTimeInterval(5)
-        while sleeper.isRunning && Date() < deadline { usleep(10_000) }
+        Wait.poll(timeout: 5) { !sleeper.isRunning }
         XCTAssertFalse(sleeper.isRunning)
         XCTAssertNil(ChildProcess.endStale(pidFile: "\(dir)/missing.pid", command: "sleep"))
     }

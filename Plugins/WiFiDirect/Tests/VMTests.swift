@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokTesting
 
 /// The two halves of Tests/vmlab/wifi-test.sh, run inside the VM with mac80211_hwsim radios.
 /// Skipped unless YAOK_WIFI_VM is `hub` or `phone`; files in YAOK_WIFI_VM_DIR coordinate them.
@@ -15,22 +16,11 @@ final class VMTests: XCTestCase {
     }
 
     func waitForFile(_ name: String, timeout: Double) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if FileManager.default.fileExists(atPath: "\(dir)/\(name)") { return true }
-            usleep(100_000)
-        }
-        return false
+        Wait.poll(timeout: timeout, interval: 0.1) { FileManager.default.fileExists(atPath: "\(self.dir)/\(name)") }
     }
 
     func waitFor(_ what: String, timeout: Double, _ condition: () -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if condition() { return true }
-            usleep(100_000)
-        }
-        XCTFail("timed out after \(timeout) s waiting for \(what)")
-        return false
+        (try? Wait.until(timeout: timeout, what, condition)) != nil
     }
 
     /// The hub: the real plugin code on a hwsim radio; echoes every record back to its sender.
