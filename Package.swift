@@ -160,14 +160,14 @@ let package = Package(
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
-        .target(name: "YaokTesting"),
+        .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI")]),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
-        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
         .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),

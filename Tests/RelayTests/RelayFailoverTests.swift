@@ -45,23 +45,23 @@ final class RelayFailoverTests: XCTestCase {
     func testPluginConfigForSeveralNodes() throws {
         let key = String(repeating: "ab", count: 32)
         // A list of nodes, UDP and wss:// mixed, one TLS pin for every wss:// node.
-        XCTAssertNil(try FakeHost().create(config: ["enabled": true, "addresses": ["127.0.0.1:7900", "wss://127.0.0.1:7443", "[::1]:7901"],
+        XCTAssertNil(try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": ["127.0.0.1:7900", "wss://127.0.0.1:7443", "[::1]:7901"],
                                                     "relay_key": key, "tls_spki_sha256": key, "failover_after_s": 3]))
         // One pin per wss:// node, in order.
-        XCTAssertNil(try FakeHost().create(config: ["enabled": true, "addresses": ["wss://a.example:7443", "127.0.0.1:7900", "wss://b.example:7443"],
+        XCTAssertNil(try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": ["wss://a.example:7443", "127.0.0.1:7900", "wss://b.example:7443"],
                                                     "relay_key": key, "tls_spki_sha256": [key, String(repeating: "cd", count: 32)]]))
-        let both = try FakeHost().create(config: ["enabled": true, "address": "127.0.0.1:7900", "addresses": ["127.0.0.1:7901"], "relay_key": key])
+        let both = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "address": "127.0.0.1:7900", "addresses": ["127.0.0.1:7901"], "relay_key": key])
         XCTAssertTrue(both?.contains("transports.relay.addresses") == true && both?.contains("not both") == true, both ?? "")
-        let bad = try FakeHost().create(config: ["enabled": true, "addresses": ["127.0.0.1:7900", "nowhere"], "relay_key": key])
+        let bad = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": ["127.0.0.1:7900", "nowhere"], "relay_key": key])
         XCTAssertTrue(bad?.contains("transports.relay.addresses") == true && bad?.contains("item 2") == true && bad?.contains("line") == true, bad ?? "")
-        let empty = try FakeHost().create(config: ["enabled": true, "addresses": [String](), "relay_key": key])
+        let empty = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": [String](), "relay_key": key])
         XCTAssertTrue(empty?.contains("transports.relay.addresses") == true, empty ?? "")
-        let notList = try FakeHost().create(config: ["enabled": true, "addresses": "127.0.0.1:7900", "relay_key": key])
+        let notList = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": "127.0.0.1:7900", "relay_key": key])
         XCTAssertTrue(notList?.contains("list of strings") == true, notList ?? "")
-        let pins = try FakeHost().create(config: ["enabled": true, "addresses": ["wss://a.example:7443", "wss://b.example:7443", "wss://c.example:7443"],
+        let pins = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": ["wss://a.example:7443", "wss://b.example:7443", "wss://c.example:7443"],
                                                   "relay_key": key, "tls_spki_sha256": [key, key]])
         XCTAssertTrue(pins?.contains("transports.relay.tls_spki_sha256") == true && pins?.contains("2 pins for 3") == true, pins ?? "")
-        let range = try FakeHost().create(config: ["enabled": true, "addresses": ["127.0.0.1:7900"], "relay_key": key, "failover_after_s": 1])
+        let range = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "addresses": ["127.0.0.1:7900"], "relay_key": key, "failover_after_s": 1])
         XCTAssertTrue(range?.contains("transports.relay.failover_after_s") == true, range ?? "")
     }
 
@@ -72,7 +72,7 @@ final class RelayFailoverTests: XCTestCase {
     /// is a duplicate there), the acknowledged one never; the recipient gets exactly that.
     func testPluginMovesToTheNextNodeAfterKill9AndSkipsAWrongKey() throws {
         let (node1, node2, hostile) = try nodes()
-        let host = try FakeHost()
+        let host = try PluginTestHost(plugin: "relay")
         XCTAssertNil(host.create(config: ["enabled": true, "relay_key": Hex.encode(node1.key), "poll_interval_s": 1, "failover_after_s": 2,
                                           "addresses": ["127.0.0.1:\(node1.port)", "127.0.0.1:\(hostile.port)", "127.0.0.1:\(node2.port)"]]))
         let m0 = host.mark
@@ -170,7 +170,7 @@ final class RelayFailoverTests: XCTestCase {
         let (node1, node2, _) = try nodes(extra: ["--wss-listen", "127.0.0.1:0", "--tls-cert", tls.certificate, "--tls-key", tls.key])
         XCTAssertEqual(node1.tlsPin, node2.tlsPin)
         let url1 = "wss://127.0.0.1:\(node1.wssPort)", url2 = "wss://127.0.0.1:\(node2.wssPort)"
-        let host = try FakeHost()
+        let host = try PluginTestHost(plugin: "relay")
         XCTAssertNil(host.create(config: ["enabled": true, "relay_key": Hex.encode(node1.key), "tls_spki_sha256": Hex.encode(node1.tlsPin),
                                           "failover_after_s": 2, "addresses": [url1, url2]]))
         let m0 = host.mark

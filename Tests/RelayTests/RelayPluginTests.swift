@@ -27,35 +27,35 @@ final class RelayPluginTests: XCTestCase {
     }
 
     func testConfigErrorsNameTheKey() throws {
-        let host = try FakeHost()
+        let host = try PluginTestHost(plugin: "relay")
         let err = host.create(config: ["enabled": true, "address": "127.0.0.1:7900"])
         XCTAssertNotNil(err)
         XCTAssertTrue(err?.contains("transports.relay.relay_key") == true, err ?? "")
-        let host2 = try FakeHost()
+        let host2 = try PluginTestHost(plugin: "relay")
         let err2 = host2.create(config: ["enabled": true, "address": "nowhere", "relay_key": String(repeating: "ab", count: 32)])
         XCTAssertTrue(err2?.contains("transports.relay.address") == true, err2 ?? "")
-        let host3 = try FakeHost()
+        let host3 = try PluginTestHost(plugin: "relay")
         let err3 = host3.create(config: ["enabled": true, "address": "127.0.0.1:1", "relay_key": "abcd"])
         XCTAssertTrue(err3?.contains("64 hex digits") == true, err3 ?? "")
-        let host4 = try FakeHost()
+        let host4 = try PluginTestHost(plugin: "relay")
         let err4 = host4.create(config: ["enabled": true, "address": "127.0.0.1:1", "relay_key": String(repeating: "ab", count: 32), "pol_interval_s": 3])
         XCTAssertTrue(err4?.contains("unknown key") == true, err4 ?? "")
         // wss:// needs the TLS pin; the pin makes no sense for UDP; a bad URL names the key.
         let key = String(repeating: "ab", count: 32)
-        let err5 = try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key])
+        let err5 = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key])
         XCTAssertTrue(err5?.contains("transports.relay.tls_spki_sha256") == true && err5?.contains("yaok-relay tls-pin") == true, err5 ?? "")
-        let err6 = try FakeHost().create(config: ["enabled": true, "address": "127.0.0.1:7900", "relay_key": key, "tls_spki_sha256": key])
+        let err6 = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "address": "127.0.0.1:7900", "relay_key": key, "tls_spki_sha256": key])
         XCTAssertTrue(err6?.contains("only applies to a wss:// address") == true, err6 ?? "")
-        let err7 = try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:x", "relay_key": key, "tls_spki_sha256": key])
+        let err7 = try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "address": "wss://127.0.0.1:x", "relay_key": key, "tls_spki_sha256": key])
         XCTAssertTrue(err7?.contains("transports.relay.address") == true, err7 ?? "")
-        XCTAssertNil(try FakeHost().create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key, "tls_spki_sha256": key]))
+        XCTAssertNil(try PluginTestHost(plugin: "relay").create(config: ["enabled": true, "address": "wss://127.0.0.1:7443", "relay_key": key, "tls_spki_sha256": key]))
     }
 
     func testLinkCustodyMessagesPhoneRegistrationAndOutage() throws {
         let dir = tempDir()
         var relay = try RelayProcess(dataDir: dir, extra: ["--messages-per-hour", "3"])
         defer { relay.stop() }
-        let host = try FakeHost()
+        let host = try PluginTestHost(plugin: "relay")
         let hubUserID = host.identity.userID
         _ = hubUserID
         XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)",
@@ -171,7 +171,7 @@ final class RelayPluginTests: XCTestCase {
     func testBundleIDsBothWaysThroughThePlugin() throws {
         let relay = try RelayProcess(dataDir: tempDir())
         defer { relay.stop() }
-        let host = try FakeHost()
+        let host = try PluginTestHost(plugin: "relay")
         XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
         let m0 = host.mark
         try host.start()

@@ -2,32 +2,51 @@ import CYaokPlugin
 import Foundation
 import XCTest
 import YaokCrypto
-import YaokRelayServer
 
-/// A host for one instance of the built relay plugin (`libyaok-plugin-relay.so`, loaded
-/// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) and recording
-/// what the plugin reports, with waits that have timeouts.
-/// Loading the real library tests what the hub loads: the exported entry, the descriptor and
-/// the C thunks.
-final class FakeHost: @unchecked Sendable {
-    enum Event {
+/// A host for one instance of a built transport plugin (`libyaok-plugin-<kind>.so`, loaded
+/// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) with an identity
+/// of its own, and recording what the plugin reports (links up and down, frames), with waits
+/// that have timeouts. Loading the real library tests what the hub loads: the exported
+/// entry, the descriptor and the C thunks. For plugin authors: Docs/plugin-guide.md.
+public final class PluginTestHost: @unchecked Sendable {
+    /// What the plugin reported to the host.
+    public enum Event: Sendable {
         case linkUp(id: UInt64, role: UInt32, peerKey: [UInt8], mtu: UInt32)
         case linkDown(id: UInt64, reason: String)
         case frame(link: UInt64, bytes: [UInt8])
     }
 
-    let identity: Identity
-    let descriptor: UnsafePointer<yaok_plugin_descriptor>
+    public let identity: Identity
+    public let descriptor: UnsafePointer<yaok_plugin_descriptor>
+    /// The plugin kind and the section name it is created under (`transports.<name>`).
+    public let kind: String
+    public let name: String
     private let condition = NSCondition()
     private var events: [Event] = []
     private var api: UnsafeMutablePointer<yaok_host_api>?
     private var strings: [UnsafeMutablePointer<CChar>] = []
-    private(set) var instance: OpaquePointer?
+    public private(set) var instance: OpaquePointer?
 
-    init(identity: Identity = .generate()) throws {
+    /// The build products directory: where the test bundle, the executables and the plugin
+    /// libraries are.
+    public static let productsDirectory: String = {
+        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+        var dir = (exe as NSString).deletingLastPathComponent
+        while !FileManager.default.fileExists(atPath: dir + "/libyaok-plugin-udp.so") && dir != "/" { dir = (dir as NSString).deletingLastPathComponent }
+        return dir
+    }()
+
+    /// Loads `library` (default: the built `libyaok-plugin-<kind>.so`); skips the test when it
+    /// is not built (fails it in CI, where everything is built).
+    public init(plugin kind: String, name: String? = nil, library: String? = nil, identity: Identity = .generate()) throws {
         self.identity = identity
-        let path = RelayProcess.productsDirectory + "/libyaok-plugin-relay.so"
-        guard FileManager.default.fileExists(atPath: path) else { throw XCTSkip("\(path) is not built") }
+        self.kind = kind
+        self.name = name ?? kind
+        let path = library ?? Self.productsDirectory + "/libyaok-plugin-\(kind).so"
+        if !FileManager.default.fileExists(atPath: path) {
+            if RequiredTool.inCI { throw RequiredTool.Missing(path: path, package: "(swift build)") }
+            throw XCTSkip("\(path) is not built")
+        }
         guard let handle = dlopen(path, RTLD_NOW | RTLD_LOCAL) else {
             throw NSError(domain: "FakeHost", code: 2, userInfo: [NSLocalizedDescriptionKey: String(cString: dlerror())])
         }
@@ -35,7 +54,7 @@ final class FakeHost: @unchecked Sendable {
         typealias Entry = @convention(c) () -> UnsafeRawPointer
         descriptor = unsafeBitCast(sym, to: Entry.self)().assumingMemoryBound(to: yaok_plugin_descriptor.self)
         XCTAssertEqual(descriptor.pointee.abi_version, YAOK_PLUGIN_ABI_VERSION)
-        XCTAssertEqual(String(cString: descriptor.pointee.kind), "relay")
+        XCTAssertEqual(String(cString: descriptor.pointee.kind), kind)
     }
 
     deinit {
@@ -48,29 +67,31 @@ final class FakeHost: @unchecked Sendable {
     }
 
     /// The config JSON the hub would pass: `{"path":...,"values":{key:{"line":n,"value":v}}}`.
-    static func configJSON(_ values: [String: Any]) -> String {
+    public func configJSON(_ values: [String: Any]) -> String {
         var wrapped: [String: Any] = [:]
         for (i, (k, v)) in values.sorted(by: { $0.key < $1.key }).enumerated() { wrapped[k] = ["line": i + 2, "value": v] }
-        let data = try! JSONSerialization.data(withJSONObject: ["path": "transports.relay", "values": wrapped], options: [.sortedKeys])
+        let data = try! JSONSerialization.data(withJSONObject: ["path": "transports.\(name)", "values": wrapped], options: [.sortedKeys])
         return String(decoding: data, as: UTF8.self)
     }
 
-    /// Creates the instance; returns the plugin's error text on failure.
-    func create(config: [String: Any]) -> String? {
-        let name = strdup("relay")!
-        let json = strdup(Self.configJSON(config))!
+    /// Creates the instance from a config section (each key on its own line from 2, as the
+    /// hub passes them); returns the plugin's error text on failure.
+    public func create(config: [String: Any]) -> String? {
+        let name = strdup(self.name)!
+        let json = strdup(configJSON(config))!
         strings += [name, json]
         var t = yaok_host_api()
         t.abi_version = YAOK_PLUGIN_ABI_VERSION
         t.struct_size = UInt32(MemoryLayout<yaok_host_api>.size)
         t.host_ctx = Unmanaged.passUnretained(self).toOpaque()
+        // The host's own calls: each record what the plugin said.
         t.instance_name = UnsafePointer(name)
         t.config_json = UnsafePointer(json)
         withUnsafeMutableBytes(of: &t.hub_signing_key) { d in for (i, b) in identity.signingKey.enumerated() { d[i] = b } }
         withUnsafeMutableBytes(of: &t.hub_kx_key) { d in for (i, b) in identity.kxKey.enumerated() { d[i] = b } }
         t.log = { _, _, _ in }
         t.sign = { ctx, msg, len, sig in
-            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
             let s = host.identity.sign(Array(UnsafeBufferPointer(start: msg, count: len)))
             for i in 0..<64 { sig![i] = s[i] }
             return 0
@@ -88,17 +109,17 @@ final class FakeHost: @unchecked Sendable {
         t.monotonic_ns = { _ in DispatchTime.now().uptimeNanoseconds }
         t.metric = { _, _, _, _ in }
         t.link_up = { ctx, info in
-            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
             let i = info!.pointee
             let key = withUnsafeBytes(of: i.peer_signing_key) { Array($0) }
             host.record(.linkUp(id: i.link_id, role: i.peer_role, peerKey: key, mtu: i.mtu))
         }
         t.link_down = { ctx, id, reason in
-            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
             host.record(.linkDown(id: id, reason: reason.map { String(cString: $0) } ?? ""))
         }
         t.frame_received = { ctx, id, bytes, len in
-            let host = Unmanaged<FakeHost>.fromOpaque(ctx!).takeUnretainedValue()
+            let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
             host.record(.frame(link: id, bytes: Array(UnsafeBufferPointer(start: bytes, count: len))))
         }
         t.status_changed = { _ in }
@@ -110,7 +131,7 @@ final class FakeHost: @unchecked Sendable {
         return instance == nil ? String(cString: error) : nil
     }
 
-    func start() throws {
+    public func start() throws {
         var error = [CChar](repeating: 0, count: 1024)
         let rc = error.withUnsafeMutableBufferPointer { descriptor.pointee.start(instance, $0.baseAddress, $0.count) }
         if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(cString: error)]) }
@@ -118,7 +139,7 @@ final class FakeHost: @unchecked Sendable {
 
     /// Sends a frame to the plugin; returns its error text on failure.
     @discardableResult
-    func send(_ frame: [UInt8], link: UInt64) -> String? {
+    public func send(_ frame: [UInt8], link: UInt64) -> String? {
         var error = [CChar](repeating: 0, count: 1024)
         let rc = frame.withUnsafeBufferPointer { f in
             error.withUnsafeMutableBufferPointer { descriptor.pointee.send(instance, link, f.baseAddress, f.count, $0.baseAddress, $0.count) }
@@ -126,7 +147,13 @@ final class FakeHost: @unchecked Sendable {
         return rc == 0 ? nil : String(cString: error)
     }
 
-    func statusJSON() -> [String: Any] {
+    /// Stops the instance (the hub's `stop`); `deinit` destroys it.
+    public func stop() {
+        if let instance { descriptor.pointee.stop(instance) }
+    }
+
+    /// The plugin's status as JSON (`status_json`).
+    public func statusJSON() -> [String: Any] {
         guard let s = descriptor.pointee.status_json(instance) else { return [:] }
         defer { descriptor.pointee.free_string(s) }
         let data = Data(String(cString: s).utf8)
@@ -140,10 +167,11 @@ final class FakeHost: @unchecked Sendable {
         }
     }
 
-    var mark: Int { condition.withLock { events.count } }
+    /// The number of events so far: pass it to ``wait(_:after:timeout:_:)`` to wait for a later one.
+    public var mark: Int { condition.withLock { events.count } }
 
-    /// Waits for an event after `mark` that `match` accepts.
-    func wait<T>(_ what: String, after mark: Int, timeout: TimeInterval = 15, _ match: (Event) -> T?) throws -> T {
+    /// Waits for an event after `mark` that `match` accepts; throws after `timeout` seconds.
+    public func wait<T>(_ what: String, after mark: Int, timeout: TimeInterval = 15, _ match: (Event) -> T?) throws -> T {
         let deadline = Date().addingTimeInterval(timeout)
         condition.lock()
         defer { condition.unlock() }
@@ -160,42 +188,3 @@ final class FakeHost: @unchecked Sendable {
     }
 }
 
-/// `yaok-relay run` as a real process (``RelayNodeProcess``): skipped when the binary is not
-/// built next to the tests, and a relay that ignores SIGTERM fails the test.
-final class RelayProcess {
-    let node: RelayNodeProcess
-    var process: Process { node.process }
-    var dataDir: String { node.dataDir }
-    var port: Int { node.port }
-    var metricsPort: Int { node.metricsPort }
-    var key: [UInt8] { node.key }
-    /// The WebSocket/TLS port and the certificate's SPKI pin, when started with `--wss-listen`.
-    var wssPort: Int { node.wssPort }
-    var tlsPin: [UInt8] { node.tlsPin }
-
-    /// The build products directory (test bundle, yaok-relay, plugin libraries).
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = (exe as NSString).deletingLastPathComponent
-        while !FileManager.default.fileExists(atPath: dir + "/yaok-relay") && dir != "/" { dir = (dir as NSString).deletingLastPathComponent }
-        return dir
-    }()
-    static var binary: String { productsDirectory + "/yaok-relay" }
-
-    init(dataDir: String, listen: String = "127.0.0.1:0", extra: [String] = []) throws {
-        guard FileManager.default.fileExists(atPath: Self.binary) else { throw XCTSkip("yaok-relay is not built next to the tests") }
-        node = try RelayNodeProcess(executable: Self.binary, dataDir: dataDir, listen: listen, arguments: extra, startTimeout: 20)
-    }
-
-    /// SIGTERM and wait (bounded: SIGKILL after 10 s, so a stuck relay fails the test
-    /// instead of hanging the suite).
-    func stop() {
-        if !node.stop() { XCTFail("yaok-relay did not stop within 10 s of SIGTERM") }
-    }
-
-    /// `GET /metrics`: the Prometheus text.
-    func metrics() -> String { node.metricsText() }
-
-    /// The value of one metric line (exact name with labels), or nil.
-    func metric(_ name: String) -> Double? { node.metric(name) }
-}

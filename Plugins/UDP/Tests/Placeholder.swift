@@ -1,2 +1,0 @@
-import XCTest
-final class UDPPlaceholder: XCTestCase { func testPlaceholder() { XCTAssertTrue(true) } }

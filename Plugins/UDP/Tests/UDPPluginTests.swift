@@ -1,0 +1,131 @@
+import CYaokPlugin
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokTesting
+
+/// The example plugin as the hub runs it: the built `libyaok-plugin-udp.so` loaded through
+/// the C ABI by ``PluginTestHost``, over real UDP sockets on loopback. This is the pattern
+/// Docs/plugin-guide.md shows plugin authors.
+final class UDPPluginTests: XCTestCase {
+    static func freeUDPPort() -> Int {
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    /// A started instance listening on 127.0.0.1.
+    func hub(port: Int, extra: [String: Any] = [:]) throws -> PluginTestHost {
+        let host = try PluginTestHost(plugin: "udp")
+        var config: [String: Any] = ["enabled": true, "listen": "127.0.0.1:\(port)"]
+        for (k, v) in extra { config[k] = v }
+        if let error = host.create(config: config) { XCTFail("create: \(error)") }
+        try host.start()
+        return host
+    }
+
+    func testTwoHubsLinkWithProvenKeysAndCarryFramesBothWays() throws {
+        let (portA, portB) = (Self.freeUDPPort(), Self.freeUDPPort())
+        let a = try hub(port: portA)
+        let markA = a.mark
+        let b = try hub(port: portB, extra: ["peers": ["127.0.0.1:\(portA)"]])
+        // Each side learns the other's identity from the handshake, never from a claim.
+        let (linkB, roleB, keyB) = try b.wait("B's link to A", after: 0) { e -> (UInt64, UInt32, [UInt8])? in
+            if case .linkUp(let id, let role, let key, _) = e { return (id, role, key) }
+            return nil
+        }
+        XCTAssertEqual(keyB, a.identity.signingKey)
+        XCTAssertEqual(roleB, YAOK_PEER_HUB.rawValue)
+        let (linkA, keyA) = try a.wait("A's link to B", after: markA) { e -> (UInt64, [UInt8])? in
+            if case .linkUp(let id, _, let key, _) = e { return (id, key) }
+            return nil
+        }
+        XCTAssertEqual(keyA, b.identity.signingKey)
+
+        let hello = TLVRecord(.summary, value: Array("from B".utf8)).encoded
+        XCTAssertNil(b.send(hello, link: linkB))
+        let atA = try a.wait("B's frame at A", after: markA) { e -> [UInt8]? in
+            if case .frame(let id, let bytes) = e, id == linkA { return bytes }
+            return nil
+        }
+        XCTAssertEqual(atA, hello)
+        let reply = TLVRecord(.summary, value: Array("from A".utf8)).encoded
+        let markB = b.mark
+        XCTAssertNil(a.send(reply, link: linkA))
+        let atB = try b.wait("A's frame at B", after: markB) { e -> [UInt8]? in
+            if case .frame(let id, let bytes) = e, id == linkB { return bytes }
+            return nil
+        }
+        XCTAssertEqual(atB, reply)
+        XCTAssertNotNil(a.send(hello, link: 999_999), "a link the plugin never reported is refused")
+    }
+
+    func testStatusSaysRunningAndNamesTheAddress() throws {
+        let port = Self.freeUDPPort()
+        let a = try hub(port: port)
+        let status = a.statusJSON()
+        XCTAssertEqual(status["state"] as? String, "running")
+        XCTAssertTrue((status["reason"] as? String ?? "").contains("127.0.0.1:\(port)"), "\(status)")
+    }
+
+    func testABadSectionIsRefusedNamingTheKeyAndLine() throws {
+        for (config, key) in [(["enabled": true, "max_sessions": 0] as [String: Any], "max_sessions"),
+                              (["enabled": true, "listen": "nowhere"], "listen"),
+                              (["enabled": true, "colour": "red"], "colour")] {
+            let host = try PluginTestHost(plugin: "udp")
+            let error = try XCTUnwrap(host.create(config: config), "\(config) was accepted")
+            XCTAssertTrue(error.contains("transports.udp.\(key)"), error)
+            XCTAssertTrue(error.contains("line"), error)
+        }
+    }
+
+    func testGarbageAndForgedFramesFromTheNetworkMakeNoLink() throws {
+        let port = Self.freeUDPPort()
+        let a = try hub(port: port)
+        // An attacker without keys: random bytes, then a record in clear outside any handshake.
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var to = sockaddr_in()
+        to.sin_family = sa_family_t(AF_INET)
+        to.sin_port = in_port_t(UInt16(port).bigEndian)
+        to.sin_addr.s_addr = inet_addr("127.0.0.1")
+        for datagram in [Random.bytes(200), TLVRecord(.summary, value: [1, 2, 3]).encoded] {
+            _ = datagram.withUnsafeBytes { d in
+                withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, d.baseAddress, d.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            }
+        }
+        XCTAssertTrue(Wait.poll(timeout: 5) {
+            Int((a.statusJSON()["details"] as? [String: Any])?["dropped_datagrams"] as? String ?? "0") ?? 0 >= 2
+        }, "\(a.statusJSON())")
+        XCTAssertEqual(a.mark, 0, "no link and no frame came of it")
+        XCTAssertEqual(a.statusJSON()["links"] as? Int, 0)
+    }
+
+    func testALinkGoesDownWhenThePeerStops() throws {
+        let (portA, portB) = (Self.freeUDPPort(), Self.freeUDPPort())
+        let a = try hub(port: portA, extra: ["idle_timeout_s": 3, "keepalive_s": 1])
+        let b = try hub(port: portB, extra: ["peers": ["127.0.0.1:\(portA)"], "idle_timeout_s": 3, "keepalive_s": 1])
+        let linkA = try a.wait("A's link", after: 0) { e -> UInt64? in
+            if case .linkUp(let id, _, _, _) = e { return id }
+            return nil
+        }
+        _ = try b.wait("B's link", after: 0) { e -> Bool? in
+            if case .linkUp = e { return true }
+            return nil
+        }
+        let mark = a.mark
+        b.stop()
+        _ = try a.wait("A's link down", after: mark, timeout: 15) { e -> Bool? in
+            if case .linkDown(let id, _) = e, id == linkA { return true }
+            return nil
+        }
+    }
+}
