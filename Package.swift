@@ -160,7 +160,8 @@ let package = Package(
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
-        .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI")]),
+        .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI"),
+                                                  .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
@@ -172,7 +173,7 @@ let package = Package(
         .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
         .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
-        .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT"], path: "Plugins/BLE/Tests"),
+        .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v5]
 )

@@ -2,6 +2,7 @@ import XCTest
 import Glibc
 import YaokPluginKit
 @testable import YaokTransportBLE
+import YaokTesting
 
 /// An identity with real randomness that can sign nothing: enough for the session paths that
 /// end before a signature is checked. (The full handshake runs in Tests/vmlab/ble-test.sh.)
@@ -17,31 +18,6 @@ private struct UnsigningIdentity: LinkIdentity {
     }
 }
 
-/// An identity whose "signature" is its key plus a checksum of the message: lets the state
-/// machine run whole handshakes with stand-in signatures (the Noise part is real).
-/// Real Ed25519 handshakes run in Tests/vmlab/ble-test.sh.
-private struct ChecksumIdentity: LinkIdentity {
-    let signingKey: [UInt8]
-    let kxKey = [UInt8](repeating: 9, count: 32)
-    init(_ seed: UInt8) { signingKey = [UInt8](repeating: seed, count: 32) }
-    static func checksum(_ message: [UInt8], _ key: [UInt8]) -> [UInt8] {
-        var h: UInt64 = 0xcbf29ce484222325
-        var out: [UInt8] = []
-        for round in 0..<4 {
-            for b in message + key + [UInt8(round)] { h = (h ^ UInt64(b)) &* 0x100000001b3 }
-            out += withUnsafeBytes(of: h.littleEndian, Array.init)
-        }
-        return key + out
-    }
-    func sign(_ message: [UInt8]) throws -> [UInt8] { Self.checksum(message, signingKey) }
-    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
-        signature == Self.checksum(message, publicKey)
-    }
-    func randomBytes(_ count: Int) -> [UInt8] {
-        var rng = SystemRandomNumberGenerator()
-        return (0..<count).map { _ in UInt8.random(in: 0...255, using: &rng) }
-    }
-}
 
 final class BLELinkSessionTests: XCTestCase {
     /// Feeds `frame` to the session as RX chunks; returns the last output.
@@ -66,16 +42,16 @@ final class BLELinkSessionTests: XCTestCase {
     }
 
     private func phone(_ seed: UInt8) -> SecureLink {
-        SecureLink(identity: ChecksumIdentity(seed), role: .endpoint, isInitiator: true, channel: .stream)
+        SecureLink(identity: TestLinkIdentity(seed: seed), role: .endpoint, isInitiator: true, channel: .stream)
     }
 
     func testReconnectOverTheSameATTChannelRestartsTheHandshake() throws {
-        let s = BLELinkSession(id: 3, remote: "x", identity: ChecksumIdentity(1),
+        let s = BLELinkSession(id: 3, remote: "x", identity: TestLinkIdentity(seed: 1),
                                reassemblyTimeoutNanoseconds: 1_000_000_000)
         XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty, "the hub notifies nothing before the phone's hello")
         let first = phone(2)
         let up = try handshake(first, with: s)
-        XCTAssertEqual(up.authenticated?.signingKey, ChecksumIdentity(2).signingKey)
+        XCTAssertEqual(up.authenticated?.signingKey, TestLinkIdentity(seed: 2).signingKey)
         XCTAssertFalse(up.restarted)
         XCTAssertEqual(s.state, .up)
         XCTAssertTrue(first.isEstablished)
@@ -86,7 +62,7 @@ final class BLELinkSessionTests: XCTestCase {
 
         // A second phone process on the same LE link: subscribing again changes nothing, its
         // hello restarts the handshake (old link down, new identity brings it up).
-        let s2 = BLELinkSession(id: 4, remote: "x", identity: ChecksumIdentity(1),
+        let s2 = BLELinkSession(id: 4, remote: "x", identity: TestLinkIdentity(seed: 1),
                                 reassemblyTimeoutNanoseconds: 1_000_000_000)
         _ = try handshake(phone(2), with: s2)
         XCTAssertTrue(s2.notificationsEnabled().framesToSend.isEmpty)
@@ -99,7 +75,7 @@ final class BLELinkSessionTests: XCTestCase {
         XCTAssertEqual(s2.state, .handshaking)
         var last = BLELinkSession.Output()
         for case .send(let reply) in try second.receive(TLVRecord(parsing: restart.framesToSend[0])) { last = try deliver(reply, to: s2) }
-        XCTAssertEqual(last.authenticated?.signingKey, ChecksumIdentity(4).signingKey)
+        XCTAssertEqual(last.authenticated?.signingKey, TestLinkIdentity(seed: 4).signingKey)
         XCTAssertEqual(s2.state, .up)
         XCTAssertTrue(second.isEstablished)
     }

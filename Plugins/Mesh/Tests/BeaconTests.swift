@@ -1,8 +1,9 @@
 import XCTest
 @testable import YaokTransportMesh
+import YaokTesting
 
 final class BeaconTests: XCTestCase {
-    let identity = FakeIdentity(seed: 7)
+    let identity = TestLinkIdentity(seed: 7)
     let now: Int64 = 1_795_000_000_000
 
     func beacon(port: UInt16 = 7813, at ts: Int64? = nil) -> Beacon {

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportMesh
+import YaokTesting
 
 /// IPv6: addresses with scopes, the settings that turn it on, interface selection, and
 /// sessions over real IPv6 loopback TCP. Link-local discovery between hubs needs two
@@ -105,7 +106,7 @@ final class IPv6Tests: XCTestCase {
     }
 
     func testHubsLinkOverIPv6AndCarryFrames() throws {
-        let alice = FakeIdentity(seed: 11), bob = FakeIdentity(seed: 12)
+        let alice = TestLinkIdentity(seed: 11), bob = TestLinkIdentity(seed: 12)
         let ra = EventRecorder(), rb = EventRecorder()
         let b = MeshTestSupport.engine(bob, try MeshTestSupport.loopback(), rb)
         try b.start()
@@ -131,7 +132,7 @@ final class IPv6Tests: XCTestCase {
 
     func testIPv6OffOpensNoIPv6Listener() throws {
         let r = EventRecorder()
-        let e = MeshTestSupport.engine(FakeIdentity(seed: 13), try MeshTestSupport.loopback(extra: ["ipv6": .bool(false)]), r)
+        let e = MeshTestSupport.engine(TestLinkIdentity(seed: 13), try MeshTestSupport.loopback(extra: ["ipv6": .bool(false)]), r)
         try e.start()
         addTeardownBlock { e.stop() }
         XCTAssertNil(e.snapshot.listen6)
@@ -145,8 +146,8 @@ final class IPv6Tests: XCTestCase {
 /// arrival order, and moves only when the current address went quiet. Beacons are sent by
 /// unicast to the beacon port (the engine's beacon sockets take any datagram on it).
 final class DualStackBeaconTests: XCTestCase {
-    let hub = FakeIdentity(seed: 21)
-    let neighbour = FakeIdentity(seed: 22)
+    let hub = TestLinkIdentity(seed: 21)
+    let neighbour = TestLinkIdentity(seed: 22)
 
     func beacon(timestampMs: Int64) throws -> [UInt8] {
         try Beacon(signingKey: neighbour.signingKey, kxKey: neighbour.kxKey, tcpPort: 4321, timestampMs: timestampMs)

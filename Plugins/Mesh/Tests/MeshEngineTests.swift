@@ -6,10 +6,10 @@ import YaokTesting
 
 /// The engine over real loopback TCP sockets (discovery off; beacons run in the netns tests).
 final class MeshEngineTests: XCTestCase {
-    let alice = FakeIdentity(seed: 1)
-    let bob = FakeIdentity(seed: 2)
+    let alice = TestLinkIdentity(seed: 1)
+    let bob = TestLinkIdentity(seed: 2)
 
-    func started(_ identity: FakeIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) throws -> MeshEngine {
+    func started(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) throws -> MeshEngine {
         let engine = MeshTestSupport.engine(identity, settings, recorder)
         try engine.start()
         addTeardownBlock { engine.stop() }
@@ -124,7 +124,7 @@ final class MeshEngineTests: XCTestCase {
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         // An identity that claims Bob's key but is signed by someone else.
-        _ = peer.handshake(as: ClaimedIdentity(claimed: bob, signer: FakeIdentity(seed: 3)), role: .hub)
+        _ = peer.handshake(as: ClaimedIdentity(claimed: bob, signer: TestLinkIdentity(seed: 3)), role: .hub)
         XCTAssertTrue(peer.waitForClose())
         XCTAssertEqual(r.snapshot.ups.count, 0)
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
@@ -143,7 +143,7 @@ final class MeshEngineTests: XCTestCase {
         r.wait("Bob's link up") { $0.ups.count == 1 }
         for _ in 0..<3 {
             let mallory = try RawPeer(port: port)
-            _ = mallory.handshake(as: ClaimedIdentity(claimed: bob, signer: FakeIdentity(seed: 9)), role: .hub)
+            _ = mallory.handshake(as: ClaimedIdentity(claimed: bob, signer: TestLinkIdentity(seed: 9)), role: .hub)
             XCTAssertTrue(mallory.waitForClose(), "the claimant is closed")
         }
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 3)
@@ -277,7 +277,7 @@ final class MeshEngineTests: XCTestCase {
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let first = try RawPeer(port: port), second = try RawPeer(port: port)
         XCTAssertTrue(first.handshake(as: bob, role: .hub))
-        XCTAssertTrue(second.handshake(as: FakeIdentity(seed: 3), role: .hub))
+        XCTAssertTrue(second.handshake(as: TestLinkIdentity(seed: 3), role: .hub))
         r.wait("two links") { $0.ups.count == 2 }
         let third = try RawPeer(port: port)
         XCTAssertTrue(third.waitForClose(timeout: 5), "the third connection is closed at once")
@@ -314,7 +314,7 @@ final class MeshEngineTests: XCTestCase {
         var peers: [RawPeer] = []
         for seed in 10..<14 {
             let p = try RawPeer(port: port)
-            XCTAssertTrue(p.handshake(as: FakeIdentity(seed: UInt8(seed)), role: .hub))
+            XCTAssertTrue(p.handshake(as: TestLinkIdentity(seed: UInt8(seed)), role: .hub))
             peers.append(p)
         }
         r.wait("four links") { $0.ups.count == 4 }

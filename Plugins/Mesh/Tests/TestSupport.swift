@@ -2,52 +2,16 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportMesh
+import YaokTesting
 
 /// An attacker's identity: presents `claimed`'s keys but can only sign as `signer`.
 struct ClaimedIdentity: LinkIdentity {
-    let claimed: FakeIdentity, signer: FakeIdentity
+    let claimed: TestLinkIdentity, signer: TestLinkIdentity
     var signingKey: [UInt8] { claimed.signingKey }
     var kxKey: [UInt8] { claimed.kxKey }
     func sign(_ message: [UInt8]) throws -> [UInt8] { try signer.sign(message) }
     func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signer.verify(signature: signature, of: message, by: publicKey) }
     func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
-}
-
-/// A stand-in identity for unit tests: NOT cryptography. Its "signature" is a keyed
-/// checksum anyone can compute; it only lets the engine's handshake and beacon
-/// plumbing run without the host's libsodium. Real Ed25519 signatures are exercised
-/// by the network-namespace tests, where real hubs sign through the plugin ABI.
-struct FakeIdentity: LinkIdentity {
-    let signingKey: [UInt8]
-    let kxKey: [UInt8]
-
-    /// When set, every "random" byte is this value: lets a test choose challenge nonces.
-    var fixedRandomByte: UInt8?
-
-    init(seed: UInt8, fixedRandomByte: UInt8? = nil) {
-        self.fixedRandomByte = fixedRandomByte
-        signingKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 31 &+ $0) }
-        kxKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 17 &+ $0 &+ 100) }
-    }
-
-    static func checksum(key: [UInt8], message: [UInt8]) -> [UInt8] {
-        var out: [UInt8] = []
-        for lane in 0..<8 {
-            var h: UInt64 = 0xcbf2_9ce4_8422_2325 ^ UInt64(lane)
-            for b in key + message {
-                h ^= UInt64(b)
-                h = h &* 0x100_0000_01b3
-            }
-            for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: h >> UInt64(shift))) }
-        }
-        return out
-    }
-
-    func sign(_ message: [UInt8]) throws -> [UInt8] { Self.checksum(key: signingKey, message: message) }
-    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
-        signature == Self.checksum(key: publicKey, message: message)
-    }
-    func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in fixedRandomByte ?? UInt8.random(in: 0...255) } }
 }
 
 /// Records engine events and lets a test wait for a condition on them (with a timeout).
@@ -119,7 +83,7 @@ enum MeshTestSupport {
         return try settings(values)
     }
 
-    static func engine(_ identity: FakeIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) -> MeshEngine {
+    static func engine(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) -> MeshEngine {
         let engine = MeshEngine(identity: identity, settings: settings,
                                 wallClockMs: { Int64(Date().timeIntervalSince1970 * 1000) },
                                 monotonicNs: { DispatchTime.now().uptimeNanoseconds })

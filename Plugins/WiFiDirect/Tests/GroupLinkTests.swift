@@ -2,12 +2,13 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokTesting
 
 /// The group's TCP side over real loopback sockets: the kit's stream engine as the transport
 /// configures it, and the kit's client as a phone uses it.
 final class GroupLinkTests: XCTestCase {
-    let hub = TestIdentity(1)
-    let phone = TestIdentity(2)
+    let hub = TestLinkIdentity(seed: 1)
+    let phone = TestLinkIdentity(seed: 2)
 
     /// The transport's own engine settings for a group (defaults of the config keys), adjusted.
     func started(_ extra: (inout SecureStreamEngine.Settings) -> Void = { _ in }) throws -> (SecureStreamEngine, Recorder) {
@@ -64,7 +65,7 @@ final class GroupLinkTests: XCTestCase {
         let (server, r) = try started()
         // The peer's side of the handshake may finish before the hub judges its role, so the
         // client can be built; either way the hub closes it and never reports a link.
-        if let intruder = try? SecureStreamClient(to: address, identity: TestIdentity(3), role: .hub, connectTimeout: 3) {
+        if let intruder = try? SecureStreamClient(to: address, identity: TestLinkIdentity(seed: 3), role: .hub, connectTimeout: 3) {
             XCTAssertThrowsError(try intruder.receive(timeout: 3), "the hub closes a peer proving role hub")
         }
         r.wait("refusal counted") { _ in server.snapshot.counters.refusedRole == 1 }
@@ -187,23 +188,23 @@ final class GroupLinkTests: XCTestCase {
     func testADialThatReachesAnotherKeyIsRefused() throws {
         var hubSettings = SecureStreamEngine.Settings(kind: "tcp", peerRoles: [.hub], cost: 1, metricPrefix: "test")
         hubSettings.threadName = "test-b"
-        let b = SecureStreamEngine(identity: TestIdentity(5), settings: hubSettings)
+        let b = SecureStreamEngine(identity: TestLinkIdentity(seed: 5), settings: hubSettings)
         try b.start()
         addTeardownBlock { b.stop() }
         let bAddress = try b.listen(on: IPEndpoint(host: "127.0.0.1", port: 0))
-        let a = SecureStreamEngine(identity: TestIdentity(6), settings: hubSettings)
+        let a = SecureStreamEngine(identity: TestLinkIdentity(seed: 6), settings: hubSettings)
         let r = Recorder()
         a.events = r.serverEvents
         try a.start()
         addTeardownBlock { a.stop() }
-        try a.dial(bAddress, expectedKey: TestIdentity(7).signingKey)
+        try a.dial(bAddress, expectedKey: TestLinkIdentity(seed: 7).signingKey)
         r.wait("the refusal") { $0.logs.contains { $0.contains("not the expected") } }
         XCTAssertTrue(r.ups.isEmpty)
         XCTAssertEqual(a.snapshot.counters.handshakeFailures, 1)
         // Without an expectation the same address links up.
         try a.dial(bAddress)
         r.wait("link up") { $0.ups.count == 1 }
-        XCTAssertEqual(r.ups[0].peerSigningKey, TestIdentity(5).signingKey)
+        XCTAssertEqual(r.ups[0].peerSigningKey, TestLinkIdentity(seed: 5).signingKey)
         XCTAssertEqual(r.ups[0].kind, "tcp")
     }
 

@@ -3,27 +3,6 @@ import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
 
-/// A stand-in identity for the handshake plumbing: NOT cryptography. Its "signature" is a
-/// keyed hash anyone can compute; real Ed25519 runs through the host in the VM test.
-struct TestIdentity: LinkIdentity {
-    let signingKey: [UInt8]
-    let kxKey: [UInt8]
-    init(_ seed: UInt8) {
-        signingKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 7 &+ $0 &* 3) }
-        kxKey = (0..<32).map { UInt8(truncatingIfNeeded: Int(seed) &* 5 &+ $0 &+ 1) }
-    }
-    static func tag(_ key: [UInt8], _ message: [UInt8]) -> [UInt8] {
-        var h = [UInt64](repeating: 0x9e37_79b9_7f4a_7c15, count: 8)
-        for (i, b) in (key + message).enumerated() {
-            h[i % 8] = (h[i % 8] ^ UInt64(b)) &* 0x0000_0100_0000_01b3 &+ UInt64(i)
-        }
-        return h.flatMap { v in (0..<8).map { UInt8(truncatingIfNeeded: v >> ($0 * 8)) } }
-    }
-    func sign(_ message: [UInt8]) throws -> [UInt8] { Self.tag(signingKey, message) }
-    func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool { signature == Self.tag(publicKey, message) }
-    func randomBytes(_ count: Int) -> [UInt8] { (0..<count).map { _ in UInt8.random(in: 0...255) } }
-}
-
 /// Collects transport/server events and waits on them with a timeout.
 final class Recorder: @unchecked Sendable {
     private let condition = NSCondition()

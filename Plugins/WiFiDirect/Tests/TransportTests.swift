@@ -39,7 +39,7 @@ final class TransportTests: XCTestCase {
 
     func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, Recorder) {
         let r = Recorder()
-        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestIdentity(1), reporter: r.reporter)
+        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), reporter: r.reporter)
         if let probe { t.probe = probe }
         addTeardownBlock { t.stop() }
         return (t, r)

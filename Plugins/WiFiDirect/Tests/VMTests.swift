@@ -42,7 +42,7 @@ final class VMTests: XCTestCase {
             r.addFrame(frame, link)
             try? box.transport?.send(frame, to: link) // echo
         }
-        let t = WiFiDirectTransport(settings: settings, identity: TestIdentity(1), reporter: reporter)
+        let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), reporter: reporter)
         box.transport = t
         defer { t.stop() }
         try t.start()
@@ -125,8 +125,8 @@ final class VMTests: XCTestCase {
     func testPhoneSide() throws {
         try XCTSkipUnless(role == "phone", "runs only in the VM (YAOK_WIFI_VM=phone)")
         let host = ProcessInfo.processInfo.environment["YAOK_WIFI_HUB"] ?? "192.168.49.1"
-        let client = try SecureStreamClient(to: IPEndpoint.resolve(host: host, port: 7814), identity: TestIdentity(2))
-        XCTAssertEqual(client.peer.signingKey, TestIdentity(1).signingKey)
+        let client = try SecureStreamClient(to: IPEndpoint.resolve(host: host, port: 7814), identity: TestLinkIdentity(seed: 2))
+        XCTAssertEqual(client.peer.signingKey, TestLinkIdentity(seed: 1).signingKey)
         let hello = TLVRecord(.bundle, value: Array("hello over wi-fi direct".utf8)).encoded
         try client.send(hello)
         XCTAssertEqual(try client.receive(timeout: 10), hello, "the hub echoed the record")
