@@ -107,7 +107,7 @@ final class IPv6Tests: XCTestCase {
 
     func testHubsLinkOverIPv6AndCarryFrames() throws {
         let alice = TestLinkIdentity(seed: 11), bob = TestLinkIdentity(seed: 12)
-        let ra = EventRecorder(), rb = EventRecorder()
+        let ra = LinkEventRecorder(), rb = LinkEventRecorder()
         let b = MeshTestSupport.engine(bob, try MeshTestSupport.loopback(), rb)
         try b.start()
         addTeardownBlock { b.stop() }
@@ -131,7 +131,7 @@ final class IPv6Tests: XCTestCase {
     }
 
     func testIPv6OffOpensNoIPv6Listener() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let e = MeshTestSupport.engine(TestLinkIdentity(seed: 13), try MeshTestSupport.loopback(extra: ["ipv6": .bool(false)]), r)
         try e.start()
         addTeardownBlock { e.stop() }
@@ -163,7 +163,7 @@ final class DualStackBeaconTests: XCTestCase {
         XCTAssertEqual(n, bytes.count, "sendto \(to)")
     }
 
-    func engine(intervalS: Double, _ recorder: EventRecorder) throws -> (MeshEngine, UInt16) {
+    func engine(intervalS: Double, _ recorder: LinkEventRecorder) throws -> (MeshEngine, UInt16) {
         let port = MeshTestSupport.freePort()
         let settings = try MeshTestSupport.settings([
             "listen": .string("127.0.0.1:0"), "interfaces": .list([.string("lo")]), "beacon_port": .int(Int(port)),
@@ -178,7 +178,7 @@ final class DualStackBeaconTests: XCTestCase {
     func now() -> Int64 { Int64(Date().timeIntervalSince1970 * 1000) }
 
     func testAHubHeardBothWaysKeepsItsAddressWhileItIsHeard() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let (e, port) = try engine(intervalS: 600, r)
         let t = now()
         send(try beacon(timestampMs: t), to: "127.0.0.1", port: port)
@@ -192,7 +192,7 @@ final class DualStackBeaconTests: XCTestCase {
     }
 
     func testAHubMovesToItsOtherAddressWhenTheCurrentOneGoesQuiet() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let (_, port) = try engine(intervalS: 0.1, r)
         send(try beacon(timestampMs: now()), to: "127.0.0.1", port: port)
         r.wait("the hub heard over IPv4") { $0.logs.contains { $0.contains("heard hub") && $0.contains("127.0.0.1:4321") } }

@@ -9,7 +9,7 @@ final class MeshEngineTests: XCTestCase {
     let alice = TestLinkIdentity(seed: 1)
     let bob = TestLinkIdentity(seed: 2)
 
-    func started(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) throws -> MeshEngine {
+    func started(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: LinkEventRecorder) throws -> MeshEngine {
         let engine = MeshTestSupport.engine(identity, settings, recorder)
         try engine.start()
         addTeardownBlock { engine.stop() }
@@ -18,10 +18,10 @@ final class MeshEngineTests: XCTestCase {
 
     func testHubsThatDialEachOtherKeepExactlyOneSessionChosenByTheLowerKey() throws {
         let portA = MeshTestSupport.freePort(), portB = MeshTestSupport.freePort()
-        let ra = EventRecorder(), rb = EventRecorder()
+        let ra = LinkEventRecorder(), rb = LinkEventRecorder()
         let a = try started(alice, try MeshTestSupport.loopback(port: portA, peers: [portB]), ra)
         let b = try started(bob, try MeshTestSupport.loopback(port: portB, peers: [portA]), rb)
-        let oneLink: (EventRecorder.State) -> Bool = { $0.ups.count - $0.downs.count == 1 }
+        let oneLink: (LinkEventRecorder.State) -> Bool = { $0.ups.count - $0.downs.count == 1 }
         ra.wait("a link at A", oneLink)
         rb.wait("a link at B", oneLink)
         // Let any duplicate settle, then check both ends agree on the one session.
@@ -52,7 +52,7 @@ final class MeshEngineTests: XCTestCase {
 
     func testFramesCrossInOrderAndSendValidatesItsInput() throws {
         let portB = MeshTestSupport.freePort()
-        let ra = EventRecorder(), rb = EventRecorder()
+        let ra = LinkEventRecorder(), rb = LinkEventRecorder()
         let a = try started(alice, try MeshTestSupport.loopback(peers: [portB], extra: ["queue_frames": .int(5_000)]), ra)
         _ = try started(bob, try MeshTestSupport.loopback(port: portB), rb)
         ra.wait("link at A") { $0.ups.count == 1 }
@@ -76,7 +76,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testSendThrowsWhenTheQueueIsFullAndNeverBlocks() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["queue_frames": .int(8), "idle_timeout_s": .int(60)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let peer = try RawPeer(port: port)
@@ -97,7 +97,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testAFrameBeforeTheHandshakeDisconnects() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         XCTAssertTrue(peer.write(TLVRecord(.bundle, value: [1, 2, 3]).encoded))
@@ -109,7 +109,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testEndpointsAreRefused() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         _ = peer.handshake(as: bob, role: .endpoint)
@@ -120,7 +120,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testABadProofClosesTheSession() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         // An identity that claims Bob's key but is signed by someone else.
@@ -135,7 +135,7 @@ final class MeshEngineTests: XCTestCase {
     /// proof is bound to its own session: an attacker claiming Bob's key while Bob's link is up
     /// is closed, the live link is untouched, and nothing is closed as a "duplicate".
     func testAClaimedKeyCannotDisplaceTheLiveLink() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let realBob = try RawPeer(port: port)
@@ -157,7 +157,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testAFloodingPeerIsThrottledThenDisconnected() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_frames_per_second": .int(10)]), r)
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
         XCTAssertTrue(peer.handshake(as: bob, role: .hub))
@@ -179,7 +179,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testASilentPeerTimesOutAndAPingingOneStaysUp() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["keepalive_s": .double(0.2), "idle_timeout_s": .double(1)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let silent = try RawPeer(port: port)
@@ -192,7 +192,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testStopSaysGoodbyeReportsLinksDownAndCanStartAgain() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = MeshTestSupport.engine(alice, try MeshTestSupport.loopback(), r)
         try engine.start()
         let peer = try RawPeer(port: try XCTUnwrap(engine.listenAddress?.port))
@@ -213,7 +213,7 @@ final class MeshEngineTests: XCTestCase {
 
     func testAConfiguredAddressThatIsOurselvesIsNotRedialled() throws {
         let port = MeshTestSupport.freePort()
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(port: port, peers: [port]), r)
         r.wait("the self-dial to be recognised") { $0.logs.contains { $0.contains("this hub itself") } }
         Thread.sleep(forTimeInterval: 2.5)
@@ -223,7 +223,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testAMissingBeaconInterfaceIsNamed() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let settings = try MeshTestSupport.settings(["listen": .string("127.0.0.1:0"), "interfaces": .list([.string("nosuch0")]),
                                                      "beacon_port": .int(Int(MeshTestSupport.freePort()))])
         let engine = try started(alice, settings, r)
@@ -235,7 +235,7 @@ final class MeshEngineTests: XCTestCase {
     func testALinkCarryingTrafficOneWayStaysUp() throws {
         let portB = MeshTestSupport.freePort()
         let fast: [String: ConfigValue] = ["keepalive_s": .double(0.2), "idle_timeout_s": .double(1)]
-        let ra = EventRecorder(), rb = EventRecorder()
+        let ra = LinkEventRecorder(), rb = LinkEventRecorder()
         let a = try started(alice, try MeshTestSupport.loopback(peers: [portB], extra: fast), ra)
         _ = try started(bob, try MeshTestSupport.loopback(port: portB, extra: fast), rb)
         ra.wait("link at A") { $0.ups.count == 1 }
@@ -254,7 +254,7 @@ final class MeshEngineTests: XCTestCase {
     /// A hub that redials (it restarted, or lost the old connection without a goodbye) gets
     /// its fresh session: both are authenticated by its key, so the newer one is kept.
     func testAFreshSessionFromTheSameHubReplacesTheOldOne() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["idle_timeout_s": .int(30)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let old = try RawPeer(port: port)
@@ -272,7 +272,7 @@ final class MeshEngineTests: XCTestCase {
     }
 
     func testSessionsBeyondMaxSessionsAreRefused() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(2)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let first = try RawPeer(port: port), second = try RawPeer(port: port)
@@ -288,7 +288,7 @@ final class MeshEngineTests: XCTestCase {
     /// Connections that never finish their handshake hold a slot only until a peer that does
     /// needs it: with the table full, the oldest unfinished one gives way.
     func testUnfinishedHandshakesGiveWayToAPeerThatCompletesOne() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(2)]), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         let silent1 = try RawPeer(port: port)
@@ -308,7 +308,7 @@ final class MeshEngineTests: XCTestCase {
     /// Round 1: 32 throwaway "hub" keys filled the mesh's 32 sessions. Now one address holds at
     /// most four inbound sessions, whatever keys it shows, and the rest are refused at once.
     func testOneAddressCannotFillTheSessionTable() throws {
-        let r = EventRecorder()
+        let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
         let port = try XCTUnwrap(engine.listenAddress?.port)
         var peers: [RawPeer] = []

@@ -14,53 +14,14 @@ struct ClaimedIdentity: LinkIdentity {
     func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
 }
 
-/// Records engine events and lets a test wait for a condition on them (with a timeout).
-final class EventRecorder: @unchecked Sendable {
-    struct State {
-        var ups: [LinkInfo] = []
-        var downs: [(LinkID, String)] = []
-        var frames: [([UInt8], LinkID)] = []
-        var logs: [String] = []
-    }
-    private let condition = NSCondition()
-    private var state = State()
-
+extension LinkEventRecorder {
+    /// The mesh engine's callbacks, recorded.
     var events: MeshEngine.Events {
         MeshEngine.Events(
-            linkUp: { info in self.update { $0.ups.append(info) } },
-            linkDown: { id, reason in self.update { $0.downs.append((id, reason)) } },
-            frame: { frame, id in self.update { $0.frames.append((frame, id)) } },
-            log: { _, message in self.update { $0.logs.append(message) } })
-    }
-
-    private func update(_ change: (inout State) -> Void) {
-        condition.lock()
-        change(&state)
-        condition.broadcast()
-        condition.unlock()
-    }
-
-    var snapshot: State {
-        condition.lock()
-        defer { condition.unlock() }
-        return state
-    }
-
-    /// Waits until `predicate` holds; fails the test (and returns false) after `timeout` seconds.
-    @discardableResult
-    func wait(_ what: String, timeout: TimeInterval = 10, file: StaticString = #filePath, line: UInt = #line,
-              _ predicate: (State) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        condition.lock()
-        defer { condition.unlock() }
-        while !predicate(state) {
-            if !condition.wait(until: deadline) {
-                if predicate(state) { return true }
-                XCTFail("timed out after \(timeout) s waiting for \(what); logs: \(state.logs.suffix(10))", file: file, line: line)
-                return false
-            }
-        }
-        return true
+            linkUp: { info in self.linkUp(info) },
+            linkDown: { id, reason in self.linkDown(id, reason) },
+            frame: { frame, id in self.frame(frame, id) },
+            log: { _, message in self.log(message) })
     }
 }
 
@@ -83,7 +44,7 @@ enum MeshTestSupport {
         return try settings(values)
     }
 
-    static func engine(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: EventRecorder) -> MeshEngine {
+    static func engine(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: LinkEventRecorder) -> MeshEngine {
         let engine = MeshEngine(identity: identity, settings: settings,
                                 wallClockMs: { Int64(Date().timeIntervalSince1970 * 1000) },
                                 monotonicNs: { DispatchTime.now().uptimeNanoseconds })

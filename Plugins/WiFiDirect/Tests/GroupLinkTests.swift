@@ -11,11 +11,11 @@ final class GroupLinkTests: XCTestCase {
     let phone = TestLinkIdentity(seed: 2)
 
     /// The transport's own engine settings for a group (defaults of the config keys), adjusted.
-    func started(_ extra: (inout SecureStreamEngine.Settings) -> Void = { _ in }) throws -> (SecureStreamEngine, Recorder) {
+    func started(_ extra: (inout SecureStreamEngine.Settings) -> Void = { _ in }) throws -> (SecureStreamEngine, LinkEventRecorder) {
         var s = WiFiDirectTransport.linkSettings(try WiFiDirectSettings(config: TestConfig.section([:]), instanceName: "wifi-direct"), firstLinkID: 40)
         extra(&s)
         let server = SecureStreamEngine(identity: hub, settings: s)
-        let r = Recorder()
+        let r = LinkEventRecorder()
         server.events = r.serverEvents
         try server.start()
         address = try server.listen(on: IPEndpoint(host: "127.0.0.1", port: 0))
@@ -193,7 +193,7 @@ final class GroupLinkTests: XCTestCase {
         addTeardownBlock { b.stop() }
         let bAddress = try b.listen(on: IPEndpoint(host: "127.0.0.1", port: 0))
         let a = SecureStreamEngine(identity: TestLinkIdentity(seed: 6), settings: hubSettings)
-        let r = Recorder()
+        let r = LinkEventRecorder()
         a.events = r.serverEvents
         try a.start()
         addTeardownBlock { a.stop() }

@@ -2,53 +2,27 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokTesting
 
-/// Collects transport/server events and waits on them with a timeout.
-final class Recorder: @unchecked Sendable {
-    private let condition = NSCondition()
-    private(set) var ups: [LinkInfo] = []
-    private(set) var downs: [(LinkID, String)] = []
-    private(set) var frames: [([UInt8], LinkID)] = []
-    private(set) var logs: [String] = []
-
-    func record(_ change: (Recorder) -> Void) {
-        condition.lock(); change(self); condition.broadcast(); condition.unlock()
-    }
-    func addUp(_ i: LinkInfo) { record { $0.ups.append(i) } }
-    func addDown(_ id: LinkID, _ r: String) { record { $0.downs.append((id, r)) } }
-    func addFrame(_ f: [UInt8], _ id: LinkID) { record { $0.frames.append((f, id)) } }
-    func addLog(_ m: String) { record { $0.logs.append(m) } }
-
+extension LinkEventRecorder {
+    /// The group owner's link server callbacks, recorded (warnings marked as such).
     var serverEvents: SecureStreamEngine.Events {
         var e = SecureStreamEngine.Events()
-        e.linkUp = { self.addUp($0) }
-        e.linkDown = { self.addDown($0, $1) }
-        e.frame = { self.addFrame($0, $1) }
-        e.log = { level, m in self.addLog(level == .warning ? "warning: " + m : m) }
+        e.linkUp = { self.linkUp($0) }
+        e.linkDown = { self.linkDown($0, $1) }
+        e.frame = { self.frame($0, $1) }
+        e.log = { level, m in self.log(level == .warning ? "warning: " + m : m) }
         return e
     }
 
+    /// The transport's reporter, recorded.
     var reporter: WiFiDirectTransport.Reporter {
         var r = WiFiDirectTransport.Reporter()
-        r.linkUp = { self.addUp($0) }
-        r.linkDown = { self.addDown($0, $1) }
-        r.frame = { self.addFrame($0, $1) }
-        r.log = { m, _ in self.addLog(m) }
+        r.linkUp = { self.linkUp($0) }
+        r.linkDown = { self.linkDown($0, $1) }
+        r.frame = { self.frame($0, $1) }
+        r.log = { m, _ in self.log(m) }
         return r
-    }
-
-    @discardableResult
-    func wait(_ what: String, timeout: TimeInterval = 10, file: StaticString = #filePath, line: UInt = #line,
-              _ predicate: (Recorder) -> Bool) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        condition.lock(); defer { condition.unlock() }
-        while !predicate(self) {
-            if !condition.wait(until: deadline) && !predicate(self) {
-                XCTFail("timed out after \(timeout) s waiting for \(what); logs: \(logs.suffix(8))", file: file, line: line)
-                return false
-            }
-        }
-        return true
     }
 }
 

@@ -37,8 +37,8 @@ final class TransportTests: XCTestCase {
         XCTAssertTrue(error(["interface": .string("wl an0")]).contains("not a network interface name"))
     }
 
-    func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, Recorder) {
-        let r = Recorder()
+    func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, LinkEventRecorder) {
+        let r = LinkEventRecorder()
         let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), reporter: r.reporter)
         if let probe { t.probe = probe }
         addTeardownBlock { t.stop() }

@@ -26,10 +26,10 @@ final class VMTests: XCTestCase {
     /// The hub: the real plugin code on a hwsim radio; echoes every record back to its sender.
     func testHubSide() throws {
         try XCTSkipUnless(role == "hub", "runs only in the VM (YAOK_WIFI_VM=hub)")
-        let r = Recorder()
+        let r = LinkEventRecorder()
         var reporter = r.reporter
         reporter.log = { message, warning in
-            r.addLog(message)
+            r.log(message)
             print("HUB \(warning ? "warning" : "info"): \(message)")
             fflush(stdout)
         }
@@ -39,7 +39,7 @@ final class VMTests: XCTestCase {
         ])
         let box = TransportBox()
         reporter.frame = { frame, link in
-            r.addFrame(frame, link)
+            r.frame(frame, link)
             try? box.transport?.send(frame, to: link) // echo
         }
         let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), reporter: reporter)

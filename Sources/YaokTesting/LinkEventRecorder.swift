@@ -1,0 +1,61 @@
+import Foundation
+import XCTest
+import YaokPluginKit
+
+/// Records what a transport reports — links up and down, frames, log lines — and lets a test
+/// wait for a condition on them: on a condition variable, never a sleep, with a timeout that
+/// fails the test naming what it waited for. A plugin's tests adapt it to their engine's
+/// callbacks in a few lines (see the mesh and Wi-Fi Direct tests).
+public final class LinkEventRecorder: @unchecked Sendable {
+    public struct State {
+        public var ups: [LinkInfo] = []
+        public var downs: [(LinkID, String)] = []
+        public var frames: [([UInt8], LinkID)] = []
+        public var logs: [String] = []
+    }
+    private let condition = NSCondition()
+    private var state = State()
+
+    public init() {}
+
+    public func linkUp(_ info: LinkInfo) { update { $0.ups.append(info) } }
+    public func linkDown(_ id: LinkID, _ reason: String) { update { $0.downs.append((id, reason)) } }
+    public func frame(_ bytes: [UInt8], _ id: LinkID) { update { $0.frames.append((bytes, id)) } }
+    public func log(_ message: String) { update { $0.logs.append(message) } }
+
+    private func update(_ change: (inout State) -> Void) {
+        condition.lock()
+        change(&state)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// Everything so far.
+    public var snapshot: State {
+        condition.lock()
+        defer { condition.unlock() }
+        return state
+    }
+    public var ups: [LinkInfo] { snapshot.ups }
+    public var downs: [(LinkID, String)] { snapshot.downs }
+    public var frames: [([UInt8], LinkID)] { snapshot.frames }
+    public var logs: [String] { snapshot.logs }
+
+    /// Waits until `predicate` holds; fails the test (and returns false) after `timeout`
+    /// seconds, with the last log lines.
+    @discardableResult
+    public func wait(_ what: String, timeout: TimeInterval = 10, file: StaticString = #filePath, line: UInt = #line,
+                     _ predicate: (State) -> Bool) -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        condition.lock()
+        defer { condition.unlock() }
+        while !predicate(state) {
+            if !condition.wait(until: deadline) {
+                if predicate(state) { return true }
+                XCTFail("timed out after \(timeout) s waiting for \(what); logs: \(state.logs.suffix(10))", file: file, line: line)
+                return false
+            }
+        }
+        return true
+    }
+}
