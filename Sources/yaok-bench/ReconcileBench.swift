@@ -81,13 +81,15 @@ private func runTrial(shared: Int, unique: Int, sizing: ReconcileSizing) -> Reco
     return trial
 }
 
-/// Prints the figures of `yaok-bench --reconcile`.
-func runReconcileBench(trials: Int = 10) {
-    let sizing = ReconcileSizing.standard
+/// Prints the figures of `yaok-bench --reconcile`. `shapes` (from `--shape N:FRACTION`, e.g.
+/// `100000:0.01`) replaces the standard shapes; `sizing` (from `--sizing S,C,F,FE,X`) lets a
+/// sizing rule be tried before it becomes the protocol's. With many trials each shape also
+/// prints how the total bytes spread, so a rare large exchange is not hidden by the average.
+func runReconcileBench(trials: Int = 10, shapes: [(n: Int, fraction: Double)]? = nil, sizing: ReconcileSizing = .standard) {
     print("== set reconciliation (YaokReconcile: IBLT + strata estimator, \(sizing.strata) strata × \(sizing.cellsPerStratum) cells, "
           + "tables of \(sizing.cellsPerDifference)·d̂ + \(sizing.extraCells) cells); \(trials) trials per shape")
     print("   bytes are message bytes (TLV values); each message adds a 3-byte TLV header")
-    let shapes: [(n: Int, fraction: Double)] = [(10_000, 0.01), (100_000, 0.001), (100_000, 0.01), (100_000, 0.05)]
+    let shapes = shapes ?? [(10_000, 0.01), (100_000, 0.001), (100_000, 0.01), (100_000, 0.05)]
     for shape in shapes {
         let unique = Int(Double(shape.n) * shape.fraction)
         var trialsRun: [ReconcileTrial] = []
@@ -107,6 +109,11 @@ func runReconcileBench(trials: Int = 10) {
                      trialsRun.map { Double($0.estimate) / Double($0.difference) }.min() ?? 0,
                      trialsRun.map { Double($0.estimate) / Double($0.difference) }.max() ?? 0,
                      avg { Double($0.tableCells) }))
+        let totals = trialsRun.map { $0.bytesToResponder + $0.bytesToInitiator }.sorted()
+        func quantile(_ q: Double) -> Int { totals[min(totals.count - 1, Int(Double(totals.count) * q))] }
+        print(String(format: "   total bytes p50 %d, p90 %d, p99 %d, max %d; over 200 KB: %d of %d; retried %d",
+                     quantile(0.5), quantile(0.9), quantile(0.99), totals.last ?? 0,
+                     totals.filter { $0 > 200_000 }.count, trials, trialsRun.filter { !$0.firstTry && !$0.fellBack }.count))
         print("   listing every ID instead: \(listing) bytes one way (summary frames of 4000), \(2 * listing) both ways")
     }
 }

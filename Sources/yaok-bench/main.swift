@@ -3,16 +3,35 @@ import YaokCrypto
 import YaokEndpoint
 import YaokStore
 import YaokWire
+import YaokReconcile
 import YaokPluginKit
 import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
 // in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--kill-every SECONDS [--kills N]] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
-// yaok-bench --reconcile [--trials N]: set reconciliation figures only (ReconcileBench.swift).
+// yaok-bench --reconcile [--trials N] [--shape N:FRACTION] [--sizing STRATA,CELLS,FACTOR,EXACT_FACTOR,EXTRA]:
+// set reconciliation figures only (ReconcileBench.swift).
 
 if CommandLine.arguments.contains("--reconcile") {
     setvbuf(stdout, nil, _IOLBF, 0)
-    runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10)
+    var shapes: [(n: Int, fraction: Double)]?
+    if let spec = argument("--shape") {
+        let parts = spec.split(separator: ":")
+        guard parts.count == 2, let n = Int(parts[0]), let f = Double(parts[1]), n > 0, f > 0, f < 1 else {
+            FileHandle.standardError.write(Data("--shape wants N:FRACTION, e.g. 100000:0.01; got \(spec)\n".utf8)); exit(2)
+        }
+        shapes = [(n, f)]
+    }
+    var sizing = ReconcileSizing.standard
+    if let spec = argument("--sizing") {
+        let v = spec.split(separator: ",").map(String.init)
+        guard v.count == 5, let s = Int(v[0]), let c = Int(v[1]), let f = Double(v[2]), let fe = Double(v[3]), let x = Int(v[4]),
+              (1...32).contains(s), c > 0, c % 3 == 0, s * c <= 2_141 else {
+            FileHandle.standardError.write(Data("--sizing wants STRATA,CELLS,FACTOR,EXACT_FACTOR,EXTRA (CELLS a multiple of 3, STRATA×CELLS ≤ 2141); got \(spec)\n".utf8)); exit(2)
+        }
+        sizing = ReconcileSizing(strata: s, cellsPerStratum: c, cellsPerDifference: f, cellsPerExactDifference: fe, extraCells: x)
+    }
+    runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10, shapes: shapes, sizing: sizing)
     exit(0)
 }
 
