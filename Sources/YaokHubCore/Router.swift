@@ -56,6 +56,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var refusedHopLimit = 0
         public var refusedRateLimited = 0
         public var refusedStoreFull = 0
+        /// Store calls that failed (``Router/storeCall(_:_:)``): each is logged; nothing is dropped.
+        public var storeFailures = 0
         public var forwarded = 0
         public var deliveredDirect = 0
         public var receiptsSeen = 0
@@ -205,6 +207,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var policy: RoutingPolicy
     private var links: [LinkKey: Link] = [:]
     private var counters = Counters()
+    /// Store operations failing now, each logged as an error once until it works again.
+    private var failingStoreOperations = Set<String>()
     /// What each neighbouring hub last announced about itself: hub ID → (attached users, timestamp).
     private var announcements: [[UInt8]: (users: Set<[UInt8]>, atMs: Int64)] = [:]
     /// Per-link admission before the router queue (rate and backlog), on plugin threads.
@@ -648,7 +652,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if link.isUntrustedHub {
             noteUntrustedHolds([id], on: link)
         } else if link.info.peerRole != .endpoint, result != .stored, result != .duplicate {
-            try? store.recordPeerHas(id, peer: link.peerID)
+            storeCall("recordPeerHas", { try store.recordPeerHas(id, peer: link.peerID) })
         }
         // A requested bundle arrived: room for the next slice of that link's offers.
         if link.requested.removeValue(forKey: id) != nil, !link.offered.isEmpty { drainOffers(link) }
@@ -702,12 +706,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleReceipt(_ receipt: Envelope) {
         counters.receiptsSeen += 1
         guard receipt.kind == .deliveryReceipt, let ref = receipt.acknowledgedBundleID else { return }
-        guard let original = try? store.bundle(ref), original.kind == Envelope.Kind.message.rawValue,
+        guard let original = storeCall("bundle", { try store.bundle(ref) }), original.kind == Envelope.Kind.message.rawValue,
               original.destination == receipt.senderUserID else {
             counters.receiptsUnverified += 1
             return
         }
-        if original.state != .delivered { try? store.markDelivered(ref, nowMs: now()) }
+        if original.state != .delivered { storeCall("markDelivered", { try store.markDelivered(ref, nowMs: now()) }) }
     }
 
     private func allowSender(_ key: [UInt8], nowMs: Int64) -> Bool {
@@ -779,17 +783,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if link.isUntrustedHub {
                 noteUntrustedHolds([id], on: link)
             } else {
-                try? store.recordPeerHas(id, peer: link.peerID)
+                storeCall("recordPeerHas", { try store.recordPeerHas(id, peer: link.peerID) })
             }
             failAttemptIfStillInFlight(id, nowMs: now())
         }
     }
 
     private func failAttemptIfStillInFlight(_ id: [UInt8], nowMs: Int64) {
-        guard let b = try? store.bundle(id), b.state == .inFlight else { return }
+        guard let b = storeCall("bundle", { try store.bundle(id) }), b.state == .inFlight else { return }
         // Another link may still carry it.
         if links.values.contains(where: { $0.inFlight[id] != nil }) { return }
-        try? store.markAttemptFailed(id, nowMs: nowMs)
+        storeCall("markAttemptFailed", { try store.markAttemptFailed(id, nowMs: nowMs) })
     }
 
     // MARK: Offer / request between hubs
@@ -884,7 +888,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         while sent < link.wanted.count, link.inFlight.count < link.pacing.window {
             let id = link.wanted[sent]
             sent += 1
-            guard let b = try? store.bundle(id), b.state != .delivered, b.state != .expired else { continue }
+            guard let b = storeCall("bundle", { try store.bundle(id) }), b.state != .delivered, b.state != .expired else { continue }
             transmit(b, on: link)
         }
         link.wanted.removeFirst(sent)
@@ -917,7 +921,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// On contact: offer everything the policy lets this neighbour have.
     private func offerAll(to link: Link) {
-        guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
+        guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, withBytes: false) }) else { return }
         var ids: [[UInt8]] = []
         let holdings = link.peerHoldings
         for b in bundles where !(holdings?.peerHolds(b.bundleID) ?? false) && chosenHops(for: b).contains(link.key) {
@@ -940,14 +944,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let candidates: [NeighbourCandidate] = links.values.compactMap { link in
             guard link.info.peerRole != .endpoint, mayExchange(with: link) else { return nil }
             let holds = link.untrustedHolds.contains(b.bundleID) || (link.peerHoldings?.peerHolds(b.bundleID) ?? false)
-                || ((try? store.peerHas(b.bundleID, peer: link.peerID)) ?? false)
+                || ((storeCall("peerHas", { try store.peerHas(b.bundleID, peer: link.peerID) })) ?? false)
             return NeighbourCandidate(key: link.key, role: link.info.peerRole, peerID: link.peerID, cost: link.info.cost,
                                       holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
         }
         // Holders are hubs and the relay only (phones are not recorded), the previous hop among
         // them for a bundle that came from another hub.
-        let holders = (try? store.peersHolding(b.bundleID)) ?? 0
+        let holders = (storeCall("peersHolding", { try store.peersHolding(b.bundleID) })) ?? 0
         return policy.nextHops(for: b, candidates: candidates, copiesHandedOut: max(0, b.hopCount == 0 ? holders : holders - 1))
     }
 
@@ -983,7 +987,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // Nothing goes to a hub we do not trust under list/network trust.
         guard mayExchange(with: link) else { return true }
-        guard let b = listed.bytes.isEmpty ? (try? store.bundle(listed.bundleID)) ?? nil : listed, !b.bytes.isEmpty else { return true }
+        guard let b = listed.bytes.isEmpty ? (storeCall("bundle", { try store.bundle(listed.bundleID) })) ?? nil : listed, !b.bytes.isEmpty else { return true }
         let t = now()
         var outgoing = b.bytes
         if link.info.peerRole != .endpoint {
@@ -992,7 +996,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 outgoing = try parsed.forwarded(by: hubID).encoded
             } catch {
                 counters.refusedHopLimit += 1
-                try? store.recordPeerHas(b.bundleID, peer: link.peerID)
+                storeCall("recordPeerHas", { try store.recordPeerHas(b.bundleID, peer: link.peerID) })
                 return true
             }
         }
@@ -1000,7 +1004,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.warning("bundle \(Self.shortID(b.bundleID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
             return true
         }
-        if b.state == .queued { try? store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }
+        if b.state == .queued { storeCall("markInFlight", { try store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }) }
         let resends = link.resends[b.bundleID] ?? 0
         if resends == 0 { link.firstSentMs[b.bundleID] = t }
         link.inFlight[b.bundleID] = t + link.pacing.timeoutMs(resends: resends)
@@ -1015,7 +1019,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// An endpoint attached: hand it everything queued for it.
     private func pushPending(to link: Link) {
         let room = link.pacing.window - link.inFlight.count
-        guard room > 0, let pending = try? store.pending(destination: link.peerID, limit: link.pacing.window + room, withBytes: false) else { return }
+        guard room > 0, let pending = storeCall("pending", { try store.pending(destination: link.peerID, limit: link.pacing.window + room, withBytes: false) }) else { return }
         for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.bundleID] == nil {
             if !transmit(b, on: link) { break }
         }
@@ -1023,7 +1027,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// The relay came up: hand it what the policy routes there.
     private func pushForwardable(to link: Link) {
-        guard let bundles = try? store.forwardable(limit: 100_000, withBytes: false) else { return }
+        guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, withBytes: false) }) else { return }
         for b in bundles where link.inFlight[b.bundleID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
@@ -1124,7 +1128,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func initiateSync(with link: Link) {
-        guard let ids = try? store.allBundleIDs() else { endSync(link, "the store could not list its IDs"); return }
+        guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { endSync(link, "the store could not list its IDs"); return }
         let initiator = ReconcileInitiator(ids: Self.reconcileIDs(ids))
         link.syncDeadlineMs = now() + Self.syncFirstWaitMs
         link.sync = .initiating(initiator)
@@ -1162,7 +1166,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 sendReconcile([.abort(.init(session: header.session, reason: .busy))], on: link)
                 return
             }
-            guard let ids = try? store.allBundleIDs() else { return }
+            guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { return }
             lastSyncAnsweredMs = t
             var responder = ReconcileResponder(ids: Self.reconcileIDs(ids))
             step = responder.receive(bytes: value)
@@ -1262,7 +1266,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         for id in held.bundleIDs {
             // Only IDs we hold are recorded (the SQL checks); a claim about others costs one lookup.
-            try? store.recordPeerHas(id, peer: link.peerID)
+            storeCall("recordPeerHas", { try store.recordPeerHas(id, peer: link.peerID) })
             link.offeredAtMs[id] = nil
         }
     }
@@ -1329,7 +1333,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 link.pacing.timedOut(nowMs: t)
                 let resends = link.resends[id, default: 0]
                 let trying = t - (link.firstSentMs[id] ?? t) < Self.custodyTimeoutsBeforeBackoff * settings.custodyTimeoutMs
-                if trying, let b = try? store.bundle(id), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
+                if trying, let b = storeCall("bundle", { try store.bundle(id) }), b.state == .inFlight || b.state == .queued || b.state == .handedOver {
                     link.resends[id] = resends + 1
                     transmit(b, on: link, resend: true)
                 } else {
@@ -1357,13 +1361,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // A page of due bundles a tick, walking round the whole queue: each is looked at
         // again within (queued / 500) s, however many stay due ahead of it.
-        if let due = try? store.due(nowMs: t, limit: Self.duePage, withBytes: false, after: dueCursor) {
+        if let due = storeCall("due", { try store.due(nowMs: t, limit: Self.duePage, withBytes: false, after: dueCursor) }) {
             for b in due { route(b) }
             dueCursor = due.count < Self.duePage ? nil : due.last
         }
         if t - lastSweepMs >= 60_000 {
             lastSweepMs = t
-            if let n = try? store.expire(nowMs: t), n > 0 {
+            if let n = storeCall("expire", { try store.expire(nowMs: t) }), n > 0 {
                 counters.expired += n
                 logger.info("expired \(n) bundles")
             }
@@ -1381,14 +1385,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         queue.sync {
             // Status reports what is durable: the open group commits first.
             commitGroup()
-            let counts = (try? store.counts()) ?? [:]
-            let last = (try? store.lastDelivery()) ?? []
+            let counts = (storeCall("counts", { try store.counts() })) ?? [:]
+            let last = (storeCall("lastDelivery", { try store.lastDelivery() })) ?? []
             return RouterStatus(
                 policy: policy.name,
                 queue: RouterStatus.Queue(
                     queued: counts[.queued] ?? 0, inFlight: counts[.inFlight] ?? 0, handedOver: counts[.handedOver] ?? 0,
                     delivered: counts[.delivered] ?? 0, expired: counts[.expired] ?? 0,
-                    bytes: (try? store.totalBytes()) ?? 0),
+                    bytes: (storeCall("totalBytes", { try store.totalBytes() })) ?? 0),
                 store: RouterStatus.StoreCounters(duplicatesDropped: store.statistics.duplicatesDropped,
                                                   evicted: store.statistics.evicted, expired: store.statistics.expired,
                                                   evictedHeaviestSender: store.statistics.evictedHeaviestSender,
@@ -1404,6 +1408,28 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                                           framesOut: $0.framesOut, bytesOut: $0.bytesOut)
                 },
                 lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
+        }
+    }
+
+    /// The one place the router's store calls fail: the operation is counted
+    /// (`storeFailures`, in `yaok-hub status`) and logged — as an error the first time it fails
+    /// after working, at debug while it keeps failing — and the caller gets nil and carries on
+    /// as if the answer were "nothing": a bundle stays where it is and is tried again on a
+    /// later tick, so a full or failing disk costs progress, never a message.
+    @discardableResult
+    private func storeCall<T>(_ operation: StaticString, _ body: () throws -> T?) -> T? {
+        do {
+            let value = try body()
+            if !failingStoreOperations.isEmpty { failingStoreOperations.remove("\(operation)") }
+            return value
+        } catch {
+            counters.storeFailures += 1
+            if failingStoreOperations.insert("\(operation)").inserted {
+                logger.error("store: \(operation) failed: \(error); the router carries on and tries again on later ticks")
+            } else {
+                logger.debug("store: \(operation) failed again: \(error)")
+            }
+            return nil
         }
     }
 
