@@ -22,6 +22,7 @@ public enum ConfigCheck {
         let crypto = HostCrypto(signingKey: [UInt8](repeating: 0, count: 32), kxKey: [UInt8](repeating: 0, count: 32),
                                 sign: { _ in [UInt8](repeating: 0, count: 64) })
         final class NoEvents: TransportEventHandler {
+            func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost) {}
             func linkUp(_ link: LinkInfo, on transport: TransportHost) {}
             func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {}
             func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {}

@@ -28,8 +28,8 @@ final class PluginProcess: @unchecked Sendable {
         var linkDown: @Sendable (LinkID, String?) -> Void = { _, _ in }
         var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
         var statusChanged: @Sendable () -> Void = {}
-        /// A pipelined `send` the plugin refused, with its reason (the frame is handed back).
-        var sendFailed: @Sendable ([UInt8], LinkID, String) -> Void = { _, _, _ in }
+        /// A pipelined `send` the plugin refused, with its result code and reason (the frame is handed back).
+        var sendFailed: @Sendable ([UInt8], LinkID, SendResult, String) -> Void = { _, _, _, _ in }
         var metric: @Sendable (Int32, String, Double) -> Void = { _, _, _ in }
         var log: @Sendable (Int32, String) -> Void = { _, _ in }
         /// The process (its PID) ended; `stderr` holds its last lines.
@@ -310,7 +310,7 @@ final class PluginProcess: @unchecked Sendable {
         case .reply(let r, let code, let text):
             if let sent = lock.withLock({ posted.removeValue(forKey: r) }) {
                 postCredits.signal()
-                if code != 0 { events.sendFailed(sent.frame, sent.link, text) }
+                if let result = SendResult(code: code) { events.sendFailed(sent.frame, sent.link, result, text) }
                 return
             }
             let w = lock.withLock { waiters.removeValue(forKey: r) }

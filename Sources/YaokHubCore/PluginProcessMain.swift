@@ -112,7 +112,8 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                     lock.withLock { driver = d }
                     send(.reply(request: r, code: 0, text: ""))
                 } catch {
-                    send(.reply(request: r, code: 1, text: "\(error)"))
+                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
+                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
                 }
             }
         case .start(let r):
@@ -122,7 +123,8 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                     try d.start()
                     send(.reply(request: r, code: 0, text: ""))
                 } catch {
-                    send(.reply(request: r, code: 1, text: "\(error)"))
+                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
+                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
                 }
             }
         case .stop(let r):
@@ -145,7 +147,8 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                     try d.send(frame, to: link)
                     succeeded.append(r)
                 } catch {
-                    send(.reply(request: r, code: 1, text: "\(error)"))
+                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
+                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
                 }
                 // The burst is over (nothing else queued) or big: answer for it at once.
                 let idle = lock.withLock { sendsQueued -= 1; return sendsQueued == 0 }

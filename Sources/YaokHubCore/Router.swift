@@ -58,6 +58,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var refusedStoreFull = 0
         /// Store calls that failed (``Router/storeCall(_:_:)``): each is logged; nothing is dropped.
         public var storeFailures = 0
+        /// Sends a plugin refused, by its `yaok_send_result`: link saturated, link gone, frame
+        /// too large for the link, other.
+        public var sendsRefusedQueueFull = 0
+        public var sendsRefusedNoLink = 0
+        public var sendsRefusedTooLarge = 0
+        public var sendsFailed = 0
         public var forwarded = 0
         public var deliveredDirect = 0
         public var receiptsSeen = 0
@@ -154,6 +160,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// Frames the transport accepted for this link, and their bytes.
         var framesOut = 0
         var bytesOut = 0
+        /// Bundles this link's transport refused as too large: never offered to it again.
+        var tooLarge = Set<[UInt8]>()
         /// Hub links: the peer's key is in `trusted_hubs`.
         var listed = false
         /// Hub links: the peer presented a valid certificate, valid until this time.
@@ -379,15 +387,43 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         work { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
     }
 
-    /// A plugin refused a frame after `send` returned (sends to plugin processes are pipelined):
-    /// a bundle it refused is no longer in flight on that link, exactly as if `send` had thrown.
-    public func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost) {
+    /// A plugin refused a frame after `send` returned (sends to plugin processes are pipelined).
+    /// What the router does depends on why (the ABI's `yaok_send_result`):
+    /// - queue full: the link is alive but saturated — its window halves (once per round trip,
+    ///   as for a lost answer) and the bundle stays in flight there, resent when its custody
+    ///   wait runs out, without the store's retry backoff;
+    /// - no link: the link is gone whatever its `link_down` says — it is dropped now, so every
+    ///   bundle in flight on it is routed elsewhere and nothing more is sent to it;
+    /// - too large: this bundle never goes on this link again (another may carry it);
+    /// - failed (or an older plugin's 1): the bundle is no longer in flight on that link and
+    ///   waits its retry, as before.
+    public func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost) {
         work {
             let key = LinkKey(transport: transport.name, link: link)
+            switch result {
+            case .queueFull: self.counters.sendsRefusedQueueFull += 1
+            case .noLink: self.counters.sendsRefusedNoLink += 1
+            case .tooLarge: self.counters.sendsRefusedTooLarge += 1
+            case .failed: self.counters.sendsFailed += 1
+            }
+            guard let l = self.links[key] else { return }
+            if result == .noLink {
+                self.logger.info("send on \(key) refused: \(reason); the link is gone, routing around it")
+                self.handleLinkDown(key, reason: "its transport refused a send: \(reason)")
+                return
+            }
+            if result == .queueFull {
+                // Like a lost frame: the window halves and the bundle stays in flight on this
+                // link, so the tick resends it when its custody wait runs out.
+                self.logger.debug("send on \(key) refused: \(reason); backing off on this link")
+                l.pacing.timedOut(nowMs: self.now())
+                return
+            }
             self.logger.warning("send on \(key) failed: \(reason)")
             guard let record = try? TLVRecord(parsing: frame), record.type == FrameType.bundle.rawValue,
                   let id = (try? YaokWire.Bundle(parsing: record.value))?.envelope.bundleID,
-                  let l = self.links[key], l.inFlight[id] != nil else { return }
+                  l.inFlight[id] != nil else { return }
+            if result == .tooLarge { l.tooLarge.insert(id) }
             l.endFlight(id)
             self.failAttemptIfStillInFlight(id, nowMs: self.now())
         }
@@ -1000,6 +1036,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 return true
             }
         }
+        guard !link.tooLarge.contains(b.bundleID) else { return true }
         guard outgoing.count + TLVRecord.headerLength <= link.info.mtu || link.info.mtu == 0 else {
             logger.warning("bundle \(Self.shortID(b.bundleID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
             return true

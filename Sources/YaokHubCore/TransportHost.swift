@@ -24,12 +24,16 @@ public protocol TransportEventHandler: AnyObject, Sendable {
     func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost)
     func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost)
     func statusChanged(on transport: TransportHost)
-    /// The plugin refused a frame it was handed (sends are pipelined, so this comes later).
-    func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost)
+    /// The plugin refused a frame it was handed (sends are pipelined, so this comes later),
+    /// saying why as the ABI's `yaok_send_result`.
+    func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost)
 }
 
-extension TransportEventHandler {
-    public func sendFailed(_ frame: [UInt8], link: LinkID, reason: String, on transport: TransportHost) {}
+/// A plugin's refusal of one `send`, with the ABI's reason code.
+public struct SendRefusal: Error, CustomStringConvertible, Sendable {
+    public var result: SendResult
+    public var reason: String
+    public var description: String { reason }
 }
 
 /// Records plugin metrics.
@@ -331,9 +335,9 @@ public final class TransportHost: @unchecked Sendable {
             guard let self else { return }
             handler?.frameReceived(frame, link: id, on: self)
         }
-        e.sendFailed = { [weak self] frame, id, reason in
+        e.sendFailed = { [weak self] frame, id, result, reason in
             guard let self else { return }
-            handler?.sendFailed(frame, link: id, reason: reason, on: self)
+            handler?.sendFailed(frame, link: id, result: result, reason: reason, on: self)
         }
         e.statusChanged = { [weak self] in
             guard let self else { return }

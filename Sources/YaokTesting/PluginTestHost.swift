@@ -140,11 +140,17 @@ public final class PluginTestHost: @unchecked Sendable {
     /// Sends a frame to the plugin; returns its error text on failure.
     @discardableResult
     public func send(_ frame: [UInt8], link: UInt64) -> String? {
+        let r = sendWithResult(frame, link: link)
+        return r.code == 0 ? nil : r.error
+    }
+
+    /// Sends a frame to the plugin; its `yaok_send_result` code (0: taken) and error text.
+    public func sendWithResult(_ frame: [UInt8], link: UInt64) -> (code: Int32, error: String) {
         var error = [CChar](repeating: 0, count: 1024)
         let rc = frame.withUnsafeBufferPointer { f in
             error.withUnsafeMutableBufferPointer { descriptor.pointee.send(instance, link, f.baseAddress, f.count, $0.baseAddress, $0.count) }
         }
-        return rc == 0 ? nil : String(cString: error)
+        return (rc, rc == 0 ? "" : String(cString: error))
     }
 
     /// Stops the instance (the hub's `stop`); `deinit` destroys it.

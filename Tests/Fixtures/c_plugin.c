@@ -58,7 +58,7 @@ static void stop(yaok_transport *t) { t->running = 0; }
 static int32_t send_frame(yaok_transport *t, uint64_t link, const uint8_t *bytes, size_t len, char *error, size_t error_len) {
     (void)t; (void)bytes; (void)len;
     snprintf(error, error_len, "link %llu is not up", (unsigned long long)link);
-    return 1;
+    return YAOK_SEND_NO_LINK;
 }
 
 static char *status_json(yaok_transport *t) {

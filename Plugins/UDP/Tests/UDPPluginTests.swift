@@ -64,7 +64,22 @@ final class UDPPluginTests: XCTestCase {
             return nil
         }
         XCTAssertEqual(atB, reply)
-        XCTAssertNotNil(a.send(hello, link: 999_999), "a link the plugin never reported is refused")
+        // A link the plugin never reported: refused as gone (the router routes around it), by code.
+        let unknown = a.sendWithResult(hello, link: 999_999)
+        XCTAssertEqual(unknown.code, Int32(YAOK_SEND_NO_LINK.rawValue), unknown.error)
+        // Over the link's MTU: refused as too large, so the router never offers it there again.
+        let huge = TLVRecord(.summary, value: [UInt8](repeating: 1, count: 65_000)).encoded
+        XCTAssertEqual(a.sendWithResult(huge, link: linkA).code, Int32(YAOK_SEND_TOO_LARGE.rawValue))
+    }
+
+    func testEveryKitErrorHasItsABICodeAndUnknownCodesMeanFailed() {
+        XCTAssertEqual(TransportError.queueFull("x").sendResult.rawValue, Int32(YAOK_SEND_QUEUE_FULL.rawValue))
+        XCTAssertEqual(TransportError.unknownLink(3).sendResult.rawValue, Int32(YAOK_SEND_NO_LINK.rawValue))
+        XCTAssertEqual(TransportError.notRunning.sendResult, .noLink)
+        XCTAssertEqual(TransportError.frameTooLarge(size: 9, mtu: 8).sendResult.rawValue, Int32(YAOK_SEND_TOO_LARGE.rawValue))
+        XCTAssertEqual(TransportError.failed("x").sendResult.rawValue, Int32(YAOK_SEND_FAILED.rawValue))
+        XCTAssertNil(SendResult(code: Int32(YAOK_SEND_OK.rawValue)))
+        XCTAssertEqual(SendResult(code: 99), .failed, "a code from a newer plugin that this host does not know")
     }
 
     func testStatusSaysRunningAndNamesTheAddress() throws {

@@ -104,7 +104,7 @@ public enum PluginExport {
             return 0
         } catch {
             writeError(String(describing: error), err, len)
-            return 1
+            return (error as? TransportError)?.sendResult.rawValue ?? SendResult.failed.rawValue
         }
     }
 

@@ -272,7 +272,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
             guard let s = sessions[link], s.state == .up else { throw TransportError.unknownLink(link) }
             guard let sealed = try? s.link.seal(frame), s.queue.push(sealed) else {
                 counters.queueFull += 1
-                throw TransportError.failed("outbound queue of link \(link) is full (\(s.queue.count) frames, \(s.queue.byteCount) bytes; limits \(settings.queueFrames) frames, \(settings.queueBytes >> 20) MB)")
+                throw TransportError.queueFull("outbound queue of link \(link) is full (\(s.queue.count) frames, \(s.queue.byteCount) bytes; limits \(settings.queueFrames) frames, \(settings.queueBytes >> 20) MB)")
             }
             counters.framesOut += 1
             counters.bytesOut += UInt64(frame.count)

@@ -44,6 +44,8 @@ public enum TransportError: Error, CustomStringConvertible, Sendable, Equatable 
     case system(call: String, errno: Int32)
     /// Anything else, with a human reason.
     case failed(String)
+    /// The link is up but cannot take more now (its outbound queue is full): try later.
+    case queueFull(String)
 
     public var description: String {
         switch self {
@@ -53,7 +55,34 @@ public enum TransportError: Error, CustomStringConvertible, Sendable, Equatable 
         case .unavailable(let reason): return "unavailable: \(reason)"
         case .system(let call, let errno): return "\(call) failed: \(String(cString: strerror(errno))) (errno \(errno))"
         case .failed(let reason): return reason
+        case .queueFull(let reason): return reason
         }
+    }
+
+    /// The C ABI's `yaok_send_result` for a failed `send`.
+    public var sendResult: SendResult {
+        switch self {
+        case .queueFull: return .queueFull
+        case .unknownLink, .notRunning: return .noLink
+        case .frameTooLarge: return .tooLarge
+        case .unavailable, .system, .failed: return .failed
+        }
+    }
+}
+
+/// Why a `send` failed, as the C ABI's `yaok_send_result` says it (append-only codes; an
+/// unknown one is ``failed``). The host's router acts on it: back off on a full link, route
+/// around a gone one, never offer a too-large frame to that link again.
+public enum SendResult: Int32, Sendable, Equatable, CaseIterable {
+    case failed = 1
+    case queueFull = 2
+    case noLink = 3
+    case tooLarge = 4
+
+    /// The result a code means; 0 (taken) is nil, an unknown code is ``failed``.
+    public init?(code: Int32) {
+        guard code != 0 else { return nil }
+        self = SendResult(rawValue: code) ?? .failed
     }
 }
 

@@ -34,6 +34,19 @@ extern "C" {
 /** Name of the symbol every plugin exports: `const yaok_plugin_descriptor *yaok_plugin_entry(void)`. */
 #define YAOK_PLUGIN_ENTRY_SYMBOL "yaok_plugin_entry"
 
+/**
+ * What `send` returns. Append-only: new codes are added at the end and never renumbered; a
+ * host treats a code it does not know as YAOK_SEND_FAILED, and a plugin written before the
+ * codes existed returns 1 for every failure, which means exactly that.
+ */
+typedef enum yaok_send_result {
+    YAOK_SEND_OK = 0,          /**< taken: queued or sent */
+    YAOK_SEND_FAILED = 1,      /**< failed for another reason */
+    YAOK_SEND_QUEUE_FULL = 2,  /**< the link is up but its queue is full: the host backs off on it */
+    YAOK_SEND_NO_LINK = 3,     /**< the link is not (or no longer) up: the host routes elsewhere */
+    YAOK_SEND_TOO_LARGE = 4    /**< the frame exceeds what the link carries: never on this link */
+} yaok_send_result;
+
 /** Who is on the other end of a link. */
 typedef enum yaok_peer_role {
     YAOK_PEER_ENDPOINT = 1, /**< a phone or a `yaok` endpoint: a final recipient */
@@ -146,7 +159,10 @@ typedef struct yaok_plugin_descriptor {
     int32_t (*start)(yaok_transport *transport, char *error, size_t error_len);
     /** Stop: close links (reporting link_down) and release sockets. Must return within 2 seconds. */
     void (*stop)(yaok_transport *transport);
-    /** Send one frame to a link. Must not block for long; queue if needed. */
+    /**
+     * Send one frame to a link. Must not block for long; queue if needed. Returns
+     * YAOK_SEND_OK (0) or one of yaok_send_result, with the reason in `error`.
+     */
     int32_t (*send)(yaok_transport *transport, uint64_t link_id, const uint8_t *bytes, size_t len,
                     char *error, size_t error_len);
     /**

@@ -1,0 +1,87 @@
+import Foundation
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokWire
+import YaokTesting
+@testable import YaokHubCore
+
+/// The ABI's send result codes (`yaok_send_result`) reach the router, which acts on each:
+/// Tests/Fixtures/refusing_transport.py reports Bob's phone on a link and refuses every send
+/// with the code its section names, while Alice hands the hub a message for Bob over UDP.
+final class SendResultTests: XCTestCase {
+    static var program: String { TestSupport.repoRoot + "/Tests/Fixtures/refusing_transport.py" }
+
+    struct Setup {
+        let hub: HubProcess
+        let bundleID: [UInt8]
+        func link() throws -> RouterStatus.LinkView? { try hub.status().router.links.first { $0.kind == "refuse" } }
+        func asked() throws -> Int {
+            Int(try hub.transport("refuse")?.status.details["sends_asked"] ?? "0") ?? 0
+        }
+    }
+
+    func refusing(code: Int32) throws -> Setup {
+        try RequiredTool.require(ProgramTransportTests.python, package: "python3")
+        let bob = Identity.generate(), alice = Identity.generate()
+        let extra = """
+          refuse:
+            enabled: true
+            command: ["\(ProgramTransportTests.python)", "\(Self.program)"]
+            peer_roles: [endpoint]
+            peer_key: "\(Hex.encode(bob.signingKey))"
+            peer_kx: "\(Hex.encode(bob.kxKey))"
+            send_code: \(code)
+
+        """
+        let s = try startUDPHub(extra: extra)
+        try Wait.until(timeout: 20, "Bob's link on the refusing transport") { try s.hub.status().router.links.contains { $0.kind == "refuse" } }
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: s.port)
+        let envelope = try seal("for Bob", from: alice, to: bob)
+        try phone.send(envelope)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: envelope.bundleID)), "the hub takes custody first")
+        let setup = Setup(hub: s.hub, bundleID: envelope.bundleID)
+        try Wait.until(timeout: 10, "the refusing transport to be asked to send") { try setup.asked() >= 1 }
+        return setup
+    }
+
+    func testQueueFullBacksOffOnTheLinkAndResendsThere() throws {
+        let s = try refusing(code: SendResult.queueFull.rawValue)
+        defer { s.hub.stop() }
+        try Wait.until(timeout: 10, "the refusal counted") { try s.hub.status().router.counters.sendsRefusedQueueFull >= 1 }
+        let link = try XCTUnwrap(try s.link(), "a saturated link stays up")
+        XCTAssertLessThan(link.window ?? 0, CustodyPacing.initialWindow, "its window shrank")
+        // Resent on the same link after its custody wait (5 s here), not after the store's 60 s retry backoff.
+        try Wait.until(timeout: 20, "a resend on the saturated link") { try s.asked() >= 2 }
+        XCTAssertEqual(try s.hub.status().router.counters.sendsFailed, 0)
+    }
+
+    func testNoLinkDropsTheLinkAtOnce() throws {
+        let s = try refusing(code: SendResult.noLink.rawValue)
+        defer { s.hub.stop() }
+        try Wait.until(timeout: 10, "the refusal counted") { try s.hub.status().router.counters.sendsRefusedNoLink >= 1 }
+        // The transport never said link down; the router routes around the link anyway.
+        try Wait.until(timeout: 10, "the link gone from the router") { try s.link() == nil }
+        XCTAssertTrue(s.hub.log.contains("the link is gone, routing around it"))
+    }
+
+    func testTooLargeIsNeverOfferedToThatLinkAgain() throws {
+        let s = try refusing(code: SendResult.tooLarge.rawValue)
+        defer { s.hub.stop() }
+        try Wait.until(timeout: 10, "the refusal counted") { try s.hub.status().router.counters.sendsRefusedTooLarge >= 1 }
+        XCTAssertNotNil(try s.link(), "the link stays up for what fits")
+        // Beyond the custody wait that would resend a saturated link's bundle: still asked once.
+        Thread.sleep(forTimeInterval: 7)  // an observation window: nothing may happen in it
+        XCTAssertEqual(try s.asked(), 1, "the bundle was offered to the link that cannot carry it again")
+    }
+
+    func testOtherAndUnknownCodesAreFailures() throws {
+        for code: Int32 in [1, 99] {
+            let s = try refusing(code: code)
+            try Wait.until(timeout: 10, "code \(code) counted as a failure") { try s.hub.status().router.counters.sendsFailed >= 1 }
+            XCTAssertEqual(try s.hub.status().router.counters.sendsRefusedQueueFull, 0)
+            XCTAssertNotNil(try s.link(), "a failed send does not end the link")
+            s.hub.stop()
+        }
+    }
+}
