@@ -17,6 +17,10 @@ import PackageDescription
 /// even when the host process exports the same symbols.
 let pluginLinkerSettings: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "-Bsymbolic"])]
 
+/// Targets already checked in the Swift 6 language mode (the package default is still 5;
+/// issue 19 turns them on target by target).
+let swift6: [SwiftSetting] = [.swiftLanguageMode(.v6)]
+
 let package = Package(
     name: "YaokHub",
     platforms: [.macOS(.v14)],
@@ -52,16 +56,18 @@ let package = Package(
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CLinuxProcess"),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
-        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")],
+                swiftSettings: swift6),
         .target(name: "YaokWire", dependencies: [
             "YaokCrypto",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
-        ]),
-        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
-        .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
+        ], swiftSettings: swift6),
+        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"], swiftSettings: swift6),
+        .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")], swiftSettings: swift6),
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
-        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .target(name: "YaokProcess"),
+        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")],
+                swiftSettings: swift6),
+        .target(name: "YaokProcess", swiftSettings: swift6),
         .target(name: "YaokHubCore", dependencies: [
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
@@ -161,7 +167,8 @@ let package = Package(
 
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
         .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI"),
-                                                  .product(name: "YaokPluginKit", package: "PluginAPI")]),
+                                                  .product(name: "YaokPluginKit", package: "PluginAPI")],
+                swiftSettings: swift6),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),

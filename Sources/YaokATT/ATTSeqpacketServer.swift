@@ -21,6 +21,7 @@ public struct ATTConnectionID: Hashable, Comparable, Sendable, CustomStringConve
 /// the engines need no locks. Owner calls from other threads (`notify`, `indicate`,
 /// `withServer`) are queued to that thread and waited for (with a timeout); called from
 /// inside a callback they run inline.
+// @unchecked: connection state lives on the one poll thread; other threads only queue jobs to it.
 public final class ATTSeqpacketServer: @unchecked Sendable {
     /// Server options.
     public struct Options: Hashable, Sendable {
@@ -192,6 +193,7 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         UnixSeqpacket.makeNonBlockingCloseOnExec(fd)
         // Exactly one side owns fd: the poll thread if it got there first, else this caller
         // (when the server is not running, or the call timed out before the job ran).
+        // @unchecked: both flags are read and written only under `lock`.
         final class Handover: @unchecked Sendable {
             let lock = NSLock()
             var taken = false

@@ -4,6 +4,7 @@ import CSodium
 ///
 /// Immutable after creation. Its `description` never shows the bytes, so a stray
 /// `print` or log interpolation cannot leak a key.
+// @unchecked: the buffer is written once, in init, and only read after (deinit wipes it).
 public final class SecretBytes: @unchecked Sendable, CustomStringConvertible, CustomDebugStringConvertible {
     // Allocated with at least one byte so `baseAddress` is never nil.
     private let storage: UnsafeMutableRawBufferPointer

@@ -6,6 +6,8 @@ import Musl
 import Foundation
 
 /// The write end of the self-pipe, read by the async-signal-safe handler.
+// nonisolated(unsafe): set once in installEarly before any handler is installed; a signal
+// handler may take no lock.
 nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
 
 /// Reliable signal handling for daemons, with the self-pipe pattern: a real `sigaction`
@@ -17,6 +19,7 @@ nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
 public enum SignalWaiter {
     /// The signals the daemons handle.
     public static let handled: [Int32] = [SIGTERM, SIGINT, SIGHUP]
+    // nonisolated(unsafe): set once in installEarly, before the reader thread starts.
     nonisolated(unsafe) private static var readFD: Int32 = -1
 
     /// Installs the handlers. Call first thing in `main`. SIGPIPE is ignored (broken sockets

@@ -19,6 +19,7 @@ private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self
 /// Opening refuses to continue unless the linked library really is SQLCipher and the key
 /// really opens the file. The file and its `-wal`/`-shm` companions are mode 0600. Commits are
 /// durable when they return (`journal_mode=WAL`, `synchronous=FULL`).
+// @unchecked: the connection handle, its statement cache and pageSize are touched only under `lock`.
 public final class SQLCipherDatabase: @unchecked Sendable {
     /// The database file's path.
     public let path: String
@@ -635,6 +636,7 @@ func wipe(_ bytes: inout [UInt8]) {
 }
 
 /// A pthread recursive mutex: `transaction` re-enters the lock through `execute`.
+// @unchecked: a pthread mutex, the primitive that makes the other types thread-safe.
 final class RecursiveLock: @unchecked Sendable {
     private let mutex: UnsafeMutablePointer<pthread_mutex_t>
 

@@ -6,6 +6,7 @@ import YaokPluginKit
 /// wait for a condition on them: on a condition variable, never a sleep, with a timeout that
 /// fails the test naming what it waited for. A plugin's tests adapt it to their engine's
 /// callbacks in a few lines (see the mesh and Wi-Fi Direct tests).
+// @unchecked: `state` is read and written only under `condition`.
 public final class LinkEventRecorder: @unchecked Sendable {
     public struct State {
         public var ups: [LinkInfo] = []

@@ -8,6 +8,8 @@ import YaokCrypto
 /// of its own, and recording what the plugin reports (links up and down, frames), with waits
 /// that have timeouts. Loading the real library tests what the hub loads: the exported
 /// entry, the descriptor and the C thunks. For plugin authors: Docs/plugin-guide.md.
+// @unchecked: `events` is guarded by `condition`; the instance and its C strings are set up in
+// `create` before the plugin runs and released in deinit.
 public final class PluginTestHost: @unchecked Sendable {
     /// What the plugin reported to the host.
     public enum Event: Sendable {
@@ -128,13 +130,13 @@ public final class PluginTestHost: @unchecked Sendable {
         self.api = api
         var error = [CChar](repeating: 0, count: 1024)
         instance = error.withUnsafeMutableBufferPointer { descriptor.pointee.create(api, $0.baseAddress, $0.count) }
-        return instance == nil ? String(cString: error) : nil
+        return instance == nil ? Self.text(error) : nil
     }
 
     public func start() throws {
         var error = [CChar](repeating: 0, count: 1024)
         let rc = error.withUnsafeMutableBufferPointer { descriptor.pointee.start(instance, $0.baseAddress, $0.count) }
-        if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(cString: error)]) }
+        if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: Self.text(error)]) }
     }
 
     /// Sends a frame to the plugin; returns its error text on failure.
@@ -150,7 +152,12 @@ public final class PluginTestHost: @unchecked Sendable {
         let rc = frame.withUnsafeBufferPointer { f in
             error.withUnsafeMutableBufferPointer { descriptor.pointee.send(instance, link, f.baseAddress, f.count, $0.baseAddress, $0.count) }
         }
-        return (rc, rc == 0 ? "" : String(cString: error))
+        return (rc, rc == 0 ? "" : Self.text(error))
+    }
+
+    /// The NUL-terminated text a plugin wrote into an error buffer.
+    static func text(_ buffer: [CChar]) -> String {
+        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
     }
 
     /// Stops the instance (the hub's `stop`); `deinit` destroys it.
