@@ -261,7 +261,7 @@ final class RelayFailoverTests: XCTestCase {
             return nil
         }
         guard case .timeout = failed else { return XCTFail("expected a timeout, got \(failed)") }
-        try client.waitFor("connected to node 2", timeout: 10, after: mark) { e -> Bool? in
+        _ = try client.waitFor("connected to node 2", timeout: 10, after: mark) { e -> Bool? in
             if case .connected = e { return true }
             return nil
         }
