@@ -75,7 +75,7 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
-        ]),
+        ], swiftSettings: swift6),
         // The operator console: a web page served by the hub (Hummingbird 2), assets embedded.
         .target(name: "YaokConsole", dependencies: [
             "YaokHubCore", "YaokCrypto", "YaokWire",

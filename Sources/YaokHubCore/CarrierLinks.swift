@@ -30,6 +30,7 @@ struct HostLinkIdentity: LinkIdentity {
 /// the oldest giving way to a new one; a handshake unfinished after ``handshakeTimeout`` is ended.
 /// Every record is hostile: anything malformed, unsealed or replayed ends that carrier only.
 /// Thread-safe; effects are returned, to be carried out outside the lock.
+// @unchecked: its tables only under `lock`; the effects it returns run outside it.
 final class CarrierLinks: @unchecked Sendable {
     enum Effect {
         case send(PluginMessage)

@@ -11,6 +11,7 @@ import Logging
 /// each gets ``requestTimeoutMs`` to send at most ``maxRequestBytes``. A client that
 /// connects and says nothing costs a descriptor for a moment, never a thread, so a flood of
 /// idle connections cannot keep `yaok-hub status` from being answered.
+// @unchecked: its listener and connections only under `lock`.
 public final class ControlServer: @unchecked Sendable {
     public typealias Handler = @Sendable (_ command: String) -> Result<Data, ControlError>
 

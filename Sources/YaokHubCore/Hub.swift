@@ -11,6 +11,7 @@ import YaokWire
 ///
 /// One transport failing, throwing or being misconfigured never stops the others:
 /// each is created, started and stopped on its own, and its problem shows in status.
+// @unchecked: config, transports, catalog and observers only under `lock`; reloads run one at a time on `reloadQueue`.
 public final class Hub: @unchecked Sendable {
     public let identity: Identity
     public private(set) var config: HubConfig

@@ -19,6 +19,7 @@ protocol PluginCallbacks: AnyObject, Sendable {
 /// One plugin instance driven through the unchanged C ABI (`yaok_plugin.h`) in this process.
 /// Verification, randomness and clocks are answered here (they need no secret); signing goes
 /// to ``PluginCallbacks/sign(_:)``.
+// @unchecked: `instance` only under `lock`; calls into the plugin follow the ABI's threading rules.
 final class InProcessPlugin: @unchecked Sendable {
     let plugin: LoadedPlugin
     private weak var callbacks: PluginCallbacks?

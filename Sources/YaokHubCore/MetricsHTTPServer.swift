@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import NIOCore
 import NIOPosix
@@ -31,6 +32,7 @@ public enum MetricsHTTPError: Error, CustomStringConvertible, Equatable {
 /// are capped at `maxRequestHeadBytes`, and idle connections are closed after
 /// `idleTimeout`, so a slow or hostile client cannot hold memory or sockets for long.
 /// It serves only what `render` returns; keep `metrics.listen` on localhost.
+// @unchecked: the channel and bound port only under `lock`.
 public final class MetricsHTTPServer: @unchecked Sendable {
     /// The largest request head (request line plus headers) accepted.
     public static let maxRequestHeadBytes = 8192
@@ -144,22 +146,22 @@ public final class MetricsHTTPServer: @unchecked Sendable {
 }
 
 /// Counts open connections so a flood cannot exhaust file descriptors.
-final class ConnectionCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var open = 0
+final class ConnectionCounter: Sendable {
+    private let open = Mutex(0)
 
     func tryAcquire(limit: Int) -> Bool {
-        lock.withLock {
+        open.withLock { open in
             guard open < limit else { return false }
             open += 1
             return true
         }
     }
 
-    func release() { lock.withLock { open -= 1 } }
+    func release() { open.withLock { $0 -= 1 } }
 }
 
 /// Reads one request head, answers it, closes the connection.
+// @unchecked: a NIO handler, used only on its channel's event loop.
 final class MetricsRequestHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer

@@ -3,6 +3,7 @@ import Foundation
 
 /// Counters and gauges reported by plugins and the host, rendered in the Prometheus
 /// text format for `/metrics`.
+// @unchecked: the samples only under `lock`.
 public final class MetricsRegistry: PluginMetricSink, @unchecked Sendable {
     private struct Key: Hashable { var name: String; var instance: String }
     private let lock = NSLock()

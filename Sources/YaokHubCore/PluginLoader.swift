@@ -1,5 +1,6 @@
 import CYaokPlugin
 import Foundation
+import Synchronization
 import Logging
 
 /// What `yaok-hub plugins` shows for one plugin file.
@@ -19,6 +20,7 @@ public struct DiscoveredPlugin: Sendable, Codable, Equatable {
 /// never maps plugin code: a probe process checked it); in a plugin process it is also the
 /// mapped descriptor, which stays mapped for the life of that process (Swift images cannot be
 /// safely unloaded, so nothing calls dlclose).
+// @unchecked: immutable; `descriptor` points into a plugin image that is never unloaded.
 public final class LoadedPlugin: @unchecked Sendable {
     public let path: String
     public let kind: String
@@ -139,12 +141,12 @@ public enum PluginLoader {
             // Each file is opened in its own probe process, all at once: a library that crashes
             // or hangs while loading costs only its probe.
             let paths = names.map { (dir as NSString).appendingPathComponent($0) }
-            var probed = [DiscoveredPlugin?](repeating: nil, count: paths.count)
-            let lock = NSLock()
+            let probes = Mutex([DiscoveredPlugin?](repeating: nil, count: paths.count))
             DispatchQueue.concurrentPerform(iterations: paths.count) { i in
                 let d = probe(path: paths[i])
-                lock.withLock { probed[i] = d }
+                probes.withLock { $0[i] = d }
             }
+            let probed = probes.withLock { $0 }
             for (path, result) in zip(paths, probed) {
                 var found = result ?? DiscoveredPlugin(path: path, state: .refused, reason: "not probed")
                 if found.state == .loaded, let kind = found.kind, let other = catalog.loaded[kind] {

@@ -7,6 +7,7 @@ import YaokPluginKit
 /// `SOCK_SEQPACKET` socket on fd 3, turns the C ABI's calls into requests with bounded waits,
 /// answers its signing requests, and hands its events on. When the process ends, for whatever
 /// reason, ``Events/exited`` says how, once; the ``TransportHost`` decides what comes next.
+// @unchecked: its mutable state (hello, posted sends, waiters) is read and written only under `lock`.
 final class PluginProcess: @unchecked Sendable {
     /// How a plugin process ended.
     struct Exit: Sendable, Equatable, CustomStringConvertible {

@@ -62,6 +62,7 @@ public enum PluginProcessMain {
 }
 
 /// The plugin process's end of the socket: reads requests, answers them, forwards callbacks.
+// @unchecked: shared state only under `lock`; requests run one at a time on `control`, sends on `data`.
 private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
     let fd: Int32
     let plugin: LoadedPlugin

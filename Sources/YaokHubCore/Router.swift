@@ -17,6 +17,7 @@ import YaokWire
 /// (``FrameType/request``), and only then does the bundle cross — so each
 /// bundle crosses each link at most once. Endpoints and the relay get bundles
 /// pushed directly.
+// @unchecked: routing state is confined to `queue`; the entry points only enqueue (admission has its own lock).
 public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Router tuning, from the config's `router` section.
     public struct Settings: Sendable {
@@ -295,7 +296,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     // MARK: Group commit
 
     /// Runs router work on its queue inside the open group transaction.
-    private func work(_ body: @escaping () -> Void) {
+    private func work(_ body: @escaping @Sendable () -> Void) {
         queue.async { self.grouped(body) }
     }
 
@@ -899,7 +900,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         if !link.offered.isEmpty {
             link.drainingOffers = true
+            // By key: link objects stay on the router queue, and a link that went down
+            // meanwhile has nothing left to drain.
+            let key = link.key
             work {
+                guard let link = self.links[key] else { return }
                 link.drainingOffers = false
                 self.drainOffers(link)
             }
@@ -1559,6 +1564,7 @@ public struct RouterStatus: Sendable, Codable, Equatable {
 /// Per-link admission of received frames, before they are queued to the router: a token
 /// bucket of `framesPerSecond` (burst of one second's worth) and at most
 /// ``maxBacklog`` frames waiting in the router queue per link. Called on plugin threads.
+// @unchecked: the per-link entries and drop counters only under `lock`.
 final class FrameAdmission: @unchecked Sendable {
     enum Decision { case admitted, rateLimited, backlogFull }
     /// Frames one link may have waiting in the router's queue.

@@ -74,6 +74,7 @@ public struct TransportRuntimeStatus: Sendable, Codable, Equatable {
 /// if need be and replaced with capped backoff, its links reported down (the router keeps
 /// custody). Crashing `crashLimit` times in `crashWindow` seconds leaves it `failed` until the
 /// config changes or SIGHUP. The hub's secret key never enters the process.
+// @unchecked: process, state and counters only under `lock`; lifecycle steps run one at a time on `queue`.
 public final class TransportHost: @unchecked Sendable {
     public let name: String
     public let section: HubConfig.TransportSection
