@@ -61,4 +61,20 @@ final class QueueTests: XCTestCase {
         b.reset()
         XCTAssertLessThanOrEqual(b.nextDelayMs(), 1_250)
     }
+
+    func testTokenBucketOnANanosecondClock() {
+        var r = TokenBucket(capacity: 4, nowNs: 1_000)
+        for _ in 0..<4 {
+            r.refill(capacity: 4, perSecond: 4, nowNs: 1_000)
+            r.tokens -= 1
+        }
+        XCTAssertEqual(r.tokens, 0)
+        r.refill(capacity: 4, perSecond: 4, nowNs: 1_000 + 500_000_000)
+        XCTAssertEqual(r.tokens, 2, accuracy: 1e-9, "half a second at 4/s")
+        r.refill(capacity: 4, perSecond: 4, nowNs: 1_000 + 400_000_000)
+        XCTAssertEqual(r.tokens, 2, accuracy: 1e-9, "an older reading (a thread late to the lock) adds nothing")
+        XCTAssertEqual(r.last, 1_000 + 500_000_000)
+        r.refill(capacity: 4, perSecond: 4, nowNs: 60_000_000_000)
+        XCTAssertEqual(r.tokens, 4, "never more than the capacity")
+    }
 }
