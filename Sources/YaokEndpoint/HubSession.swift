@@ -94,7 +94,7 @@ final class TCPHubCarrier: @unchecked Sendable {
     }
 
     private func run() {
-        var backoff = 1.0
+        var backoff = Backoff(baseMs: 1_000, capMs: 30_000, jitter: false)
         // The first attempt uses the address we were given; after a failure, find the hub again.
         var findAgain = false
         while lock.withLock({ running }) {
@@ -109,7 +109,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                     return true
                 }
                 guard kept else { c.close(); return }
-                backoff = 1
+                backoff.reset()
                 onUp?(LinkInfo(id: 1, peerSigningKey: c.peer.signingKey, peerKXKey: c.peer.kxKey, peerRole: c.peer.role,
                                mtu: SecureStreamEngine.mtu, cost: 5, kind: "tcp", remote: c.remote.description))
                 var idle = 0.0
@@ -143,8 +143,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                 }
             }
             if lock.withLock({ running }) {
-                Thread.sleep(forTimeInterval: backoff)
-                backoff = min(30, backoff * 2)
+                Thread.sleep(forTimeInterval: Double(backoff.nextDelayMs()) / 1_000)
             }
         }
     }

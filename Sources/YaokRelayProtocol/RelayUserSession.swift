@@ -1,6 +1,7 @@
 import Foundation
 import YaokCrypto
 import YaokWire
+import struct YaokPluginKit.Backoff
 
 /// A Ya OK user talking to the relay directly (the `yaok` endpoint on the internet side):
 /// connects with the pinned key, registers itself (again after every reconnect), sends
@@ -200,11 +201,7 @@ public struct RelayPollPacing: Sendable, Equatable {
     /// The interval to wait after a quiet round: ``initialIntervalMs`` doubled once per quiet
     /// round before it, at most ``maxIntervalMs``.
     public mutating func nextIdleInterval() -> Int64 {
-        let ceiling = max(1, maxIntervalMs)
-        var interval = min(max(1, initialIntervalMs), ceiling)
-        for _ in 0..<quietRounds where interval < ceiling {
-            interval = interval > ceiling / 2 ? ceiling : interval * 2
-        }
+        let interval = Backoff.delayMs(failures: quietRounds + 1, baseMs: max(1, initialIntervalMs), capMs: max(1, maxIntervalMs))
         quietRounds = min(quietRounds + 1, 64)
         return interval
     }

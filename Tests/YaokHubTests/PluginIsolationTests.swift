@@ -9,6 +9,11 @@ import YaokWire
 /// crash, hang, leak and flood next to a working UDP transport in a real hub, and the hub, its
 /// UDP link and a message between two endpoints survive all of it.
 final class PluginIsolationTests: XCTestCase {
+    func testStartAndRestartBackoffIsOneSecondDoublingToAMinute() {
+        XCTAssertEqual((1...8).map { TransportHost.backoffSeconds(failures: $0) }, [1, 2, 4, 8, 16, 32, 60, 60])
+        XCTAssertEqual(TransportHost.backoffSeconds(failures: 10_000), TransportHost.maxBackoffSeconds)
+    }
+
     /// Compiles the crash fixture into `dir` as `libyaok-plugin-<name>.so`.
     static func buildCrashy(into dir: String, file: String = "libyaok-plugin-crashy.so", version: String? = nil) throws -> String {
         let output = dir + "/" + file
