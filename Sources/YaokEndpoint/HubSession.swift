@@ -10,7 +10,7 @@ import YaokWire
 /// Where a hub listens for endpoints.
 public enum HubAddress: Sendable, Equatable, CustomStringConvertible {
     /// The UDP example transport (`udp://HOST:PORT`).
-    case udp(SocketAddress)
+    case udp(IPEndpoint)
     /// A TCP link, e.g. the Wi-Fi Direct group owner (`tcp://HOST:PORT`).
     case tcp(host: String, port: UInt16)
     /// Bluetooth LE from a local adapter to the hub's GATT service (`ble://hci1/AA:BB:CC:DD:EE:FF`).
@@ -227,7 +227,7 @@ public final class HubSession: @unchecked Sendable {
         .flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
 
     /// Parses `udp://HOST:PORT` (the default scheme).
-    public static func parseHub(_ text: String) throws -> SocketAddress {
+    public static func parseHub(_ text: String) throws -> IPEndpoint {
         guard case .udp(let a) = try parseHubAddress(text) else { throw EndpointError.badHubAddress(text) }
         return a
     }
@@ -244,11 +244,11 @@ public final class HubSession: @unchecked Sendable {
             return .tcp(host: String(rest[..<colon]), port: port)
         }
         let stripped = text.hasPrefix("udp://") ? String(text.dropFirst(6)) : text
-        guard let a = SocketAddress(parsing: stripped) else { throw EndpointError.badHubAddress(text) }
+        guard let a = IPEndpoint(parsing: stripped), !a.isIPv6 else { throw EndpointError.badHubAddress(text) }
         return .udp(a)
     }
 
-    public convenience init(endpoint: Endpoint, hub: SocketAddress, onEvent: @escaping @Sendable (Event) -> Void) {
+    public convenience init(endpoint: Endpoint, hub: IPEndpoint, onEvent: @escaping @Sendable (Event) -> Void) {
         self.init(endpoint: endpoint, address: .udp(hub), onEvent: onEvent)
     }
 
@@ -289,7 +289,7 @@ public final class HubSession: @unchecked Sendable {
         }
         carrier = nil
         let engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
-                                   listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
+                                   listen: IPEndpoint(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
                                    idleTimeoutMs: 30_000, keepaliveMs: 5_000)
         self.engine = engine
         queue.setSpecific(key: GroupGate.ownerKey, value: ObjectIdentifier(self))

@@ -16,7 +16,7 @@ import YaokPluginKit
 public final class RelayClient: @unchecked Sendable {
     /// Client settings.
     public struct Configuration: Sendable {
-        public var relay: RelayAddress
+        public var relay: IPEndpoint
         /// The relay's Ed25519 key, pinned (from `yaok-relay key`).
         public var relaySigningKey: [UInt8]
         /// PING after this long without hearing from the relay.
@@ -38,7 +38,7 @@ public final class RelayClient: @unchecked Sendable {
         public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
         /// Opens the packet link to ``relay``; nil for UDP. The WebSocket-over-TLS link comes
         /// from module YaokRelayWebSocket (`RelayWebSocketLink.factory(url:spkiSHA256:)`).
-        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        public var makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)?
         /// How to call ``relay`` in status and events (default: its address).
         public var relayName: String?
         /// Further nodes of the same relay (same pinned ``relaySigningKey``), tried in order
@@ -56,7 +56,7 @@ public final class RelayClient: @unchecked Sendable {
         /// With alternates: a session up this long clears its node's backoff.
         public var stableAfterMs: Int64 = 60_000
 
-        public init(relay: RelayAddress, relaySigningKey: [UInt8]) {
+        public init(relay: IPEndpoint, relaySigningKey: [UInt8]) {
             self.relay = relay
             self.relaySigningKey = relaySigningKey
         }
@@ -69,13 +69,13 @@ public final class RelayClient: @unchecked Sendable {
 
     /// One node of the relay: its address and how to reach it.
     public struct Node: Sendable {
-        public var address: RelayAddress
+        public var address: IPEndpoint
         /// nil for UDP; the WebSocket link factory for `wss://`.
-        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        public var makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)?
         /// As the user gave it (the `wss://` URL, or the address).
         public var name: String
 
-        public init(address: RelayAddress, makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil) {
+        public init(address: IPEndpoint, makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)? = nil, name: String? = nil) {
             self.address = address
             self.makeLink = makeLink
             self.name = name ?? address.description

@@ -2,6 +2,7 @@ import Foundation
 import YaokCrypto
 import YaokWire
 import struct YaokPluginKit.Backoff
+import struct YaokPluginKit.IPEndpoint
 
 /// A Ya OK user talking to the relay directly (the `yaok` endpoint on the internet side):
 /// connects with the pinned key, registers itself (again after every reconnect), sends
@@ -74,8 +75,8 @@ public final class RelayUserSession: @unchecked Sendable {
     ///   - makeLink: the packet link; nil for UDP (see ``RelayClient/Configuration/makeLink``).
     ///   - alternates: further nodes of the same relay (same key) to fail over to.
     ///   - configure: adjusts the client's settings (tests: shorter retries).
-    public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8],
-                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil,
+    public init(identity: Identity, relay: IPEndpoint, relayKey: [UInt8],
+                makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)? = nil,
                 name: String? = nil, alternates: [RelayClient.Node] = [],
                 configure: (inout RelayClient.Configuration) -> Void = { _ in }) {
         self.identity = identity

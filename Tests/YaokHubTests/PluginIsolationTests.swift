@@ -63,7 +63,7 @@ final class PluginIsolationTests: XCTestCase {
         try TestSupport.waitUntil(timeout: 20, "segv_datagram listening") { try hub.transport("segv_datagram")?.status.state == .running }
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
-        var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
+        var to = IPEndpoint(host: "127.0.0.1", port: trigger).sockaddr
         _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
 
         // Meanwhile a message crosses the hub over UDP, exactly once.
