@@ -1,4 +1,5 @@
 import Foundation
+import struct YaokPluginKit.Backoff
 
 /// Progressive delay after failed logins, per client address: the first two failures cost
 /// nothing, the third locks the address for 30 s, and each further failure doubles it
@@ -21,8 +22,8 @@ public final class LoginThrottle: @unchecked Sendable {
     /// The lock that `failures` consecutive failures earn: 0, 0, 30, 60, 120, … seconds.
     public static func delay(afterFailures failures: Int) -> Double {
         guard failures > freeFailures else { return 0 }
-        let exponent = min(failures - freeFailures - 1, 30)
-        return min(firstDelay * pow(2, Double(exponent)), maxDelay)
+        let ms = Backoff.delayMs(failures: failures - freeFailures, baseMs: Int64(firstDelay * 1_000), capMs: Int64(maxDelay * 1_000))
+        return Double(ms) / 1_000
     }
 
     /// Seconds this address must still wait before a login attempt is even checked (0: go ahead).

@@ -84,7 +84,7 @@ final class BLEHubCarrier: @unchecked Sendable {
     }
 
     private func run() {
-        var backoff = 1.0
+        var backoff = Backoff(baseMs: 1_000, capMs: 30_000, jitter: false)
         while lock.withLock({ running }) {
             do {
                 let c = try BLEHubClient(adapter: target.adapter, hub: target.address, randomAddress: target.randomAddress,
@@ -100,7 +100,7 @@ final class BLEHubCarrier: @unchecked Sendable {
                     connected = true
                     outgoing.removeAll()
                 }
-                backoff = 1
+                backoff.reset()
                 onUp?(LinkInfo(id: 1, peerSigningKey: hub.signingKey, peerKXKey: hub.kxKey, peerRole: hub.role,
                                mtu: ChunkReassembler.defaultMaxFrameSize, cost: 20, kind: "ble",
                                remote: "\(target) (ATT MTU \(c.mtu))"))
@@ -110,8 +110,7 @@ final class BLEHubCarrier: @unchecked Sendable {
                 finish("\(error)")
             }
             if lock.withLock({ running }) {
-                Thread.sleep(forTimeInterval: backoff)
-                backoff = min(30, backoff * 2)
+                Thread.sleep(forTimeInterval: Double(backoff.nextDelayMs()) / 1_000)
             }
         }
     }

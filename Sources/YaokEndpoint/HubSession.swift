@@ -10,7 +10,7 @@ import YaokWire
 /// Where a hub listens for endpoints.
 public enum HubAddress: Sendable, Equatable, CustomStringConvertible {
     /// The UDP example transport (`udp://HOST:PORT`).
-    case udp(SocketAddress)
+    case udp(IPEndpoint)
     /// A TCP link, e.g. the Wi-Fi Direct group owner (`tcp://HOST:PORT`).
     case tcp(host: String, port: UInt16)
     /// Bluetooth LE from a local adapter to the hub's GATT service (`ble://hci1/AA:BB:CC:DD:EE:FF`).
@@ -94,7 +94,7 @@ final class TCPHubCarrier: @unchecked Sendable {
     }
 
     private func run() {
-        var backoff = 1.0
+        var backoff = Backoff(baseMs: 1_000, capMs: 30_000, jitter: false)
         // The first attempt uses the address we were given; after a failure, find the hub again.
         var findAgain = false
         while lock.withLock({ running }) {
@@ -109,7 +109,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                     return true
                 }
                 guard kept else { c.close(); return }
-                backoff = 1
+                backoff.reset()
                 onUp?(LinkInfo(id: 1, peerSigningKey: c.peer.signingKey, peerKXKey: c.peer.kxKey, peerRole: c.peer.role,
                                mtu: SecureStreamEngine.mtu, cost: 5, kind: "tcp", remote: c.remote.description))
                 var idle = 0.0
@@ -143,8 +143,7 @@ final class TCPHubCarrier: @unchecked Sendable {
                 }
             }
             if lock.withLock({ running }) {
-                Thread.sleep(forTimeInterval: backoff)
-                backoff = min(30, backoff * 2)
+                Thread.sleep(forTimeInterval: Double(backoff.nextDelayMs()) / 1_000)
             }
         }
     }
@@ -228,7 +227,7 @@ public final class HubSession: @unchecked Sendable {
         .flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
 
     /// Parses `udp://HOST:PORT` (the default scheme).
-    public static func parseHub(_ text: String) throws -> SocketAddress {
+    public static func parseHub(_ text: String) throws -> IPEndpoint {
         guard case .udp(let a) = try parseHubAddress(text) else { throw EndpointError.badHubAddress(text) }
         return a
     }
@@ -245,11 +244,11 @@ public final class HubSession: @unchecked Sendable {
             return .tcp(host: String(rest[..<colon]), port: port)
         }
         let stripped = text.hasPrefix("udp://") ? String(text.dropFirst(6)) : text
-        guard let a = SocketAddress(parsing: stripped) else { throw EndpointError.badHubAddress(text) }
+        guard let a = IPEndpoint(parsing: stripped), !a.isIPv6 else { throw EndpointError.badHubAddress(text) }
         return .udp(a)
     }
 
-    public convenience init(endpoint: Endpoint, hub: SocketAddress, onEvent: @escaping @Sendable (Event) -> Void) {
+    public convenience init(endpoint: Endpoint, hub: IPEndpoint, onEvent: @escaping @Sendable (Event) -> Void) {
         self.init(endpoint: endpoint, address: .udp(hub), onEvent: onEvent)
     }
 
@@ -290,7 +289,7 @@ public final class HubSession: @unchecked Sendable {
         }
         carrier = nil
         let engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
-                                   listen: SocketAddress(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
+                                   listen: IPEndpoint(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
                                    idleTimeoutMs: 30_000, keepaliveMs: 5_000)
         self.engine = engine
         queue.setSpecific(key: GroupGate.ownerKey, value: ObjectIdentifier(self))

@@ -41,9 +41,9 @@ public final class RelaySession: @unchecked Sendable {
     public private(set) var pollsSent = 0
 
     /// Parses `HOST:PORT` (an optional `relay://` prefix is accepted).
-    public static func parseRelay(_ text: String) throws -> RelayAddress {
+    public static func parseRelay(_ text: String) throws -> IPEndpoint {
         let stripped = text.hasPrefix("relay://") ? String(text.dropFirst(8)) : text
-        guard let a = RelayAddress(parsing: stripped) else { throw EndpointError.badHubAddress(text) }
+        guard let a = (try? IPEndpoint.parse(stripped, allowingNames: true)) else { throw EndpointError.badHubAddress(text) }
         return a
     }
 
@@ -51,8 +51,8 @@ public final class RelaySession: @unchecked Sendable {
     ///   - makeLink: the packet link; nil for UDP, or
     ///     `RelayWebSocketLink.factory(url:spkiSHA256:)` for `wss://` (see ``webSocket(_:pin:)``).
     ///   - name: how to call the relay in events (default: its address).
-    public init(endpoint: Endpoint, relay: RelayAddress, relayKey: [UInt8],
-                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil,
+    public init(endpoint: Endpoint, relay: IPEndpoint, relayKey: [UInt8],
+                makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)? = nil, name: String? = nil,
                 alternates: [RelayClient.Node] = [],
                 configure: (inout RelayClient.Configuration) -> Void = { _ in },
                 onEvent: @escaping @Sendable (HubSession.Event) -> Void) {
@@ -107,7 +107,7 @@ public final class RelaySession: @unchecked Sendable {
 
     /// For a `wss://host:port[/path]` relay: its address and the link factory pinning the TLS
     /// key `pinHex` (64 hex digits, from `yaok-relay tls-pin`).
-    public static func webSocket(_ url: String, pin pinHex: String) throws -> (address: RelayAddress, makeLink: @Sendable (RelayAddress) throws -> RelayLink) {
+    public static func webSocket(_ url: String, pin pinHex: String) throws -> (address: IPEndpoint, makeLink: @Sendable (IPEndpoint) throws -> RelayLink) {
         let parsed = try RelayWebSocketURL(parsing: url)
         let pin = try SPKIPin.parse(pinHex)
         return (parsed.address, RelayWebSocketLink.factory(url: parsed, spkiSHA256: pin))

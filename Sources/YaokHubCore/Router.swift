@@ -1570,7 +1570,7 @@ final class FrameAdmission: @unchecked Sendable {
     /// Frames one link may have waiting in the router's queue.
     static let maxBacklog = 256
 
-    private struct Entry { var tokens: Double; var lastNs: UInt64; var backlog: Int }
+    private struct Entry { var bucket: TokenBucket; var backlog: Int }
     private let lock = NSLock()
     private var rate: Double
     private var entries: [LinkKey: Entry] = [:]
@@ -1581,20 +1581,19 @@ final class FrameAdmission: @unchecked Sendable {
     func setRate(_ framesPerSecond: Int) { lock.withLock { rate = Double(max(1, framesPerSecond)) } }
 
     func admit(_ key: LinkKey) -> Decision {
-        let nowNs = DispatchTime.now().uptimeNanoseconds
+        let nowNs = Int64(DispatchTime.now().uptimeNanoseconds)
         return lock.withLock {
-            var e = entries[key] ?? Entry(tokens: rate, lastNs: nowNs, backlog: 0)
-            e.tokens = min(rate, e.tokens + Double(nowNs &- e.lastNs) / 1e9 * rate)
-            e.lastNs = nowNs
+            var e = entries[key] ?? Entry(bucket: TokenBucket(capacity: rate, nowNs: nowNs), backlog: 0)
+            e.bucket.refill(capacity: rate, perSecond: rate, nowNs: nowNs)
             let decision: Decision
-            if e.tokens < 1 {
+            if e.bucket.tokens < 1 {
                 droppedRate += 1
                 decision = .rateLimited
             } else if e.backlog >= Self.maxBacklog {
                 droppedBacklog += 1
                 decision = .backlogFull
             } else {
-                e.tokens -= 1
+                e.bucket.tokens -= 1
                 e.backlog += 1
                 decision = .admitted
             }

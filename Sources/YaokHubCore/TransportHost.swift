@@ -107,6 +107,9 @@ public final class TransportHost: @unchecked Sendable {
 
     /// Backoff for failed starts and restarts: 1 s doubling to at most 60 s.
     public static let maxBackoffSeconds = 60.0
+    static func backoffSeconds(failures: Int) -> Double {
+        Double(Backoff.delayMs(failures: failures, baseMs: 1_000, capMs: Int64(maxBackoffSeconds * 1_000))) / 1_000
+    }
     /// Crashes within ``crashWindow`` seconds that leave the transport `failed`.
     public static let crashLimit = 5
     public static let crashWindow = 60.0
@@ -234,7 +237,7 @@ public final class TransportHost: @unchecked Sendable {
             startFailures += 1
             let changed = lastStartError != reason
             lastStartError = reason
-            let d = min(Self.maxBackoffSeconds, pow(2.0, Double(startFailures - 1)))
+            let d = Self.backoffSeconds(failures: startFailures)
             retryAt = .now() + d
             return (d, changed)
         }
@@ -390,7 +393,7 @@ public final class TransportHost: @unchecked Sendable {
                 retryAt = nil
                 return (crashLoop, 0)
             }
-            let d = min(Self.maxBackoffSeconds, pow(2.0, Double(crashes.count - 1)))
+            let d = Self.backoffSeconds(failures: crashes.count)
             retryAt = .now() + d
             return (nil, d)
         }

@@ -46,7 +46,7 @@ public struct BucketMap<Key: Hashable & Sendable>: Sendable {
         prune(nowMs: nowMs)
         guard buckets.count >= maxKeys else { return }
         let n = max(1, maxKeys / 8)
-        let oldest = buckets.sorted { $0.value.lastMs < $1.value.lastMs }.prefix(n).map(\.key)
+        let oldest = buckets.sorted { $0.value.last < $1.value.last }.prefix(n).map(\.key)
         for k in oldest { buckets[k] = nil }
         evicted += oldest.count
     }

@@ -3,28 +3,7 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-
-/// A relay address, `host:port` (IPv4/IPv6 literal or a name resolved with getaddrinfo).
-public struct RelayAddress: Sendable, Hashable, CustomStringConvertible {
-    public var host: String
-    public var port: UInt16
-
-    public init(host: String, port: UInt16) {
-        self.host = host
-        self.port = port
-    }
-
-    /// Parses `host:port` or `[v6]:port`; nil when malformed.
-    public init?(parsing text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-        guard !host.isEmpty, host.utf8.count <= 253 else { return nil }
-        self.init(host: host, port: port)
-    }
-
-    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
-}
+import struct YaokPluginKit.IPEndpoint
 
 /// What a ``RelayLink`` reports when asked for the next packet.
 public enum RelayLinkEvent: Sendable {
@@ -53,23 +32,20 @@ public protocol RelayLink: AnyObject, Sendable {
 /// A UDP socket connected to one address: the kernel filters datagrams from anyone else and
 /// reports ICMP "port unreachable" as ECONNREFUSED, which tells the client the relay is down.
 final class ConnectedDatagramSocket: RelayLink, @unchecked Sendable {
-    let address: RelayAddress
+    let address: IPEndpoint
     private var buffer = [UInt8](repeating: 0, count: 65_536)
     let fd: Int32
 
-    init(to address: RelayAddress) throws {
-        var hints = addrinfo()
-        hints.ai_family = AF_UNSPEC
-        hints.ai_socktype = Int32(SOCK_DGRAM.rawValue)
-        var result: UnsafeMutablePointer<addrinfo>?
-        let rc = getaddrinfo(address.host, String(address.port), &hints, &result)
-        guard rc == 0, let first = result else {
-            throw RelayProtocolError.invalid("cannot resolve relay host \(address.host): \(String(cString: gai_strerror(rc)))")
+    init(to address: IPEndpoint) throws {
+        let first: IPEndpoint
+        do {
+            first = try address.resolved(socketType: Int32(SOCK_DGRAM.rawValue))[0]
+        } catch let e as IPEndpoint.ResolveError {
+            throw RelayProtocolError.invalid("cannot resolve relay host \(address.host): \(e.reason)")
         }
-        defer { freeaddrinfo(result) }
-        let fd = socket(first.pointee.ai_family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
+        let fd = socket(first.family, Int32(SOCK_DGRAM.rawValue) | Int32(SOCK_CLOEXEC.rawValue), 0)
         guard fd >= 0 else { throw RelayProtocolError.system(call: "socket", errno: errno) }
-        guard connect(fd, first.pointee.ai_addr, first.pointee.ai_addrlen) == 0 else {
+        guard first.withSockaddr({ Glibc.connect(fd, $0, $1) }) == 0 else {
             let e = errno
             Glibc.close(fd)
             throw RelayProtocolError.system(call: "connect \(address)", errno: e)

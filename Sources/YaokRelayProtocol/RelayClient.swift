@@ -16,7 +16,7 @@ import YaokPluginKit
 public final class RelayClient: @unchecked Sendable {
     /// Client settings.
     public struct Configuration: Sendable {
-        public var relay: RelayAddress
+        public var relay: IPEndpoint
         /// The relay's Ed25519 key, pinned (from `yaok-relay key`).
         public var relaySigningKey: [UInt8]
         /// PING after this long without hearing from the relay.
@@ -38,7 +38,7 @@ public final class RelayClient: @unchecked Sendable {
         public var clock: @Sendable () -> Int64 = { Int64(Date().timeIntervalSince1970 * 1000) }
         /// Opens the packet link to ``relay``; nil for UDP. The WebSocket-over-TLS link comes
         /// from module YaokRelayWebSocket (`RelayWebSocketLink.factory(url:spkiSHA256:)`).
-        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        public var makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)?
         /// How to call ``relay`` in status and events (default: its address).
         public var relayName: String?
         /// Further nodes of the same relay (same pinned ``relaySigningKey``), tried in order
@@ -56,7 +56,7 @@ public final class RelayClient: @unchecked Sendable {
         /// With alternates: a session up this long clears its node's backoff.
         public var stableAfterMs: Int64 = 60_000
 
-        public init(relay: RelayAddress, relaySigningKey: [UInt8]) {
+        public init(relay: IPEndpoint, relaySigningKey: [UInt8]) {
             self.relay = relay
             self.relaySigningKey = relaySigningKey
         }
@@ -69,13 +69,13 @@ public final class RelayClient: @unchecked Sendable {
 
     /// One node of the relay: its address and how to reach it.
     public struct Node: Sendable {
-        public var address: RelayAddress
+        public var address: IPEndpoint
         /// nil for UDP; the WebSocket link factory for `wss://`.
-        public var makeLink: (@Sendable (RelayAddress) throws -> RelayLink)?
+        public var makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)?
         /// As the user gave it (the `wss://` URL, or the address).
         public var name: String
 
-        public init(address: RelayAddress, makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil, name: String? = nil) {
+        public init(address: IPEndpoint, makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)? = nil, name: String? = nil) {
             self.address = address
             self.makeLink = makeLink
             self.name = name ?? address.description
@@ -134,7 +134,7 @@ public final class RelayClient: @unchecked Sendable {
 
     enum State {
         case stopped
-        case handshaking(ephemeral: EphemeralKX, nextAttemptMs: Int64, delayMs: Int64)
+        case handshaking(ephemeral: EphemeralKX, nextAttemptMs: Int64, backoff: Backoff)
         case connected(SecureSession)
     }
 
@@ -161,7 +161,7 @@ public final class RelayClient: @unchecked Sendable {
     private let condition = NSCondition()
     private var state: State = .stopped
     /// A handshake run beside a live session after a RESET (see ``handle(_:)``).
-    private var rehandshake: (ephemeral: EphemeralKX, nextAttemptMs: Int64, delayMs: Int64)?
+    private var rehandshake: (ephemeral: EphemeralKX, nextAttemptMs: Int64, backoff: Backoff)?
     private var socket: RelayLink?
     private var thread: Thread?
     private var running = false
@@ -235,7 +235,7 @@ public final class RelayClient: @unchecked Sendable {
             handshakeStartedMs = nil
             connectedSinceMs = nil
             unansweredSinceMs = nil
-            state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, delayMs: configuration.handshakeRetryMs)
+            state = .handshaking(ephemeral: .generate(), nextAttemptMs: 0, backoff: handshakeBackoff)
             return generation
         }
         if let (i, reason) = skipped.last, opened.index != i {
@@ -589,10 +589,15 @@ public final class RelayClient: @unchecked Sendable {
         }
     }
 
+    /// HELLO retries: ``Configuration/handshakeRetryMs`` doubling to ``Configuration/maxHandshakeRetryMs``.
+    private var handshakeBackoff: Backoff {
+        Backoff(baseMs: configuration.handshakeRetryMs, capMs: configuration.maxHandshakeRetryMs, jitter: false)
+    }
+
     /// A fresh handshake with the node in use, its first HELLO not before `notBeforeMs`.
     /// Caller holds `lock`.
     private func restartHandshake(at notBeforeMs: Int64) {
-        state = .handshaking(ephemeral: .generate(), nextAttemptMs: notBeforeMs, delayMs: configuration.handshakeRetryMs)
+        state = .handshaking(ephemeral: .generate(), nextAttemptMs: notBeforeMs, backoff: handshakeBackoff)
         rehandshake = nil
         pingSentMs = nil
         handshakeStartedMs = nil
@@ -626,7 +631,7 @@ public final class RelayClient: @unchecked Sendable {
             guard running else { return }
             switch state {
             case .stopped: return
-            case .handshaking(let eph, let next, let delay):
+            case .handshaking(let eph, let next, var backoff):
                 if failover, let started = handshakeStartedMs, now - started >= configuration.failoverHandshakeMs {
                     leave = "no handshake verified against the pinned key in \(configuration.failoverHandshakeMs / 1000) s"
                         + (lastErrorText.map { " (last error: \($0))" } ?? "")
@@ -635,11 +640,12 @@ public final class RelayClient: @unchecked Sendable {
                 guard now >= next else { return }
                 if handshakeStartedMs == nil { handshakeStartedMs = now }
                 sendRaw(helloDatagram(eph))
-                state = .handshaking(ephemeral: eph, nextAttemptMs: now + delay, delayMs: min(delay * 2, configuration.maxHandshakeRetryMs))
+                state = .handshaking(ephemeral: eph, nextAttemptMs: now + backoff.nextDelayMs(), backoff: backoff)
             case .connected(let session):
-                if let r = rehandshake, now >= r.nextAttemptMs {
+                if var r = rehandshake, now >= r.nextAttemptMs {
                     sendRaw(helloDatagram(r.ephemeral))
-                    rehandshake = (r.ephemeral, now + r.delayMs, min(r.delayMs * 2, configuration.maxHandshakeRetryMs))
+                    r.nextAttemptMs = now + r.backoff.nextDelayMs()
+                    rehandshake = r
                 }
                 if let sent = pingSentMs, now - sent > configuration.pingTimeoutMs {
                     timedOut = "relay did not answer for \((now - lastHeardMs) / 1000) s"
@@ -749,7 +755,7 @@ public final class RelayClient: @unchecked Sendable {
                 // HELLO_REPLY signed by the pinned key, which then replaces the session; a
                 // forged RESET gains an attacker one extra handshake and nothing else.
                 if rehandshake == nil {
-                    rehandshake = (EphemeralKX.generate(), 0, configuration.handshakeRetryMs)
+                    rehandshake = (EphemeralKX.generate(), 0, handshakeBackoff)
                     counters.resets += 1
                 }
             case (_, .connected(let session)) where packet.type.isSealed:

@@ -1,6 +1,8 @@
 import Foundation
 import YaokCrypto
 import YaokWire
+import struct YaokPluginKit.Backoff
+import struct YaokPluginKit.IPEndpoint
 
 /// A Ya OK user talking to the relay directly (the `yaok` endpoint on the internet side):
 /// connects with the pinned key, registers itself (again after every reconnect), sends
@@ -73,8 +75,8 @@ public final class RelayUserSession: @unchecked Sendable {
     ///   - makeLink: the packet link; nil for UDP (see ``RelayClient/Configuration/makeLink``).
     ///   - alternates: further nodes of the same relay (same key) to fail over to.
     ///   - configure: adjusts the client's settings (tests: shorter retries).
-    public init(identity: Identity, relay: RelayAddress, relayKey: [UInt8],
-                makeLink: (@Sendable (RelayAddress) throws -> RelayLink)? = nil,
+    public init(identity: Identity, relay: IPEndpoint, relayKey: [UInt8],
+                makeLink: (@Sendable (IPEndpoint) throws -> RelayLink)? = nil,
                 name: String? = nil, alternates: [RelayClient.Node] = [],
                 configure: (inout RelayClient.Configuration) -> Void = { _ in }) {
         self.identity = identity
@@ -200,11 +202,7 @@ public struct RelayPollPacing: Sendable, Equatable {
     /// The interval to wait after a quiet round: ``initialIntervalMs`` doubled once per quiet
     /// round before it, at most ``maxIntervalMs``.
     public mutating func nextIdleInterval() -> Int64 {
-        let ceiling = max(1, maxIntervalMs)
-        var interval = min(max(1, initialIntervalMs), ceiling)
-        for _ in 0..<quietRounds where interval < ceiling {
-            interval = interval > ceiling / 2 ? ceiling : interval * 2
-        }
+        let interval = Backoff.delayMs(failures: quietRounds + 1, baseMs: max(1, initialIntervalMs), capMs: max(1, maxIntervalMs))
         quietRounds = min(quietRounds + 1, 64)
         return interval
     }

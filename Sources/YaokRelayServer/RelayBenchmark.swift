@@ -4,6 +4,7 @@ import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
+import struct YaokPluginKit.IPEndpoint
 
 /// Measures relay nodes on loopback. Each node is a real `yaok-relay run` process (the binary
 /// passed in), so the figures include its memory alone; the clients are real ``RelayClient``s
@@ -174,7 +175,7 @@ public enum RelayBenchmark {
         let now = { Int64(Date().timeIntervalSince1970 * 1000) }
         func makeClient(node: Int) -> RelayClient {
             let n = nodes[node]
-            var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(n.port)), relaySigningKey: key)
+            var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(n.port)), relaySigningKey: key)
             if webSocket {
                 cfg.makeLink = RelayWebSocketLink.factory(url: RelayWebSocketURL(host: "127.0.0.1", port: UInt16(n.wssPort)), spkiSHA256: n.tlsPin)
             }

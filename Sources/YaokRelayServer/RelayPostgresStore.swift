@@ -6,6 +6,7 @@ import NIOSSL
 import PostgresNIO
 import YaokCrypto
 import enum YaokPluginKit.Hex
+import struct YaokPluginKit.Backoff
 
 /// The relay's durable state on PostgreSQL, shared by every node of a relay cluster: the
 /// queue (with per-row leases), phone → hub attachments, the registration replay cache and
@@ -462,7 +463,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
         let lock = NSLock()
         var connection: PostgresConnection?
         var stopped = false
-        var backoffMs: Int64 = 100
+        var backoff = Backoff(baseMs: 100, capMs: 5_000, jitter: false)
         var up = false
         var isUp: Bool { lock.withLock { up } }
 
@@ -496,7 +497,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
                             if self.stopped { return true }
                             self.connection = c
                             self.up = true
-                            self.backoffMs = 100
+                            self.backoff.reset()
                             return false
                         }
                         if stop { c.close().whenComplete { _ in }; return }
@@ -517,11 +518,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
         }
 
         private func retry() {
-            let delay: Int64 = lock.withLock {
-                let d = backoffMs
-                backoffMs = min(5_000, backoffMs * 2)
-                return d
-            }
+            let delay: Int64 = lock.withLock { backoff.nextDelayMs() }
             loop.scheduleTask(in: .milliseconds(delay)) { [weak self] in self?.connect(first: false) }
         }
 

@@ -15,6 +15,7 @@ import YaokRelayProtocol
 import Glibc
 #endif
 import enum YaokPluginKit.Hex
+import struct YaokPluginKit.IPEndpoint
 
 /// Errors setting up the TLS listener or client.
 public enum RelayTLSError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -145,8 +146,8 @@ public struct RelayWebSocketURL: Sendable, Hashable, CustomStringConvertible {
         self.init(host: host, port: port, path: path)
     }
 
-    /// The host and port as a ``RelayAddress`` (for messages and the client's configuration).
-    public var address: RelayAddress { RelayAddress(host: host, port: port) }
+    /// The host and port as an ``IPEndpoint`` (for messages and the client's configuration).
+    public var address: IPEndpoint { IPEndpoint(host: host, port: port) }
 
     public var description: String {
         (host.contains(":") ? "wss://[\(host)]:\(port)" : "wss://\(host):\(port)") + path

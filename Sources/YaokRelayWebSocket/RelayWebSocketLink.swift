@@ -7,6 +7,7 @@ import NIOWebSocket
 import YaokCrypto
 import YaokRelayProtocol
 import enum YaokPluginKit.Hex
+import struct YaokPluginKit.IPEndpoint
 
 /// The client side: a ``RelayLink`` that carries relay packets as binary WebSocket messages
 /// over TLS 1.3 to `wss://host:port/path`, accepting the server only if its certificate's
@@ -63,7 +64,7 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
     deinit { group.shutdownGracefully { _ in } }
 
     /// A ``RelayClient/Configuration/makeLink`` that opens this link.
-    public static func factory(url: RelayWebSocketURL, spkiSHA256: [UInt8]) -> @Sendable (RelayAddress) throws -> RelayLink {
+    public static func factory(url: RelayWebSocketURL, spkiSHA256: [UInt8]) -> @Sendable (IPEndpoint) throws -> RelayLink {
         { _ in try RelayWebSocketLink(url: url, spkiSHA256: spkiSHA256) }
     }
 

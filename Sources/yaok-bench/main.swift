@@ -107,10 +107,10 @@ do {
     var times: [Double] = []
     for _ in 0..<20 {
         let up = DispatchSemaphore(value: 0)
-        let server = UDPLinkEngine(identity: bob, role: .hub, listen: SocketAddress(host: "127.0.0.1", port: 0), staticPeers: [],
+        let server = UDPLinkEngine(identity: bob, role: .hub, listen: IPEndpoint(host: "127.0.0.1", port: 0), staticPeers: [],
                                    clock: { Int64(Date().timeIntervalSince1970 * 1000) })
         try server.start()
-        let client = UDPLinkEngine(identity: alice, role: .endpoint, listen: SocketAddress(host: "127.0.0.1", port: 0),
+        let client = UDPLinkEngine(identity: alice, role: .endpoint, listen: IPEndpoint(host: "127.0.0.1", port: 0),
                                    staticPeers: [server.boundAddress!], clock: { Int64(Date().timeIntervalSince1970 * 1000) })
         client.events = .init(linkUp: { _ in up.signal() }, linkDown: { _, _ in }, frame: { _, _ in }, log: { _ in })
         let t0 = DispatchTime.now().uptimeNanoseconds

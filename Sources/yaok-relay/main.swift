@@ -8,6 +8,7 @@ import YaokProcess
 import YaokRelayServer
 import YaokRelayWebSocket
 import enum YaokPluginKit.Hex
+import struct YaokPluginKit.IPEndpoint
 
 /// `yaok-relay`: the Ya OK internet relay (UDP, and WebSocket over TLS 1.3).
 struct YaokRelay: ParsableCommand {
@@ -19,7 +20,7 @@ struct YaokRelay: ParsableCommand {
 
 /// Splits `host:port` (IPv4, `[v6]:port`, or a name).
 func parseHostPort(_ text: String, option: String) throws -> (String, Int) {
-    guard let a = RelayAddress(parsing: text) else {
+    guard let a = (try? IPEndpoint.parse(text, allowingNames: true)) else {
         throw ValidationError("\(option): expected host:port, got \"\(text)\"")
     }
     return (a.host, Int(a.port))

@@ -7,6 +7,7 @@ import YaokRelayServer
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import struct YaokPluginKit.IPEndpoint
 
 /// Issue 17: several `yaok-relay` processes (real processes, built binaries) sharing one real
 /// PostgreSQL server (``PostgresTestServer``) and one relay key. Users connect to the node
@@ -27,7 +28,7 @@ final class RelayClusterTests: XCTestCase {
     private func client(_ node: RelayProcess) -> RelayClient { client(port: node.port, key: node.key) }
 
     private func client(port: Int, key: [UInt8]) -> RelayClient {
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(port)), relaySigningKey: key)
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(port)), relaySigningKey: key)
         cfg.handshakeRetryMs = 200
         cfg.maxHandshakeRetryMs = 1_000
         cfg.requestRetryMs = 1_000

@@ -146,7 +146,7 @@ final class RelayFailoverTests: XCTestCase {
         XCTAssertEqual(node2.metric("yaok_relay_queued_messages"), 1)
 
         // Bob, on node 2, gets exactly the bundle sent after the move.
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(node2.port)), relaySigningKey: node2.key)
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(node2.port)), relaySigningKey: node2.key)
         cfg.handshakeRetryMs = 200
         let bobClient = RelayClient(configuration: cfg)
         defer { bobClient.stop() }
@@ -205,8 +205,8 @@ final class RelayFailoverTests: XCTestCase {
         let (_, node2, _) = try nodes()
         let silent = try UDPSink()
         cleanup.append { silent.close() }
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: silent.port), relaySigningKey: node2.key)
-        cfg.alternates = [RelayClient.Node(address: RelayAddress(host: "127.0.0.1", port: UInt16(node2.port)))]
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: silent.port), relaySigningKey: node2.key)
+        cfg.alternates = [RelayClient.Node(address: IPEndpoint(host: "127.0.0.1", port: UInt16(node2.port)))]
         cfg.failoverHandshakeMs = 1_000
         cfg.handshakeRetryMs = 200
         let client = RelayClient(configuration: cfg)
@@ -230,8 +230,8 @@ final class RelayFailoverTests: XCTestCase {
         let (node1, node2, _) = try nodes()
         let proxy = try UDPInterposer(relayPort: node1.port)
         cleanup.append { proxy.stop() }
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(proxy.port)), relaySigningKey: node1.key)
-        cfg.alternates = [RelayClient.Node(address: RelayAddress(host: "127.0.0.1", port: UInt16(node2.port)))]
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(proxy.port)), relaySigningKey: node1.key)
+        cfg.alternates = [RelayClient.Node(address: IPEndpoint(host: "127.0.0.1", port: UInt16(node2.port)))]
         cfg.failoverSilenceMs = 1_500
         cfg.handshakeRetryMs = 200
         let client = RelayClient(configuration: cfg)

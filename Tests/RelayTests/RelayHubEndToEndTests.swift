@@ -5,6 +5,7 @@ import YaokRelayProtocol
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import struct YaokPluginKit.IPEndpoint
 
 /// Real processes end to end: a `yaok` endpoint hands a message to a `yaok-hub` over UDP;
 /// the hub's relay transport (the built plugin) carries it to a `yaok-relay`, which pushes it
@@ -70,7 +71,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         let bobCode = try run(yaok, ["qr", "--home", bob]).1.trimmingCharacters(in: .whitespacesAndNewlines)
         XCTAssertEqual(try run(yaok, ["contacts", "add", "--home", alice, bobCode]).0, 0)
         let bobIdentity = try XCTUnwrap(IdentityFile.load(path: bob + "/identity.key"))
-        let bobAtRelay = RelayUserSession(identity: bobIdentity, relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relayKey: relay.key)
+        let bobAtRelay = RelayUserSession(identity: bobIdentity, relay: IPEndpoint(host: "127.0.0.1", port: UInt16(relay.port)), relayKey: relay.key)
         cleanup.append { bobAtRelay.close() }
         try bobAtRelay.open()
 

@@ -116,7 +116,7 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertNil(relay.metric("yaok_relay_registrations_refused_total{reason=\"v1\"}"))
 
         let dave = Identity.generate()
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
         cfg.handshakeRetryMs = 200
         let internetUser = RelayClient(configuration: cfg)
         defer { internetUser.stop() }

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
+import struct YaokPluginKit.IPEndpoint
 
 /// A UDP forwarder between one client and the relay, standing in for an on-path attacker: it
 /// sees every packet, can drop the relay's packets and inject its own towards the client
@@ -122,7 +123,7 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
     private func interposedClient(_ user: Identity) throws -> (RelayClient, UDPInterposer, UInt64) {
         let proxy = try UDPInterposer(relayPort: relay.port)
         interposer = proxy
-        let c = relay.client { $0.relay = RelayAddress(host: "127.0.0.1", port: UInt16(proxy.port)) }
+        let c = relay.client { $0.relay = IPEndpoint(host: "127.0.0.1", port: UInt16(proxy.port)) }
         let mark = c.currentSeq()
         try c.connect(timeout: 10)
         let session = try c.waitFor("connected", timeout: 5, after: mark) { e -> UInt64? in

@@ -3,6 +3,7 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokTesting
+import struct YaokPluginKit.IPEndpoint
 
 /// `yaok-relay run`'s per-address registration and HELLO limits and its registration ceiling
 /// (the options a loopback benchmark of many users from one address needs), on real processes.
@@ -18,7 +19,7 @@ final class RelayRunOptionsTests: XCTestCase {
     }
 
     private func connectedClient(_ relay: RelayProcess) throws -> RelayClient {
-        var cfg = RelayClient.Configuration(relay: RelayAddress(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
+        var cfg = RelayClient.Configuration(relay: IPEndpoint(host: "127.0.0.1", port: UInt16(relay.port)), relaySigningKey: relay.key)
         cfg.handshakeRetryMs = 200
         cfg.maxHandshakeRetryMs = 500
         let c = RelayClient(configuration: cfg)

@@ -9,6 +9,7 @@ import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import struct YaokPluginKit.IPEndpoint
 
 /// A relay server running in this process on a real loopback UDP socket, with its data
 /// directory (identity, SQLCipher database, key) in a temporary directory.
@@ -63,7 +64,7 @@ final class RelayHarness {
         try start(port: p)
     }
 
-    var address: RelayAddress { RelayAddress(host: "127.0.0.1", port: UInt16(port)) }
+    var address: IPEndpoint { IPEndpoint(host: "127.0.0.1", port: UInt16(port)) }
 
     func client(pin: [UInt8]? = nil, configure: (inout RelayClient.Configuration) -> Void = { _ in }) -> RelayClient {
         var cfg = RelayClient.Configuration(relay: address, relaySigningKey: pin ?? identity.signingKey)

@@ -25,7 +25,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         var frames: [TLVRecord] = []
 
         init() throws {
-            engine = UDPLinkEngine(identity: Identity.generate(), role: .hub, listen: SocketAddress(host: "127.0.0.1", port: 0),
+            engine = UDPLinkEngine(identity: Identity.generate(), role: .hub, listen: IPEndpoint(host: "127.0.0.1", port: 0),
                                    staticPeers: [], clock: Endpoint.wallClock)
             engine.events = .init(
                 linkUp: { [weak self] info in self?.lock.withLock { self?.link = info.id } },
@@ -39,7 +39,7 @@ final class EndpointGroupCommitTests: XCTestCase {
             try engine.start()
         }
 
-        var address: SocketAddress { engine.boundAddress! }
+        var address: IPEndpoint { engine.boundAddress! }
 
         func send(_ record: TLVRecord) throws {
             try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { link }))

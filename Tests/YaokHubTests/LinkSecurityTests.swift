@@ -23,7 +23,7 @@ func sendDatagram(_ fd: Int32, _ bytes: [UInt8], to address: sockaddr_in) {
 final class UDPTap: @unchecked Sendable {
     let fd: Int32
     let port: UInt16
-    private let hub: SocketAddress
+    private let hub: IPEndpoint
     private let lock = NSLock()
     private var victim: sockaddr_in?
     private var running = true
@@ -32,9 +32,9 @@ final class UDPTap: @unchecked Sendable {
     var dropFromHub: @Sendable ([UInt8]) -> Bool = { _ in false }
 
     init(hubPort: UInt16) throws {
-        hub = SocketAddress(host: "127.0.0.1", port: hubPort)
+        hub = IPEndpoint(host: "127.0.0.1", port: hubPort)
         let sock = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        var addr = SocketAddress(host: "127.0.0.1", port: 0).sockaddr
+        var addr = IPEndpoint(host: "127.0.0.1", port: 0).sockaddr
         _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(sock, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         var bound = sockaddr_in()
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
@@ -62,7 +62,7 @@ final class UDPTap: @unchecked Sendable {
             }
             guard n > 0 else { continue }
             let bytes = Array(buffer[0..<n])
-            let fromHub = SocketAddress(from) == hub
+            let fromHub = IPEndpoint(from) == hub
             let (target, drop): (sockaddr_in?, Bool) = lock.withLock {
                 captured.append((!fromHub, bytes))
                 if fromHub { return (victim, dropFromHub(bytes)) }
@@ -177,7 +177,7 @@ final class LinkSecurityTests: XCTestCase {
         var sockets: [Int32] = []
         defer { sockets.forEach { close($0) } }
         var sent = 0
-        let hub = SocketAddress(host: "127.0.0.1", port: s.port)
+        let hub = IPEndpoint(host: "127.0.0.1", port: s.port)
         for i in 0..<300 {
             let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
             sockets.append(fd)
@@ -238,13 +238,13 @@ final class LinkSecurityTests: XCTestCase {
 /// a half-open handshake as cheap as an attacker can make one.
 final class UDPLinkEngineProbe {
     let fd: Int32
-    let hub: SocketAddress
+    let hub: IPEndpoint
     let link = SecureLink(identity: Identity.generate(), role: .hub, isInitiator: true, channel: .datagram)
 
     init(host: String, hubPort: UInt16) throws {
-        hub = SocketAddress(host: "127.0.0.1", port: hubPort)
+        hub = IPEndpoint(host: "127.0.0.1", port: hubPort)
         let sock = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        var addr = SocketAddress(host: host, port: 0).sockaddr
+        var addr = IPEndpoint(host: host, port: 0).sockaddr
         let rc = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(sock, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard rc == 0 else { throw TransportError.system(call: "bind \(host)", errno: errno) }
         var tv = timeval(tv_sec: 2, tv_usec: 0)

@@ -50,7 +50,7 @@ final class OutOfTreePluginTests: XCTestCase {
         let firstPID = try XCTUnwrap(hub.transport("swiftfault")?.pid)
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
-        var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
+        var to = IPEndpoint(host: "127.0.0.1", port: trigger).sockaddr
         _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         try Wait.until(timeout: 20, "the trapped process replaced (log: \(hub.log.suffix(2000)))") {
             let t = try hub.transport("swiftfault")

@@ -10,6 +10,11 @@ import YaokTesting
 /// crash, hang, leak and flood next to a working UDP transport in a real hub, and the hub, its
 /// UDP link and a message between two endpoints survive all of it.
 final class PluginIsolationTests: XCTestCase {
+    func testStartAndRestartBackoffIsOneSecondDoublingToAMinute() {
+        XCTAssertEqual((1...8).map { TransportHost.backoffSeconds(failures: $0) }, [1, 2, 4, 8, 16, 32, 60, 60])
+        XCTAssertEqual(TransportHost.backoffSeconds(failures: 10_000), TransportHost.maxBackoffSeconds)
+    }
+
     /// Compiles the crash fixture into `dir` as `libyaok-plugin-<name>.so`.
     static func buildCrashy(into dir: String, file: String = "libyaok-plugin-crashy.so", version: String? = nil) throws -> String {
         let output = dir + "/" + file
@@ -59,7 +64,7 @@ final class PluginIsolationTests: XCTestCase {
         try Wait.until(timeout: 20, "segv_datagram listening") { try hub.transport("segv_datagram")?.status.state == .running }
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
         defer { close(fd) }
-        var to = SocketAddress(host: "127.0.0.1", port: trigger).sockaddr
+        var to = IPEndpoint(host: "127.0.0.1", port: trigger).sockaddr
         _ = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { sendto(fd, "boom", 4, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
 
         // Meanwhile a message crosses the hub over UDP, exactly once.

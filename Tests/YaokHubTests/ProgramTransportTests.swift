@@ -113,7 +113,7 @@ final class ProgramTransportTests: XCTestCase {
         try Wait.until(timeout: 20, "linked") { try hubLinks(hubs.b).count == 1 }
         func connect() throws -> Int32 {
             let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-            var to = SocketAddress(host: "127.0.0.1", port: hubs.tcpB).sockaddr
+            var to = IPEndpoint(host: "127.0.0.1", port: hubs.tcpB).sockaddr
             let rc = withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { Glibc.connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
             XCTAssertEqual(rc, 0)
             var timeout = timeval(tv_sec: 15, tv_usec: 0)

@@ -9,6 +9,23 @@ import YaokTesting
 
 /// Bad bundles from the network get a specific custody refusal, are counted, and harm nothing.
 final class RouterRefusalTests: XCTestCase {
+    func testFrameAdmissionIsABucketOfOneSecondAndABacklogPerLink() {
+        let a = FrameAdmission(framesPerSecond: 5)
+        let key = LinkKey(transport: "udp", link: 1)
+        XCTAssertEqual((0..<6).map { _ in a.admit(key) }, [.admitted, .admitted, .admitted, .admitted, .admitted, .rateLimited])
+        XCTAssertEqual(a.admit(LinkKey(transport: "udp", link: 2)), .admitted, "each link has its own bucket")
+        Thread.sleep(forTimeInterval: 0.25)
+        XCTAssertEqual(a.admit(key), .admitted, "a token comes back in 200 ms at 5/s")
+
+        let fast = FrameAdmission(framesPerSecond: 100_000)
+        for _ in 0..<FrameAdmission.maxBacklog { XCTAssertEqual(fast.admit(key), .admitted) }
+        XCTAssertEqual(fast.admit(key), .backlogFull)
+        fast.done(key)
+        XCTAssertEqual(fast.admit(key), .admitted)
+        XCTAssertEqual(a.dropped.rateLimited, 1)
+        XCTAssertEqual(fast.dropped.backlogFull, 1)
+    }
+
     func testRefusalsAreSpecificAndCounted() throws {
         let hubExe = try TestSupport.product("yaok-hub")
         let plugins = try TestSupport.pluginDirectory(self)

@@ -204,8 +204,8 @@ final class RawPeer: @unchecked Sendable {
     let up = DispatchSemaphore(value: 0)
 
     init(identity: Identity, role: PeerRole, hubPort: UInt16, host: String = "127.0.0.1") throws {
-        engine = UDPLinkEngine(identity: identity, role: role, listen: SocketAddress(host: host, port: 0),
-                               staticPeers: [SocketAddress(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
+        engine = UDPLinkEngine(identity: identity, role: role, listen: IPEndpoint(host: host, port: 0),
+                               staticPeers: [IPEndpoint(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
         engine.events = .init(
             linkUp: { [weak self] info in
                 self?.lock.withLock { self?.link = info.id }
@@ -325,5 +325,15 @@ struct TrustedHubPair {
         (dirA, dirB, self.portA, self.portB) = (a.dir, b.dir, portA, portB)
         configA = config(a.dir, port: portA, peers: [portB], trusting: b.identity)
         configB = config(b.dir, port: portB, peers: [], trusting: a.identity)
+    }
+}
+
+extension IPEndpoint {
+    /// An IPv4 endpoint as a kernel `sockaddr_in`, for the tests' raw IPv4 UDP and TCP sockets.
+    var sockaddr: sockaddr_in {
+        precondition(!isIPv6, "sockaddr_in is IPv4")
+        var sa = sockaddr_in()
+        withSockaddr { p, _ in p.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { sa = $0.pointee } }
+        return sa
     }
 }

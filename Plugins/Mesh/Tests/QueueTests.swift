@@ -61,4 +61,37 @@ final class QueueTests: XCTestCase {
         b.reset()
         XCTAssertLessThanOrEqual(b.nextDelayMs(), 1_250)
     }
+
+    func testTokenBucketOnANanosecondClock() {
+        var r = TokenBucket(capacity: 4, nowNs: 1_000)
+        for _ in 0..<4 {
+            r.refill(capacity: 4, perSecond: 4, nowNs: 1_000)
+            r.tokens -= 1
+        }
+        XCTAssertEqual(r.tokens, 0)
+        r.refill(capacity: 4, perSecond: 4, nowNs: 1_000 + 500_000_000)
+        XCTAssertEqual(r.tokens, 2, accuracy: 1e-9, "half a second at 4/s")
+        r.refill(capacity: 4, perSecond: 4, nowNs: 1_000 + 400_000_000)
+        XCTAssertEqual(r.tokens, 2, accuracy: 1e-9, "an older reading (a thread late to the lock) adds nothing")
+        XCTAssertEqual(r.last, 1_000 + 500_000_000)
+        r.refill(capacity: 4, perSecond: 4, nowNs: 60_000_000_000)
+        XCTAssertEqual(r.tokens, 4, "never more than the capacity")
+    }
+
+    func testBackoffWithoutJitterGivesTheNominalSequence() {
+        var b = Backoff(baseMs: 100, capMs: 5_000, jitter: false)
+        XCTAssertEqual((0..<8).map { _ in b.nextDelayMs() }, [100, 200, 400, 800, 1_600, 3_200, 5_000, 5_000])
+        XCTAssertEqual(b.failures, 8)
+        b.reset()
+        XCTAssertEqual(b.nextDelayMs(), 100)
+    }
+
+    func testBackoffDelayForAFailureCount() {
+        XCTAssertEqual((1...7).map { Backoff.delayMs(failures: $0, baseMs: 1_000, capMs: 60_000) },
+                       [1_000, 2_000, 4_000, 8_000, 16_000, 32_000, 60_000])
+        XCTAssertEqual(Backoff.delayMs(failures: 0, baseMs: 1_000, capMs: 60_000), 1_000, "no failure yet counts as the first")
+        XCTAssertEqual(Backoff.delayMs(failures: 1_000_000, baseMs: 1_000, capMs: 60_000), 60_000, "a long run stays at the cap")
+        XCTAssertEqual(Backoff.delayMs(failures: 100, baseMs: 1, capMs: .max), .max, "doubling near the top does not overflow")
+        XCTAssertEqual(Backoff.delayMs(failures: 3, baseMs: 1_000, capMs: 30_000), 4_000)
+    }
 }

@@ -146,7 +146,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 wssIndex += 1
                 nodes.append(RelayClient.Node(address: url.address, makeLink: RelayWebSocketLink.factory(url: url, spkiSHA256: pin), name: url.description))
             } else {
-                guard let a = RelayAddress(parsing: text), a.port > 0 else {
+                guard let a = (try? IPEndpoint.parse(text, allowingNames: true)), a.port > 0 else {
                     throw config.error(key, "\(which)expected host:port or wss://host:port, got \"\(text)\"")
                 }
                 nodes.append(RelayClient.Node(address: a))

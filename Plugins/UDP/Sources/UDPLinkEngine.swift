@@ -52,8 +52,9 @@ public final class UDPLinkEngine: @unchecked Sendable {
     /// Largest record carried in one datagram.
     public static let mtu = 65_000
 
-    public let listen: SocketAddress
-    public let staticPeers: [SocketAddress]
+    /// IPv4 addresses: the socket is `AF_INET` (the config takes IPv4 `host:port` only).
+    public let listen: IPEndpoint
+    public let staticPeers: [IPEndpoint]
     private let identity: LinkIdentity
     private let role: PeerRole
     private let clock: @Sendable () -> Int64
@@ -71,15 +72,15 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private var fd: Int32 = -1
     private var running = false
     private var thread: Thread?
-    private var sessions: [SocketAddress: Session] = [:]
+    private var sessions: [IPEndpoint: Session] = [:]
     private var lastVersionLogMs: Int64 = -60_000
-    private var byLink: [LinkID: SocketAddress] = [:]
+    private var byLink: [LinkID: IPEndpoint] = [:]
     private var nextLinkID: LinkID = 1
     private var counters = Counters()
     private var lastError: String?
 
     final class Session {
-        let address: SocketAddress
+        let address: IPEndpoint
         let linkID: LinkID
         /// The live session once up; before that, the handshake in progress.
         var link: SecureLink
@@ -96,7 +97,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var lastAuthenticMs: Int64
         var lastHelloMs: Int64 = 0
         var lastPingMs: Int64 = 0
-        init(address: SocketAddress, linkID: LinkID, link: SecureLink, now: Int64) {
+        init(address: IPEndpoint, linkID: LinkID, link: SecureLink, now: Int64) {
             self.address = address
             self.linkID = linkID
             self.link = link
@@ -106,7 +107,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
     }
 
-    public init(identity: LinkIdentity, role: PeerRole, listen: SocketAddress, staticPeers: [SocketAddress],
+    public init(identity: LinkIdentity, role: PeerRole, listen: IPEndpoint, staticPeers: [IPEndpoint],
                 clock: @escaping @Sendable () -> Int64,
                 idleTimeoutMs: Int64 = 45_000, keepaliveMs: Int64 = 10_000, maxSessions: Int = 256, maxPending: Int = 64) {
         self.identity = identity
@@ -122,7 +123,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     }
 
     /// The bound local address (useful when listening on port 0).
-    public private(set) var boundAddress: SocketAddress?
+    public private(set) var boundAddress: IPEndpoint?
 
     /// Binds the socket and starts the receive thread.
     public func start() throws {
@@ -130,19 +131,12 @@ public final class UDPLinkEngine: @unchecked Sendable {
         guard fd >= 0 else { throw TransportError.system(call: "socket", errno: errno) }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = listen.sockaddr
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-        }
-        guard rc == 0 else {
+        guard PosixSocket.bind(fd, listen) == 0 else {
             let e = errno
             close(fd)
             throw TransportError.failed("cannot bind UDP \(listen): \(String(cString: strerror(e)))")
         }
-        var bound = sockaddr_in()
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &bound) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        boundAddress = SocketAddress(bound)
+        boundAddress = PosixSocket.localAddress(fd)
         var rcvbuf: Int32 = 4 << 20
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, socklen_t(MemoryLayout<Int32>.size))
         lock.withLock {
@@ -157,7 +151,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Stops the receive thread, reports every link down and closes the socket.
     public func stop() {
-        let (fd, links, goodbyes): (Int32, [LinkID], [(SocketAddress, [UInt8])]) = lock.withLock {
+        let (fd, links, goodbyes): (Int32, [LinkID], [(IPEndpoint, [UInt8])]) = lock.withLock {
             guard running else { return (-1, [], []) }
             running = false
             let up = sessions.values.filter(\.up)
@@ -177,7 +171,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     /// Seals one record and sends it to an up link.
     public func send(_ frame: [UInt8], to link: LinkID) throws {
         guard frame.count <= Self.mtu else { throw TransportError.frameTooLarge(size: frame.count, mtu: Self.mtu) }
-        let (fd, address, sealed): (Int32, SocketAddress?, [UInt8]?) = try lock.withLock {
+        let (fd, address, sealed): (Int32, IPEndpoint?, [UInt8]?) = try lock.withLock {
             guard let address = byLink[link], let s = sessions[address], s.up else { return (self.fd, nil, nil) }
             return (self.fd, address, try s.link.seal(frame))
         }
@@ -191,14 +185,11 @@ public final class UDPLinkEngine: @unchecked Sendable {
     public var sessionCount: Int { lock.withLock { sessions.count } }
     public var lastErrorSnapshot: String? { lock.withLock { lastError } }
     /// Remote addresses whose link is up.
-    public var upLinks: [(LinkID, SocketAddress)] { lock.withLock { sessions.values.filter(\.up).map { ($0.linkID, $0.address) } } }
+    public var upLinks: [(LinkID, IPEndpoint)] { lock.withLock { sessions.values.filter(\.up).map { ($0.linkID, $0.address) } } }
 
-    private func sendDatagram(_ bytes: [UInt8], to address: SocketAddress, fd: Int32) throws {
-        var addr = address.sockaddr
-        let n = withUnsafePointer(to: &addr) { a in
-            a.withMemoryRebound(to: sockaddr.self, capacity: 1) { sa in
-                bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-            }
+    private func sendDatagram(_ bytes: [UInt8], to address: IPEndpoint, fd: Int32) throws {
+        let n = address.withSockaddr { sa, len in
+            bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL), sa, len) }
         }
         guard n == bytes.count else {
             let e = errno
@@ -226,7 +217,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 }
             }
             if n <= 0 { continue }
-            receive(Array(buffer[0..<n]), from: SocketAddress(from), fd: fd)
+            receive(Array(buffer[0..<n]), from: IPEndpoint(from), fd: fd)
         }
     }
 
@@ -239,7 +230,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     /// so); when all `maxPending` are taken, the oldest half-open one gives way, so a flood of
     /// validated hellos delays an honest handshake by at most its own round trip instead of
     /// locking it out. Configured peers are never evicted. Under the lock.
-    private func roomForHalfOpen(from address: SocketAddress) -> Bool {
+    private func roomForHalfOpen(from address: IPEndpoint) -> Bool {
         let halfOpen = sessions.values.filter { !$0.up && !staticPeers.contains($0.address) }
         guard halfOpen.filter({ $0.address.host == address.host }).count < maxPendingPerHost else { return false }
         if halfOpen.count >= maxPending, let oldest = halfOpen.min(by: { $0.createdMs < $1.createdMs }) {
@@ -250,7 +241,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     }
 
     /// Whether a new established session for `key` at `address` fits, keeping a slot for every configured peer.
-    private func hasSlot(for key: [UInt8], at address: SocketAddress) -> Bool {
+    private func hasSlot(for key: [UInt8], at address: IPEndpoint) -> Bool {
         let established = sessions.values.filter(\.up)
         if established.filter({ $0.link.peer?.signingKey == key }).count >= maxSessionsPerKey { return false }
         if staticPeers.contains(address) { return true }
@@ -263,7 +254,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                  peerRole: peer.role, mtu: Self.mtu, cost: 10, kind: "udp", remote: s.address.description)
     }
 
-    private func receive(_ datagram: [UInt8], from address: SocketAddress, fd: Int32) {
+    private func receive(_ datagram: [UInt8], from address: IPEndpoint, fd: Int32) {
         let now = clock()
         guard let record = try? TLVRecord(parsing: datagram) else {
             lock.withLock { counters.dropped += 1 }
@@ -395,7 +386,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         if let deliver { events.frame(deliver, linkForDelivery) }
     }
 
-    private func makeSession(_ address: SocketAddress, link: SecureLink, now: Int64) -> Session {
+    private func makeSession(_ address: IPEndpoint, link: SecureLink, now: Int64) -> Session {
         let s = Session(address: address, linkID: nextLinkID, link: link, now: now)
         nextLinkID += 1
         sessions[address] = s
@@ -432,7 +423,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     /// Timers: dial configured peers, keep links alive, re-handshake a silent one, expire idle ones.
     private func tick(_ fd: Int32) {
         let now = clock()
-        var toSend: [([UInt8], SocketAddress)] = []
+        var toSend: [([UInt8], IPEndpoint)] = []
         var down: [(LinkID, String)] = []
         lock.withLock {
             for peer in staticPeers {

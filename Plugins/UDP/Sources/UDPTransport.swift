@@ -18,11 +18,11 @@ public final class UDPTransport: Transport, @unchecked Sendable {
         let config = context.config
         try config.rejectUnknownKeys(allowed: ["listen", "peers", "idle_timeout_s", "keepalive_s", "max_sessions"])
         let listenText = try config.string("listen", default: "0.0.0.0:7811")
-        guard let listen = SocketAddress(parsing: listenText) else {
+        guard let listen = IPEndpoint(parsing: listenText), !listen.isIPv6 else {
             throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\"")
         }
-        let peers = try config.strings("peers", default: []).map { text -> SocketAddress in
-            guard let a = SocketAddress(parsing: text) else { throw config.error("peers", "expected IPv4 host:port, got \"\(text)\"") }
+        let peers = try config.strings("peers", default: []).map { text -> IPEndpoint in
+            guard let a = IPEndpoint(parsing: text), !a.isIPv6 else { throw config.error("peers", "expected IPv4 host:port, got \"\(text)\"") }
             return a
         }
         let idle = try config.int("idle_timeout_s", default: 45, range: 3...3600)

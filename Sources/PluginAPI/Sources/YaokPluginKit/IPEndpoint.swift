@@ -4,14 +4,16 @@ import Glibc
 import Musl
 #endif
 
-/// An IPv4 or IPv6 address and TCP/UDP port, as written in the config: `10.0.0.2:7813`,
-/// `[2001:db8::2]:7813`, or a link-local `[fe80::2%eth0]:7813` (the scope names the
-/// interface; a link-local address means nothing without it).
+/// The one host-and-port type of the code base: an IPv4 or IPv6 address and TCP/UDP port, as
+/// written in configs: `10.0.0.2:7813`, `[2001:db8::2]:7813`, or a link-local
+/// `[fe80::2%eth0]:7813` (the scope names the interface; a link-local address means nothing
+/// without it). Where the caller allows it (``parse(_:allowingNames:)``), the host may be a
+/// DNS name (`relay.example.org:7900`), turned into addresses by ``resolved(socketType:)``.
 ///
-/// The stream links (mesh, Wi-Fi Direct, `tcp://`) use it; the IPv4-only ``SocketAddress`` is
-/// still what the UDP transport and the relay speak (folding the two is issue 19's).
+/// Every IP transport uses it: UDP, mesh, Wi-Fi Direct, `tcp://`, and the relay protocol.
 public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
-    /// The address in its canonical text form (`inet_ntop`): dotted quad or IPv6 without brackets.
+    /// The address in its canonical text form (`inet_ntop`): dotted quad or IPv6 without
+    /// brackets; or a DNS name (``isName``) as given.
     public var host: String
     public var port: UInt16
     /// The interface index of a link-local IPv6 address (`sin6_scope_id`); 0 otherwise.
@@ -21,6 +23,89 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         self.host = host
         self.port = port
         self.scopeID = scopeID
+    }
+
+    /// Why a `host:port` text is not an address.
+    public enum ParseError: Error, Equatable, CustomStringConvertible {
+        /// No `:port` after the host (`10.0.0.2`, `[::1]`).
+        case missingPort(String)
+        /// The port is not a number from 0 to 65535.
+        case badPort(String)
+        /// `[` without its `]`.
+        case unclosedBracket(String)
+        /// The host is no IPv4 or IPv6 address (nor a DNS name, where names are allowed).
+        case badHost(String)
+        /// A link-local scope (`%eth0`) that is empty, too long or names no interface.
+        case badScope(String)
+        /// A DNS name where only IP literals are taken (a field hub may have no resolver).
+        case nameNotAllowed(String)
+
+        public var description: String {
+            switch self {
+            case .missingPort(let t): return "\"\(t)\" has no port: expected host:port or [IPv6]:port"
+            case .badPort(let t): return "\"\(t)\": the port must be a number from 0 to 65535"
+            case .unclosedBracket(let t): return "\"\(t)\": '[' without ']' (an IPv6 address is written [2001:db8::1]:port)"
+            case .badHost(let t): return "\"\(t)\" is not an IPv4 address, [IPv6] address or DNS name"
+            case .badScope(let t): return "\"\(t)\": the interface after '%' is empty, too long or does not exist"
+            case .nameNotAllowed(let t): return "\"\(t)\": expected an IPv4 or [IPv6] address here, not a name"
+            }
+        }
+    }
+
+    /// A host name that could be a DNS name: 1 to 253 bytes of letters, digits, '-', '_' and '.'.
+    private static func isPlausibleName(_ host: String) -> Bool {
+        !host.isEmpty && host.utf8.count <= 253
+            && host.utf8.allSatisfy { $0 == 0x2d || $0 == 0x2e || $0 == 0x5f || (0x30...0x39).contains($0) || (0x41...0x5a).contains($0) || (0x61...0x7a).contains($0) }
+    }
+
+    /// Parses `host:port` (an IPv4 literal, or `localhost` as 127.0.0.1), or `[ipv6]:port`, where
+    /// a link-local IPv6 address carries its interface as `%name` or `%index`; with
+    /// `allowingNames`, also `name:port` (kept as given, `localhost` included, for
+    /// ``resolved(socketType:)``). Throws a ``ParseError`` naming what is wrong.
+    public static func parse(_ text: String, allowingNames: Bool = false) throws -> IPEndpoint {
+        if text.hasPrefix("[") {
+            guard let close = text.firstIndex(of: "]") else { throw ParseError.unclosedBracket(text) }
+            var host = String(text[text.index(after: text.startIndex)..<close])
+            let rest = text[text.index(after: close)...]
+            guard rest.hasPrefix(":") else { throw rest.isEmpty ? ParseError.missingPort(text) : ParseError.badHost(text) }
+            let portText = rest.dropFirst()
+            guard !portText.isEmpty else { throw ParseError.missingPort(text) }
+            guard let port = UInt16(portText) else { throw ParseError.badPort(text) }
+            var scope: UInt32 = 0
+            if let percent = host.firstIndex(of: "%") {
+                let name = String(host[host.index(after: percent)...])
+                host = String(host[..<percent])
+                guard !name.isEmpty, name.utf8.count <= 15 else { throw ParseError.badScope(text) }
+                if let index = UInt32(name) {
+                    scope = index
+                } else {
+                    scope = if_nametoindex(name)
+                    guard scope != 0 else { throw ParseError.badScope(text) }
+                }
+            }
+            var probe = in6_addr()
+            guard !host.isEmpty, inet_pton(AF_INET6, host, &probe) == 1 else { throw ParseError.badHost(text) }
+            return IPEndpoint(host: Self.text(of: probe), port: port, scopeID: scope)
+        }
+        guard let colon = text.lastIndex(of: ":") else { throw ParseError.missingPort(text) }
+        var host = String(text[..<colon])
+        let portText = text[text.index(after: colon)...]
+        guard !portText.isEmpty else { throw ParseError.missingPort(text) }
+        guard let port = UInt16(portText) else { throw ParseError.badPort(text) }
+        var probe = in_addr()
+        if inet_pton(AF_INET, host, &probe) == 1 { return IPEndpoint(host: host, port: port) }
+        // An IPv6 address without brackets, or something else that is no name.
+        guard !host.contains(":"), isPlausibleName(host) else { throw ParseError.badHost(text) }
+        if allowingNames { return IPEndpoint(host: host, port: port) }
+        if host == "localhost" { host = "127.0.0.1" }
+        guard inet_pton(AF_INET, host, &probe) == 1 else { throw ParseError.nameNotAllowed(text) }
+        return IPEndpoint(host: host, port: port)
+    }
+
+    /// Whether `host` is a DNS name rather than an IP address.
+    public var isName: Bool {
+        var probe = in_addr()
+        return !host.contains(":") && inet_pton(AF_INET, host, &probe) != 1
     }
 
     /// Whether this is an IPv6 address.
@@ -35,36 +120,48 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
     /// `AF_INET` or `AF_INET6`.
     public var family: Int32 { isIPv6 ? AF_INET6 : AF_INET }
 
-    /// Parses `host:port` (IPv4 literal or `localhost`) or `[ipv6]:port`, where a
-    /// link-local IPv6 address carries its interface as `%name` or `%index`. Nil when
-    /// malformed, or when a named interface does not exist.
+    /// Parses like ``parse(_:allowingNames:)`` without names; nil when malformed, or when a
+    /// named interface does not exist.
     public init?(parsing text: String) {
-        guard let colon = text.lastIndex(of: ":"), let port = UInt16(text[text.index(after: colon)...]) else { return nil }
-        var host = String(text[..<colon])
-        if host.hasPrefix("[") {
-            guard host.hasSuffix("]"), host.count > 2 else { return nil }
-            host = String(host.dropFirst().dropLast())
-            var scope: UInt32 = 0
-            if let percent = host.firstIndex(of: "%") {
-                let name = String(host[host.index(after: percent)...])
-                host = String(host[..<percent])
-                guard !name.isEmpty, name.utf8.count <= 15 else { return nil }
-                if let index = UInt32(name) {
-                    scope = index
-                } else {
-                    scope = if_nametoindex(name)
-                    guard scope != 0 else { return nil }
-                }
-            }
-            var probe = in6_addr()
-            guard inet_pton(AF_INET6, host, &probe) == 1 else { return nil }
-            self.init(host: Self.text(of: probe), port: port, scopeID: scope)
-            return
+        guard let parsed = try? Self.parse(text) else { return nil }
+        self = parsed
+    }
+
+    /// A name the resolver could not turn into an address.
+    public struct ResolveError: Error, Equatable, CustomStringConvertible {
+        public let host: String
+        /// The resolver's words (`gai_strerror`).
+        public let reason: String
+        public init(host: String, reason: String) {
+            self.host = host
+            self.reason = reason
         }
-        if host == "localhost" { host = "127.0.0.1" }
-        var probe = in_addr()
-        guard inet_pton(AF_INET, host, &probe) == 1 else { return nil }
-        self.init(host: host, port: port)
+        public var description: String { "cannot resolve \(host): \(reason)" }
+    }
+
+    /// The addresses to send to: this one when ``host`` is an IP address, else what the
+    /// resolver (`getaddrinfo`) answers for the name, in its order of preference.
+    public func resolved(socketType: Int32 = Int32(SOCK_DGRAM.rawValue)) throws -> [IPEndpoint] {
+        guard isName else { return [self] }
+        var hints = addrinfo()
+        hints.ai_family = AF_UNSPEC
+        hints.ai_socktype = socketType
+        var result: UnsafeMutablePointer<addrinfo>?
+        let rc = getaddrinfo(host, String(port), &hints, &result)
+        guard rc == 0 else { throw ResolveError(host: host, reason: String(cString: gai_strerror(rc))) }
+        defer { freeaddrinfo(result) }
+        var out: [IPEndpoint] = []
+        var next = result
+        while let ai = next {
+            if let addr = ai.pointee.ai_addr {
+                var storage = sockaddr_storage()
+                withUnsafeMutableBytes(of: &storage) { $0.copyMemory(from: UnsafeRawBufferPointer(start: addr, count: Int(ai.pointee.ai_addrlen))) }
+                if let e = IPEndpoint(storage: storage) { out.append(e) }
+            }
+            next = ai.pointee.ai_next
+        }
+        guard !out.isEmpty else { throw ResolveError(host: host, reason: "no IP address") }
+        return out
     }
 
     /// A host given apart from its port (`10.0.0.2`, `2001:db8::2`, `[fe80::2%wlan0]`, `localhost`),
@@ -104,7 +201,8 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Calls `body` with the address as a kernel `sockaddr` and its length.
+    /// Calls `body` with the address as a kernel `sockaddr` and its length. For an IP address;
+    /// a name is first turned into those by ``resolved(socketType:)``.
     public func withSockaddr<R>(_ body: (UnsafePointer<sockaddr>, socklen_t) -> R) -> R {
         if isIPv6 {
             var sa = sockaddr_in6()
@@ -125,8 +223,13 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         }
     }
 
-    /// Dotted-quad text of an `in_addr` (the kit's conversion).
-    public static func text(of address: in_addr) -> String { SocketAddress.text(of: address) }
+    /// Dotted-quad text of an `in_addr`.
+    public static func text(of address: in_addr) -> String {
+        var a = address
+        var buf = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
+        inet_ntop(AF_INET, &a, &buf, socklen_t(buf.count))
+        return String(cString: buf)
+    }
 
     /// Canonical text of an `in6_addr`.
     public static func text(of address: in6_addr) -> String {
@@ -137,7 +240,11 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// Whether `host` is an IPv4 multicast group (224.0.0.0/4).
-    public static func isMulticast(_ host: String) -> Bool { SocketAddress.isMulticast(host) }
+    public static func isMulticast(_ host: String) -> Bool {
+        var a = in_addr()
+        guard inet_pton(AF_INET, host, &a) == 1 else { return false }
+        return (UInt32(bigEndian: a.s_addr) >> 28) == 0xE
+    }
 
     /// Whether `host` is an IPv6 multicast group of link-local scope (ff02::/16, or ff12::/16 transient).
     public static func isLinkLocalMulticast6(_ host: String) -> Bool {

@@ -1,15 +1,26 @@
-/// A token bucket: at most `capacity` tokens, refilled continuously at `perMs` tokens per
-/// millisecond. The one rate limiter of the code base: stream links, beacons and the relay's
-/// per-sender and per-prefix limits. Capacity and rate are passed on each call so that a
+/// A token bucket: at most `capacity` tokens, refilled continuously. The one rate limiter of
+/// the code base: stream links, beacons, the relay's per-sender and per-prefix limits and the
+/// router's per-link frame admission. Capacity and rate are passed on each call so that a
 /// table of many buckets (the relay's `BucketMap`) stores only two numbers per key.
+///
+/// A bucket keeps to one clock: milliseconds (`nowMs`, a rate `perMs`), or nanoseconds of a
+/// monotonic clock (`nowNs`, a rate `perSecond`) for callers that time frames finer than a
+/// millisecond.
 public struct TokenBucket: Sendable {
     public var tokens: Double
-    public var lastMs: Int64
+    /// When the bucket was last refilled, on its clock (milliseconds or nanoseconds).
+    public var last: Int64
 
     /// A full bucket.
     public init(capacity: Double, nowMs: Int64) {
         tokens = capacity
-        lastMs = nowMs
+        last = nowMs
+    }
+
+    /// A full bucket on a nanosecond clock.
+    public init(capacity: Double, nowNs: Int64) {
+        tokens = capacity
+        last = nowNs
     }
 
     /// Takes one token if available; otherwise returns the milliseconds until one is.
@@ -23,15 +34,24 @@ public struct TokenBucket: Sendable {
     }
 
     public mutating func refill(capacity: Double, perMs: Double, nowMs: Int64) {
-        if nowMs > lastMs {
-            tokens = min(capacity, tokens + Double(nowMs - lastMs) * perMs)
-            lastMs = nowMs
+        if nowMs > last {
+            tokens = min(capacity, tokens + Double(nowMs - last) * perMs)
+            last = nowMs
+        }
+    }
+
+    /// Refills a bucket on a nanosecond clock at `perSecond` tokens a second. A reading
+    /// older than the last (threads racing to the bucket's lock) adds nothing.
+    public mutating func refill(capacity: Double, perSecond: Double, nowNs: Int64) {
+        if nowNs > last {
+            tokens = min(capacity, tokens + Double(nowNs - last) / 1e9 * perSecond)
+            last = nowNs
         }
     }
 
     /// Whether the bucket has refilled completely (then it behaves like a new one).
     public func isFull(capacity: Double, perMs: Double, nowMs: Int64) -> Bool {
-        tokens + Double(max(0, nowMs - lastMs)) * perMs >= capacity
+        tokens + Double(max(0, nowMs - last)) * perMs >= capacity
     }
 }
 
