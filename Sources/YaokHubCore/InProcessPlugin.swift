@@ -76,7 +76,7 @@ final class InProcessPlugin: @unchecked Sendable {
         guard let created else {
             me.release()
             unmanagedSelf = nil
-            throw TransportHostError.createFailed(transport: instanceName, reason: String(cString: error))
+            throw TransportHostError.createFailed(transport: instanceName, reason: String(nulTerminated: error))
         }
         lock.withLock { instance = created }
     }
@@ -86,7 +86,7 @@ final class InProcessPlugin: @unchecked Sendable {
         guard let instance = lock.withLock({ instance }) else { throw TransportError.notRunning }
         var error = [CChar](repeating: 0, count: 1024)
         let rc = error.withUnsafeMutableBufferPointer { descriptor.start(instance, $0.baseAddress, $0.count) }
-        guard rc == 0 else { throw SendRefusal(result: SendResult(code: rc) ?? .failed, reason: String(cString: error)) }
+        guard rc == 0 else { throw TransportError.failed(String(nulTerminated: error)) }
     }
 
     func stop() {
@@ -108,7 +108,7 @@ final class InProcessPlugin: @unchecked Sendable {
         let rc = frame.withUnsafeBufferPointer { f in
             error.withUnsafeMutableBufferPointer { e in descriptor.send(instance, link, f.baseAddress, f.count, e.baseAddress, e.count) }
         }
-        guard rc == 0 else { throw SendRefusal(result: SendResult(code: rc) ?? .failed, reason: String(cString: error)) }
+        guard rc == 0 else { throw SendRefusal(result: SendResult(code: rc) ?? .failed, reason: String(nulTerminated: error)) }
     }
 
     /// The plugin's `status_json`, or nil before `create`.

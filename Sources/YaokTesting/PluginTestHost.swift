@@ -2,6 +2,7 @@ import CYaokPlugin
 import Foundation
 import XCTest
 import YaokCrypto
+import YaokPluginKit
 
 /// A host for one instance of a built transport plugin (`libyaok-plugin-<kind>.so`, loaded
 /// with dlopen like the hub does), speaking the real C ABI (`yaok_host_api`) with an identity
@@ -130,13 +131,13 @@ public final class PluginTestHost: @unchecked Sendable {
         self.api = api
         var error = [CChar](repeating: 0, count: 1024)
         instance = error.withUnsafeMutableBufferPointer { descriptor.pointee.create(api, $0.baseAddress, $0.count) }
-        return instance == nil ? Self.text(error) : nil
+        return instance == nil ? String(nulTerminated: error) : nil
     }
 
     public func start() throws {
         var error = [CChar](repeating: 0, count: 1024)
         let rc = error.withUnsafeMutableBufferPointer { descriptor.pointee.start(instance, $0.baseAddress, $0.count) }
-        if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: Self.text(error)]) }
+        if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(nulTerminated: error)]) }
     }
 
     /// Sends a frame to the plugin; returns its error text on failure.
@@ -152,12 +153,7 @@ public final class PluginTestHost: @unchecked Sendable {
         let rc = frame.withUnsafeBufferPointer { f in
             error.withUnsafeMutableBufferPointer { descriptor.pointee.send(instance, link, f.baseAddress, f.count, $0.baseAddress, $0.count) }
         }
-        return (rc, rc == 0 ? "" : Self.text(error))
-    }
-
-    /// The NUL-terminated text a plugin wrote into an error buffer.
-    static func text(_ buffer: [CChar]) -> String {
-        String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return (rc, rc == 0 ? "" : String(nulTerminated: error))
     }
 
     /// Stops the instance (the hub's `stop`); `deinit` destroys it.
