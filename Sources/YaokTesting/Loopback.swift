@@ -13,6 +13,19 @@ public enum Loopback {
         public var description: String { "\(what): \(String(cString: strerror(errno)))" }
     }
 
+    /// A port on 127.0.0.1 that was free a moment ago (`type`: SOCK_STREAM or SOCK_DGRAM).
+    public static func freePort(type: Int32 = Int32(SOCK_STREAM.rawValue)) -> UInt16 {
+        let fd = socket(AF_INET, type, 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
+        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
+        return UInt16(bigEndian: addr.sin_port)
+    }
+
     /// A TCP socket connected to 127.0.0.1:`port`, each receive bounded by `receiveTimeout`
     /// seconds; the caller closes it.
     public static func connectTCP(port: Int, receiveTimeout: Int = 10) throws -> Int32 {

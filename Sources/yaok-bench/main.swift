@@ -85,8 +85,10 @@ print("== secure link session (Noise NN + Ed25519 identities; Docs/protocol.md Â
 func inMemoryHandshake() throws -> (SecureLink, SecureLink) {
     let i = SecureLink(identity: alice, role: .endpoint, isInitiator: true, channel: .stream)
     let r = SecureLink(identity: bob, role: .hub, isInitiator: false, channel: .stream)
-    guard case .send(let reply)? = try r.receive(TLVRecord(parsing: i.hello())).first,
-          case .send(let identityFrame)? = try i.receive(TLVRecord(parsing: reply)).first else { fatalError("handshake") }
+    let answer = try r.receive(TLVRecord(parsing: i.hello()))
+    guard case .send(let reply)? = answer.first else { fatalError("handshake") }
+    let proof = try i.receive(TLVRecord(parsing: reply))
+    guard case .send(let identityFrame)? = proof.first else { fatalError("handshake") }
     _ = try r.receive(TLVRecord(parsing: identityFrame))
     return (i, r)
 }

@@ -71,18 +71,6 @@ final class ConsoleTLSTests: XCTestCase {
         return (obj["fp"] as? String ?? "", obj["status"] as? Int ?? 0, obj["cookies"] as? [String] ?? [])
     }
 
-    static func freePort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return Int(UInt16(bigEndian: addr.sin_port))
-    }
-
     func testASelfSignedPairIsMadeOnceWithAPrivateKeyThenKept() throws {
         let crt = dir + "/console-tls.crt", key = dir + "/console-tls.key"
         let first = try ConsoleCertificate.loadOrCreate(certificatePath: crt, keyPath: key,
@@ -152,7 +140,7 @@ final class ConsoleTLSTests: XCTestCase {
     func testRunnerRestartsOnAChangedSectionAndFreesTheOldPort() throws {
         let runner = ConsoleRunner(backend: FakeBackend(), dataDirectory: dir, logger: logger)
         defer { runner.stop() }
-        let plainPort = Self.freePort()
+        let plainPort = Int(Loopback.freePort())
         let plain = HubConfig.ConsoleSettings(enabled: true, listen: "127.0.0.1:\(plainPort)")
         runner.apply(plain)
         let first = try XCTUnwrap(runner.current)
@@ -165,7 +153,7 @@ final class ConsoleTLSTests: XCTestCase {
         runner.apply(plain)
         XCTAssertTrue(runner.current === first, "an unchanged section must leave the running console alone")
 
-        let tlsPort = Self.freePort()
+        let tlsPort = Int(Loopback.freePort())
         let started = Date()
         runner.apply(HubConfig.ConsoleSettings(enabled: true, listen: "127.0.0.1:\(tlsPort)", tls: true))
         XCTAssertLessThan(Date().timeIntervalSince(started), 5, "the restart waited on the open event stream")

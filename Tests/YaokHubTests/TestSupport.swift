@@ -42,17 +42,7 @@ enum TestSupport {
     }
 
     /// A loopback port of `type` (SOCK_DGRAM or SOCK_STREAM) that was free a moment ago.
-    static func freePort(type: Int32) -> UInt16 {
-        let fd = socket(AF_INET, type, 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        _ = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return UInt16(bigEndian: addr.sin_port)
-    }
+    static func freePort(type: Int32) -> UInt16 { Loopback.freePort(type: type) }
 
     /// A fresh plugin directory (safe permissions) holding copies of the named built plugins.
     static func pluginDirectory(_ test: XCTestCase, plugins: [String] = ["udp"]) throws -> String {

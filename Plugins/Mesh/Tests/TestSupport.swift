@@ -53,12 +53,7 @@ enum MeshTestSupport {
     }
 
     /// A TCP port that was free a moment ago.
-    static func freePort() -> UInt16 {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        _ = PosixSocket.bind(fd, IPEndpoint(host: "127.0.0.1", port: 0))
-        return PosixSocket.localAddress(fd)?.port ?? 0
-    }
+    static func freePort() -> UInt16 { Loopback.freePort() }
 }
 
 /// A hand-driven TCP peer: connects to an engine and speaks raw TLV, to play a

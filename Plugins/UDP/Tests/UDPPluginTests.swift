@@ -9,18 +9,6 @@ import YaokTesting
 /// the C ABI by ``PluginTestHost``, over real UDP sockets on loopback. This is the pattern
 /// Docs/plugin-guide.md shows plugin authors.
 final class UDPPluginTests: XCTestCase {
-    static func freeUDPPort() -> Int {
-        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) } }
-        _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        return Int(UInt16(bigEndian: addr.sin_port))
-    }
-
     /// A started instance listening on 127.0.0.1.
     func hub(port: Int, extra: [String: Any] = [:]) throws -> PluginTestHost {
         let host = try PluginTestHost(plugin: "udp")
@@ -32,7 +20,7 @@ final class UDPPluginTests: XCTestCase {
     }
 
     func testTwoHubsLinkWithProvenKeysAndCarryFramesBothWays() throws {
-        let (portA, portB) = (Self.freeUDPPort(), Self.freeUDPPort())
+        let (portA, portB) = (Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))), Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))))
         let a = try hub(port: portA)
         let markA = a.mark
         let b = try hub(port: portB, extra: ["peers": ["127.0.0.1:\(portA)"]])
@@ -83,7 +71,7 @@ final class UDPPluginTests: XCTestCase {
     }
 
     func testStatusSaysRunningAndNamesTheAddress() throws {
-        let port = Self.freeUDPPort()
+        let port = Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue)))
         let a = try hub(port: port)
         let status = a.statusJSON()
         XCTAssertEqual(status["state"] as? String, "running")
@@ -102,7 +90,7 @@ final class UDPPluginTests: XCTestCase {
     }
 
     func testGarbageAndForgedFramesFromTheNetworkMakeNoLink() throws {
-        let port = Self.freeUDPPort()
+        let port = Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue)))
         let a = try hub(port: port)
         // An attacker without keys: random bytes, then a record in clear outside any handshake.
         let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
@@ -125,7 +113,7 @@ final class UDPPluginTests: XCTestCase {
     }
 
     func testALinkGoesDownWhenThePeerStops() throws {
-        let (portA, portB) = (Self.freeUDPPort(), Self.freeUDPPort())
+        let (portA, portB) = (Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))), Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))))
         let a = try hub(port: portA, extra: ["idle_timeout_s": 3, "keepalive_s": 1])
         let b = try hub(port: portB, extra: ["peers": ["127.0.0.1:\(portA)"], "idle_timeout_s": 3, "keepalive_s": 1])
         let linkA = try a.wait("A's link", after: 0) { e -> UInt64? in

@@ -35,8 +35,8 @@ public final class ChildProcess: @unchecked Sendable {
         guard FileManager.default.isExecutableFile(atPath: executable) else {
             throw ChildProcessError.binaryMissing(path: executable, hint: hint)
         }
-        FileManager.default.createFile(atPath: logPath, contents: nil, attributes: [.posixPermissions: 0o600])
-        guard let log = FileHandle(forWritingAtPath: logPath) else {
+        guard FileManager.default.createFile(atPath: logPath, contents: nil, attributes: [.posixPermissions: 0o600]),
+              let log = FileHandle(forWritingAtPath: logPath) else {
             throw ChildProcessError.launchFailed(path: executable, reason: "cannot write its log \(logPath)")
         }
         process.executableURL = URL(fileURLWithPath: executable)
@@ -52,7 +52,9 @@ public final class ChildProcess: @unchecked Sendable {
 
     /// Records our child's pid in `path`, so a later start can end it if this process died
     /// without stopping it (a crashed hub must not leave a supplicant holding the radio).
-    public func writePIDFile(_ path: String) {
+    /// False if the file could not be written: only the clean-up after a crash of this process is lost.
+    @discardableResult
+    public func writePIDFile(_ path: String) -> Bool {
         FileManager.default.createFile(atPath: path, contents: Data("\(pid)\n".utf8), attributes: [.posixPermissions: 0o600])
     }
 

@@ -39,7 +39,9 @@ public enum SupplicantLauncher {
         let configPath = settings.runtimeDirectory + "/wpa_supplicant.conf"
         let previous = try? String(contentsOfFile: configPath, encoding: .utf8)
         let text = configText(settings: settings, controlDirectory: controlDirectory, previous: previous)
-        fm.createFile(atPath: configPath, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        guard fm.createFile(atPath: configPath, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600]) else {
+            throw ChildProcessError.launchFailed(path: settings.supplicantPath, reason: "cannot write its config \(configPath)")
+        }
         chmod(configPath, 0o600)
         let pidFile = settings.runtimeDirectory + "/wpa_supplicant.pid"
         // One left by a hub that did not stop cleanly would hold the radio and the socket.
@@ -106,7 +108,9 @@ public enum DHCPServer {
         let path = settings.runtimeDirectory + "/dnsmasq.conf"
         let pidFile = settings.runtimeDirectory + "/dnsmasq.pid"
         ChildProcess.endStale(pidFile: pidFile, command: "dnsmasq")
-        FileManager.default.createFile(atPath: path, contents: Data(configText(settings: settings, interface: interface).utf8))
+        guard FileManager.default.createFile(atPath: path, contents: Data(configText(settings: settings, interface: interface).utf8)) else {
+            throw ChildProcessError.launchFailed(path: settings.dnsmasqPath, reason: "cannot write its config \(path)")
+        }
         let child = try ChildProcess(executable: settings.dnsmasqPath,
                                 arguments: ["--keep-in-foreground", "--log-facility=-", "--conf-file=\(path)", "--pid-file="],
                                 logPath: settings.runtimeDirectory + "/dnsmasq.log",

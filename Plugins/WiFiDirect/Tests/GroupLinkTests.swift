@@ -82,7 +82,7 @@ final class GroupLinkTests: XCTestCase {
     }
 
     func testASilentLinkIsClosedAfterTheReadTimeout() throws {
-        let (server, r) = try started { $0.idleTimeoutMs = 600 }
+        let (_, r) = try started { $0.idleTimeoutMs = 600 }
         let client = try SecureStreamClient(to: address, identity: phone)
         r.wait("link up") { $0.ups.count == 1 }
         r.wait("link down", timeout: 5) { $0.downs.count == 1 }
@@ -210,7 +210,7 @@ final class GroupLinkTests: XCTestCase {
 
     /// Benchmark (printed, not asserted): 1 MB of 1 KB TLV records from phone to hub over loopback.
     func testBenchmarkOneMegabyteStream() throws {
-        let (server, r) = try started()
+        let (_, r) = try started()
         let client = try SecureStreamClient(to: address, identity: phone)
         r.wait("link up") { $0.ups.count == 1 }
         let frame = TLVRecord(.bundle, value: [UInt8](repeating: 7, count: 1021)).encoded

@@ -114,7 +114,7 @@ final class TransportTests: XCTestCase {
         func pid() -> Int32? { t.status.details["supplicant"].flatMap { Int32($0.replacingOccurrences(of: "managed pid ", with: "")) } }
         let first = try XCTUnwrap(pid())
         // The next start hangs before it creates its control socket.
-        FileManager.default.createFile(atPath: "\(dir)/slow-start", contents: nil)
+        XCTAssertTrue(FileManager.default.createFile(atPath: "\(dir)/slow-start", contents: nil))
         kill(first, SIGKILL)
         r.wait("the loss noticed", timeout: 5) { $0.logs.contains { $0.contains("lost wpa_supplicant") } }
         var second: Int32?

@@ -11,7 +11,7 @@ final class VMTests: XCTestCase {
     var dir: String { ProcessInfo.processInfo.environment["YAOK_WIFI_VM_DIR"] ?? "/tmp" }
 
     func note(_ name: String, _ text: String) {
-        FileManager.default.createFile(atPath: "\(dir)/\(name)", contents: Data((text + "\n").utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: "\(dir)/\(name)", contents: Data((text + "\n").utf8)), "cannot write \(dir)/\(name)")
         print("VM \(name): \(text)")
     }
 
