@@ -19,5 +19,5 @@ let package = Package(
         .target(name: "CYaokPlugin"),
         .target(name: "YaokPluginKit", dependencies: ["CYaokPlugin", "CSodium"]),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

@@ -5,6 +5,7 @@ import CYaokPlugin
 ///
 /// The table stays valid from `create` until `destroy` returns (ABI rule), so
 /// holding the raw pointer is safe for the instance's lifetime.
+// @unchecked: a pointer to the host's table, immutable and valid from create until destroy (ABI rule).
 struct HostAPI: @unchecked Sendable {
     let api: UnsafePointer<yaok_host_api>
 

@@ -228,7 +228,7 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         var a = address
         var buf = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
         inet_ntop(AF_INET, &a, &buf, socklen_t(buf.count))
-        return String(cString: buf)
+        return String(nulTerminated: buf)
     }
 
     /// Canonical text of an `in6_addr`.
@@ -236,7 +236,7 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         var a = address
         var buf = [CChar](repeating: 0, count: Int(INET6_ADDRSTRLEN))
         inet_ntop(AF_INET6, &a, &buf, socklen_t(buf.count))
-        return String(cString: buf)
+        return String(nulTerminated: buf)
     }
 
     /// Whether `host` is an IPv4 multicast group (224.0.0.0/4).
@@ -266,7 +266,7 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         guard isIPv6 else { return "\(host):\(port)" }
         guard scopeID != 0 else { return "[\(host)]:\(port)" }
         var name = [CChar](repeating: 0, count: Int(IF_NAMESIZE) + 1)
-        let scope = if_indextoname(scopeID, &name) != nil ? String(cString: name) : String(scopeID)
+        let scope = if_indextoname(scopeID, &name) != nil ? String(nulTerminated: name) : String(scopeID)
         return "[\(host)%\(scope)]:\(port)"
     }
 }

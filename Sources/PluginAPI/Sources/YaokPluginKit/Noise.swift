@@ -95,6 +95,7 @@ enum Noise {
 }
 
 /// A Noise key that is wiped when released.
+// @unchecked: the key bytes are written once, in init, and only read after (deinit wipes them).
 final class NoiseKey: @unchecked Sendable {
     fileprivate(set) var bytes: [UInt8]
     init(_ bytes: [UInt8]) { self.bytes = bytes }

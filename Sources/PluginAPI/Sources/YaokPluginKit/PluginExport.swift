@@ -13,6 +13,7 @@ import Foundation
 /// Each plugin library links its own copy of this kit, so the state below is per plugin
 /// (link plugins with `-Bsymbolic` so that stays true even if the host exports the same symbols).
 public enum PluginExport {
+    // nonisolated(unsafe): both are written once, under `lock`, and read only after that.
     nonisolated(unsafe) private static var factory: ((TransportContext) throws -> any Transport)?
     nonisolated(unsafe) private static var descriptor: UnsafeMutablePointer<yaok_plugin_descriptor>?
     private static let lock = NSLock()

@@ -107,6 +107,7 @@ public struct ReplayWindow: Sendable {
 /// address and ephemeral key; only a hello that brings the cookie back costs the responder
 /// state or a signature. The secret rotates every two minutes; the previous one is still
 /// accepted, so a cookie lives two to four minutes. Thread-safe.
+// @unchecked: the secrets and rotation time only under `lock`.
 public final class LinkCookies: @unchecked Sendable {
     public static let cookieLength = 16
     public static let rotationMs: Int64 = 120_000
@@ -196,6 +197,7 @@ public final class LinkCookies: @unchecked Sendable {
 /// with the direction's key; a counter seen before is refused (``ReplayWindow``).
 ///
 /// Not thread-safe: the owning transport serialises calls.
+// @unchecked: not thread-safe by design; the owning transport serialises every call (see above).
 public final class SecureLink: @unchecked Sendable {
     /// The link protocol version this node speaks.
     public static let version: UInt8 = 2

@@ -8,6 +8,7 @@ import Foundation
 /// The dialling side of a ``SecureStreamEngine`` link, blocking: connects, runs ``SecureLink``
 /// as initiator, then moves sealed TLV records. For phones (`yaok tcp://`, Wi-Fi Direct) and
 /// tests. One thread at a time receives; ``send(_:)`` may be called from another.
+// @unchecked: the link session is used under `sendLock` by senders and by the one receiving thread.
 public final class SecureStreamClient: @unchecked Sendable {
     /// The peer, as its handshake proved it.
     public let peer: AuthenticatedPeer

@@ -20,6 +20,7 @@ import Foundation
 /// All state is guarded by one lock. Events are collected under it and delivered after it is
 /// released, in order, from the poll thread (a link's `linkUp` precedes its frames), so an event
 /// handler may call ``send(_:to:)`` or ``dial(_:expectedKey:)``; it must not call ``stop(reason:)``.
+// @unchecked: sessions live on the poll thread; other threads take `lock` to queue work or read state.
 public final class SecureStreamEngine: @unchecked Sendable {
     public enum LogLevel: Sendable { case debug, info, notice, warning }
 
