@@ -17,10 +17,6 @@ import PackageDescription
 /// even when the host process exports the same symbols.
 let pluginLinkerSettings: [LinkerSetting] = [.unsafeFlags(["-Xlinker", "-Bsymbolic"])]
 
-/// Targets already checked in the Swift 6 language mode (the package default is still 5;
-/// issue 19 turns them on target by target).
-let swift6: [SwiftSetting] = [.swiftLanguageMode(.v6)]
-
 let package = Package(
     name: "YaokHub",
     platforms: [.macOS(.v14)],
@@ -56,18 +52,16 @@ let package = Package(
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CLinuxProcess"),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
-        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")],
-                swiftSettings: swift6),
+        .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokWire", dependencies: [
             "YaokCrypto",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
-        ], swiftSettings: swift6),
-        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"], swiftSettings: swift6),
-        .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")], swiftSettings: swift6),
+        ]),
+        .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
+        .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
-        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")],
-                swiftSettings: swift6),
-        .target(name: "YaokProcess", swiftSettings: swift6),
+        .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
@@ -75,7 +69,7 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Yams", package: "Yams"),
-        ], swiftSettings: swift6),
+        ]),
         // The operator console: a web page served by the hub (Hummingbird 2), assets embedded.
         .target(name: "YaokConsole", dependencies: [
             "YaokHubCore", "YaokCrypto", "YaokWire",
@@ -125,8 +119,11 @@ let package = Package(
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
+        // Swift 5 mode: it line-buffers C's `stdout` (setvbuf) so figures appear as they are
+        // measured, and Swift 6 refuses to name that C global.
         .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokReconcile",
-                                                     .product(name: "YaokPluginKit", package: "PluginAPI")]),
+                                                     .product(name: "YaokPluginKit", package: "PluginAPI")],
+                          swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(name: "yaok", dependencies: [
             "YaokEndpoint",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
@@ -167,8 +164,7 @@ let package = Package(
 
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
         .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI"),
-                                                  .product(name: "YaokPluginKit", package: "PluginAPI")],
-                swiftSettings: swift6),
+                                                  .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
@@ -182,5 +178,5 @@ let package = Package(
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
     ],
-    swiftLanguageModes: [.v5]
+    swiftLanguageModes: [.v6]
 )

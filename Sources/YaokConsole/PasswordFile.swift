@@ -1,6 +1,7 @@
 import CSodium
 import Foundation
 import Glibc
+import YaokPluginKit
 
 /// The console password, kept only as an Argon2id hash (libsodium `crypto_pwhash_str`) in a
 /// 0600 file: `yaok-hub console-password` writes it, the console verifies logins against it.
@@ -40,7 +41,7 @@ public enum PasswordFile {
             }
         }
         guard rc == 0 else { throw Failure.hashFailed }
-        return String(cString: out)
+        return String(nulTerminated: out)
     }
 
     /// True when `password` matches `hash` (constant time inside libsodium).

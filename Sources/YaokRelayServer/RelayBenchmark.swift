@@ -252,11 +252,13 @@ public enum RelayBenchmark {
         let total = clients * messagesPerClient
         let t1 = Date()
         // User i sends on the session that registered it; at most `window` unanswered per session.
+        // Frozen copies: the senders run concurrently and only read them.
+        let (plan, sessions, gates) = (outgoing, connections, credits)
         DispatchQueue.concurrentPerform(iterations: sessionCount) { k in
             for i in stride(from: k, to: clients, by: sessionCount) {
-                for b in outgoing[i] {
-                    credits[k].wait()
-                    do { try connections[k].send(bundle: b) } catch { credits[k].signal() }
+                for b in plan[i] {
+                    gates[k].wait()
+                    do { try sessions[k].send(bundle: b) } catch { gates[k].signal() }
                 }
             }
         }

@@ -211,7 +211,7 @@ extension YaokRelay {
             if let pin { print("tls-pin \(Hex.encode(pin))") }
             if let m = server.metricsAddress { print("metrics \(RelayServer.hostPort(m))") }
             print("key \(Hex.encode(identity.signingKey))")
-            fflush(stdout)
+            fflush(nil)  // every output stream (stdout is a C global Swift 6 will not touch)
 
             done.wait()
             logger.notice("stopping")
@@ -304,7 +304,7 @@ extension YaokRelay {
             if !(clusterOnly && cluster != nil) {
                 print(try RelayBenchmark.run(relay: relay, clients: max(2, clients), sessions: sessions, messagesPerClient: max(1, messages),
                                              offlineMessages: max(20, offlineMessages), latencySamples: max(1, latencySamples), webSocket: tls))
-                fflush(stdout)
+                fflush(nil)  // every output stream (stdout is a C global Swift 6 will not touch)
             }
             if let cluster {
                 print(try RelayClusterBenchmark.run(relay: relay, store: cluster, passwordFile: storePasswordFile, clients: max(2, clients),

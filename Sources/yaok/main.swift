@@ -25,7 +25,7 @@ func hex(_ b: [UInt8]) -> String { YaokPluginKit.Hex.encode(b) }
 func printJSON(_ object: [String: Any]) {
     if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
         print(String(decoding: data, as: UTF8.self))
-        fflush(stdout)
+        fflush(nil)  // all output streams: scripts read each JSON line as it comes
     }
 }
 

@@ -132,9 +132,9 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         }
         XCTAssertEqual(try c.registerAndWait([relay.registration(user, on: c)]).map(\.status), [.accepted])
         // Like the plugin and RelayUserSession: fresh registrations after every handshake.
-        let harness = relay!
+        let relayKey = relay.identity.signingKey  // the same across restarts (same identity file)
         c.registrationProvider = { channel in
-            (try? Registration.owner(user, relaySigningKey: harness.identity.signingKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
+            (try? Registration.owner(user, relaySigningKey: relayKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
         }
         return (c, proxy, session)
     }
@@ -208,9 +208,9 @@ final class RelayResetAndAddressLimitTests: XCTestCase {
         relay = try RelayHarness()
         let alice = Identity.generate(), bob = Identity.generate()
         let a = try relay.registeredClient(alice)
-        let harness = relay!
+        let relayKey = relay.identity.signingKey  // the same across restarts (same identity file)
         a.registrationProvider = { channel in
-            (try? Registration.owner(alice, relaySigningKey: harness.identity.signingKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
+            (try? Registration.owner(alice, relaySigningKey: relayKey, channel: channel, timestampMs: nowMs())).map { [$0] } ?? []
         }
         let mark = a.currentSeq()
         try relay.restart()

@@ -58,7 +58,8 @@ enum MeshTestSupport {
 
 /// A hand-driven TCP peer: connects to an engine and speaks raw TLV, to play a
 /// well-behaved or a misbehaving hub.
-final class RawPeer {
+// @unchecked: each test drives a peer from one thread at a time (a flood thread, then the test).
+final class RawPeer: @unchecked Sendable {
     let fd: Int32
     var decoder = TLVStreamDecoder()
     var pending: [[UInt8]] = []

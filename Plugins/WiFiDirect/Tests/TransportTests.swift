@@ -46,7 +46,7 @@ final class TransportTests: XCTestCase {
     }
 
     /// A stand-in radio (this machine has none) so the supplicant paths after the probe run for real.
-    static let fakeRadio: () throws -> RadioProbeResult = {
+    static let fakeRadio: @Sendable () throws -> RadioProbeResult = {
         RadioProbeResult(wiphys: [Wiphy(index: 0, name: "phy0", interfaceTypes: [.station, .p2pGO, .p2pClient], frequencies: [2412, 2437, 2462])])
     }
 

@@ -31,7 +31,7 @@ final class VMTests: XCTestCase {
         reporter.log = { message, warning in
             r.log(message)
             print("HUB \(warning ? "warning" : "info"): \(message)")
-            fflush(stdout)
+            fflush(nil)  // every output stream: the VM script reads this line as it comes
         }
         let settings = try TestConfig.settings([
             "interface": .string(ProcessInfo.processInfo.environment["YAOK_WIFI_IF"] ?? "wlan0"),
