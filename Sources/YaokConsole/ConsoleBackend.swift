@@ -18,6 +18,7 @@ public protocol ConsoleBackend: Sendable {
 }
 
 /// The running hub as the console's backend.
+// @unchecked: immutable: the hub (locked itself) and a logger.
 public final class HubConsoleBackend: ConsoleBackend, @unchecked Sendable {
     private let hub: Hub
     private let logger: Logger

@@ -9,6 +9,7 @@ import YaokHubCore
 /// old server; failed-login delays carry over, and so do the charts' samples while the
 /// sampling interval stays the same.
 /// A console that cannot start is logged and the hub runs on, as with metrics.
+// @unchecked: settings, server and history only under `lock`.
 public final class ConsoleRunner: @unchecked Sendable {
     private let lock = NSLock()
     private let backend: any ConsoleBackend

@@ -28,6 +28,7 @@ struct ConsoleContext: RequestContext {
 /// The operator console: an HTTP server (Hummingbird 2) in the hub process serving the login,
 /// the pages, live updates (Server-Sent Events) and the transport toggle. Every response
 /// carries a strict Content-Security-Policy; every state change needs the session's CSRF token.
+// @unchecked: task, group, sampler set only by start/stop (the runner's lock serialises them); the rest `let`.
 public final class ConsoleServer: @unchecked Sendable {
     /// `Content-Security-Policy` on every response: only this origin's own script and style,
     /// nothing inline, no frames, forms only to itself.
@@ -425,6 +426,7 @@ enum ConsoleStartError: Error, CustomStringConvertible {
 }
 
 /// The first outcome of starting the server, handed from the server task to `start`.
+// @unchecked: `result` only under `lock`; `ready` is a semaphore.
 final class BoundPort: @unchecked Sendable {
     private let lock = NSLock()
     private var result: Result<Int, any Error>?

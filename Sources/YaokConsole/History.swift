@@ -4,6 +4,7 @@ import YaokHubCore
 /// The last hour of a few figures, sampled from the status report into a fixed ring (no
 /// allocation growth): frames per transport (in + out), queue depth (queued + in flight), and
 /// messages delivered. The charts draw rates from the differences between samples.
+// @unchecked: the ring and its index only under `lock`.
 public final class History: @unchecked Sendable {
     public struct Sample: Sendable, Equatable {
         public var at: Double

@@ -4,6 +4,7 @@ import struct YaokPluginKit.Backoff
 /// Progressive delay after failed logins, per client address: the first two failures cost
 /// nothing, the third locks the address for 30 s, and each further failure doubles it
 /// (60 s, 120 s, …, at most one day). A success clears the address.
+// @unchecked: the entries only under `lock`.
 public final class LoginThrottle: @unchecked Sendable {
     /// Failures allowed before the first delay.
     public static let freeFailures = 2

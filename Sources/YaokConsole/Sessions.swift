@@ -4,6 +4,7 @@ import Foundation
 /// Logged-in browsers: an unguessable session token (the cookie) and its CSRF token, which
 /// every state-changing request must repeat in its form. Kept in memory only: a hub restart
 /// logs everyone out, which is what an operator expects of a box they power-cycle.
+// @unchecked: the sessions only under `lock`.
 public final class SessionStore: @unchecked Sendable {
     public struct Session: Sendable {
         public let csrf: String

@@ -9,6 +9,7 @@ import YaokTransportBLE
 /// handshake, then serves sends and receives from one thread, because the ATT channel allows
 /// one outstanding request and the client is blocking. Other threads queue frames and wake
 /// the loop through a pipe. Reconnects with backoff until stopped.
+// @unchecked: flags, queue and pipe under `lock`; the client only on the run thread; callbacks set before start.
 final class BLEHubCarrier: @unchecked Sendable {
     let target: BLEHubTarget
     let identity: LinkIdentity

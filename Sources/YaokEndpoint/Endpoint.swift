@@ -32,11 +32,13 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
 /// It accepts messages only from contacts, verifies every signature, rejects tampered
 /// messages, duplicates, replays and future-dated envelopes, and records such events
 /// without message content.
+// @unchecked: every stored property is a `let`; its state is the store's, which serialises access.
 public final class Endpoint: @unchecked Sendable {
     /// Test hook, run right after a received message and its receipt are committed and
     /// before custody is acknowledged: `YAOK_FAULT=exit-after-receive` makes `yaok` exit
     /// there, as a crash would (the receipt-survives-crash test). Inside a session's group
     /// (``HubSession``) that is after the group's commit, before its answers leave.
+    // nonisolated(unsafe): a test hook, set once by `yaok listen` before any session starts, only read after.
     nonisolated(unsafe) public static var faultAfterReceive: (() -> Void)?
 
     public let home: String

@@ -72,6 +72,7 @@ public struct SecurityEvent: Sendable, Equatable, Codable {
 /// reading the inbox) must neither join it (its "durable when it returns" would be false,
 /// and a failed group would undo its change) nor read rows the group may still roll back:
 /// it waits until the group commits, and no group opens while such a call is in progress.
+// @unchecked: `owner` and `outside` only under `cond`.
 final class GroupGate: @unchecked Sendable {
     /// Set on the owning session's serial queue: names the owner for calls made on it.
     static let ownerKey = DispatchSpecificKey<ObjectIdentifier>()
@@ -134,6 +135,7 @@ final class GroupGate: @unchecked Sendable {
 /// Every write carries a conflict clause (OR FAIL / OR IGNORE / OR REPLACE): with SQLite's
 /// default (ABORT) a statement inside a transaction keeps a statement journal, and SQLCipher
 /// encrypts every page it journals, several times the statement's own cost.
+// @unchecked: only `let`s: the database (serialised by its lock) and the gate (under its condition).
 public final class EndpointStore: @unchecked Sendable {
     let db: SQLCipherDatabase
     let gate = GroupGate()

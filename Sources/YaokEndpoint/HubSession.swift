@@ -45,6 +45,7 @@ extension BLEHubCarrier: HubCarrier {}
 
 /// A TCP link to a hub: connects, runs the endpoint handshake, reads records on its own
 /// thread, pings when idle, and reconnects with backoff until stopped.
+// @unchecked: `client`, `running` under `lock`; host/port only on the run thread; callbacks set before start.
 final class TCPHubCarrier: @unchecked Sendable {
     private var host: String
     private var port: UInt16
@@ -162,6 +163,7 @@ final class TCPHubCarrier: @unchecked Sendable {
 ///
 /// It speaks the same link protocol as any transport (TLV records, the link handshake
 /// as an endpoint) over the UDP example transport, a TCP link or Bluetooth LE.
+// @unchecked: session state only on `queue`; `relayKey` is set before start; timer only in start/stop.
 public final class HubSession: @unchecked Sendable {
     /// Things worth telling the user.
     public enum Event: Sendable, Equatable {

@@ -26,6 +26,7 @@ public enum RelaySessionError: Error, Sendable, CustomStringConvertible {
 /// session at once; polls only catch what a push lost, paced by ``pacing`` (1 s doubling to
 /// 30 s while idle, back to 1 s on traffic), and a lost POLL or answer is retried, so one
 /// lost datagram never ends the session.
+// @unchecked: not thread-safe by design: one thread drives it; the session observer captures only `let`s.
 public final class RelaySession: @unchecked Sendable {
     public let endpoint: Endpoint
     /// The relay, as the user gave it (for messages).

@@ -6,8 +6,7 @@ import Musl
 import Foundation
 
 /// The write end of the self-pipe, read by the async-signal-safe handler.
-// nonisolated(unsafe): set once in installEarly before any handler is installed; a signal
-// handler may take no lock.
+// nonisolated(unsafe): set once in installEarly before any handler is installed (a handler may not lock).
 nonisolated(unsafe) private var signalPipeWriteFD: Int32 = -1
 
 /// Reliable signal handling for daemons, with the self-pipe pattern: a real `sigaction`

@@ -31,6 +31,7 @@ public protocol RelayLink: AnyObject, Sendable {
 
 /// A UDP socket connected to one address: the kernel filters datagrams from anyone else and
 /// reports ICMP "port unreachable" as ECONNREFUSED, which tells the client the relay is down.
+// @unchecked: `fd` is fixed in init; `buffer` is used only by the client's one receiving thread.
 final class ConnectedDatagramSocket: RelayLink, @unchecked Sendable {
     let address: IPEndpoint
     private var buffer = [UInt8](repeating: 0, count: 65_536)

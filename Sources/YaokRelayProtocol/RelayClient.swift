@@ -13,6 +13,7 @@ import YaokPluginKit
 ///
 /// ACK only after the bundle is durably stored: the relay deletes on ACK, and re-offers
 /// un-acknowledged messages after its lease (30 s) otherwise.
+// @unchecked: state under `lock`, the event log under `condition`; onEvent and the provider set before start.
 public final class RelayClient: @unchecked Sendable {
     /// Client settings.
     public struct Configuration: Sendable {

@@ -8,6 +8,7 @@ import struct YaokPluginKit.IPEndpoint
 /// connects with the pinned key, registers itself (again after every reconnect), sends
 /// envelopes, receives bundles (pushed or polled) and acknowledges them, by bundle ID, once
 /// stored.
+// @unchecked: only `let`s: the client, and an inbox and observer that lock themselves.
 public final class RelayUserSession: @unchecked Sendable {
     public let identity: Identity
     public let client: RelayClient
@@ -16,6 +17,7 @@ public final class RelayUserSession: @unchecked Sendable {
 
     /// Bundles received (pushed or polled) and not yet handed out by ``takeReceived()``,
     /// keyed by bundle ID (a bundle pushed and then polled again is kept once).
+    // @unchecked: `order` and `bundles` only under `condition`.
     final class Inbox: @unchecked Sendable {
         private let condition = NSCondition()
         private var order: [[UInt8]] = []
@@ -51,6 +53,7 @@ public final class RelayUserSession: @unchecked Sendable {
     }
 
     /// Who hears about the session going down and coming back.
+    // @unchecked: `handler` only under `lock`.
     final class Observer: @unchecked Sendable {
         private let lock = NSLock()
         private var handler: (@Sendable (ConnectionChange) -> Void)?

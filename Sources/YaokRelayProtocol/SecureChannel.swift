@@ -39,6 +39,7 @@ public enum ChannelSide: Sendable { case client, relay }
 /// Keys come from `crypto_kx` over the two ephemeral keys, so each handshake yields fresh
 /// keys (forward secrecy) and each direction has its own key (a reflected packet fails).
 /// Not thread-safe: the owner serialises access.
+// @unchecked: not thread-safe by design; its owner serialises every call (the client's or engine's lock/queue).
 public final class SecureSession: @unchecked Sendable {
     public static let tagLength = Int(crypto_aead_xchacha20poly1305_ietf_ABYTES)
     /// Largest plaintext one sealed datagram carries.

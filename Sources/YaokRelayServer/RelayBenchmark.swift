@@ -93,6 +93,7 @@ public enum RelayBenchmark {
         }
     }
 
+    // @unchecked: `n` only under `c`.
     final class Counter: @unchecked Sendable {
         private let c = NSCondition()
         private var n = 0

@@ -11,6 +11,7 @@ import enum YaokPluginKit.Hex
 /// Not thread-safe: ``RelayServer`` calls it from one serial queue. It never reads
 /// envelope contents: it parses bundles structurally, verifies the sender signature, and
 /// routes by the recipient user ID. Logs carry short IDs (8 hex digits) only.
+// @unchecked: not thread-safe by design; RelayServer calls it only on its one serial engine queue.
 public final class RelayEngine: @unchecked Sendable {
     /// A packet to send, and to whom.
     public struct Output: Sendable {

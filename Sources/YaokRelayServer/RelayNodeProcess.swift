@@ -6,6 +6,7 @@ import enum YaokPluginKit.Hex
 /// it prints at startup, its `/metrics`, and its memory from `/proc/PID/status`. Used by
 /// `yaok-relay bench` for its nodes (the same binary), and by the tests. Its stderr goes to
 /// `node.log` in its data directory.
+// @unchecked: ports and key are set in init and only read after; `process` is started in init.
 public final class RelayNodeProcess: @unchecked Sendable {
     /// The node's `--data-dir` (its `node.log` too).
     public let dataDir: String
@@ -59,6 +60,7 @@ public final class RelayNodeProcess: @unchecked Sendable {
         // printing ends the read.
         let reader = out.fileHandleForReading
         let done = DispatchSemaphore(value: 0)
+        // nonisolated(unsafe): written by the reader thread only; read here after `done` says it finished.
         nonisolated(unsafe) var text = ""
         Thread.detachNewThread {
             // "key" is the last startup line.

@@ -22,6 +22,7 @@ import struct YaokPluginKit.Backoff
 /// Cross-node wake-ups: inserting a bundle NOTIFYs channel `yaok_relay_queued` with
 /// `<node tag>:<key>`, where the key is ``notifyKey(for:)`` — 8 bytes of a hash of the
 /// recipient, never the user ID itself. PostgreSQL delivers it when the transaction commits.
+// @unchecked: the engine calls it from its one serial queue; the listener handle is under `listenerLock`.
 public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     /// The schema this code writes (the `relay_schema_version` table holds the applied one).
     public static let schemaVersion = 1
@@ -455,6 +456,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     /// Whether the LISTEN connection is up (tests, status).
     public var isListening: Bool { listenerLock.withLock { listener?.isUp ?? false } }
 
+    // @unchecked: connection, flags and backoff only under `lock`; the rest is `let` (store: set in init).
     final class Listener: @unchecked Sendable {
         weak var store: RelayPostgresStore?
         let onKeys: @Sendable ([String]) -> Void

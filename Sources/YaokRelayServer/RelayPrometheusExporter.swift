@@ -6,6 +6,7 @@ import Prometheus
 /// snapshot is what tests read); at each scrape the registry's counters are advanced to the
 /// engine's values and its gauges set, so the exposition format (names, HELP/TYPE lines,
 /// label escaping) is the library's.
+// @unchecked: the registry and its counters and gauges only under `lock`.
 public final class RelayPrometheusExporter: @unchecked Sendable {
     private let registry = PrometheusCollectorRegistry()
     private let lock = NSLock()

@@ -14,6 +14,7 @@ import enum YaokPluginKit.Hex
 ///
 /// Not thread-safe by itself beyond what ``SQLCipherDatabase`` serialises; the engine calls
 /// it from one queue.
+// @unchecked: no state but `database`, which serialises every statement; the engine calls it from one queue.
 public final class RelayQueueStore: RelayStore, @unchecked Sendable {
     public let database: SQLCipherDatabase
 

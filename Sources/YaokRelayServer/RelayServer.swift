@@ -19,6 +19,7 @@ import enum YaokPluginKit.Hex
 /// The event loop only moves datagrams; the engine (crypto, SQLCipher commits) runs on its
 /// own queue, so a slow fsync never stops reads. At most `maxPendingDatagrams` wait for the
 /// engine; more are dropped and counted.
+// @unchecked: channels, inbox and counts under `lock`; the engine only on `queue`; start/stop by the owner.
 public final class RelayServer: @unchecked Sendable {
     /// Where to listen.
     public struct Configuration: Sendable {
@@ -325,6 +326,7 @@ public enum RelayClusterError: Error, CustomStringConvertible {
 }
 
 /// Hands each datagram to the server.
+// @unchecked: a NIO handler, used only on its channel's event loop; `server` is a `let`.
 private final class DatagramHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = AddressedEnvelope<ByteBuffer>
     let server: RelayServer
@@ -345,6 +347,7 @@ private final class DatagramHandler: ChannelInboundHandler, @unchecked Sendable 
 
 /// A minimal HTTP/1.0 responder: `GET /metrics` → Prometheus text, anything else → 404.
 /// Reads at most 8 KiB of request head, then answers and closes.
+// @unchecked: a NIO handler, used only on its channel's event loop (`head`, `answered` included).
 private final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer

@@ -17,6 +17,7 @@ import struct YaokPluginKit.IPEndpoint
 /// Behaves like a lossy datagram pipe, so ``RelayClient`` needs no changes: the first
 /// ``send(_:)`` connects (a few packets wait for the upgrade), a lost connection is reported
 /// once by ``receive(timeoutMs:)`` and the next send connects again.
+// @unchecked: state, generation, outbox, inbox and failures only under `condition`.
 public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
     public let url: RelayWebSocketURL
     public let spkiSHA256: [UInt8]
@@ -231,6 +232,7 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
 
 /// Sends the upgrade request once the channel is active, and reports set-up errors (TLS,
 /// refused upgrade) to the link before the connection closes. Removed by the upgrade.
+// @unchecked: a NIO handler, used only on its channel's event loop; its fields are set in init.
 private final class UpgradeRequester: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {
     typealias InboundIn = HTTPClientResponsePart
     typealias OutboundOut = HTTPClientRequestPart
@@ -277,6 +279,7 @@ private final class UpgradeRequester: ChannelInboundHandler, RemovableChannelHan
 }
 
 /// After the upgrade: binary messages → the link; ping → pong; close → close.
+// @unchecked: a NIO handler, used only on its channel's event loop; `link` is set in init.
 private final class ClientFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame

@@ -13,6 +13,7 @@ import YaokRelayProtocol
 /// It only moves bytes: the relay engine (handshake, secure channel, routing) is the same one
 /// the UDP socket feeds. Bad input never reaches it: TLS below 1.3, non-WebSocket requests,
 /// text frames and frames over one relay packet end the connection (and are counted).
+// @unchecked: channels, connections, counters and accept buckets only under `lock`; the rest is `let`.
 public final class RelayWebSocketListener: @unchecked Sendable {
     /// Where and how to listen.
     public struct Configuration: Sendable {
@@ -209,10 +210,12 @@ public final class RelayWebSocketListener: @unchecked Sendable {
 }
 
 /// Set once a connection has upgraded (read and written on its event loop only).
+// @unchecked: `value` is read and written only on its connection's event loop.
 private final class UpgradeFlag: @unchecked Sendable { var value = false }
 
 /// First in the pipeline: closes idle connections and counts errors (TLS failures arrive here
 /// as errors thrown by the handlers after it) instead of letting them surface.
+// @unchecked: a NIO handler, used only on its channel's event loop; `listener` is set in init.
 private final class ConnectionGuard: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = NIOAny
     weak var listener: RelayWebSocketListener?
@@ -230,6 +233,7 @@ private final class ConnectionGuard: ChannelInboundHandler, @unchecked Sendable 
 
 /// The last handler before the upgrade: answers HTTP requests that are not a WebSocket
 /// upgrade of the relay's path (404 / 426) and closes. Removed when the upgrade succeeds.
+// @unchecked: a NIO handler, used only on its channel's event loop (`answered` included).
 private final class NotWebSocketResponder: ChannelInboundHandler, RemovableChannelHandler, @unchecked Sendable {
     typealias InboundIn = HTTPServerRequestPart
     typealias OutboundOut = HTTPServerResponsePart
@@ -267,6 +271,7 @@ private final class NotWebSocketResponder: ChannelInboundHandler, RemovableChann
 
 /// After the upgrade: binary messages → the relay; ping → pong; close → close; anything else
 /// (text, fragments, over-long frames) ends the connection.
+// @unchecked: a NIO handler, used only on its channel's event loop (`closing` included).
 private final class ServerFrameHandler: ChannelInboundHandler, @unchecked Sendable {
     typealias InboundIn = WebSocketFrame
     typealias OutboundOut = WebSocketFrame

@@ -7,8 +7,7 @@ import YaokWire
 /// Every state change is one transaction and is durable when the call returns. Bundle bytes
 /// are opaque. Times are milliseconds since the Unix epoch, passed in by the caller so that
 /// tests (and the router) control the clock.
-// @unchecked: its state is the database (serialised by the database's lock) and
-// `cachedStatistics`, read and written only under `statsLock`.
+// @unchecked: its state is the database (serialised by its lock) and `cachedStatistics`, under `statsLock`.
 public final class BundleStore: @unchecked Sendable {
     /// The database component name under which this store's schema version is kept.
     public static let schemaComponent = "bundles"

@@ -9,8 +9,7 @@ import YaokPluginKit
 /// of its own, and recording what the plugin reports (links up and down, frames), with waits
 /// that have timeouts. Loading the real library tests what the hub loads: the exported
 /// entry, the descriptor and the C thunks. For plugin authors: Docs/plugin-guide.md.
-// @unchecked: `events` is guarded by `condition`; the instance and its C strings are set up in
-// `create` before the plugin runs and released in deinit.
+// @unchecked: `events` under `condition`; the instance and C strings are set in `create`, freed in deinit.
 public final class PluginTestHost: @unchecked Sendable {
     /// What the plugin reported to the host.
     public enum Event: Sendable {

@@ -173,6 +173,7 @@ func startHub() throws -> Process {
     return p
 }
 /// The running hub; `--kill-every` replaces it after each SIGKILL.
+// @unchecked: `process`, `kills` and `stopped` only under `lock` once the killer thread runs.
 final class HubBox: @unchecked Sendable {
     let lock = NSLock()
     var process: Process
@@ -204,6 +205,7 @@ if pacedRate == nil {
         composedIDs += try a.compose(to: bobContact, texts: Array(repeating: text, count: min(1000, count - chunk))).map(\.messageID)
     }
 }
+// @unchecked: `values` only under `lock`.
 final class Latencies: @unchecked Sendable {
     let lock = NSLock()
     var values: [Int64] = []

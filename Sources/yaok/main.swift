@@ -131,6 +131,7 @@ struct AttachOptions: ParsableArguments {
 /// Runs a session with a hub or the relay until `done` says stop or `timeout` passes.
 func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double, json: Bool,
                  done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
+    // @unchecked: `set` only under `lock`.
     final class Flag: @unchecked Sendable { var set = false; let lock = NSLock() }
     let flag = Flag()
     if !attach.relay.isEmpty {
@@ -248,6 +249,7 @@ struct Send: ParsableCommand {
         // Without --hub or --relay the messages wait in the outbox for the next session.
         guard attach.isSet else { return }
         let waitDelivered = self.waitDelivered
+        // @unchecked: `ids` only under `lock`.
         final class Waiting: @unchecked Sendable {
             var ids: Set<[UInt8]>
             let lock = NSLock()
@@ -281,6 +283,7 @@ struct Listen: ParsableCommand {
         if ProcessInfo.processInfo.environment["YAOK_FAULT"] == "exit-after-receive" {
             Endpoint.faultAfterReceive = { _exit(137) }
         }
+        // @unchecked: the handler takes `lock` for `n`, but the check after the session reads it unlocked (a race).
         final class Counter: @unchecked Sendable { var n = 0; let lock = NSLock() }
         let counter = Counter()
         let limit = count

@@ -15,6 +15,7 @@ import YaokPluginKit
 /// L2CAP LE socket bound to the ATT fixed channel (CID 4). Each connection is served by the
 /// YaokATT engine; frames travel as chunks over RX writes and TX notifications, and a link is
 /// reported up once the kit's ``LinkHandshake`` has proved the phone's identity.
+// @unchecked: status and handles under `lock`; link sessions only on the ATT poll thread (database set first).
 public final class BLETransport: Transport, @unchecked Sendable {
     /// The link cost reported to the router (BLE is slow and short-range).
     public static let linkCost = 20

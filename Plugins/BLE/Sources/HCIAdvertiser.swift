@@ -51,6 +51,7 @@ public enum AdvertisingPayload {
 }
 
 /// Legacy LE advertising on one adapter through a raw HCI socket (no bluetoothd, no mgmt).
+// @unchecked: no mutable state; `lock` keeps each HCI command sequence whole.
 public final class HCIAdvertiser: @unchecked Sendable {
     private static let ogfLE: UInt16 = 0x08
     private let index: UInt16
@@ -133,6 +134,7 @@ public final class HCIAdvertiser: @unchecked Sendable {
 }
 
 /// A tiny mutex (pthread), so this file needs no Foundation.
+// @unchecked: a pthread mutex, the primitive that makes the advertiser thread-safe.
 final class NSLockLike: @unchecked Sendable {
     private var mutex = pthread_mutex_t()
     init() { pthread_mutex_init(&mutex, nil) }

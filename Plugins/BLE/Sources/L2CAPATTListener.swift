@@ -16,6 +16,7 @@ public struct L2CAPConnection: Sendable {
 
 /// Listens on L2CAP CID 4 (ATT) of one adapter and hands every accepted connection to
 /// `onAccept` from its own thread. Stopping wakes the thread through a pipe.
+// @unchecked: fds and `running` only in start/stop (the owner serialises them); the accept thread gets copies.
 public final class L2CAPATTListener: @unchecked Sendable {
     private let adapter: BLEAdapter
     private var listenFD: Int32 = -1

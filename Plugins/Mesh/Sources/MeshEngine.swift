@@ -14,6 +14,7 @@ import YaokPluginKit
 /// Discovery runs on its own thread under its own lock. Stream events reach it from the engine's
 /// poll thread with the engine's lock released, and this engine calls into the stream engine
 /// while holding its own lock (never the reverse), so the two locks cannot deadlock.
+// @unchecked: its state only under `lock` (the discovery thread takes it too); `events` is set before start.
 public final class MeshEngine: @unchecked Sendable {
     public typealias LogLevel = SecureStreamEngine.LogLevel
 

@@ -4,6 +4,7 @@ import YaokPluginKit
 /// Hub-to-hub links over IP: multicast beacons find neighbours, authenticated TCP
 /// sessions carry TLV records. Routing, storage and custody stay in the host.
 /// Keys, status and metrics: Plugins/Mesh/README.md.
+// @unchecked: `state` and `startError` only under `lock`; the engine locks itself.
 public final class MeshTransport: Transport, @unchecked Sendable {
     private let context: TransportContext
     private let engine: MeshEngine

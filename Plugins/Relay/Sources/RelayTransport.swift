@@ -20,6 +20,7 @@ import YaokWire
 /// together), never a bare message ID: two bundles under one message ID from different
 /// senders are two bundles, and an acknowledgement for one never deletes the other.
 /// - host → `registration` (0x07): a phone's signed ``Registration`` to carry.
+// @unchecked: link state and counters under `lock`; `timer` only in start/stop, which the host serialises.
 public final class RelayTransport: Transport, @unchecked Sendable {
     /// Host frame type carrying a phone's relay registration (120 bytes, see
     /// Docs/relay-protocol.md): ``FrameType/registration``.

@@ -14,6 +14,7 @@ import YaokPluginKit
 /// sessions are capped (`maxSessions`) with a slot always kept for each configured peer and at
 /// most `maxSessionsPerKey` per peer key. A live session is never displaced by a new handshake
 /// unless that handshake authenticates the same peer key (the peer restarted).
+// @unchecked: tables under `lock`; `events` set before start; `boundAddress` only by start (host serialises).
 public final class UDPLinkEngine: @unchecked Sendable {
     /// Callbacks from the engine. Called on the engine's thread.
     public struct Events: Sendable {

@@ -4,6 +4,7 @@ import YaokPluginKit
 /// The example transport: TLV records as UDP datagrams between hubs (and `yaok`
 /// endpoints) on configured addresses. Small on purpose: it is the model for
 /// plugin authors (see Plugins/UDP/README.md and Docs/plugin-guide.md).
+// @unchecked: state, reason and link counts only under `lock`; the engine locks itself.
 public final class UDPTransport: Transport, @unchecked Sendable {
     private let context: TransportContext
     private let engine: UDPLinkEngine

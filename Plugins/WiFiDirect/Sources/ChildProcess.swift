@@ -23,6 +23,7 @@ public enum ChildProcessError: Error, Sendable, Equatable, CustomStringConvertib
 
 /// A long-running helper (wpa_supplicant, dnsmasq) started by the plugin: output goes to a log
 /// file in the runtime directory; stopped with SIGTERM, then SIGKILL.
+// @unchecked: only `let`s; the Foundation `Process` is launched in init and after only queried and signalled.
 public final class ChildProcess: @unchecked Sendable {
     public let executable: String
     public let logPath: String

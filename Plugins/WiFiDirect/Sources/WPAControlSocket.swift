@@ -41,11 +41,13 @@ public enum WPAControlError: Error, Sendable, Equatable, CustomStringConvertible
 /// supplicant's socket. Commands are single datagrams, replies too. After ``attach()`` the
 /// supplicant also sends unsolicited events, each starting with `<level>`; use one socket for
 /// commands and another for events (as wpa_cli does), so replies and events never mix.
+// @unchecked: `fd` only under `lock`, `cancelled` under `cancelLock`; paths are `let`.
 public final class WPAControlSocket: @unchecked Sendable {
     public let path: String
     private let localPath: String
     private var fd: Int32
     private let lock = NSLock()
+    // nonisolated(unsafe): read and written only under `counterLock`.
     nonisolated(unsafe) private static var counter = 0
     private static let counterLock = NSLock()
 

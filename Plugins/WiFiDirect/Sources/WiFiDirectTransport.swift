@@ -7,6 +7,7 @@ import YaokPluginKit
 /// Phones attach over Wi-Fi Direct: the hub is the group owner of a persistent P2P group
 /// (through wpa_supplicant's control interface), hands out addresses with dnsmasq, and accepts
 /// authenticated TCP links on its group address. Keys, states and metrics: Plugins/WiFiDirect/README.md.
+// @unchecked: state under `lock`; `nextReconnectMs` only on the supervisor thread; `probe` set before start.
 public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     /// What the transport reports to, so tests can drive it without a host.
     struct Reporter: Sendable {
