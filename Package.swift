@@ -30,6 +30,9 @@ let package = Package(
         .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPlugin"]),
         .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPlugin"]),
         .library(name: "yaok-plugin-wifidirect", type: .dynamic, targets: ["YaokWiFiDirectPlugin"]),
+        // For plugin authors' tests: the plugin test host, bounded waits, loopback helpers
+        // (Docs/plugin-guide.md, "Testing it").
+        .library(name: "YaokTesting", targets: ["YaokTesting"]),
     ],
     dependencies: [
         .package(path: "Sources/PluginAPI"),

@@ -283,7 +283,7 @@ struct Listen: ParsableCommand {
         if ProcessInfo.processInfo.environment["YAOK_FAULT"] == "exit-after-receive" {
             Endpoint.faultAfterReceive = { _exit(137) }
         }
-        // @unchecked: the handler takes `lock` for `n`, but the check after the session reads it unlocked (a race).
+        // @unchecked: `n` is read and written only under `lock` (the session's threads may outlive it).
         final class Counter: @unchecked Sendable { var n = 0; let lock = NSLock() }
         let counter = Counter()
         let limit = count
@@ -291,7 +291,8 @@ struct Listen: ParsableCommand {
             guard case .incoming(.message) = event, let limit else { return false }
             return counter.lock.withLock { counter.n += 1; return counter.n >= limit }
         }
-        if let limit, counter.n < limit { throw ValidationError("received \(counter.n) of \(limit) messages before the timeout") }
+        let received = counter.lock.withLock { counter.n }
+        if let limit, received < limit { throw ValidationError("received \(received) of \(limit) messages before the timeout") }
     }
 }
 
