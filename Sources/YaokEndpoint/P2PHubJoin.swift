@@ -390,7 +390,7 @@ public enum P2PHubJoin {
             var buf = [CChar](repeating: 0, count: Int(INET_ADDRSTRLEN))
             guard inet_ntop(AF_INET, &addr, &buf, socklen_t(buf.count)) != nil else { continue }
             let mask = i.ifa_netmask.map { m in m.withMemoryRebound(to: sockaddr_in.self, capacity: 1) { UInt32(bigEndian: $0.pointee.sin_addr.s_addr) } } ?? 0
-            return (String(cString: buf), mask.nonzeroBitCount)
+            return (String(nulTerminated: buf), mask.nonzeroBitCount)
         }
         return nil
     }

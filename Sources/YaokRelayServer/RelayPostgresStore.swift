@@ -173,16 +173,17 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     }
 
     /// Waits for `future`, at most ``statementTimeoutSeconds``.
-    static func wait<T>(_ future: EventLoopFuture<T>, purpose: String, seconds: Int64 = statementTimeoutSeconds) throws -> T {
+    static func wait<T: Sendable>(_ future: EventLoopFuture<T>, purpose: String, seconds: Int64 = statementTimeoutSeconds) throws -> T {
         let loop = future.eventLoop
         let promise = loop.makePromise(of: T.self)
-        var done = false   // touched on `loop` only
+        // Touched on `loop` only (the timer and the callback both run there), checked by NIO.
+        let done = NIOLoopBoundBox.makeBoxSendingValue(false, as: Bool.self, eventLoop: loop)
         let timer = loop.scheduleTask(in: .seconds(seconds)) {
-            if !done { done = true; promise.fail(RelayPostgresError.timedOut(purpose: purpose, seconds: Int(seconds))) }
+            if !done.value { done.value = true; promise.fail(RelayPostgresError.timedOut(purpose: purpose, seconds: Int(seconds))) }
         }
         future.whenComplete { result in
             timer.cancel()
-            if !done { done = true; promise.completeWith(result) }
+            if !done.value { done.value = true; promise.completeWith(result) }
         }
         return try promise.futureResult.wait()
     }

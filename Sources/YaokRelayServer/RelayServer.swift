@@ -270,8 +270,9 @@ public final class RelayServer: @unchecked Sendable {
         }
         if let ws { for (c, packets) in streams { ws.send(packets, to: c) } }
         guard let channel = udp, !datagrams.isEmpty else { return }
+        let outgoing = datagrams
         channel.eventLoop.execute {
-            for (address, bytes) in datagrams {
+            for (address, bytes) in outgoing {
                 var buffer = channel.allocator.buffer(capacity: bytes.count)
                 buffer.writeBytes(bytes)
                 channel.write(AddressedEnvelope(remoteAddress: address, data: buffer), promise: nil)
@@ -376,7 +377,8 @@ private final class MetricsHTTPHandler: ChannelInboundHandler, @unchecked Sendab
         }
         var out = context.channel.allocator.buffer(capacity: response.utf8.count)
         out.writeString(response)
-        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in context.close(promise: nil) }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(out)).whenComplete { _ in channel.close(promise: nil) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) { context.close(promise: nil) }

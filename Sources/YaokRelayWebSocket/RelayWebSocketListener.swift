@@ -257,7 +257,8 @@ private final class NotWebSocketResponder: ChannelInboundHandler, RemovableChann
         var buffer = context.channel.allocator.buffer(capacity: body.utf8.count)
         buffer.writeString(body)
         context.write(wrapOutboundOut(.body(.byteBuffer(buffer))), promise: nil)
-        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in context.close(promise: nil) }
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.end(nil))).whenComplete { _ in channel.close(promise: nil) }
     }
 
     func errorCaught(context: ChannelHandlerContext, error: Error) {
@@ -312,8 +313,9 @@ private final class ServerFrameHandler: ChannelInboundHandler, @unchecked Sendab
         closing = true
         var buffer = context.channel.allocator.buffer(capacity: 2)
         buffer.write(webSocketErrorCode: code)
+        let channel = context.channel
         context.writeAndFlush(wrapOutboundOut(WebSocketFrame(fin: true, opcode: .connectionClose, data: buffer))).whenComplete { _ in
-            context.close(promise: nil)
+            channel.close(promise: nil)
         }
     }
 
