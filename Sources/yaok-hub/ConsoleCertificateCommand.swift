@@ -17,6 +17,8 @@ struct ConsoleCertificateCommand: ParsableCommand {
         let (cfg, dataDir) = try consoleConfig(config)
         let certificatePath = Paths.resolve(cfg.console.tlsCertificate, in: dataDir)
         let keyPath = Paths.resolve(cfg.console.tlsKey, in: dataDir)
+        try checkRootMayWrite(certificatePath, named: "tls_certificate", configPath: config, dataDirectory: dataDir)
+        try checkRootMayWrite(keyPath, named: "tls_key", configPath: config, dataDirectory: dataDir)
         let host = (try? ConsoleServer.hostPort(cfg.console.listen).0) ?? "127.0.0.1"
         do {
             let certificate = try ConsoleCertificate.loadOrCreate(certificatePath: certificatePath, keyPath: keyPath,

@@ -15,6 +15,7 @@ struct ConsolePasswordCommand: ParsableCommand {
     func run() throws {
         let (cfg, dataDir) = try consoleConfig(config)
         let path = Paths.resolve(cfg.console.passwordFile, in: dataDir)
+        try checkRootMayWrite(path, named: "password_file", configPath: config, dataDirectory: dataDir)
         let password: String
         if stdin {
             guard let line = readLine(strippingNewline: true) else { throw ValidationError("no password on standard input") }
@@ -53,4 +54,25 @@ func consoleConfig(_ path: String?) throws -> (HubConfig, String) {
     let dataDir = Paths.dataDirectory(configured: cfg.dataDir)
     try Paths.ensureDirectory(dataDir, mode: 0o700)
     return (cfg, dataDir)
+}
+
+/// Root writing a console file a config names: when that config is one another user can
+/// write (the packaged hub owns its `hub.yaml`, so the console's switch works), the file
+/// must land directly in the data directory and that directory must belong to the config's
+/// owner. Otherwise a compromised hub could name `/etc/shadow` as its `password_file` and
+/// have root replace it. A root-owned config that only root can write is root's own choice.
+func checkRootMayWrite(_ file: String, named key: String, configPath: String?, dataDirectory: String) throws {
+    guard geteuid() == 0, let configPath else { return }
+    var config = stat()
+    guard stat(configPath, &config) == 0 else { return }
+    guard config.st_uid != 0 || config.st_mode & 0o022 != 0 else { return }
+    let parent = ((file as NSString).deletingLastPathComponent as NSString).resolvingSymlinksInPath
+    let data = (dataDirectory as NSString).resolvingSymlinksInPath
+    var dir = stat()
+    guard parent == data, stat(data, &dir) == 0, dir.st_uid == config.st_uid, dir.st_uid != 0 else {
+        FileHandle.standardError.write(Data(("yaok-hub: refusing to write \(file) as root: \(configPath) can be written by another user "
+            + "(uid \(config.st_uid)), so console.\(key) must name a file directly in hub.data_dir (\(data)), "
+            + "and that directory must belong to the same user. Nothing was written.\n").utf8))
+        throw ExitCode(1)
+    }
 }
