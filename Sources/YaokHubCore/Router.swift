@@ -65,6 +65,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var sendsRefusedNoLink = 0
         public var sendsRefusedTooLarge = 0
         public var sendsFailed = 0
+        /// Requested bundles not sent because the routing policy's copy budget was spent.
+        public var requestsOverCopyBudget = 0
         public var forwarded = 0
         public var deliveredDirect = 0
         public var receiptsSeen = 0
@@ -930,6 +932,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             let id = link.wanted[sent]
             sent += 1
             guard let b = storeCall("bundle", { try store.bundle(id) }), b.state != .delivered, b.state != .expired else { continue }
+            if policy.boundsCopies && !chosenHops(for: b).contains(link.key) {
+                counters.requestsOverCopyBudget += 1
+                continue
+            }
             transmit(b, on: link)
         }
         link.wanted.removeFirst(sent)
@@ -993,7 +999,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // Holders are hubs and the relay only (phones are not recorded), the previous hop among
         // them for a bundle that came from another hub.
         let holders = (storeCall("peersHolding", { try store.peersHolding(b.bundleID) })) ?? 0
-        return policy.nextHops(for: b, candidates: candidates, copiesHandedOut: max(0, b.hopCount == 0 ? holders : holders - 1))
+        // A copy sent and not yet acknowledged is handed out too: the store records a holder
+        // only at its custody answer, and a bundle routed again between two answers (it is
+        // handed over after the first) must not spray a copy more than the policy allows.
+        let unanswered = links.values.filter { $0.info.peerRole != .endpoint && $0.inFlight[b.bundleID] != nil }.count
+        return policy.nextHops(for: b, candidates: candidates,
+                               copiesHandedOut: max(0, b.hopCount == 0 ? holders : holders - 1) + unanswered)
     }
 
     /// Routes one stored bundle: directly to its recipient if attached, else per policy.

@@ -23,6 +23,14 @@ public protocol RoutingPolicy: Sendable {
     /// The neighbours to offer `bundle` to now. `copiesHandedOut` is how many next hops
     /// already took custody of it from this hub.
     func nextHops(for bundle: StoredBundle, candidates: [NeighbourCandidate], copiesHandedOut: Int) -> [LinkKey]
+    /// True when the policy bounds how many copies leave this hub: then a neighbour's request
+    /// is served only if the policy would hand it a copy now (an offer made earlier may have
+    /// been overtaken by copies sent elsewhere, and a hub may ask for IDs it was never offered).
+    var boundsCopies: Bool { get }
+}
+
+extension RoutingPolicy {
+    public var boundsCopies: Bool { false }
 }
 
 /// Epidemic routing: every neighbour that lacks the bundle gets a copy; hop limit and
@@ -46,6 +54,7 @@ public struct SprayAndWaitPolicy: RoutingPolicy {
     public let copies: Int
     public init(copies: Int) { self.copies = max(1, copies) }
     public var name: String { "spray-and-wait(\(copies))" }
+    public var boundsCopies: Bool { true }
 
     public func nextHops(for bundle: StoredBundle, candidates: [NeighbourCandidate], copiesHandedOut: Int) -> [LinkKey] {
         let open = candidates.filter { !$0.holdsBundle }
