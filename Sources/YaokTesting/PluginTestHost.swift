@@ -31,12 +31,7 @@ public final class PluginTestHost: @unchecked Sendable {
 
     /// The build products directory: where the test bundle, the executables and the plugin
     /// libraries are.
-    public static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = (exe as NSString).deletingLastPathComponent
-        while !FileManager.default.fileExists(atPath: dir + "/libyaok-plugin-udp.so") && dir != "/" { dir = (dir as NSString).deletingLastPathComponent }
-        return dir
-    }()
+    public static let productsDirectory = BuildProducts.directory(containing: "libyaok-plugin-udp.so")
 
     /// Loads `library` (default: the built `libyaok-plugin-<kind>.so`); skips the test when it
     /// is not built (fails it in CI, where everything is built).

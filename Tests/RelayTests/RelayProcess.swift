@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import YaokRelayServer
+import YaokTesting
 
 /// `yaok-relay run` as a real process (``RelayNodeProcess``): skipped when the binary is not
 /// built next to the tests, and a relay that ignores SIGTERM fails the test.
@@ -17,12 +18,7 @@ final class RelayProcess {
     var tlsPin: [UInt8] { node.tlsPin }
 
     /// The build products directory (test bundle, yaok-relay, plugin libraries).
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = (exe as NSString).deletingLastPathComponent
-        while !FileManager.default.fileExists(atPath: dir + "/yaok-relay") && dir != "/" { dir = (dir as NSString).deletingLastPathComponent }
-        return dir
-    }()
+    static let productsDirectory = BuildProducts.directory(containing: "yaok-relay")
     static var binary: String { productsDirectory + "/yaok-relay" }
 
     init(dataDir: String, listen: String = "127.0.0.1:0", extra: [String] = []) throws {

@@ -4,6 +4,7 @@ import YaokPluginKit
 import YaokWire
 import YaokCrypto
 import XCTest
+import YaokTesting
 
 /// Paths and processes for tests that run the real binaries.
 enum TestSupport {
@@ -15,15 +16,7 @@ enum TestSupport {
     }()
 
     /// The build products directory (where the test bundle, yaok-hub and the plugins are).
-    static let productsDirectory: String = {
-        let exe = (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-        var dir = (exe as NSString).deletingLastPathComponent
-        // xctest bundles may sit one level down.
-        while !FileManager.default.fileExists(atPath: dir + "/yaok-hub") && dir != "/" {
-            dir = (dir as NSString).deletingLastPathComponent
-        }
-        return dir
-    }()
+    static let productsDirectory = BuildProducts.directory(containing: "yaok-hub")
 
     static func product(_ name: String) throws -> String {
         let path = productsDirectory + "/" + name
@@ -181,7 +174,6 @@ final class HubProcess {
 }
 
 @testable import YaokHubCore
-import YaokTesting
 
 /// A raw link client: the UDP engine with our own identity and role, as an attacker or a
 /// hand-driven phone would use it. `host` is the local address it sends from (any of
