@@ -1039,11 +1039,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         // Nothing goes to a hub we do not trust under list/network trust.
         guard mayExchange(with: link) else { return true }
-        guard let b = listed.bytes.isEmpty ? (storeCall("bundle", { try store.bundle(listed.bundleID) })) ?? nil : listed, !b.bytes.isEmpty else { return true }
+        // A listing leaves the bytes out: read them now, for this one bundle. A tombstone has none to send.
+        let b: StoredBundle
+        switch listed.bytes {
+        case .held: b = listed
+        case .notRead:
+            guard let read = storeCall("bundle", { try store.bundle(listed.bundleID) }) ?? nil else { return true }
+            b = read
+        case .dropped: return true
+        }
+        guard let bytes = b.bytes.held else { return true }
         let t = now()
-        var outgoing = b.bytes
+        var outgoing = bytes
         if link.info.peerRole != .endpoint {
-            guard let parsed = try? YaokWire.Bundle(parsing: b.bytes) else { return true }
+            guard let parsed = try? YaokWire.Bundle(parsing: bytes) else { return true }
             do {
                 outgoing = try parsed.forwarded(by: hubID).encoded
             } catch {

@@ -200,7 +200,7 @@ public final class BundleStore: @unchecked Sendable {
     }
 
     // The listings below take `withBytes`: pass false to get everything but the bundle bytes
-    // (`bytes` is then empty, `size` is set), e.g. to choose what to offer among thousands of
+    // (`bytes` is then `.notRead`, `size` is set), e.g. to choose what to offer among thousands of
     // bundles without reading hundreds of megabytes; fetch the chosen ones with `bundle(_:)`.
 
     /// Queued bundles whose retry time has come, oldest accepted first (ties by bundle ID),
@@ -532,15 +532,21 @@ public final class BundleStore: @unchecked Sendable {
         guard let state = BundleState(rawValue: Int(try int(12, "state"))) else {
             throw StoreError.corruptRow(table: "bundles", column: "state")
         }
-        return StoredBundle(
+        let record = BundleRecord(
             bundleID: try blob(0, "bundle_id"), destination: try blob(1, "destination"), kind: kind,
             sourceUserID: try blob(3, "source_user"), hopCount: Int(try int(4, "hop_count")),
             hopLimit: Int(try int(5, "hop_limit")), previousHop: row[6].blobValue,
             createdMs: try int(7, "created_ms"), expiresMs: try int(8, "expires_ms"),
-            bytes: row[9].blobValue ?? [], receivedFrom: row[11].textValue, state: state,
+            receivedFrom: row[11].textValue, origin: row[17].textValue)
+        // NULL bytes mean one of two things: a tombstone's, dropped for good, or a listing that
+        // left them out. The state tells which: only the writes that make a tombstone store
+        // NULL, so for a carried bundle it is the listing's.
+        let bytes: BundleBytes
+        if let b = row[9].blobValue { bytes = .held(b) } else { bytes = BundleState.carried.contains(state) ? .notRead : .dropped }
+        return StoredBundle(
+            record: record, bytes: bytes, state: state,
             attempts: Int(try int(13, "attempts")), nextAttemptMs: try int(14, "next_attempt_ms"),
-            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")), lastLink: row[16].textValue,
-            origin: row[17].textValue)
+            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")), lastLink: row[16].textValue)
     }
 
     /// The store's SQL, fixed strings so the prepared statements are cached.

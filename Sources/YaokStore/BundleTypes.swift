@@ -26,8 +26,9 @@ public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
     }
 }
 
-/// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
-public struct NewBundle: Sendable, Equatable {
+/// What the hub files about a bundle: its addressing, lifetime and where it came from. The same
+/// for a bundle arriving (``NewBundle``) and one stored (``StoredBundle``); the bytes travel beside it.
+public struct BundleRecord: Sendable, Equatable {
     /// 16 bytes: the bundle ID (`YaokCrypto.BundleID`, bound to the sender's key), the dedupe key.
     public var bundleID: [UInt8]
     /// 32 bytes: the recipient's user ID.
@@ -43,24 +44,17 @@ public struct NewBundle: Sendable, Equatable {
     public var previousHop: [UInt8]?
     public var createdMs: Int64
     public var expiresMs: Int64
-    /// The encoded bundle, stored as is.
-    public var bytes: [UInt8]
     /// Which link it came in on (for diagnostics), e.g. "udp:10.0.0.2:7400".
     public var receivedFrom: String?
     /// Who handed it to us, as a fairness principal: when the store is full, space is taken
     /// from the heaviest sender or origin (e.g. "udp:10.0.0.2"). Sender keys are free to
     /// make, so the origin bounds a flood from one place.
     public var origin: String?
-    /// Receipts: the bundle ID of the message acknowledged (sender = that message's recipient).
-    public var acknowledgedBundleID: [UInt8]?
 
     public init(bundleID: [UInt8], destination: [UInt8], kind: UInt8, sourceUserID: [UInt8],
                 hopCount: Int, hopLimit: Int, previousHop: [UInt8]? = nil, createdMs: Int64,
-                expiresMs: Int64, bytes: [UInt8], receivedFrom: String? = nil, origin: String? = nil,
-                acknowledgedBundleID: [UInt8]? = nil) {
+                expiresMs: Int64, receivedFrom: String? = nil, origin: String? = nil) {
         self.bundleID = bundleID
-        self.origin = origin
-        self.acknowledgedBundleID = acknowledgedBundleID
         self.destination = destination
         self.kind = kind
         self.sourceUserID = sourceUserID
@@ -69,26 +63,63 @@ public struct NewBundle: Sendable, Equatable {
         self.previousHop = previousHop
         self.createdMs = createdMs
         self.expiresMs = expiresMs
-        self.bytes = bytes
         self.receivedFrom = receivedFrom
+        self.origin = origin
     }
 }
 
-/// A bundle as stored, with its forwarding state. Tombstones (delivered/expired) have empty
-/// `bytes` but keep `size`.
-public struct StoredBundle: Sendable, Equatable {
-    /// The bundle ID (`YaokCrypto.BundleID`).
-    public var bundleID: [UInt8]
-    public var destination: [UInt8]
-    public var kind: UInt8
-    public var sourceUserID: [UInt8]
-    public var hopCount: Int
-    public var hopLimit: Int
-    public var previousHop: [UInt8]?
-    public var createdMs: Int64
-    public var expiresMs: Int64
+/// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
+/// Its ``BundleRecord`` fields read and write as its own (`newBundle.bundleID`).
+@dynamicMemberLookup
+public struct NewBundle: Sendable, Equatable {
+    public var record: BundleRecord
+    /// The encoded bundle, stored as is.
     public var bytes: [UInt8]
-    public var receivedFrom: String?
+    /// Receipts: the bundle ID of the message acknowledged (sender = that message's recipient).
+    public var acknowledgedBundleID: [UInt8]?
+
+    public init(bundleID: [UInt8], destination: [UInt8], kind: UInt8, sourceUserID: [UInt8],
+                hopCount: Int, hopLimit: Int, previousHop: [UInt8]? = nil, createdMs: Int64,
+                expiresMs: Int64, bytes: [UInt8], receivedFrom: String? = nil, origin: String? = nil,
+                acknowledgedBundleID: [UInt8]? = nil) {
+        self.record = BundleRecord(bundleID: bundleID, destination: destination, kind: kind, sourceUserID: sourceUserID,
+                                   hopCount: hopCount, hopLimit: hopLimit, previousHop: previousHop, createdMs: createdMs,
+                                   expiresMs: expiresMs, receivedFrom: receivedFrom, origin: origin)
+        self.bytes = bytes
+        self.acknowledgedBundleID = acknowledgedBundleID
+    }
+
+    public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
+        get { record[keyPath: field] }
+        set { record[keyPath: field] = newValue }
+    }
+}
+
+/// A stored bundle's bytes, as a read returned them.
+public enum BundleBytes: Sendable, Equatable {
+    /// Read with the bundle.
+    case held([UInt8])
+    /// Held by the store but not read: a listing asked for everything but the bytes
+    /// (`withBytes: false`). Fetch them with ``BundleStore/bundle(_:)``.
+    case notRead
+    /// Gone for good: the bundle was delivered or expired and only its tombstone remains.
+    case dropped
+
+    /// The bytes, when this read has them.
+    public var held: [UInt8]? {
+        if case .held(let b) = self { return b }
+        return nil
+    }
+}
+
+/// A bundle as stored: its record and bytes, and its forwarding state at this hub.
+/// Its ``BundleRecord`` fields read and write as its own (`stored.bundleID`).
+@dynamicMemberLookup
+public struct StoredBundle: Sendable, Equatable {
+    public var record: BundleRecord
+    /// Whether this read carries the bytes, and if not, why not. Tombstones (delivered,
+    /// expired) are always `.dropped` and keep ``size``.
+    public var bytes: BundleBytes
     public var state: BundleState
     /// Failed sending attempts so far.
     public var attempts: Int
@@ -100,18 +131,31 @@ public struct StoredBundle: Sendable, Equatable {
     public var size: Int
     /// The link it was last sent on.
     public var lastLink: String?
-    /// The fairness principal it came from (see ``NewBundle/origin``).
-    public var origin: String?
+
+    public init(record: BundleRecord, bytes: BundleBytes, state: BundleState, attempts: Int,
+                nextAttemptMs: Int64, acceptedMs: Int64, size: Int, lastLink: String? = nil) {
+        self.record = record
+        self.bytes = bytes
+        self.state = state
+        self.attempts = attempts
+        self.nextAttemptMs = nextAttemptMs
+        self.acceptedMs = acceptedMs
+        self.size = size
+        self.lastLink = lastLink
+    }
+
+    public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
+        get { record[keyPath: field] }
+        set { record[keyPath: field] = newValue }
+    }
 }
 
 extension StoredBundle {
     /// The row ``BundleStore/accept(_:nowMs:)`` writes when it answers `.stored` (queued, due
     /// at once, no attempts, no link yet): the caller routes it without reading it back.
     public init(accepted b: NewBundle, nowMs: Int64) {
-        self.init(bundleID: b.bundleID, destination: b.destination, kind: b.kind, sourceUserID: b.sourceUserID,
-                  hopCount: b.hopCount, hopLimit: b.hopLimit, previousHop: b.previousHop, createdMs: b.createdMs,
-                  expiresMs: b.expiresMs, bytes: b.bytes, receivedFrom: b.receivedFrom, state: .queued, attempts: 0,
-                  nextAttemptMs: nowMs, acceptedMs: nowMs, size: b.bytes.count, lastLink: nil, origin: b.origin)
+        self.init(record: b.record, bytes: .held(b.bytes), state: .queued, attempts: 0,
+                  nextAttemptMs: nowMs, acceptedMs: nowMs, size: b.bytes.count, lastLink: nil)
     }
 }
 

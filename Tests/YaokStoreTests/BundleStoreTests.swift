@@ -25,7 +25,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(s.previousHop, userID(7))
         XCTAssertEqual(s.createdMs, 1_000)
         XCTAssertEqual(s.expiresMs, b.expiresMs)
-        XCTAssertEqual(s.bytes, b.bytes)
+        XCTAssertEqual(s.bytes, .held(b.bytes))
         XCTAssertEqual(s.receivedFrom, "test:1")
         XCTAssertEqual(s.state, .queued)
         XCTAssertEqual(s.attempts, 0)
@@ -93,7 +93,7 @@ final class BundleStoreTests: XCTestCase {
         try store.markDelivered(bundleID(1), nowMs: 20)
         let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
         XCTAssertEqual(tomb.state, .delivered)
-        XCTAssertEqual(tomb.bytes, [])
+        XCTAssertEqual(tomb.bytes, .dropped)
         XCTAssertEqual(tomb.size, 100)
         XCTAssertEqual(try store.totalBytes(), 0)
         XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 30), .duplicate)
@@ -113,7 +113,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 30), .alreadyDelivered)
         let tomb = try XCTUnwrap(try store.bundle(bundleID(2)))
         XCTAssertEqual(tomb.state, .delivered)
-        XCTAssertEqual(tomb.bytes, [])
+        XCTAssertEqual(tomb.bytes, .dropped)
         XCTAssertEqual(tomb.expiresMs, 10_000_000, "the tombstone lives as long as the message, not as the receipt says")
         XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 40), .duplicate)
         // A read receipt (kind 3) is not a delivery receipt.
@@ -126,7 +126,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1, marker: "real"), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(1, marker: "fake"), nowMs: 1), .conflict)
         XCTAssertEqual(store.statistics.conflicts, 1)
-        XCTAssertEqual(try store.bundle(bundleID(1))?.bytes, makeBundle(1, marker: "real").bytes, "the held copy is untouched")
+        XCTAssertEqual(try store.bundle(bundleID(1))?.bytes, .held(makeBundle(1, marker: "real").bytes), "the held copy is untouched")
         // The same envelope under another hop header is a duplicate, not a conflict.
         var rehopped = makeBundle(1, marker: "real")
         rehopped.bytes[0] ^= 0xFF
@@ -232,12 +232,12 @@ final class BundleStoreTests: XCTestCase {
                       try store.forwardable(limit: 5, withBytes: false),
                       try store.forwardable(limit: 5, excludingPeer: userID(3), withBytes: false)] {
             XCTAssertEqual(light.count, 1)
-            XCTAssertEqual(light.first?.bytes, [])
+            XCTAssertEqual(light.first?.bytes, .notRead)
             XCTAssertEqual(light.first?.size, 500)
             XCTAssertEqual(light.first?.bundleID, bundleID(1))
             XCTAssertEqual(light.first?.destination, userID(1))
         }
-        XCTAssertEqual(try store.due(nowMs: 0, limit: 5).first?.bytes.count, 500)
+        XCTAssertEqual(try store.due(nowMs: 0, limit: 5).first?.bytes.held?.count, 500)
     }
 
     func testUnknownIDsThrowNotFound() throws {
@@ -278,7 +278,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.expire(nowMs: 1_000), 1)
         let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
         XCTAssertEqual(tomb.state, .expired)
-        XCTAssertEqual(tomb.bytes, [])
+        XCTAssertEqual(tomb.bytes, .dropped)
         XCTAssertEqual(store.statistics.expired, 1)
         XCTAssertEqual(try store.totalBytes(), 100)
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 1_500), nowMs: 1_100), .duplicate)
@@ -406,7 +406,7 @@ final class BundleStoreTests: XCTestCase {
         let store = try openStore(dir)
         let id = BundleID.of(senderUserID: sender, messageID: msg)
         let b = try XCTUnwrap(try store.bundle(id))
-        XCTAssertEqual(b.bytes, [1, 2, 3])
+        XCTAssertEqual(b.bytes, .held([1, 2, 3]))
         XCTAssertEqual(b.state, .queued)
         XCTAssertEqual(b.origin, "udp/1")
         XCTAssertTrue(try store.peerHas(id, peer: userID(5)))
@@ -481,7 +481,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(contains(fileBytes(dir + "/plain") ?? [], Array(marker.utf8)))
         // And the content is really there, under the key.
         let reopened = try BundleStore(database: try SQLCipherDatabase(path: path, key: testKey))
-        XCTAssertTrue(contains(try XCTUnwrap(try reopened.bundle(bundleID(5))).bytes, Array(marker.utf8)))
+        XCTAssertTrue(contains(try XCTUnwrap(try reopened.bundle(bundleID(5))).bytes.held ?? [], Array(marker.utf8)))
     }
 
     func testConcurrentAcceptsAllLand() throws {

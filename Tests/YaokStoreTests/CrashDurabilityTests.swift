@@ -61,7 +61,7 @@ final class CrashDurabilityTests: XCTestCase {
         for n in ids {
             let stored = try store.bundle(bundleID(n))
             XCTAssertEqual(stored?.state, .queued, "bundle \(n) reported accepted but lost")
-            XCTAssertEqual(stored?.bytes, makeBundle(n, size: 2_000).bytes)
+            XCTAssertEqual(stored?.bytes, .held(makeBundle(n, size: 2_000).bytes))
         }
     }
 
