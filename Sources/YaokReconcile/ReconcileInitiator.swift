@@ -97,8 +97,8 @@ public struct ReconcileInitiator: Sendable {
                              + (a.reason == .unsupportedVersion ? " (it speaks \(a.versions))" : ""))
         case .table(let part):
             return receiveTable(part)
-        case .estimate, .tableRequest, .lacks:
-            return malformed("an initiator got a \(message.kind == 1 ? "estimate" : message.kind == 3 ? "tableRequest" : "lacks")")
+        case .estimate, .tableRequest, .lacks, .start, .more, .cells:
+            return malformed("a version 1 initiator got kind \(message.kind) of version \(message.version)")
         }
     }
 

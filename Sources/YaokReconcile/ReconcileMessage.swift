@@ -1,9 +1,11 @@
-/// The constants of reconciliation protocol version 1 (Docs/protocol.md, `reconcile (0x0A)`).
+/// The constants of the reconciliation protocol (Docs/protocol.md, `reconcile (0x0A)`).
 public enum ReconcileLimits {
-    /// The protocol version this module speaks.
+    /// Version 1: a strata estimator, then one IBLT sized from it.
     public static let version: UInt8 = 1
+    /// Version 2: rateless coded symbols, asked for until the difference peels.
+    public static let codedVersion: UInt8 = 2
     /// The versions this module speaks, as listed in an `abort` with reason 1.
-    public static let supportedVersions: [UInt8] = [1]
+    public static let supportedVersions: [UInt8] = [1, 2]
     /// The largest message: 60,000 bytes, so a message, its TLV header and the link's sealing
     /// fit every hub transport that can carry it (UDP frames are at most 65,000 bytes). Links
     /// with smaller frames (BLE, 10.5 KB) use `summary` offers instead.
@@ -22,6 +24,11 @@ public enum ReconcileLimits {
     public static let maxIDsPerLacksPart = 3600
     /// `tableRequest`s per session.
     public static let maxRetries = 2
+    /// Version 2: the most coded cells one `start`, `more` or `cells` message covers (as many
+    /// as fit one record after the 12-byte `cells` header).
+    public static let maxCodedCellsPerMessage = (maxMessageBytes - 12) / cellBytes  // 2142
+    /// Version 2: the most coded cells an exchange may ask for (1.83 MB); beyond, it aborts.
+    public static let maxCodedCells = 65_535
 }
 
 /// Why an exchange ends without a result (the `abort` reason codes).
@@ -86,13 +93,17 @@ public enum ReconcileError: Error, Equatable, Sendable, CustomStringConvertible 
     case partNotFull(part: UInt8, count: UInt16)
     /// IDs not sorted ascending or repeated.
     case notSortedUnique
+    /// Version 2: a cell count of 0 or above 2,142 in one message.
+    case codedCountInvalid(UInt16)
+    /// Version 2: cells that would end above the cap of 65,535.
+    case codedRangeAboveCap(first: UInt32, count: UInt16)
 
     public var description: String {
         switch self {
         case .truncated(let n, let g): "reconcile message truncated: needs at least \(n) bytes, got \(g)"
         case .lengthMismatch(let e, let g): "reconcile message length \(g) does not match its counts (expected \(e))"
         case .tooLong(let n): "reconcile message of \(n) bytes is above one message (60,000)"
-        case .unsupportedVersion(let v): "reconcile version \(v) is not supported (this hub speaks 1)"
+        case .unsupportedVersion(let v): "reconcile version \(v) is not supported (this hub speaks 1 and 2)"
         case .unknownKind(let k): "unknown reconcile message kind \(k)"
         case .unknownAbortReason(let r): "unknown reconcile abort reason \(r)"
         case .noVersionsListed: "reconcile abort for an unsupported version lists no version"
@@ -107,6 +118,8 @@ public enum ReconcileError: Error, Equatable, Sendable, CustomStringConvertible 
         case .countAboveCap(let c): "reconcile lacks part of \(c) IDs is above 3,600"
         case .partNotFull(let p, let c): "reconcile lacks part \(p) has \(c) IDs: every part but the last holds 3,600 and a last part of several is not empty"
         case .notSortedUnique: "reconcile lacks IDs are not sorted ascending and unique"
+        case .codedCountInvalid(let c): "reconcile message covers \(c) coded cells (1...2142 allowed)"
+        case .codedRangeAboveCap(let f, let c): "reconcile coded cells \(f)+\(c) end above the cap of 65,535"
         }
     }
 }
@@ -125,6 +138,12 @@ public enum ReconcileMessage: Sendable, Equatable {
     case lacks(LacksPart)
     /// Kind 5, either way: the exchange ends; fall back to listing offers.
     case abort(Abort)
+    /// Version 2, kind 1, initiator → responder: the salt, and the first coded cells wanted.
+    case start(Start)
+    /// Version 2, kind 6, initiator → responder: the next coded cells, please.
+    case more(More)
+    /// Version 2, kind 7, responder → initiator: coded cells of the responder's set.
+    case cells(CodedCells)
 
     /// Kind 1: salt(16) + strata(1) + cells per stratum(2) + set size(4) + strata·cells cells.
     public struct Estimate: Sendable, Equatable {
@@ -171,13 +190,55 @@ public enum ReconcileMessage: Sendable, Equatable {
     }
 
     /// Kind 4: part(1) + parts(1) + count(2) + IDs (16 each, sorted ascending, unique).
+    /// The same in both versions; its version byte is the exchange's.
     public struct LacksPart: Sendable, Equatable {
         public var session: UInt32
         public var part: UInt8
         public var parts: UInt8
         public var ids: [ReconcileID]
-        public init(session: UInt32, part: UInt8, parts: UInt8, ids: [ReconcileID]) {
-            self.session = session; self.part = part; self.parts = parts; self.ids = ids
+        /// The exchange's version (1 or 2).
+        public var version: UInt8
+        public init(session: UInt32, part: UInt8, parts: UInt8, ids: [ReconcileID], version: UInt8 = ReconcileLimits.version) {
+            self.session = session; self.part = part; self.parts = parts; self.ids = ids; self.version = version
+        }
+    }
+
+    /// Version 2, kind 1: salt(16) + set size(4) + cell count(2): cells 0 ..< count, please.
+    public struct Start: Sendable, Equatable {
+        public var session: UInt32
+        /// The session's salt (16 bytes): it fixes every ID's cells.
+        public var salt: [UInt8]
+        /// The initiator's set size; informational only.
+        public var setSize: UInt32
+        /// 1 ... 2142.
+        public var cellCount: UInt16
+        public init(session: UInt32, salt: [UInt8], setSize: UInt32, cellCount: UInt16) {
+            self.session = session; self.salt = salt; self.setSize = setSize; self.cellCount = cellCount
+        }
+    }
+
+    /// Version 2, kind 6: first cell(4) + cell count(2). `first` is the number of cells asked
+    /// for so far in the session: requests are contiguous.
+    public struct More: Sendable, Equatable {
+        public var session: UInt32
+        public var firstCell: UInt32
+        /// 1 ... 2142.
+        public var cellCount: UInt16
+        public init(session: UInt32, firstCell: UInt32, cellCount: UInt16) {
+            self.session = session; self.firstCell = firstCell; self.cellCount = cellCount
+        }
+    }
+
+    /// Version 2, kind 7: first cell(4) + cell count(2) + cells (28 bytes each): the answer to
+    /// one `start` or `more`, for exactly the cells it asked for.
+    public struct CodedCells: Sendable, Equatable {
+        public var session: UInt32
+        public var firstCell: UInt32
+        public var cellCount: UInt16
+        /// cellCount cells, 28 bytes each.
+        public var cellBytes: [UInt8]
+        public init(session: UInt32, firstCell: UInt32, cellCount: UInt16, cellBytes: [UInt8]) {
+            self.session = session; self.firstCell = firstCell; self.cellCount = cellCount; self.cellBytes = cellBytes
         }
     }
 
@@ -199,11 +260,23 @@ public enum ReconcileMessage: Sendable, Equatable {
 
     public var kind: UInt8 {
         switch self {
-        case .estimate: Self.estimateKind
+        case .estimate, .start: Self.estimateKind
         case .table: 2
         case .tableRequest: 3
         case .lacks: 4
         case .abort: 5
+        case .more: 6
+        case .cells: 7
+        }
+    }
+
+    /// The version byte it is sent with: 2 for the coded messages, the exchange's for `lacks`,
+    /// 1 for the rest (an `abort`'s version byte is never checked).
+    public var version: UInt8 {
+        switch self {
+        case .start, .more, .cells: ReconcileLimits.codedVersion
+        case .lacks(let m): m.version
+        case .estimate, .table, .tableRequest, .abort: ReconcileLimits.version
         }
     }
 
@@ -215,6 +288,9 @@ public enum ReconcileMessage: Sendable, Equatable {
         case .tableRequest(let m): m.session
         case .lacks(let m): m.session
         case .abort(let m): m.session
+        case .start(let m): m.session
+        case .more(let m): m.session
+        case .cells(let m): m.session
         }
     }
 
@@ -222,14 +298,19 @@ public enum ReconcileMessage: Sendable, Equatable {
 
     /// Parses one message. Every count and length is checked against the byte count and the
     /// caps before anything is allocated. Kind 5 (`abort`) parses whatever the version byte,
-    /// so an abort listing versions is always readable; any other kind must be version 1.
+    /// so an abort listing versions is always readable; any other kind must be version 1 or 2,
+    /// and the kinds of one version are not read under the other (`lacks` is in both).
     public init(parsing bytes: [UInt8]) throws(ReconcileError) {
         let n = bytes.count
         guard n <= ReconcileLimits.maxMessageBytes else { throw .tooLong(n) }
         guard n >= 6 else { throw .truncated(needed: 6, got: n) }
         let version = bytes[0], kind = bytes[1]
         let session = Self.u32(bytes, 2)
-        if kind != 5 && version != ReconcileLimits.version { throw .unsupportedVersion(version) }
+        if kind != 5 && !ReconcileLimits.supportedVersions.contains(version) { throw .unsupportedVersion(version) }
+        if version == ReconcileLimits.codedVersion && kind != 5 {
+            self = try Self.parseCoded(bytes, kind: kind, session: session)
+            return
+        }
         switch kind {
         case 1:
             guard n >= 29 else { throw .truncated(needed: 29, got: n) }
@@ -286,7 +367,7 @@ public enum ReconcileMessage: Sendable, Equatable {
                 for i in 0..<Int(count) { ids.append(ReconcileID.read(p, at: 10 + 16 * i)) }
             }
             for i in ids.indices.dropFirst() where !(ids[i - 1] < ids[i]) { throw .notSortedUnique }
-            self = .lacks(LacksPart(session: session, part: part, parts: parts, ids: ids))
+            self = .lacks(LacksPart(session: session, part: part, parts: parts, ids: ids, version: version))
         case 5:
             guard n >= 7 else { throw .truncated(needed: 7, got: n) }
             guard let reason = ReconcileAbortReason(rawValue: bytes[6]) else { throw .unknownAbortReason(bytes[6]) }
@@ -305,9 +386,45 @@ public enum ReconcileMessage: Sendable, Equatable {
         }
     }
 
+    /// Version 2's own kinds (1 `start`, 6 `more`, 7 `cells`) and its `lacks`.
+    private static func parseCoded(_ bytes: [UInt8], kind: UInt8, session: UInt32) throws(ReconcileError) -> ReconcileMessage {
+        let n = bytes.count
+        func range(first: UInt32, count: UInt16) throws(ReconcileError) {
+            guard count >= 1 && Int(count) <= ReconcileLimits.maxCodedCellsPerMessage else { throw .codedCountInvalid(count) }
+            guard Int(first) + Int(count) <= ReconcileLimits.maxCodedCells else { throw .codedRangeAboveCap(first: first, count: count) }
+        }
+        switch kind {
+        case 1:
+            guard n == 28 else { throw n < 28 ? .truncated(needed: 28, got: n) : .lengthMismatch(expected: 28, got: n) }
+            let count = u16(bytes, 26)
+            try range(first: 0, count: count)
+            return .start(Start(session: session, salt: Array(bytes[6..<22]), setSize: u32(bytes, 22), cellCount: count))
+        case 6:
+            guard n == 12 else { throw n < 12 ? .truncated(needed: 12, got: n) : .lengthMismatch(expected: 12, got: n) }
+            let first = u32(bytes, 6), count = u16(bytes, 10)
+            try range(first: first, count: count)
+            return .more(More(session: session, firstCell: first, cellCount: count))
+        case 7:
+            guard n >= 12 else { throw .truncated(needed: 12, got: n) }
+            let first = u32(bytes, 6), count = u16(bytes, 10)
+            try range(first: first, count: count)
+            let expected = 12 + Int(count) * ReconcileLimits.cellBytes
+            guard n == expected else { throw .lengthMismatch(expected: expected, got: n) }
+            return .cells(CodedCells(session: session, firstCell: first, cellCount: count, cellBytes: Array(bytes[12...])))
+        case 4:
+            var v1 = bytes
+            v1[0] = ReconcileLimits.version
+            guard case .lacks(var l) = try ReconcileMessage(parsing: v1) else { throw .unknownKind(kind) }
+            l.version = ReconcileLimits.codedVersion
+            return .lacks(l)
+        default:
+            throw .unknownKind(kind)
+        }
+    }
+
     /// The message's bytes (the TLV value).
     public var encoded: [UInt8] {
-        var out: [UInt8] = [ReconcileLimits.version, kind]
+        var out: [UInt8] = [version, kind]
         Self.put32(&out, session)
         switch self {
         case .estimate(let m):
@@ -339,20 +456,31 @@ public enum ReconcileMessage: Sendable, Equatable {
                 out.append(UInt8(m.versions.count))
                 out += m.versions
             }
+        case .start(let m):
+            out += m.salt
+            Self.put32(&out, m.setSize)
+            Self.put16(&out, m.cellCount)
+        case .more(let m):
+            Self.put32(&out, m.firstCell)
+            Self.put16(&out, m.cellCount)
+        case .cells(let m):
+            Self.put32(&out, m.firstCell)
+            Self.put16(&out, m.cellCount)
+            out += m.cellBytes
         }
         return out
     }
 
     /// The `lacks` parts for `ids` (sorted and deduplicated here): parts of 3,600, the last
     /// possibly shorter; no IDs is one part with count 0.
-    public static func lacksParts(session: UInt32, ids: [ReconcileID]) -> [ReconcileMessage] {
+    public static func lacksParts(session: UInt32, ids: [ReconcileID], version: UInt8 = ReconcileLimits.version) -> [ReconcileMessage] {
         let sorted = ReconcileID.sortedUnique(ids)
         let per = ReconcileLimits.maxIDsPerLacksPart
         let parts = max(1, (sorted.count + per - 1) / per)
         precondition(parts <= 255, "more than 1,020,000 lacked IDs")
         return (0..<parts).map { i in
             .lacks(LacksPart(session: session, part: UInt8(i + 1), parts: UInt8(parts),
-                             ids: Array(sorted[(i * per)..<min(sorted.count, (i + 1) * per)])))
+                             ids: Array(sorted[(i * per)..<min(sorted.count, (i + 1) * per)]), version: version))
         }
     }
 

@@ -17,9 +17,7 @@ public struct ReconcileResponder: Sendable {
     /// Cells of the last table sent.
     public private(set) var lastTableCells = 0
     private var retries = 0
-    private var lacks: [UInt8: [ReconcileID]] = [:]
-    private var lacksParts: UInt8 = 0
-    private var lacksCount = 0
+    private var lacks = LacksAssembly()
     private var finished = false
 
     /// A responder over `ids` (duplicates are ignored).
@@ -65,9 +63,7 @@ public struct ReconcileResponder: Sendable {
                 return malformed(r.session, "a tableRequest for \(r.totalCells) cells after \(lastTableCells)")
             }
             retries += 1
-            lacks = [:]
-            lacksParts = 0
-            lacksCount = 0
+            lacks = LacksAssembly()
             return .send(table(salt: r.salt, cells: Int(r.totalCells), digests: ReconcileHash.digests(ids, salt: r.salt), session: r.session))
         case .lacks(let l):
             guard session != nil else { return malformed(l.session, "lacks before any estimate") }
@@ -75,8 +71,8 @@ public struct ReconcileResponder: Sendable {
         case .abort(let a):
             finished = true
             return .fallBack(reason: a.reason, send: nil, detail: "the initiator aborted: \(a.reason)")
-        case .table:
-            return malformed(message.session, "a responder got a table")
+        case .table, .start, .more, .cells:
+            return malformed(message.session, "a version 1 responder got kind \(message.kind) of version \(message.version)")
         }
     }
 
@@ -116,25 +112,12 @@ public struct ReconcileResponder: Sendable {
     }
 
     private mutating func receiveLacks(_ l: ReconcileMessage.LacksPart) -> ReconcileStep {
-        let allowedParts = max(1, (ids.count + ReconcileLimits.maxIDsPerLacksPart - 1) / ReconcileLimits.maxIDsPerLacksPart)
-        guard Int(l.parts) <= allowedParts else { return malformed(l.session, "lacks in \(l.parts) parts for a set of \(ids.count)") }
-        if lacksParts == 0 { lacksParts = l.parts }
-        guard l.parts == lacksParts else { return malformed(l.session, "lacks parts disagree on their number") }
-        guard lacks[l.part] == nil else { return malformed(l.session, "lacks part \(l.part) received twice") }
-        for id in l.ids where !ReconcileInitiator.contains(ids, id) {
-            return malformed(l.session, "lacks names \(id), which this side did not hold")
+        switch lacks.add(l, holding: ids) {
+        case .failure(let why): return malformed(l.session, why.description)
+        case .success(nil): return .wait
+        case .success(let all?):
+            finished = true
+            return .done(peerLacks: all, iLack: [], lacksMessages: [])
         }
-        lacks[l.part] = l.ids
-        lacksCount += l.ids.count
-        guard lacks.count == Int(lacksParts) else { return .wait }
-        var all: [ReconcileID] = []
-        all.reserveCapacity(lacksCount)
-        for p in 1...lacksParts {
-            let ids = lacks[p]!
-            if let last = all.last, let first = ids.first, !(last < first) { return malformed(l.session, "lacks parts out of order") }
-            all += ids
-        }
-        finished = true
-        return .done(peerLacks: all, iLack: [], lacksMessages: [])
     }
 }

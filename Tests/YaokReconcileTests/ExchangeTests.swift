@@ -24,7 +24,7 @@ struct Exchange {
     var responderLacks: [ReconcileID]?
     var initiatorFellBack: ReconcileAbortReason?
     var responderFellBack: ReconcileAbortReason?
-    var bytesToResponder = 0, bytesToInitiator = 0, messages = 0, retries = 0
+    var bytesToResponder = 0, bytesToInitiator = 0, messages = 0, retries = 0, rounds = 0
 }
 
 /// Runs an exchange; `tamper` may rewrite the responder's messages on their way.
@@ -32,12 +32,20 @@ func exchange(_ a: [ReconcileID], _ b: [ReconcileID], sizing: ReconcileSizing = 
               tamper: ((inout [[UInt8]]) -> Void)? = nil) -> Exchange {
     var initiator = ReconcileInitiator(ids: a, salt: salt, sizing: sizing)
     var responder = ReconcileResponder(ids: b, sizing: sizing)
+    var out = runExchange(&initiator, &responder, first: initiator.firstMessage, tamper: tamper)
+    out.retries = initiator.retries
+    return out
+}
+
+/// Runs an exchange of either version between two sides until neither has anything to send.
+func runExchange(_ initiator: inout some ReconcileExchange, _ responder: inout some ReconcileExchange, first: ReconcileMessage,
+         tamper: ((inout [[UInt8]]) -> Void)? = nil) -> Exchange {
     var out = Exchange()
-    var toResponder = [initiator.firstMessage.encoded]
+    var toResponder = [first.encoded]
     var rounds = 0
     while !toResponder.isEmpty {
         rounds += 1
-        precondition(rounds < 10, "the exchange does not end")
+        precondition(rounds < 40, "the exchange does not end")
         var toInitiator: [[UInt8]] = []
         for bytes in toResponder {
             out.bytesToResponder += bytes.count
@@ -69,8 +77,8 @@ func exchange(_ a: [ReconcileID], _ b: [ReconcileID], sizing: ReconcileSizing = 
             case .wait: break
             }
         }
+        out.rounds = rounds
     }
-    out.retries = initiator.retries
     return out
 }
 
@@ -300,15 +308,15 @@ final class ExchangeTests: XCTestCase {
         let ids = randomIDs(10, &rng)
         var initiator = ReconcileInitiator(ids: ids, session: 0x0403_0201)
         var future = initiator.firstMessage.encoded
-        future[0] = 2
+        future[0] = 3
         var responder = ReconcileResponder(ids: ids)
         guard case .fallBack(.unsupportedVersion, let abort?, _) = responder.receive(bytes: future) else { return XCTFail() }
-        XCTAssertEqual(abort.encoded, [1, 5, 1, 2, 3, 4, 1, 1, 1])
+        XCTAssertEqual(abort.encoded, [1, 5, 1, 2, 3, 4, 1, 2, 1, 2])
         // An abort from a future version still parses, and the initiator falls back.
         var fromFuture = abort.encoded
-        fromFuture[0] = 2
+        fromFuture[0] = 3
         guard case .fallBack(.unsupportedVersion, nil, let detail) = initiator.receive(bytes: fromFuture) else { return XCTFail() }
-        XCTAssertTrue(detail.contains("[1]"), detail)
+        XCTAssertTrue(detail.contains("[1, 2]"), detail)
         // Busy is an abort the router sends itself.
         XCTAssertEqual(ReconcileMessage.abort(.init(session: 9, reason: .busy)).encoded, [1, 5, 9, 0, 0, 0, 3])
     }

@@ -16,6 +16,16 @@ final class ParsingTests: XCTestCase {
             + [.tableRequest(.init(session: 7, salt: [UInt8](repeating: 2, count: 16), totalCells: 300))]
             + ReconcileMessage.lacksParts(session: 7, ids: ids)
             + [.abort(.init(session: 7, reason: .busy)), .abort(.init(session: 7, reason: .unsupportedVersion, versions: [1, 2]))]
+            + codedSamples(ids)
+    }
+
+    /// Version 2's messages: start, more, cells (from a real responder), lacks.
+    func codedSamples(_ ids: [ReconcileID]) -> [ReconcileMessage] {
+        let start = ReconcileMessage.start(.init(session: 8, salt: [UInt8](repeating: 4, count: 16), setSize: 50, cellCount: 40))
+        var responder = CodedResponder(ids: ids)
+        guard case .send(let cells) = responder.receive(start) else { fatalError() }
+        return [start, .more(.init(session: 8, firstCell: 40, cellCount: 2142))] + cells
+            + ReconcileMessage.lacksParts(session: 8, ids: ids, version: 2)
     }
 
     func testRoundTrip() throws {
@@ -41,7 +51,16 @@ final class ParsingTests: XCTestCase {
     }
 
     func testVersionsAndKinds() {
-        XCTAssertEqual(parse([2, 1, 0, 0, 0, 0]), .unsupportedVersion(2))
+        XCTAssertEqual(parse([3, 1, 0, 0, 0, 0]), .unsupportedVersion(3))
+        // Version 2 reads its own kinds only; version 1 does not read them.
+        XCTAssertEqual(parse([2, 1, 0, 0, 0, 0]), .truncated(needed: 28, got: 6))
+        for kind: UInt8 in [2, 3, 8] { XCTAssertEqual(parse([2, kind, 0, 0, 0, 0, 0, 0]), .unknownKind(kind)) }
+        XCTAssertEqual(parse([1, 7, 0, 0, 0, 0, 0, 0]), .unknownKind(7))
+        XCTAssertEqual(parse([2, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]), .codedCountInvalid(0))
+        XCTAssertEqual(parse([2, 6, 0, 0, 0, 0, 0, 0, 0, 0, 0x5F, 0x08]), .codedCountInvalid(2143))
+        XCTAssertEqual(parse([2, 6, 0, 0, 0, 0, 0xFF, 0xFF, 0, 0, 1, 0]), .codedRangeAboveCap(first: 65_535, count: 1))
+        XCTAssertEqual(parse([2, 6, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0]), .lengthMismatch(expected: 12, got: 13))
+        XCTAssertEqual(parse([2, 7, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0] + [UInt8](repeating: 0, count: 28)), .lengthMismatch(expected: 68, got: 40))
         XCTAssertEqual(parse([0, 4, 0, 0, 0, 0, 1, 1, 0, 0]), .unsupportedVersion(0))
         for kind: UInt8 in [0, 6, 0x0a, 255] { XCTAssertEqual(parse([1, kind, 0, 0, 0, 0, 0, 0]), .unknownKind(kind)) }
         XCTAssertEqual(parse([1, 5, 0, 0, 0, 0, 0]), .unknownAbortReason(0))
