@@ -31,7 +31,14 @@ if CommandLine.arguments.contains("--reconcile") {
         }
         sizing = ReconcileSizing(strata: s, cellsPerStratum: c, cellsPerDifference: f, cellsPerExactDifference: fe, extraCells: x)
     }
-    runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10, shapes: shapes, sizing: sizing)
+    var versions = ReconcileLimits.supportedVersions
+    if let v = argument("--version") {
+        guard let n = UInt8(v), ReconcileLimits.supportedVersions.contains(n) else {
+            FileHandle.standardError.write(Data("--version wants 1 or 2; got \(v)\n".utf8)); exit(2)
+        }
+        versions = [n]
+    }
+    runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10, shapes: shapes, sizing: sizing, versions: versions)
     exit(0)
 }
 
