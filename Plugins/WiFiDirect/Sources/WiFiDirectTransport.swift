@@ -9,20 +9,10 @@ import YaokPluginKit
 /// authenticated TCP links on its group address. Keys, states and metrics: Plugins/WiFiDirect/README.md.
 // @unchecked: state under `lock`; `nextReconnectMs` only on the supervisor thread; `probe` set before start.
 public final class WiFiDirectTransport: Transport, @unchecked Sendable {
-    /// What the transport reports to, so tests can drive it without a host.
-    struct Reporter: Sendable {
-        var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
-        var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
-        var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
-        var statusChanged: @Sendable () -> Void = {}
-        var log: @Sendable (String, Bool) -> Void = { _, _ in } // (message, isWarning)
-        var counter: @Sendable (String) -> Void = { _ in }
-        var gauge: @Sendable (String, Double) -> Void = { _, _ in }
-    }
-
     public let settings: WiFiDirectSettings
     private let identity: LinkIdentity
-    private let reporter: Reporter
+    /// Where the transport reports: the host, or a test's recorder.
+    private let events: any LinkEvents
     /// Radio probe, replaceable in tests (this machine has no Wi-Fi).
     var probe: () throws -> RadioProbeResult = { try NL80211Probe.probe() }
 
@@ -61,18 +51,14 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     public convenience init(context: TransportContext) throws {
         let settings = try WiFiDirectSettings(config: context.config, instanceName: context.instanceName)
-        let sink = context.events, logger = context.logger, metrics = context.metrics
-        self.init(settings: settings, identity: context.identity, reporter: Reporter(
-            linkUp: { sink.linkUp($0) }, linkDown: { sink.linkDown($0, reason: $1) },
-            frame: { sink.frameReceived($0, on: $1) }, statusChanged: { sink.statusChanged() },
-            log: { message, warning in warning ? logger.warning(message) : logger.info(message) },
-            counter: { metrics.increment($0) }, gauge: { metrics.gauge($0, $1) }))
+        self.init(settings: settings, identity: context.identity, events: context.events)
     }
 
-    init(settings: WiFiDirectSettings, identity: LinkIdentity, reporter: Reporter) {
+    /// `events`: the host's sink, or a test's recorder (tests drive the transport without a host).
+    init(settings: WiFiDirectSettings, identity: LinkIdentity, events: any LinkEvents) {
         self.settings = settings
         self.identity = identity
-        self.reporter = reporter
+        self.events = events
     }
 
     private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
@@ -85,7 +71,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             if s == .failed || s == .unavailable || s == .degraded { lastError = why }
             return false
         }
-        if !dropped { reporter.statusChanged() }
+        if !dropped { events.statusChanged() }
     }
 
     // MARK: Lifecycle
@@ -182,7 +168,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             return true
         }
         guard installed else { c.close(); m.close(); throw WPAControlError.cancelled }
-        reporter.log("wpa_supplicant control socket \(path) answers", false)
+        events.log(.info, "wpa_supplicant control socket \(path) answers")
     }
 
     func advertiseService() throws {
@@ -190,7 +176,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         for command in [P2PService.ptrCommand(instance: settings.serviceName), P2PService.txtCommand(instance: settings.serviceName, port: settings.port)] {
             do { try c.expectOK(command) } catch {
                 // Discovery by service is a convenience: phones also find the hub by its device name.
-                reporter.log("cannot advertise _yaok._tcp: \(error)", true)
+                events.log(.warning, "cannot advertise _yaok._tcp: \(error)")
             }
         }
     }
@@ -287,7 +273,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         teardownSupplicant()
         lock.withLock { groupInterface = nil; reformAt = nil; groupRequestedAt = 0 }
         set(.failed, "lost wpa_supplicant: \(why)")
-        reporter.log("lost wpa_supplicant: \(why)", true)
+        events.log(.warning, "lost wpa_supplicant: \(why)")
     }
 
     private var nextReconnectMs: Int64 = 0
@@ -310,7 +296,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         case "P2P-GROUP-STARTED":
             guard let iface = event.arguments.first else { return }
             guard event.arguments.dropFirst().first == "GO" else {
-                reporter.log("group \(iface) started as a client, not as owner; removing it", true)
+                events.log(.warning, "group \(iface) started as a client, not as owner; removing it")
                 _ = try? lock.withLock({ control })?.request("P2P_GROUP_REMOVE \(iface)")
                 return
             }
@@ -326,25 +312,25 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 reformAt = nowMs + 1_000
             }
             set(.starting, "P2P group \(iface) removed (\(why)); re-forming")
-            reporter.log("P2P group \(iface) removed (reason \(why)); re-forming in 1 s", false)
+            events.log(.info, "P2P group \(iface) removed (reason \(why)); re-forming in 1 s")
         case "P2P-SERV-DISC-REQ":
             // wpa_supplicant answers from the services we added; we only count the questions.
             let n = lock.withLock { serviceQueries += 1; return serviceQueries }
-            if n <= 3 || n % 100 == 0 { reporter.log("service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)", false) }
+            if n <= 3 || n % 100 == 0 { events.log(.info, "service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)") }
         case "P2P-DEVICE-FOUND":
             let addr = event.fields["p2p_dev_addr"] ?? event.arguments.first ?? ""
             _ = lock.withLock { devicesFound.insert(addr) }
         case "AP-STA-CONNECTED":
             if let addr = event.arguments.first {
                 let n = lock.withLock { stations.insert(addr); return stations.count }
-                reporter.gauge("wifidirect_stations", Double(n))
-                reporter.log("station \(addr) joined the group", false)
+                events.gauge("wifidirect_stations", Double(n))
+                events.log(.info, "station \(addr) joined the group")
                 forgetPersistentClients()
             }
         case "AP-STA-DISCONNECTED":
             if let addr = event.arguments.first {
                 let n = lock.withLock { stations.remove(addr); return stations.count }
-                reporter.gauge("wifidirect_stations", Double(n))
+                events.gauge("wifidirect_stations", Double(n))
             }
         case "P2P-PROV-DISC-PBC-REQ", "P2P-PROV-DISC-ENTER-PIN", "P2P-PROV-DISC-SHOW-PIN", "P2P-GO-NEG-REQUEST":
             authorize(peer: event.arguments.first ?? "")
@@ -370,9 +356,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 let method = settings.wpsMethod == .pbc ? "pbc" : (settings.wpsPin ?? "")
                 _ = try c.checked("P2P_CONNECT \(peer) \(method) go_intent=15 persistent freq=\(settings.frequency)")
             }
-            reporter.log("authorised \(peer) to join (\(settings.wpsMethod.rawValue))", false)
+            events.log(.info, "authorised \(peer) to join (\(settings.wpsMethod.rawValue))")
         } catch {
-            reporter.log("cannot authorise \(peer): \(error)", true)
+            events.log(.warning, "cannot authorise \(peer): \(error)")
         }
     }
 
@@ -391,7 +377,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     private func forgetClients(ofNetwork id: Int, _ c: WPAControlSocket) {
         do { try Self.clearClientList(network: id, control: c) } catch {
-            reporter.log("cannot clear the persistent group's client list: \(error)", true)
+            events.log(.warning, "cannot clear the persistent group's client list: \(error)")
         }
     }
 
@@ -412,7 +398,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             groupsFormed += 1
             groupRequestedAt = 0
         }
-        reporter.counter("wifidirect_groups_formed_total")
+        events.increment("wifidirect_groups_formed_total")
         do {
             try assignAddress(iface)
             if settings.dhcp {
@@ -426,20 +412,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 g.close()
             }
             let firstID = lock.withLock { nextLinkID }
-            let server = SecureStreamEngine(identity: identity, settings: Self.linkSettings(settings, firstLinkID: firstID))
-            let r = reporter
-            var ev = SecureStreamEngine.Events()
-            ev.linkUp = { [weak self] info in
-                self?.lock.withLock { self?.nextLinkID = max(self?.nextLinkID ?? 1, info.id + 1) }
-                r.linkUp(info)
-            }
-            ev.linkDown = { id, why in r.linkDown(id, why) }
-            ev.frame = { f, id in r.frame(f, id) }
-            ev.log = { level, m in r.log(m, level == .warning) }
-            ev.counter = { name, _ in r.counter(name) }
-            ev.gauge = { r.gauge($0, $1) }
-            ev.statusChanged = { r.statusChanged() }
-            server.events = ev
+            let server = SecureStreamEngine(identity: identity, settings: Self.linkSettings(settings, firstLinkID: firstID),
+                                            events: ServerEvents(transport: self))
             try server.start()
             let bound: IPEndpoint
             do {
@@ -450,10 +424,10 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             }
             lock.withLock { self.server = server; serverAddress = bound; nextLinkID = firstID + 1_000_000 }
             set(.running, "group owner of \(ssid ?? iface) on \(iface), \(settings.groupAddress):\(settings.port)")
-            reporter.log("P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)", false)
+            events.log(.info, "P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)")
         } catch {
             set(.degraded, "P2P group \(iface) is up but its services are not: \(error)")
-            reporter.log("P2P group \(iface) services failed: \(error)", true)
+            events.log(.warning, "P2P group \(iface) services failed: \(error)")
         }
     }
 
@@ -467,6 +441,30 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             // Already there (a re-formed persistent group on the same interface name).
         }
         try ChildProcess.run(settings.ipPath, ["link", "set", "dev", iface, "up"])
+    }
+
+    /// The group's link server reports through the transport, which keeps link IDs unique
+    /// across the servers of successive groups. Its log lines are warnings or info (debug and
+    /// notice lines too), as the transport's own.
+    private final class ServerEvents: LinkEvents {
+        weak let transport: WiFiDirectTransport?
+        private let events: any LinkEvents
+
+        init(transport: WiFiDirectTransport) {
+            self.transport = transport
+            events = transport.events
+        }
+
+        func linkUp(_ link: LinkInfo) {
+            if let t = transport { t.lock.withLock { t.nextLinkID = max(t.nextLinkID, link.id + 1) } }
+            events.linkUp(link)
+        }
+        func linkDown(_ id: LinkID, reason: String?) { events.linkDown(id, reason: reason) }
+        func frameReceived(_ frame: [UInt8], on link: LinkID) { events.frameReceived(frame, on: link) }
+        func statusChanged() { events.statusChanged() }
+        func log(_ level: LogLevel, _ message: String) { events.log(level >= .warning ? .warning : .info, message) }
+        func increment(_ name: String, by value: Double) { events.increment(name, by: value) }
+        func gauge(_ name: String, _ value: Double) { events.gauge(name, value) }
     }
 
     private func stopGroupServices(reason: String) {

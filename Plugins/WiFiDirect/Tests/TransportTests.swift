@@ -39,7 +39,7 @@ final class TransportTests: XCTestCase {
 
     func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, LinkEventRecorder) {
         let r = LinkEventRecorder()
-        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), reporter: r.reporter)
+        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), events: r)
         if let probe { t.probe = probe }
         addTeardownBlock { t.stop() }
         return (t, r)
