@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokStore
@@ -290,25 +291,37 @@ public final class HubSession: @unchecked Sendable {
             return
         }
         carrier = nil
-        let engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
-                                   listen: IPEndpoint(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now,
-                                   idleTimeoutMs: 30_000, keepaliveMs: 5_000)
-        self.engine = engine
+        let events = EngineEvents()
+        engine = UDPLinkEngine(identity: endpoint.identity, role: .endpoint,
+                               listen: IPEndpoint(host: "0.0.0.0", port: 0), staticPeers: [udpHub], clock: now, events: events,
+                               idleTimeoutMs: 30_000, keepaliveMs: 5_000)
         queue.setSpecific(key: GroupGate.ownerKey, value: ObjectIdentifier(self))
-        engine.events = .init(
-            linkUp: { [weak self] info in
-                guard let self else { return }
-                self.queue.async { self.linkUp(info) }
-            },
-            linkDown: { [weak self] _, reason in
-                guard let self else { return }
-                self.queue.async { self.linkDown(reason) }
-            },
-            frame: { [weak self] frame, _ in
-                guard let self else { return }
-                self.queue.async { self.grouped { self.frame(frame) } }
-            },
-            log: { _ in })
+        events.attach(self)
+    }
+
+    /// The UDP engine's reports, handed to the session on its queue. It holds the session
+    /// weakly (the session owns the engine, which holds this), attached at the end of the
+    /// session's `init`, before the engine can start.
+    private final class EngineEvents: LinkEvents {
+        private struct Weak { weak var session: HubSession? }
+        private let owner = Mutex(Weak())
+        private var session: HubSession? { owner.withLock { $0.session } }
+
+        func attach(_ session: HubSession) { owner.withLock { $0.session = session } }
+
+        func linkUp(_ link: LinkInfo) {
+            guard let session else { return }
+            session.queue.async { session.linkUp(link) }
+        }
+        func linkDown(_ id: LinkID, reason: String?) {
+            guard let session else { return }
+            session.queue.async { session.linkDown(reason ?? "") }
+        }
+        func frameReceived(_ frame: [UInt8], on link: LinkID) {
+            guard let session else { return }
+            session.queue.async { session.grouped { session.frame(frame) } }
+        }
+        func statusChanged() {}
     }
 
     public func start() throws {

@@ -2,27 +2,34 @@ import Foundation
 import XCTest
 import YaokPluginKit
 
-/// Records what a transport reports — links up and down, frames, log lines — and lets a test
-/// wait for a condition on them: on a condition variable, never a sleep, with a timeout that
-/// fails the test naming what it waited for. A plugin's tests adapt it to their engine's
-/// callbacks in a few lines (see the mesh and Wi-Fi Direct tests).
+/// Records what a transport or a link engine reports — links up and down, frames, log lines —
+/// and lets a test wait for a condition on them: on a condition variable, never a sleep, with
+/// a timeout that fails the test naming what it waited for. It is ``LinkEvents``: pass it to an
+/// engine's or a transport's `init` as its events.
 // @unchecked: `state` is read and written only under `condition`.
-public final class LinkEventRecorder: @unchecked Sendable {
+public final class LinkEventRecorder: LinkEvents, @unchecked Sendable {
     public struct State {
         public var ups: [LinkInfo] = []
         public var downs: [(LinkID, String)] = []
         public var frames: [([UInt8], LinkID)] = []
+        /// Log lines in order; warnings and errors as `warning: <message>`.
         public var logs: [String] = []
+        /// Status changes reported.
+        public var statusChanges = 0
     }
     private let condition = NSCondition()
     private var state = State()
 
     public init() {}
 
-    public func linkUp(_ info: LinkInfo) { update { $0.ups.append(info) } }
-    public func linkDown(_ id: LinkID, _ reason: String) { update { $0.downs.append((id, reason)) } }
-    public func frame(_ bytes: [UInt8], _ id: LinkID) { update { $0.frames.append((bytes, id)) } }
-    public func log(_ message: String) { update { $0.logs.append(message) } }
+    public func linkUp(_ link: LinkInfo) { update { $0.ups.append(link) } }
+    /// Records the reason, or "" without one.
+    public func linkDown(_ id: LinkID, reason: String?) { update { $0.downs.append((id, reason ?? "")) } }
+    public func frameReceived(_ frame: [UInt8], on link: LinkID) { update { $0.frames.append((frame, link)) } }
+    public func statusChanged() { update { $0.statusChanges += 1 } }
+    public func log(_ level: LogLevel, _ message: String) {
+        update { $0.logs.append(level >= .warning ? "warning: " + message : message) }
+    }
 
     private func update(_ change: (inout State) -> Void) {
         condition.lock()

@@ -42,6 +42,15 @@ if CommandLine.arguments.contains("--reconcile") {
     exit(0)
 }
 
+/// A UDP engine's events for the link benchmark: signals `up` when a link comes up.
+struct LinkUpSignal: LinkEvents {
+    let up: DispatchSemaphore?
+    func linkUp(_ link: LinkInfo) { up?.signal() }
+    func linkDown(_ id: LinkID, reason: String?) {}
+    func frameReceived(_ frame: [UInt8], on link: LinkID) {}
+    func statusChanged() {}
+}
+
 func argument(_ name: String) -> String? {
     guard let i = CommandLine.arguments.firstIndex(of: name), i + 1 < CommandLine.arguments.count else { return nil }
     return CommandLine.arguments[i + 1]
@@ -117,11 +126,11 @@ do {
     for _ in 0..<20 {
         let up = DispatchSemaphore(value: 0)
         let server = UDPLinkEngine(identity: bob, role: .hub, listen: IPEndpoint(host: "127.0.0.1", port: 0), staticPeers: [],
-                                   clock: { Int64(Date().timeIntervalSince1970 * 1000) })
+                                   clock: { Int64(Date().timeIntervalSince1970 * 1000) }, events: LinkUpSignal(up: nil))
         try server.start()
         let client = UDPLinkEngine(identity: alice, role: .endpoint, listen: IPEndpoint(host: "127.0.0.1", port: 0),
-                                   staticPeers: [server.boundAddress!], clock: { Int64(Date().timeIntervalSince1970 * 1000) })
-        client.events = .init(linkUp: { _ in up.signal() }, linkDown: { _, _ in }, frame: { _, _ in }, log: { _ in })
+                                   staticPeers: [server.boundAddress!], clock: { Int64(Date().timeIntervalSince1970 * 1000) },
+                                   events: LinkUpSignal(up: up))
         let t0 = DispatchTime.now().uptimeNanoseconds
         try client.start()
         guard up.wait(timeout: .now() + 5) == .success else { print("  UDP link did not come up"); break }

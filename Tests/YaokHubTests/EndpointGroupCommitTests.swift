@@ -16,26 +16,43 @@ import YaokTesting
 /// committed rows.
 final class EndpointGroupCommitTests: XCTestCase {
     /// A hub as far as the link goes: takes one endpoint link, records what comes in.
-    final class FakeHub: @unchecked Sendable {
+    final class FakeHub: Sendable {
         let engine: UDPLinkEngine
-        let lock = NSLock()
-        var link: LinkID?
+        private let inbox = Inbox()
+        var lock: NSLock { inbox.lock }
+        /// The endpoint's link (under `lock`).
+        var link: LinkID? {
+            get { inbox.link }
+            set { inbox.link = newValue }
+        }
         /// Runs on the engine's thread for every frame, before it is recorded.
-        var inspect: (@Sendable (TLVRecord) -> Void)?
-        var frames: [TLVRecord] = []
+        var inspect: (@Sendable (TLVRecord) -> Void)? {
+            get { inbox.inspect }
+            set { inbox.inspect = newValue }
+        }
+        var frames: [TLVRecord] { inbox.frames }
+
+        /// What the engine reports: the link and every frame.
+        // @unchecked: `link` and `frames` under `lock`; `inspect` is set by a test before the frames it inspects.
+        final class Inbox: LinkEvents, @unchecked Sendable {
+            let lock = NSLock()
+            var link: LinkID?
+            var inspect: (@Sendable (TLVRecord) -> Void)?
+            var frames: [TLVRecord] = []
+
+            func linkUp(_ info: LinkInfo) { lock.withLock { link = info.id } }
+            func linkDown(_ id: LinkID, reason: String?) {}
+            func frameReceived(_ bytes: [UInt8], on link: LinkID) {
+                guard let r = try? TLVRecord(parsing: bytes) else { return }
+                inspect?(r)
+                lock.withLock { frames.append(r) }
+            }
+            func statusChanged() {}
+        }
 
         init() throws {
             engine = UDPLinkEngine(identity: Identity.generate(), role: .hub, listen: IPEndpoint(host: "127.0.0.1", port: 0),
-                                   staticPeers: [], clock: Endpoint.wallClock)
-            engine.events = .init(
-                linkUp: { [weak self] info in self?.lock.withLock { self?.link = info.id } },
-                linkDown: { _, _ in },
-                frame: { [weak self] bytes, _ in
-                    guard let self, let r = try? TLVRecord(parsing: bytes) else { return }
-                    self.inspect?(r)
-                    self.lock.withLock { self.frames.append(r) }
-                },
-                log: { _ in })
+                                   staticPeers: [], clock: Endpoint.wallClock, events: inbox)
             try engine.start()
         }
 

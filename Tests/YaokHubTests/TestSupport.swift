@@ -178,33 +178,44 @@ final class HubProcess {
 /// A raw link client: the UDP engine with our own identity and role, as an attacker or a
 /// hand-driven phone would use it. `host` is the local address it sends from (any of
 /// 127.0.0.0/8), so tests can give an attacker its own origin.
-final class RawPeer: @unchecked Sendable {
+final class RawPeer: Sendable {
     let engine: UDPLinkEngine
-    let lock = NSLock()
-    var link: LinkID?
-    var frames: [TLVRecord] = []
-    let up = DispatchSemaphore(value: 0)
+    private let inbox = Inbox()
+    /// Guards ``frames``.
+    var lock: NSLock { inbox.lock }
+    /// Every frame received, in order (under ``lock``).
+    var frames: [TLVRecord] { inbox.frames }
+
+    /// What the engine reports: the link, and every frame received.
+    // @unchecked: `link` and `frames` only under `lock`.
+    final class Inbox: LinkEvents, @unchecked Sendable {
+        let lock = NSLock()
+        var link: LinkID?
+        var frames: [TLVRecord] = []
+        let up = DispatchSemaphore(value: 0)
+
+        func linkUp(_ info: LinkInfo) {
+            lock.withLock { link = info.id }
+            up.signal()
+        }
+        func linkDown(_ id: LinkID, reason: String?) {}
+        func frameReceived(_ bytes: [UInt8], on link: LinkID) {
+            guard let r = try? TLVRecord(parsing: bytes) else { return }
+            lock.withLock { frames.append(r) }
+        }
+        func statusChanged() {}
+    }
 
     init(identity: Identity, role: PeerRole, hubPort: UInt16, host: String = "127.0.0.1") throws {
         engine = UDPLinkEngine(identity: identity, role: role, listen: IPEndpoint(host: host, port: 0),
-                               staticPeers: [IPEndpoint(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() })
-        engine.events = .init(
-            linkUp: { [weak self] info in
-                self?.lock.withLock { self?.link = info.id }
-                self?.up.signal()
-            },
-            linkDown: { _, _ in },
-            frame: { [weak self] bytes, _ in
-                guard let r = try? TLVRecord(parsing: bytes) else { return }
-                self?.lock.withLock { self?.frames.append(r) }
-            },
-            log: { _ in })
+                               staticPeers: [IPEndpoint(host: "127.0.0.1", port: hubPort)], clock: { Clock.nowMilliseconds() },
+                               events: inbox)
         try engine.start()
-        XCTAssertEqual(up.wait(timeout: .now() + 10), .success, "link to the hub came up")
+        XCTAssertEqual(inbox.up.wait(timeout: .now() + 10), .success, "link to the hub came up")
     }
 
     func send(_ record: TLVRecord) throws {
-        try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { link }))
+        try engine.send(record.encoded, to: XCTUnwrap(lock.withLock { inbox.link }))
     }
 
     /// Sends a bundle (hop header + envelope).

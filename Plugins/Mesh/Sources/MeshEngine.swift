@@ -4,6 +4,7 @@ import Glibc
 import Musl
 #endif
 import Foundation
+import Synchronization
 import YaokPluginKit
 
 /// The mesh transport's machinery: the kit's ``SecureStreamEngine`` carries the authenticated
@@ -14,37 +15,8 @@ import YaokPluginKit
 /// Discovery runs on its own thread under its own lock. Stream events reach it from the engine's
 /// poll thread with the engine's lock released, and this engine calls into the stream engine
 /// while holding its own lock (never the reverse), so the two locks cannot deadlock.
-// @unchecked: its state only under `lock` (the discovery thread takes it too); `events` is set before start.
+// @unchecked: its state only under `lock` (the discovery thread takes it too).
 public final class MeshEngine: @unchecked Sendable {
-    public typealias LogLevel = SecureStreamEngine.LogLevel
-
-    /// Where the engine reports. Called on the stream or discovery thread, never under a lock.
-    public struct Events: Sendable {
-        public var linkUp: @Sendable (LinkInfo) -> Void
-        public var linkDown: @Sendable (LinkID, String) -> Void
-        public var frame: @Sendable ([UInt8], LinkID) -> Void
-        public var log: @Sendable (LogLevel, String) -> Void
-        public var counter: @Sendable (String, Double) -> Void
-        public var gauge: @Sendable (String, Double) -> Void
-        public var statusChanged: @Sendable () -> Void
-
-        public init(linkUp: @escaping @Sendable (LinkInfo) -> Void = { _ in },
-                    linkDown: @escaping @Sendable (LinkID, String) -> Void = { _, _ in },
-                    frame: @escaping @Sendable ([UInt8], LinkID) -> Void = { _, _ in },
-                    log: @escaping @Sendable (LogLevel, String) -> Void = { _, _ in },
-                    counter: @escaping @Sendable (String, Double) -> Void = { _, _ in },
-                    gauge: @escaping @Sendable (String, Double) -> Void = { _, _ in },
-                    statusChanged: @escaping @Sendable () -> Void = {}) {
-            self.linkUp = linkUp
-            self.linkDown = linkDown
-            self.frame = frame
-            self.log = log
-            self.counter = counter
-            self.gauge = gauge
-            self.statusChanged = statusChanged
-        }
-    }
-
     /// Counters shown in status: the mesh's own, and the stream engine's (``link``), readable
     /// as if they were one struct (`counters.handshakeFailures`).
     @dynamicMemberLookup
@@ -113,8 +85,7 @@ public final class MeshEngine: @unchecked Sendable {
     private let wallClockMs: @Sendable () -> Int64
     private let monotonicNs: @Sendable () -> UInt64
     private let links: SecureStreamEngine
-    /// Where reports go; set before ``start()``.
-    public var events = Events()
+    private let events: any LinkEvents
 
     private let lock = NSLock()
     private var running = false
@@ -145,13 +116,17 @@ public final class MeshEngine: @unchecked Sendable {
     /// Beacon verification costs CPU: a flood gets a fixed budget per second.
     private var beaconVerifyBudget = TokenBucket(capacity: 200, nowMs: 0)
 
+    /// - Parameter events: where links, frames, log lines and metrics are reported; called on the
+    ///   stream or discovery thread, never under a lock.
     public init(identity: LinkIdentity, settings: MeshSettings,
                 wallClockMs: @escaping @Sendable () -> Int64,
-                monotonicNs: @escaping @Sendable () -> UInt64) {
+                monotonicNs: @escaping @Sendable () -> UInt64,
+                events: any LinkEvents) {
         self.identity = identity
         self.settings = settings
         self.wallClockMs = wallClockMs
         self.monotonicNs = monotonicNs
+        self.events = events
         var s = SecureStreamEngine.Settings(kind: "tcp", role: .hub, peerRoles: [.hub], cost: settings.cost, metricPrefix: "mesh")
         s.maxSessions = settings.maxSessions
         s.connectTimeoutMs = settings.connectTimeoutMs
@@ -163,7 +138,10 @@ public final class MeshEngine: @unchecked Sendable {
         s.queueBytes = settings.queueBytes
         s.maxFramesPerSecond = settings.maxFramesPerSecond
         s.threadName = "yaok-mesh-links"
-        links = SecureStreamEngine(identity: identity, settings: s)
+        let relay = StreamEvents()
+        links = SecureStreamEngine(identity: identity, settings: s, events: relay,
+                                   sessionEnded: { [relay] in relay.sessionEnded($0) })
+        relay.attach(self)
     }
 
     private var nowMs: Int64 { Int64(monotonicNs() / 1_000_000) }
@@ -177,7 +155,6 @@ public final class MeshEngine: @unchecked Sendable {
         if isRunning { return }
         // A previous discovery thread that has not finished cleaning up yet: give it a moment.
         if oldThreadAlive { _ = lock.withLock({ exited }).wait(timeout: .now() + 2) }
-        links.events = streamEvents()
         try links.start()
         let listen: IPEndpoint
         do {
@@ -299,17 +276,25 @@ public final class MeshEngine: @unchecked Sendable {
 
     // MARK: Stream events (the link thread, no lock held on entry)
 
-    private func streamEvents() -> SecureStreamEngine.Events {
-        var e = SecureStreamEngine.Events()
-        e.linkUp = { [weak self] in self?.linkCameUp($0) }
-        e.linkDown = { [weak self] in self?.linkWentDown($0, $1) }
-        e.frame = { [weak self] in self?.frameArrived($0, $1) }
-        e.log = { [weak self] in self?.events.log($0, $1) }
-        e.counter = { [weak self] in self?.events.counter($0, $1) }
-        e.gauge = { [weak self] in self?.events.gauge($0, $1) }
-        e.statusChanged = { [weak self] in self?.events.statusChanged() }
-        e.sessionEnded = { [weak self] end in self?.sessionEnded(end) }
-        return e
+    /// The stream engine's reports, through the mesh engine: it keeps its link table, bundle
+    /// counts and dial targets from them, and passes them on to ``events``. It holds the mesh
+    /// engine weakly (the mesh engine owns the stream engine, which holds this), attached at
+    /// the end of the mesh engine's `init`, before the stream engine can start.
+    private final class StreamEvents: LinkEvents {
+        private struct Weak { weak var mesh: MeshEngine? }
+        private let owner = Mutex(Weak())
+        private var mesh: MeshEngine? { owner.withLock { $0.mesh } }
+
+        func attach(_ mesh: MeshEngine) { owner.withLock { $0.mesh = mesh } }
+
+        func linkUp(_ link: LinkInfo) { mesh?.linkCameUp(link) }
+        func linkDown(_ id: LinkID, reason: String?) { mesh?.linkWentDown(id, reason) }
+        func frameReceived(_ frame: [UInt8], on link: LinkID) { mesh?.frameArrived(frame, link) }
+        func statusChanged() { mesh?.events.statusChanged() }
+        func log(_ level: LogLevel, _ message: String) { mesh?.events.log(level, message) }
+        func increment(_ name: String, by value: Double) { mesh?.events.increment(name, by: value) }
+        func gauge(_ name: String, _ value: Double) { mesh?.events.gauge(name, value) }
+        func sessionEnded(_ end: SecureStreamEngine.SessionEnd) { mesh?.sessionEnded(end) }
     }
 
     private func linkCameUp(_ info: LinkInfo) {
@@ -324,11 +309,11 @@ public final class MeshEngine: @unchecked Sendable {
         events.linkUp(info)
     }
 
-    private func linkWentDown(_ id: LinkID, _ reason: String) {
+    private func linkWentDown(_ id: LinkID, _ reason: String?) {
         lock.withLock {
             if let key = keyByLink.removeValue(forKey: id), upByKey[key] == id { upByKey[key] = nil }
         }
-        events.linkDown(id, reason)
+        events.linkDown(id, reason: reason)
     }
 
     private func frameArrived(_ frame: [UInt8], _ id: LinkID) {
@@ -338,7 +323,7 @@ public final class MeshEngine: @unchecked Sendable {
                 if let key = keyByLink[id] { bundlesByPeer[Self.shortKey(key), default: (0, 0)].0 += 1 }
             }
         }
-        events.frame(frame, id)
+        events.frameReceived(frame, on: id)
     }
 
     /// Reschedules the dial target a session belonged to.
@@ -401,7 +386,6 @@ public final class MeshEngine: @unchecked Sendable {
     }
 
     private func deliverPending() {
-        let events = self.events
         let batch: [Event] = lock.withLock {
             defer { pending.removeAll(keepingCapacity: true) }
             return pending
@@ -409,7 +393,7 @@ public final class MeshEngine: @unchecked Sendable {
         for e in batch {
             switch e {
             case .log(let level, let message): events.log(level, message)
-            case .counter(let name, let value): events.counter(name, value)
+            case .counter(let name, let value): events.increment(name, by: value)
             case .statusChanged: events.statusChanged()
             }
         }

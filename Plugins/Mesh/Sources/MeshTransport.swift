@@ -17,25 +17,8 @@ public final class MeshTransport: Transport, @unchecked Sendable {
         let settings = try MeshSettings(config: context.config)
         let clock = context.clock
         engine = MeshEngine(identity: context.identity, settings: settings,
-                            wallClockMs: { clock.nowMilliseconds() }, monotonicNs: { clock.monotonicNanoseconds() })
-        let sink = context.events
-        let logger = context.logger
-        let metrics = context.metrics
-        engine.events = .init(
-            linkUp: { sink.linkUp($0) },
-            linkDown: { sink.linkDown($0, reason: $1) },
-            frame: { sink.frameReceived($0, on: $1) },
-            log: { level, message in
-                switch level {
-                case .debug: logger.debug(message)
-                case .info: logger.info(message)
-                case .notice: logger.notice(message)
-                case .warning: logger.warning(message)
-                }
-            },
-            counter: { metrics.increment($0, by: $1) },
-            gauge: { metrics.gauge($0, $1) },
-            statusChanged: { sink.statusChanged() })
+                            wallClockMs: { clock.nowMilliseconds() }, monotonicNs: { clock.monotonicNanoseconds() },
+                            events: context.events)
     }
 
     public func start() throws {

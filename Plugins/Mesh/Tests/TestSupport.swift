@@ -14,17 +14,6 @@ struct ClaimedIdentity: LinkIdentity {
     func randomBytes(_ count: Int) -> [UInt8] { signer.randomBytes(count) }
 }
 
-extension LinkEventRecorder {
-    /// The mesh engine's callbacks, recorded.
-    var events: MeshEngine.Events {
-        MeshEngine.Events(
-            linkUp: { info in self.linkUp(info) },
-            linkDown: { id, reason in self.linkDown(id, reason) },
-            frame: { frame, id in self.frame(frame, id) },
-            log: { _, message in self.log(message) })
-    }
-}
-
 enum MeshTestSupport {
     /// A mesh config section from key/value pairs.
     static func settings(_ values: [String: ConfigValue]) throws -> MeshSettings {
@@ -47,8 +36,7 @@ enum MeshTestSupport {
     static func engine(_ identity: TestLinkIdentity, _ settings: MeshSettings, _ recorder: LinkEventRecorder) -> MeshEngine {
         let engine = MeshEngine(identity: identity, settings: settings,
                                 wallClockMs: { Int64(Date().timeIntervalSince1970 * 1000) },
-                                monotonicNs: { DispatchTime.now().uptimeNanoseconds })
-        engine.events = recorder.events
+                                monotonicNs: { DispatchTime.now().uptimeNanoseconds }, events: recorder)
         return engine
     }
 

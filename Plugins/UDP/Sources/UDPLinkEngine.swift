@@ -14,24 +14,8 @@ import YaokPluginKit
 /// sessions are capped (`maxSessions`) with a slot always kept for each configured peer and at
 /// most `maxSessionsPerKey` per peer key. A live session is never displaced by a new handshake
 /// unless that handshake authenticates the same peer key (the peer restarted).
-// @unchecked: tables under `lock`; `events` set before start; `boundAddress` only by start (host serialises).
+// @unchecked: tables under `lock`; `boundAddress` only by start (host serialises).
 public final class UDPLinkEngine: @unchecked Sendable {
-    /// Callbacks from the engine. Called on the engine's thread.
-    public struct Events: Sendable {
-        public var linkUp: @Sendable (LinkInfo) -> Void
-        public var linkDown: @Sendable (LinkID, String) -> Void
-        public var frame: @Sendable ([UInt8], LinkID) -> Void
-        public var log: @Sendable (String) -> Void
-
-        public init(linkUp: @escaping @Sendable (LinkInfo) -> Void, linkDown: @escaping @Sendable (LinkID, String) -> Void,
-                    frame: @escaping @Sendable ([UInt8], LinkID) -> Void, log: @escaping @Sendable (String) -> Void) {
-            self.linkUp = linkUp
-            self.linkDown = linkDown
-            self.frame = frame
-            self.log = log
-        }
-    }
-
     /// Counters for status.
     public struct Counters: Sendable {
         public var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
@@ -59,8 +43,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private let identity: LinkIdentity
     private let role: PeerRole
     private let clock: @Sendable () -> Int64
-    /// Where link events go; set before ``start()``.
-    public var events = Events(linkUp: { _ in }, linkDown: { _, _ in }, frame: { _, _ in }, log: { _ in })
+    private let events: any LinkEvents
     private let idleTimeoutMs: Int64
     private let keepaliveMs: Int64
     private let maxSessions: Int
@@ -108,14 +91,18 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
     }
 
+    /// - Parameter events: where links and frames are reported, and refusals and failures logged
+    ///   (as warnings); called on the engine's thread (and on the caller's by ``stop()``), never
+    ///   under its lock. The engine keeps no metrics of its own there.
     public init(identity: LinkIdentity, role: PeerRole, listen: IPEndpoint, staticPeers: [IPEndpoint],
-                clock: @escaping @Sendable () -> Int64,
+                clock: @escaping @Sendable () -> Int64, events: any LinkEvents,
                 idleTimeoutMs: Int64 = 45_000, keepaliveMs: Int64 = 10_000, maxSessions: Int = 256, maxPending: Int = 64) {
         self.identity = identity
         self.role = role
         self.listen = listen
         self.staticPeers = staticPeers
         self.clock = clock
+        self.events = events
         self.idleTimeoutMs = idleTimeoutMs
         self.keepaliveMs = keepaliveMs
         self.maxSessions = maxSessions
@@ -166,7 +153,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         for (address, bytes) in goodbyes { try? sendDatagram(bytes, to: address, fd: fd) }
         shutdown(fd, Int32(SHUT_RDWR))
         close(fd)
-        for id in links { events.linkDown(id, "transport stopped") }
+        for id in links { events.linkDown(id, reason: "transport stopped") }
     }
 
     /// Seals one record and sends it to an up link.
@@ -380,11 +367,11 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 counters.dropped += 1
             }
         }
-        if let logLine { events.log(logLine) }
-        if let closed { events.linkDown(closed, "peer closed the link") }
+        if let logLine { events.log(.warning, logLine) }
+        if let closed { events.linkDown(closed, reason: "peer closed the link") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }
         if let upInfo { events.linkUp(upInfo) }
-        if let deliver { events.frame(deliver, linkForDelivery) }
+        if let deliver { events.frameReceived(deliver, on: linkForDelivery) }
     }
 
     private func makeSession(_ address: IPEndpoint, link: SecureLink, now: Int64) -> Session {
@@ -458,6 +445,6 @@ public final class UDPLinkEngine: @unchecked Sendable {
             }
         }
         for (bytes, address) in toSend { try? sendDatagram(bytes, to: address, fd: fd) }
-        for (id, reason) in down { events.linkDown(id, reason) }
+        for (id, reason) in down { events.linkDown(id, reason: reason) }
     }
 }

@@ -1,18 +1,48 @@
 import Foundation
+import Synchronization
 import YaokPluginKit
 
 /// The example transport: TLV records as UDP datagrams between hubs (and `yaok`
 /// endpoints) on configured addresses. Small on purpose: it is the model for
 /// plugin authors (see Plugins/UDP/README.md and Docs/plugin-guide.md).
-// @unchecked: state, reason and link counts only under `lock`; the engine locks itself.
+// @unchecked: state and reason only under `lock`; the engine and the link tally lock themselves.
 public final class UDPTransport: Transport, @unchecked Sendable {
     private let context: TransportContext
     private let engine: UDPLinkEngine
+    private let tally: LinkTally
     private let lock = NSLock()
     private var state: TransportState = .stopped
     private var reason = "not started"
-    private var peersSeen = Set<[UInt8]>()
-    private var links = 0
+
+    /// The engine's events on their way to the host: links up and down are logged, counted for
+    /// status and metrics, and passed on; frames and log lines go straight through.
+    private final class LinkTally: LinkEvents {
+        let context: TransportContext
+        /// Links up now, and every peer key seen.
+        let counts = Mutex((links: 0, peers: Set<[UInt8]>()))
+
+        init(context: TransportContext) { self.context = context }
+
+        func linkUp(_ info: LinkInfo) {
+            counts.withLock {
+                $0.links += 1
+                $0.peers.insert(info.peerSigningKey)
+            }
+            context.logger.info("link \(info.id) up with \(info.peerRole) at \(info.remote ?? "?")")
+            context.metrics.increment("links_up_total")
+            context.events.linkUp(info)
+        }
+
+        func linkDown(_ id: LinkID, reason: String?) {
+            counts.withLock { $0.links = max(0, $0.links - 1) }
+            context.logger.info("link \(id) down: \(reason ?? "")")
+            context.events.linkDown(id, reason: reason)
+        }
+
+        func frameReceived(_ frame: [UInt8], on link: LinkID) { context.events.frameReceived(frame, on: link) }
+        func statusChanged() { context.events.statusChanged() }
+        func log(_ level: LogLevel, _ message: String) { context.events.log(level, message) }
+    }
 
     public init(context: TransportContext) throws {
         self.context = context
@@ -30,33 +60,11 @@ public final class UDPTransport: Transport, @unchecked Sendable {
         let keepalive = try config.int("keepalive_s", default: 10, range: 1...600)
         let maxSessions = try config.int("max_sessions", default: 256, range: 1...65_536)
         let clock = context.clock
+        tally = LinkTally(context: context)
         self.engine = UDPLinkEngine(
             identity: context.identity, role: .hub, listen: listen, staticPeers: peers,
-            clock: { clock.nowMilliseconds() },
+            clock: { clock.nowMilliseconds() }, events: tally,
             idleTimeoutMs: Int64(idle) * 1000, keepaliveMs: Int64(keepalive) * 1000, maxSessions: maxSessions)
-        let sink = context.events
-        let logger = context.logger
-        engine.events = .init(
-            linkUp: { [weak self] info in self?.linkUp(info) },
-            linkDown: { [weak self] id, reason in self?.linkDown(id, reason) },
-            frame: { frame, link in sink.frameReceived(frame, on: link) },
-            log: { logger.warning($0) })
-    }
-
-    private func linkUp(_ info: LinkInfo) {
-        lock.withLock {
-            links += 1
-            peersSeen.insert(info.peerSigningKey)
-        }
-        context.logger.info("link \(info.id) up with \(info.peerRole) at \(info.remote ?? "?")")
-        context.metrics.increment("links_up_total")
-        context.events.linkUp(info)
-    }
-
-    private func linkDown(_ id: LinkID, _ reason: String) {
-        lock.withLock { links = max(0, links - 1) }
-        context.logger.info("link \(id) down: \(reason)")
-        context.events.linkDown(id, reason: reason)
     }
 
     public func start() throws {
@@ -73,8 +81,8 @@ public final class UDPTransport: Transport, @unchecked Sendable {
         lock.withLock {
             state = .stopped
             reason = "stopped"
-            links = 0
         }
+        tally.counts.withLock { $0.links = 0 }
     }
 
     public func send(_ frame: [UInt8], to link: LinkID) throws {
@@ -83,8 +91,9 @@ public final class UDPTransport: Transport, @unchecked Sendable {
 
     public var status: TransportStatus {
         let c = engine.counterSnapshot
+        let (links, peers) = tally.counts.withLock { ($0.links, $0.peers.count) }
         return lock.withLock {
-            TransportStatus(state: state, reason: reason, links: links, peers: peersSeen.count,
+            TransportStatus(state: state, reason: reason, links: links, peers: peers,
                             framesIn: c.framesIn, framesOut: c.framesOut, bytesIn: c.bytesIn, bytesOut: c.bytesOut,
                             lastError: engine.lastErrorSnapshot,
                             details: ["listen": engine.boundAddress?.description ?? engine.listen.description,

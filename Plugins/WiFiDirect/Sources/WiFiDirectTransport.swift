@@ -7,22 +7,12 @@ import YaokPluginKit
 /// Phones attach over Wi-Fi Direct: the hub is the group owner of a persistent P2P group
 /// (through wpa_supplicant's control interface), hands out addresses with dnsmasq, and accepts
 /// authenticated TCP links on its group address. Keys, states and metrics: Plugins/WiFiDirect/README.md.
-// @unchecked: state under `lock`; `nextReconnectMs` only on the supervisor thread; `probe` set before start.
+// @unchecked: state under `lock`; `probe` set before start.
 public final class WiFiDirectTransport: Transport, @unchecked Sendable {
-    /// What the transport reports to, so tests can drive it without a host.
-    struct Reporter: Sendable {
-        var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
-        var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
-        var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
-        var statusChanged: @Sendable () -> Void = {}
-        var log: @Sendable (String, Bool) -> Void = { _, _ in } // (message, isWarning)
-        var counter: @Sendable (String) -> Void = { _ in }
-        var gauge: @Sendable (String, Double) -> Void = { _, _ in }
-    }
-
     public let settings: WiFiDirectSettings
     private let identity: LinkIdentity
-    private let reporter: Reporter
+    /// Where the transport reports: the host, or a test's recorder.
+    private let events: any LinkEvents
     /// Radio probe, replaceable in tests (this machine has no Wi-Fi).
     var probe: () throws -> RadioProbeResult = { try NL80211Probe.probe() }
 
@@ -51,9 +41,11 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     /// Counters of the engines of earlier groups (each group gets a fresh one).
     private var retired = SecureStreamEngine.Counters()
     private var running = false
-    private var supervisorDone = DispatchSemaphore(value: 0)
-    /// Bumped by stop(): work begun under an older generation (a supplicant restart in the
-    /// supervisor) is abandoned and cleaned up instead of being installed.
+    /// The supervisor thread of the last start: entered before the thread starts, left when it ends.
+    private var supervisor: DispatchGroup?
+    /// Bumped by stop(). Each start's work (its supervisor thread included) carries the
+    /// generation it began under; work of an older one (a supplicant restart, a group being set
+    /// up) is abandoned and what it made is ended instead of installed.
     private var generation = 0
     /// Set by stop() until the next start(): late status changes from the supervisor are dropped.
     private var stopRequested = false
@@ -61,38 +53,43 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     public convenience init(context: TransportContext) throws {
         let settings = try WiFiDirectSettings(config: context.config, instanceName: context.instanceName)
-        let sink = context.events, logger = context.logger, metrics = context.metrics
-        self.init(settings: settings, identity: context.identity, reporter: Reporter(
-            linkUp: { sink.linkUp($0) }, linkDown: { sink.linkDown($0, reason: $1) },
-            frame: { sink.frameReceived($0, on: $1) }, statusChanged: { sink.statusChanged() },
-            log: { message, warning in warning ? logger.warning(message) : logger.info(message) },
-            counter: { metrics.increment($0) }, gauge: { metrics.gauge($0, $1) }))
+        self.init(settings: settings, identity: context.identity, events: context.events)
     }
 
-    init(settings: WiFiDirectSettings, identity: LinkIdentity, reporter: Reporter) {
+    /// `events`: the host's sink, or a test's recorder (tests drive the transport without a host).
+    init(settings: WiFiDirectSettings, identity: LinkIdentity, events: any LinkEvents) {
         self.settings = settings
         self.identity = identity
-        self.reporter = reporter
+        self.events = events
     }
 
     private var nowMs: Int64 { Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000) }
 
-    private func set(_ s: TransportState, _ why: String, force: Bool = false) {
+    /// With `generation`, dropped too when that start has been stopped since.
+    private func set(_ s: TransportState, _ why: String, force: Bool = false, generation g: Int? = nil) {
         let dropped: Bool = lock.withLock {
             if stopRequested && !force { return true }
+            if let g, g != generation { return true }
             state = s
             reason = why
             if s == .failed || s == .unavailable || s == .degraded { lastError = why }
             return false
         }
-        if !dropped { reporter.statusChanged() }
+        if !dropped { events.statusChanged() }
     }
 
     // MARK: Lifecycle
 
     public func start() throws {
-        guard !lock.withLock({ running }) else { return }
-        lock.withLock { stopRequested = false }
+        let (isRunning, previous) = lock.withLock { (running, supervisor) }
+        guard !isRunning else { return }
+        // The last start's supervisor may still be in a step stop() does not wait for (ip, a
+        // helper launch): it installs nothing, but give it a moment to end so the two do not overlap.
+        _ = previous?.wait(timeout: .now() + 2)
+        let g: Int = lock.withLock {
+            stopRequested = false
+            return generation
+        }
         set(.starting, "probing radios")
         do {
             let found = try probe().wiphys
@@ -102,35 +99,42 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             throw TransportError.unavailable(error.description)
         }
         do {
-            try connectSupplicant()
+            try connectSupplicant(generation: g)
             try advertiseService()
-            try requestGroup()
+            try requestGroup(generation: g)
         } catch {
             let why = "\(error)"
             teardownSupplicant()
             set(.failed, why)
             throw TransportError.failed(why)
         }
+        let run = DispatchGroup()
+        run.enter()
         lock.withLock {
             running = true
-            supervisorDone = DispatchSemaphore(value: 0)
+            supervisor = run
         }
-        let t = Thread { [self] in supervise() }
+        let t = Thread { [self] in
+            supervise(generation: g)
+            run.leave()
+        }
         t.name = "yaok-wifidirect"
         t.start()
     }
 
     /// Returns within about 2 s whatever the supervisor is doing, including restarting a lost
-    /// supplicant: its control sockets are cancelled (blocking requests end within 0.1 s), a
-    /// restart in progress is abandoned, and every helper process is ended.
+    /// supplicant or setting up a group: its control sockets are cancelled (blocking requests
+    /// end within 0.1 s), so it usually ends at once; a step that cannot be cancelled (ip, a
+    /// helper launch) is not waited for beyond 0.8 s, but what it makes after this is ended
+    /// instead of installed (the generation moved on), and every helper process is ended.
     public func stop() {
-        let (was, c, m, done) = lock.withLock { () -> (Bool, WPAControlSocket?, WPAControlSocket?, DispatchSemaphore) in
+        let (was, c, m, run) = lock.withLock { () -> (Bool, WPAControlSocket?, WPAControlSocket?, DispatchGroup?) in
             defer { running = false; stopRequested = true; generation += 1 }
-            return (running, control, monitor, supervisorDone)
+            return (running, control, monitor, supervisor)
         }
         c?.cancel()
         m?.cancel()
-        if was { _ = done.wait(timeout: .now() + 0.8) }
+        if was, let run { _ = run.wait(timeout: .now() + 0.8) }
         stopGroupServices(reason: "transport stopped")
         let (iface, path) = lock.withLock { (groupInterface, controlPath) }
         if let iface, !path.isEmpty, let g = try? WPAControlSocket(path: path, localDirectory: settings.runtimeDirectory) {
@@ -142,6 +146,25 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         set(.stopped, "stopped", force: true)
     }
 
+    /// Waits up to `timeout` seconds for the last start's supervisor thread to end (tests: it
+    /// may outlive stop()). True when it has ended, or never started.
+    func waitForSupervisor(timeout: Double) -> Bool {
+        guard let run = lock.withLock({ supervisor }) else { return true }
+        return run.wait(timeout: .now() + timeout) == .success
+    }
+
+    /// Whether work begun under generation `g` is still wanted (no stop() since).
+    private func isCurrent(_ g: Int) -> Bool { lock.withLock { generation == g } }
+
+    /// Runs `install` under the lock if generation `g` is still current; false (nothing done) if not.
+    private func install(_ g: Int, _ install: () -> Void) -> Bool {
+        lock.withLock {
+            guard generation == g else { return false }
+            install()
+            return true
+        }
+    }
+
     public func send(_ frame: [UInt8], to link: LinkID) throws {
         guard let server = lock.withLock({ server }) else { throw TransportError.unknownLink(link) }
         try server.send(frame, to: link)
@@ -150,8 +173,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     // MARK: wpa_supplicant
 
     /// Starts our own supplicant, or finds the configured one; opens the command and event sockets.
-    func connectSupplicant() throws {
-        let myGeneration = lock.withLock { generation }
+    /// Installs them only while generation `myGeneration` is current.
+    func connectSupplicant(generation myGeneration: Int) throws {
         let abandoned = { [self] in lock.withLock { generation != myGeneration } }
         var path = settings.ctrlInterface
         if settings.manageSupplicant {
@@ -182,7 +205,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             return true
         }
         guard installed else { c.close(); m.close(); throw WPAControlError.cancelled }
-        reporter.log("wpa_supplicant control socket \(path) answers", false)
+        events.log(.info, "wpa_supplicant control socket \(path) answers")
     }
 
     func advertiseService() throws {
@@ -190,12 +213,12 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         for command in [P2PService.ptrCommand(instance: settings.serviceName), P2PService.txtCommand(instance: settings.serviceName, port: settings.port)] {
             do { try c.expectOK(command) } catch {
                 // Discovery by service is a convenience: phones also find the hub by its device name.
-                reporter.log("cannot advertise _yaok._tcp: \(error)", true)
+                events.log(.warning, "cannot advertise _yaok._tcp: \(error)")
             }
         }
     }
 
-    func requestGroup() throws {
+    func requestGroup(generation g: Int) throws {
         guard let c = lock.withLock({ control }) else { return }
         // Re-invoke the saved persistent group when there is one, so the SSID and passphrase
         // stay the same and phones that joined before rejoin without asking.
@@ -203,11 +226,11 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         if let saved { forgetClients(ofNetwork: saved, c) } // a list saved by an older version
         let persistent = saved.map { "persistent=\($0)" } ?? "persistent"
         try c.expectOK("P2P_GROUP_ADD \(persistent) freq=\(settings.frequency)", timeout: 5)
-        lock.withLock {
+        _ = install(g) {
             groupRequestedAt = nowMs
             reformAt = nil
         }
-        set(.starting, "forming a P2P group on \(settings.frequency) MHz")
+        set(.starting, "forming a P2P group on \(settings.frequency) MHz", generation: g)
     }
 
     /// The network id of the first saved persistent group we own, from a LIST_NETWORKS reply
@@ -236,85 +259,88 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     // MARK: Supervisor thread
 
-    private func supervise() {
+    /// The supervisor of the start that began under generation `g`: ends when stop() moves the
+    /// generation on (a later start's supervisor is another thread).
+    private func supervise(generation g: Int) {
         var lastPingMs = nowMs
-        while lock.withLock({ running }) {
+        var nextReconnectMs: Int64 = 0
+        while isCurrent(g) {
             let m = lock.withLock { monitor }
             var text: String?
             do {
                 text = try m?.receive(timeout: 0.25)
                 if m == nil { usleep(250_000) }
             } catch {
-                controlLost("\(error)")
+                controlLost("\(error)", generation: g)
             }
-            guard lock.withLock({ running }) else { break }
-            if let text, let event = WPAEvent(parsing: text) { handle(event) }
+            guard isCurrent(g) else { break }
+            if let text, let event = WPAEvent(parsing: text) { handle(event, generation: g) }
             let now = nowMs
             if now - lastPingMs >= 5_000 || lock.withLock({ supplicant?.exitStatus != nil }) {
                 lastPingMs = now
-                checkSupplicant()
+                checkSupplicant(generation: g, nextReconnectMs: &nextReconnectMs)
             }
             let (reform, requested, hasGroup) = lock.withLock { (reformAt, groupRequestedAt, groupInterface != nil) }
-            if let reform, now >= reform { tryRequestGroup() }
+            if let reform, now >= reform { tryRequestGroup(generation: g) }
             if !hasGroup && reform == nil && requested > 0 && now - requested > settings.groupStartTimeoutMs {
-                set(.failed, "wpa_supplicant accepted P2P_GROUP_ADD but no group started within \(settings.groupStartTimeoutMs / 1000) s")
-                lock.withLock { reformAt = now + 5_000; groupRequestedAt = 0 }
+                set(.failed, "wpa_supplicant accepted P2P_GROUP_ADD but no group started within \(settings.groupStartTimeoutMs / 1000) s", generation: g)
+                _ = install(g) { reformAt = now + 5_000; groupRequestedAt = 0 }
             }
         }
-        lock.withLock { supervisorDone }.signal()
     }
 
-    private func tryRequestGroup() {
-        do { try requestGroup() } catch {
-            set(.degraded, "cannot re-form the P2P group: \(error)")
-            lock.withLock { reformAt = nowMs + 5_000 }
+    private func tryRequestGroup(generation g: Int) {
+        do { try requestGroup(generation: g) } catch {
+            set(.degraded, "cannot re-form the P2P group: \(error)", generation: g)
+            _ = install(g) { reformAt = nowMs + 5_000 }
         }
     }
 
-    private func checkSupplicant() {
+    private func checkSupplicant(generation g: Int, nextReconnectMs: inout Int64) {
         if let s = lock.withLock({ supplicant }), let status = s.exitStatus {
-            controlLost("wpa_supplicant exited with status \(status): \(s.logTail(lines: 2))")
+            controlLost("wpa_supplicant exited with status \(status): \(s.logTail(lines: 2))", generation: g)
             return
         }
-        guard let c = lock.withLock({ control }) else { reconnect(); return }
-        do { _ = try c.request("PING", timeout: 2) } catch { controlLost("\(error)") }
+        guard let c = lock.withLock({ control }) else { reconnect(generation: g, nextReconnectMs: &nextReconnectMs); return }
+        do { _ = try c.request("PING", timeout: 2) } catch { controlLost("\(error)", generation: g) }
     }
 
     /// The supplicant or its socket went away: links go down; we try to get it back every 5 s.
-    private func controlLost(_ why: String) {
-        guard lock.withLock({ control != nil && running }) else { return }
+    private func controlLost(_ why: String, generation g: Int) {
+        guard lock.withLock({ control != nil && running && generation == g }) else { return }
         stopGroupServices(reason: "wpa_supplicant is gone")
         teardownSupplicant()
         lock.withLock { groupInterface = nil; reformAt = nil; groupRequestedAt = 0 }
-        set(.failed, "lost wpa_supplicant: \(why)")
-        reporter.log("lost wpa_supplicant: \(why)", true)
+        set(.failed, "lost wpa_supplicant: \(why)", generation: g)
+        events.log(.warning, "lost wpa_supplicant: \(why)")
     }
 
-    private var nextReconnectMs: Int64 = 0
-    private func reconnect() {
+    private func reconnect(generation g: Int, nextReconnectMs: inout Int64) {
         guard nowMs >= nextReconnectMs else { return }
         nextReconnectMs = nowMs + 5_000
         do {
-            try connectSupplicant()
+            try connectSupplicant(generation: g)
             try advertiseService()
-            try requestGroup()
+            try requestGroup(generation: g)
         } catch {
-            guard lock.withLock({ running }) else { return } // stop() is cleaning up
+            guard isCurrent(g) else { return } // stop() is cleaning up
             teardownSupplicant()
-            set(.failed, "wpa_supplicant unavailable: \(error)")
+            set(.failed, "wpa_supplicant unavailable: \(error)", generation: g)
         }
     }
 
-    func handle(_ event: WPAEvent) {
+    /// One supplicant event, for the supervisor of generation `g` (ignored once it is stopped).
+    func handle(_ event: WPAEvent, generation g: Int) {
+        guard isCurrent(g) else { return }
         switch event.name {
         case "P2P-GROUP-STARTED":
             guard let iface = event.arguments.first else { return }
             guard event.arguments.dropFirst().first == "GO" else {
-                reporter.log("group \(iface) started as a client, not as owner; removing it", true)
+                events.log(.warning, "group \(iface) started as a client, not as owner; removing it")
                 _ = try? lock.withLock({ control })?.request("P2P_GROUP_REMOVE \(iface)")
                 return
             }
-            groupStarted(iface, ssid: event.fields["ssid"], goAddress: event.fields["go_dev_addr"])
+            groupStarted(iface, ssid: event.fields["ssid"], goAddress: event.fields["go_dev_addr"], generation: g)
         case "P2P-GROUP-REMOVED":
             guard let iface = event.arguments.first, iface == lock.withLock({ groupInterface }) else { return }
             let why = event.fields["reason"] ?? "unknown"
@@ -326,25 +352,25 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 reformAt = nowMs + 1_000
             }
             set(.starting, "P2P group \(iface) removed (\(why)); re-forming")
-            reporter.log("P2P group \(iface) removed (reason \(why)); re-forming in 1 s", false)
+            events.log(.info, "P2P group \(iface) removed (reason \(why)); re-forming in 1 s")
         case "P2P-SERV-DISC-REQ":
             // wpa_supplicant answers from the services we added; we only count the questions.
             let n = lock.withLock { serviceQueries += 1; return serviceQueries }
-            if n <= 3 || n % 100 == 0 { reporter.log("service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)", false) }
+            if n <= 3 || n % 100 == 0 { events.log(.info, "service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)") }
         case "P2P-DEVICE-FOUND":
             let addr = event.fields["p2p_dev_addr"] ?? event.arguments.first ?? ""
             _ = lock.withLock { devicesFound.insert(addr) }
         case "AP-STA-CONNECTED":
             if let addr = event.arguments.first {
                 let n = lock.withLock { stations.insert(addr); return stations.count }
-                reporter.gauge("wifidirect_stations", Double(n))
-                reporter.log("station \(addr) joined the group", false)
+                events.gauge("wifidirect_stations", Double(n))
+                events.log(.info, "station \(addr) joined the group")
                 forgetPersistentClients()
             }
         case "AP-STA-DISCONNECTED":
             if let addr = event.arguments.first {
                 let n = lock.withLock { stations.remove(addr); return stations.count }
-                reporter.gauge("wifidirect_stations", Double(n))
+                events.gauge("wifidirect_stations", Double(n))
             }
         case "P2P-PROV-DISC-PBC-REQ", "P2P-PROV-DISC-ENTER-PIN", "P2P-PROV-DISC-SHOW-PIN", "P2P-GO-NEG-REQUEST":
             authorize(peer: event.arguments.first ?? "")
@@ -370,9 +396,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 let method = settings.wpsMethod == .pbc ? "pbc" : (settings.wpsPin ?? "")
                 _ = try c.checked("P2P_CONNECT \(peer) \(method) go_intent=15 persistent freq=\(settings.frequency)")
             }
-            reporter.log("authorised \(peer) to join (\(settings.wpsMethod.rawValue))", false)
+            events.log(.info, "authorised \(peer) to join (\(settings.wpsMethod.rawValue))")
         } catch {
-            reporter.log("cannot authorise \(peer): \(error)", true)
+            events.log(.warning, "cannot authorise \(peer): \(error)")
         }
     }
 
@@ -391,7 +417,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     private func forgetClients(ofNetwork id: Int, _ c: WPAControlSocket) {
         do { try Self.clearClientList(network: id, control: c) } catch {
-            reporter.log("cannot clear the persistent group's client list: \(error)", true)
+            events.log(.warning, "cannot clear the persistent group's client list: \(error)")
         }
     }
 
@@ -404,20 +430,27 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
 
     // MARK: The group's services: address, DHCP, TCP
 
-    private func groupStarted(_ iface: String, ssid: String?, goAddress: String?) {
-        lock.withLock {
+    /// Sets up the group's services. Each step can take a while (ip, dnsmasq) and stop() does
+    /// not wait for them all: what is made after a stop is ended instead of installed.
+    private func groupStarted(_ iface: String, ssid: String?, goAddress: String?, generation g: Int) {
+        let current = install(g) {
             groupInterface = iface
             groupSSID = ssid
             goDeviceAddress = goAddress
             groupsFormed += 1
             groupRequestedAt = 0
         }
-        reporter.counter("wifidirect_groups_formed_total")
+        guard current else { return }
+        events.increment("wifidirect_groups_formed_total")
         do {
             try assignAddress(iface)
             if settings.dhcp {
+                guard isCurrent(g) else { return }
                 let d = try DHCPServer.launch(settings: settings, interface: iface)
-                lock.withLock { dhcp = d }
+                guard install(g, { dhcp = d }) else {
+                    d.stop(grace: 0.5)
+                    return
+                }
             }
             if settings.wpsMethod == .pin, let pin = settings.wpsPin {
                 // Keep the PIN armed so a phone with the PIN can join at any time.
@@ -425,21 +458,10 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 _ = try? g.checked("WPS_PIN any \(pin) 0")
                 g.close()
             }
+            guard isCurrent(g) else { return }
             let firstID = lock.withLock { nextLinkID }
-            let server = SecureStreamEngine(identity: identity, settings: Self.linkSettings(settings, firstLinkID: firstID))
-            let r = reporter
-            var ev = SecureStreamEngine.Events()
-            ev.linkUp = { [weak self] info in
-                self?.lock.withLock { self?.nextLinkID = max(self?.nextLinkID ?? 1, info.id + 1) }
-                r.linkUp(info)
-            }
-            ev.linkDown = { id, why in r.linkDown(id, why) }
-            ev.frame = { f, id in r.frame(f, id) }
-            ev.log = { level, m in r.log(m, level == .warning) }
-            ev.counter = { name, _ in r.counter(name) }
-            ev.gauge = { r.gauge($0, $1) }
-            ev.statusChanged = { r.statusChanged() }
-            server.events = ev
+            let server = SecureStreamEngine(identity: identity, settings: Self.linkSettings(settings, firstLinkID: firstID),
+                                            events: ServerEvents(transport: self))
             try server.start()
             let bound: IPEndpoint
             do {
@@ -448,12 +470,16 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 server.stop()
                 throw error
             }
-            lock.withLock { self.server = server; serverAddress = bound; nextLinkID = firstID + 1_000_000 }
-            set(.running, "group owner of \(ssid ?? iface) on \(iface), \(settings.groupAddress):\(settings.port)")
-            reporter.log("P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)", false)
+            guard install(g, { self.server = server; serverAddress = bound; nextLinkID = firstID + 1_000_000 }) else {
+                server.stop()
+                return
+            }
+            set(.running, "group owner of \(ssid ?? iface) on \(iface), \(settings.groupAddress):\(settings.port)", generation: g)
+            events.log(.info, "P2P group \(ssid ?? "?") up on \(iface); phones connect to \(settings.groupAddress):\(settings.port)")
         } catch {
-            set(.degraded, "P2P group \(iface) is up but its services are not: \(error)")
-            reporter.log("P2P group \(iface) services failed: \(error)", true)
+            guard isCurrent(g) else { return }
+            set(.degraded, "P2P group \(iface) is up but its services are not: \(error)", generation: g)
+            events.log(.warning, "P2P group \(iface) services failed: \(error)")
         }
     }
 
@@ -467,6 +493,30 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             // Already there (a re-formed persistent group on the same interface name).
         }
         try ChildProcess.run(settings.ipPath, ["link", "set", "dev", iface, "up"])
+    }
+
+    /// The group's link server reports through the transport, which keeps link IDs unique
+    /// across the servers of successive groups. Its log lines are warnings or info (debug and
+    /// notice lines too), as the transport's own.
+    private final class ServerEvents: LinkEvents {
+        weak let transport: WiFiDirectTransport?
+        private let events: any LinkEvents
+
+        init(transport: WiFiDirectTransport) {
+            self.transport = transport
+            events = transport.events
+        }
+
+        func linkUp(_ link: LinkInfo) {
+            if let t = transport { t.lock.withLock { t.nextLinkID = max(t.nextLinkID, link.id + 1) } }
+            events.linkUp(link)
+        }
+        func linkDown(_ id: LinkID, reason: String?) { events.linkDown(id, reason: reason) }
+        func frameReceived(_ frame: [UInt8], on link: LinkID) { events.frameReceived(frame, on: link) }
+        func statusChanged() { events.statusChanged() }
+        func log(_ level: LogLevel, _ message: String) { events.log(level >= .warning ? .warning : .info, message) }
+        func increment(_ name: String, by value: Double) { events.increment(name, by: value) }
+        func gauge(_ name: String, _ value: Double) { events.gauge(name, value) }
     }
 
     private func stopGroupServices(reason: String) {

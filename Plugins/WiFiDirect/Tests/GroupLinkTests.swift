@@ -14,9 +14,8 @@ final class GroupLinkTests: XCTestCase {
     func started(_ extra: (inout SecureStreamEngine.Settings) -> Void = { _ in }) throws -> (SecureStreamEngine, LinkEventRecorder) {
         var s = WiFiDirectTransport.linkSettings(try WiFiDirectSettings(config: TestConfig.section([:]), instanceName: "wifi-direct"), firstLinkID: 40)
         extra(&s)
-        let server = SecureStreamEngine(identity: hub, settings: s)
         let r = LinkEventRecorder()
-        server.events = r.serverEvents
+        let server = SecureStreamEngine(identity: hub, settings: s, events: r)
         try server.start()
         address = try server.listen(on: IPEndpoint(host: "127.0.0.1", port: 0))
         addTeardownBlock { server.stop() }
@@ -188,13 +187,12 @@ final class GroupLinkTests: XCTestCase {
     func testADialThatReachesAnotherKeyIsRefused() throws {
         var hubSettings = SecureStreamEngine.Settings(kind: "tcp", peerRoles: [.hub], cost: 1, metricPrefix: "test")
         hubSettings.threadName = "test-b"
-        let b = SecureStreamEngine(identity: TestLinkIdentity(seed: 5), settings: hubSettings)
+        let b = SecureStreamEngine(identity: TestLinkIdentity(seed: 5), settings: hubSettings, events: LinkEventRecorder())
         try b.start()
         addTeardownBlock { b.stop() }
         let bAddress = try b.listen(on: IPEndpoint(host: "127.0.0.1", port: 0))
-        let a = SecureStreamEngine(identity: TestLinkIdentity(seed: 6), settings: hubSettings)
         let r = LinkEventRecorder()
-        a.events = r.serverEvents
+        let a = SecureStreamEngine(identity: TestLinkIdentity(seed: 6), settings: hubSettings, events: r)
         try a.start()
         addTeardownBlock { a.stop() }
         try a.dial(bAddress, expectedKey: TestLinkIdentity(seed: 7).signingKey)

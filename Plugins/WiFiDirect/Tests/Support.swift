@@ -4,28 +4,6 @@ import YaokPluginKit
 @testable import YaokTransportWiFiDirect
 import YaokTesting
 
-extension LinkEventRecorder {
-    /// The group owner's link server callbacks, recorded (warnings marked as such).
-    var serverEvents: SecureStreamEngine.Events {
-        var e = SecureStreamEngine.Events()
-        e.linkUp = { self.linkUp($0) }
-        e.linkDown = { self.linkDown($0, $1) }
-        e.frame = { self.frame($0, $1) }
-        e.log = { level, m in self.log(level == .warning ? "warning: " + m : m) }
-        return e
-    }
-
-    /// The transport's reporter, recorded.
-    var reporter: WiFiDirectTransport.Reporter {
-        var r = WiFiDirectTransport.Reporter()
-        r.linkUp = { self.linkUp($0) }
-        r.linkDown = { self.linkDown($0, $1) }
-        r.frame = { self.frame($0, $1) }
-        r.log = { m, _ in self.log(m) }
-        return r
-    }
-}
-
 enum TestConfig {
     static func section(_ values: [String: ConfigValue]) -> ConfigSection {
         var entries: [String: ConfigSection.Entry] = [:]

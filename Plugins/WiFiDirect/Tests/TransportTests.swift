@@ -39,7 +39,7 @@ final class TransportTests: XCTestCase {
 
     func transport(_ values: [String: ConfigValue], probe: (() throws -> RadioProbeResult)? = nil) throws -> (WiFiDirectTransport, LinkEventRecorder) {
         let r = LinkEventRecorder()
-        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), reporter: r.reporter)
+        let t = WiFiDirectTransport(settings: try TestConfig.settings(values), identity: TestLinkIdentity(seed: 1), events: r)
         if let probe { t.probe = probe }
         addTeardownBlock { t.stop() }
         return (t, r)
@@ -134,8 +134,54 @@ final class TransportTests: XCTestCase {
         XCTAssertEqual(errno, ESRCH)
     }
 
+    /// stop() lands while the supervisor is setting up a group that has just started (here, in
+    /// a slow `ip addr add`): stop returns within 2 s, and the supervisor, which finishes that
+    /// step after stop has returned, installs nothing: no dnsmasq left running, no TCP listener,
+    /// state stays stopped. Stand-ins for the supplicant (it announces the group), `ip` and dnsmasq.
+    func testStopWhileAGroupIsBeingSetUpLeavesNothingBehind() throws {
+        try RequiredTool.require("/usr/bin/python3", package: "python3")
+        let dir = TestConfig.tempDir("late-group")
+        let supplicant = "\(dir)/stand-in-supplicant", ip = "\(dir)/stand-in-ip", dnsmasq = "\(dir)/stand-in-dnsmasq"
+        try Self.standInSupplicant.write(toFile: supplicant, atomically: true, encoding: .utf8)
+        // `ip addr add` takes 2 s (longer than stop waits for the supervisor); `ip link set` is quick.
+        try """
+        #!/bin/sh
+        if [ "$1" = addr ]; then touch "\(dir)/ip-called"; sleep 2; touch "\(dir)/ip-done"; fi
+        exit 0
+        """.write(toFile: ip, atomically: true, encoding: .utf8)
+        try "#!/bin/sh\nexec sleep 60\n".write(toFile: dnsmasq, atomically: true, encoding: .utf8)
+        for path in [supplicant, ip, dnsmasq] { chmod(path, 0o755) }
+        XCTAssertTrue(FileManager.default.createFile(atPath: "\(dir)/announce-group", contents: nil))
+        let port = Loopback.freePort()
+        let (t, r) = try transport(["supplicant_path": .string(supplicant), "ip_path": .string(ip), "dnsmasq_path": .string(dnsmasq),
+                                    "runtime_dir": .string(dir), "group_address": .string("127.0.0.1/8"), "port": .int(Int(port))],
+                                   probe: Self.fakeRadio)
+        try t.start()
+        XCTAssertTrue(Wait.poll(timeout: 10) { FileManager.default.fileExists(atPath: "\(dir)/ip-called") },
+                      "the supervisor sets up the announced group: \(r.logs)")
+        let t0 = Date()
+        t.stop()
+        let took = Date().timeIntervalSince(t0)
+        XCTAssertLessThan(took, 2.0, "stop() took \(took) s")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: "\(dir)/ip-done"), "stop returned while the supervisor was still in ip")
+        XCTAssertTrue(t.waitForSupervisor(timeout: 10), "the supervisor ends after stop")
+        XCTAssertTrue(FileManager.default.fileExists(atPath: "\(dir)/ip-done"))
+        if let text = try? String(contentsOfFile: "\(dir)/dnsmasq.pid", encoding: .utf8), let pid = Int32(text.trimmingCharacters(in: .whitespacesAndNewlines)) {
+            XCTAssertTrue(Wait.poll(timeout: 3) { kill(pid, 0) != 0 }, "a dnsmasq started after stop is still running")
+        }
+        XCTAssertEqual(t.status.details["listen"], "", "a link server was installed after stop")
+        XCTAssertEqual(t.status.details["dhcp"], "not running")
+        XCTAssertEqual(t.status.state, .stopped, t.status.reason)
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        let connected = IPEndpoint(host: "127.0.0.1", port: port).withSockaddr { connect(fd, $0, $1) } == 0
+        XCTAssertFalse(connected, "something listens on the group port after stop")
+    }
+
     /// Answers wpa_supplicant's control protocol on `<ctrl_interface>/p2p-dev-<if>`: PONG to
     /// PING, an empty network list, OK to anything else. Sleeps first when `slow-start` exists.
+    /// When `announce-group` exists, a P2P_GROUP_ADD is followed by P2P-GROUP-STARTED (as owner)
+    /// to the sockets that sent ATTACH.
     static let standInSupplicant = """
     #!/usr/bin/python3
     import os, socket, sys, time
@@ -144,15 +190,22 @@ final class TransportTests: XCTestCase {
     ctrl = [l.split("=", 1)[1].strip() for l in open(conf) if l.startswith("ctrl_interface=")][0]
     if os.path.exists(os.path.join(os.path.dirname(conf), "slow-start")):
         time.sleep(60)
+    announce = os.path.exists(os.path.join(os.path.dirname(conf), "announce-group"))
     os.makedirs(ctrl, exist_ok=True)
     s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     s.bind(os.path.join(ctrl, "p2p-dev-" + iface))
+    monitors = set()
     while True:
         data, peer = s.recvfrom(4096)
         cmd = data.decode(errors="replace")
         reply = "PONG\\n" if cmd == "PING" else ("network id / ssid / bssid / flags\\n" if cmd == "LIST_NETWORKS" else "OK\\n")
         try:
             s.sendto(reply.encode(), peer)
+            if cmd == "ATTACH":
+                monitors.add(peer)
+            if cmd.startswith("P2P_GROUP_ADD") and announce:
+                for m in monitors:
+                    s.sendto(b'<3>P2P-GROUP-STARTED p2p-' + iface.encode() + b'-0 GO ssid="DIRECT-yk" freq=2437 go_dev_addr=02:00:00:00:01:00', m)
         except OSError:
             pass
     """

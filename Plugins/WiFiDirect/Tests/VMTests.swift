@@ -27,22 +27,12 @@ final class VMTests: XCTestCase {
     func testHubSide() throws {
         try XCTSkipUnless(role == "hub", "runs only in the VM (YAOK_WIFI_VM=hub)")
         let r = LinkEventRecorder()
-        var reporter = r.reporter
-        reporter.log = { message, warning in
-            r.log(message)
-            print("HUB \(warning ? "warning" : "info"): \(message)")
-            fflush(nil)  // every output stream: the VM script reads this line as it comes
-        }
         let settings = try TestConfig.settings([
             "interface": .string(ProcessInfo.processInfo.environment["YAOK_WIFI_IF"] ?? "wlan0"),
             "runtime_dir": .string("\(dir)/hub-run"),
         ])
         let box = TransportBox()
-        reporter.frame = { frame, link in
-            r.frame(frame, link)
-            try? box.transport?.send(frame, to: link) // echo
-        }
-        let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), reporter: reporter)
+        let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), events: HubEvents(recorder: r, box: box))
         box.transport = t
         defer { t.stop() }
         try t.start()
@@ -148,4 +138,23 @@ final class VMTests: XCTestCase {
 
 final class TransportBox: @unchecked Sendable {
     var transport: WiFiDirectTransport?
+}
+
+/// The VM hub's events: recorded, log lines printed as they come, every frame echoed back.
+struct HubEvents: LinkEvents {
+    let recorder: LinkEventRecorder
+    let box: TransportBox
+
+    func linkUp(_ link: LinkInfo) { recorder.linkUp(link) }
+    func linkDown(_ id: LinkID, reason: String?) { recorder.linkDown(id, reason: reason) }
+    func frameReceived(_ frame: [UInt8], on link: LinkID) {
+        recorder.frameReceived(frame, on: link)
+        try? box.transport?.send(frame, to: link) // echo
+    }
+    func statusChanged() { recorder.statusChanged() }
+    func log(_ level: LogLevel, _ message: String) {
+        recorder.log(level, message)
+        print("HUB \(level >= .warning ? "warning" : "info"): \(message)")
+        fflush(nil)  // every output stream: the VM script reads this line as it comes
+    }
 }

@@ -17,12 +17,12 @@ import Foundation
 /// prove; one link per proven key, a duplicate settled only on the two proven keys; frames in
 /// clear after the handshake end the stream; a frame rate per peer; keepalive and idle timeouts.
 ///
-/// All state is guarded by one lock. Events are collected under it and delivered after it is
-/// released, in order, from the poll thread (a link's `linkUp` precedes its frames), so an event
-/// handler may call ``send(_:to:)`` or ``dial(_:expectedKey:)``; it must not call ``stop(reason:)``.
+/// All state is guarded by one lock. Events are collected under it and delivered to the
+/// ``LinkEvents`` given at `init` after it is released, in order, from the poll thread (a link's
+/// `linkUp` precedes its frames), so an event handler may call ``send(_:to:)`` or
+/// ``dial(_:expectedKey:)``; it must not call ``stop(reason:)``.
 // @unchecked: sessions live on the poll thread; other threads take `lock` to queue work or read state.
 public final class SecureStreamEngine: @unchecked Sendable {
-    public enum LogLevel: Sendable { case debug, info, notice, warning }
 
     public struct Settings: Sendable {
         /// `LinkInfo.kind` of the links (`tcp`, `wifi-direct`).
@@ -81,20 +81,6 @@ public final class SecureStreamEngine: @unchecked Sendable {
         public var isSelf: Bool
     }
 
-    /// Where the engine reports. Called on the poll thread, never under the engine's lock.
-    public struct Events: Sendable {
-        public var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
-        public var linkDown: @Sendable (LinkID, String) -> Void = { _, _ in }
-        public var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
-        public var log: @Sendable (LogLevel, String) -> Void = { _, _ in }
-        public var counter: @Sendable (String, Double) -> Void = { _, _ in }
-        public var gauge: @Sendable (String, Double) -> Void = { _, _ in }
-        public var statusChanged: @Sendable () -> Void = {}
-        /// Every session that ends, up or not (after its `linkDown`).
-        public var sessionEnded: @Sendable (SessionEnd) -> Void = { _ in }
-        public init() {}
-    }
-
     public struct Counters: Sendable, Equatable {
         public var framesIn: UInt64 = 0, framesOut: UInt64 = 0, bytesIn: UInt64 = 0, bytesOut: UInt64 = 0
         public var linksUpTotal: UInt64 = 0, connectFailures: UInt64 = 0, handshakeFailures: UInt64 = 0
@@ -134,8 +120,8 @@ public final class SecureStreamEngine: @unchecked Sendable {
 
     public let settings: Settings
     private let identity: LinkIdentity
-    /// Where reports go; set before ``start()``.
-    public var events = Events()
+    private let events: any LinkEvents
+    private let sessionEnded: (@Sendable (SessionEnd) -> Void)?
 
     private let lock = NSLock()
     private var running = false
@@ -159,9 +145,17 @@ public final class SecureStreamEngine: @unchecked Sendable {
         case counter(String, Double), gauge(String, Double), statusChanged, ended(SessionEnd)
     }
 
-    public init(identity: LinkIdentity, settings: Settings) {
+    /// - Parameters:
+    ///   - events: where links, frames, log lines and metrics are reported; called on the poll
+    ///     thread, never under the engine's lock.
+    ///   - sessionEnded: called for every session that ends, up or not (after its `linkDown`),
+    ///     for an owner that keeps its own dial table.
+    public init(identity: LinkIdentity, settings: Settings, events: any LinkEvents,
+                sessionEnded: (@Sendable (SessionEnd) -> Void)? = nil) {
         self.identity = identity
         self.settings = settings
+        self.events = events
+        self.sessionEnded = sessionEnded
         self.nextID = settings.firstLinkID
     }
 
@@ -242,7 +236,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
 
     // MARK: Dialling and sending
 
-    /// Starts a connection to `address`; the link comes up (``Events/linkUp``) once the handshake
+    /// Starts a connection to `address`; the link comes up (``LinkEvents/linkUp(_:)``) once the handshake
     /// proves a key of an accepted role, and `expectedKey` when given. Returns the session's ID
     /// (the link's ID once up); throws when no socket could be made.
     @discardableResult
@@ -359,7 +353,6 @@ public final class SecureStreamEngine: @unchecked Sendable {
     private var rateTick: Int32 { Int32(max(1, min(100, 1000 / max(1, settings.maxFramesPerSecond)))) }
 
     private func deliver() {
-        let events = self.events
         let batch: [Event] = lock.withLock {
             defer { pending.removeAll(keepingCapacity: true) }
             return pending
@@ -367,13 +360,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
         for e in batch {
             switch e {
             case .up(let info): events.linkUp(info)
-            case .down(let id, let reason): events.linkDown(id, reason)
-            case .frame(let f, let id): events.frame(f, id)
+            case .down(let id, let reason): events.linkDown(id, reason: reason)
+            case .frame(let f, let id): events.frameReceived(f, on: id)
             case .log(let level, let m): events.log(level, m)
-            case .counter(let name, let v): events.counter(name, v)
+            case .counter(let name, let v): events.increment(name, by: v)
             case .gauge(let name, let v): events.gauge(name, v)
             case .statusChanged: events.statusChanged()
-            case .ended(let end): events.sessionEnded(end)
+            case .ended(let end): sessionEnded?(end)
             }
         }
     }

@@ -48,8 +48,12 @@ public struct LinkInfo: Sendable, Equatable {
     }
 }
 
-/// Where a transport reports links and received frames. Thread-safe.
-public struct LinkEventSink: Sendable {
+/// Where a transport reports links and received frames: the host. Thread-safe.
+///
+/// It is ``LinkEvents``, so a transport can hand it straight to a link engine; the engine's
+/// log lines then go to the host's log (as ``TransportContext/logger``'s) and its counters and
+/// gauges to the host's metrics (as ``TransportContext/metrics``').
+public struct LinkEventSink: LinkEvents {
     let host: HostAPI
 
     /// Reports an authenticated link.
@@ -60,6 +64,25 @@ public struct LinkEventSink: Sendable {
     public func frameReceived(_ frame: [UInt8], on link: LinkID) { host.frameReceived(frame, link: link) }
     /// Tells the host that status changed.
     public func statusChanged() { host.statusChanged() }
+    /// Logs a line, labelled with the instance by the host.
+    public func log(_ level: LogLevel, _ message: String) { host.log(level.hostLevel, message) }
+    /// Adds `value` to a counter (``PluginMetrics/increment(_:by:)``).
+    public func increment(_ name: String, by value: Double) { host.metric(kind: YAOK_METRIC_COUNTER_ADD, name: name, value: value) }
+    /// Sets a gauge (``PluginMetrics/gauge(_:_:)``).
+    public func gauge(_ name: String, _ value: Double) { host.metric(kind: YAOK_METRIC_GAUGE_SET, name: name, value: value) }
+}
+
+extension LogLevel {
+    var hostLevel: yaok_log_level {
+        switch self {
+        case .trace: return YAOK_LOG_TRACE
+        case .debug: return YAOK_LOG_DEBUG
+        case .info: return YAOK_LOG_INFO
+        case .notice: return YAOK_LOG_NOTICE
+        case .warning: return YAOK_LOG_WARNING
+        case .error: return YAOK_LOG_ERROR
+        }
+    }
 }
 
 /// The hub's identity as a plugin sees it: public keys and a signing function, never the secret key.
