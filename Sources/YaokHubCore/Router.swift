@@ -99,6 +99,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// (abort, timeout, or a neighbour from before reconciliation), estimates refused as
         /// busy, and the bytes of `reconcile` records received and sent.
         public var reconciled = 0
+        /// Of `reconciled`: exchanges in version 1 (with a neighbour that speaks no version 2).
+        public var reconciledVersion1 = 0
         public var reconcileDifferences = 0
         public var reconcileFallbacks = 0
         public var reconcileRefused = 0
@@ -186,6 +188,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var peerHoldings: PeerHoldings?
         /// Hub links: our exchanges this neighbour answered "busy".
         var syncBusyRetries = 0
+        /// Hub links: the neighbour said it speaks version 1 only; exchanges we start use it.
+        var peerReconcilesVersion1Only = false
 
         /// Takes `id` out of flight: whether it was in flight, and when it was first sent if
         /// it was sent only once (otherwise its round trip is ambiguous: Karn's rule).
@@ -1143,15 +1147,21 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Where a hub link is in its reconciliation exchange.
     enum SyncPhase {
-        /// The neighbour initiates; its `estimate` has not come yet.
+        /// The neighbour initiates; its first message (kind 1 of either version) has not come yet.
         case awaitingEstimate
-        case initiating(ReconcileInitiator)
-        case responding(ReconcileResponder)
+        /// Our exchange: version 2 (``CodedInitiator``), or 1 with a neighbour that speaks no 2.
+        case initiating(any ReconcileExchange)
+        /// The neighbour's, in the version it started.
+        case responding(any ReconcileExchange)
     }
 
     /// Tests only (`YAOK_TEST_NO_RECONCILE`): behave like a hub from before reconciliation,
     /// which ignores record 0x0A as unknown and starts no exchange.
     static let reconcileEnabled = ProcessInfo.processInfo.environment["YAOK_TEST_NO_RECONCILE"] == nil
+    /// Tests only (`YAOK_TEST_RECONCILE_V1_ONLY`): behave like a hub that speaks version 1
+    /// only, as hubs did before version 2: start version 1, and answer any other version's
+    /// first message with `abort(unsupported version, [1])`, then list offers.
+    static let reconcileVersion1Only = ProcessInfo.processInfo.environment["YAOK_TEST_RECONCILE_V1_ONLY"] != nil
     /// An exchange waits this long for the neighbour's first message (a neighbour from before
     /// reconciliation never sends one), and this long between messages once under way. The
     /// side waiting for an estimate starts an exchange itself after the first wait (the other
@@ -1191,10 +1201,18 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func initiateSync(with link: Link) {
         guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { endSync(link, "the store could not list its IDs"); return }
-        let initiator = ReconcileInitiator(ids: Self.reconcileIDs(ids))
+        let first: ReconcileMessage
+        if link.peerReconcilesVersion1Only || Self.reconcileVersion1Only {
+            let initiator = ReconcileInitiator(ids: Self.reconcileIDs(ids))
+            link.sync = .initiating(initiator)
+            first = initiator.firstMessage
+        } else {
+            let initiator = CodedInitiator(ids: Self.reconcileIDs(ids))
+            link.sync = .initiating(initiator)
+            first = initiator.firstMessage
+        }
         link.syncDeadlineMs = now() + Self.syncFirstWaitMs
-        link.sync = .initiating(initiator)
-        sendReconcile([initiator.firstMessage], on: link)
+        sendReconcile([first], on: link)
     }
 
     private func handleReconcile(_ value: [UInt8], from link: Link) {
@@ -1202,23 +1220,30 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard link.info.peerRole == .hub else { counters.framesRefusedForRole += 1; return }
         counters.reconcileBytesIn += value.count
         let header = ReconcileMessage.header(of: value)
-        let isEstimate = header?.kind == ReconcileMessage.estimateKind
+        let startsExchange = header?.kind == ReconcileMessage.estimateKind
         let step: ReconcileStep
         // Both sides started an exchange (the lower ID late, e.g. it trusted us only later, the
         // higher ID after its wait): the lower ID's exchange wins, the other side answers it.
-        if case .initiating? = link.sync, isEstimate, link.peerID.lexicographicallyPrecedes(hubID) {
+        if case .initiating? = link.sync, startsExchange, link.peerID.lexicographicallyPrecedes(hubID) {
             link.sync = .awaitingEstimate
         }
+        var version1Only = false
         switch link.sync {
         case .initiating(var initiator)?:
             step = initiator.receive(bytes: value)
             link.sync = .initiating(initiator)
+            // An older neighbour's answer to version 2: it lists what it speaks.
+            if case .fallBack(.unsupportedVersion, nil, _) = step, case .abort(let a)? = try? ReconcileMessage(parsing: value),
+               a.versions.contains(ReconcileLimits.version), !a.versions.contains(ReconcileLimits.codedVersion),
+               initiator is CodedInitiator {
+                version1Only = true
+            }
         case .responding(var responder)?:
             step = responder.receive(bytes: value)
             link.sync = .responding(responder)
         case .awaitingEstimate?, nil:
             // Only an estimate starts an exchange; anything else of a finished one is stale.
-            guard let header, isEstimate else { return }
+            guard let header, startsExchange else { return }
             let t = now()
             let busy = lastSyncAnsweredMs.map { t &- $0 < Self.syncAnswerSpacingMs } ?? false
                 || exchangesUnderWay >= Self.maxConcurrentSyncs
@@ -1230,7 +1255,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
             guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { return }
             lastSyncAnsweredMs = t
-            var responder = ReconcileResponder(ids: Self.reconcileIDs(ids))
+            if header.version == ReconcileLimits.codedVersion, Self.reconcileVersion1Only {
+                // What a hub that speaks version 1 only does with it.
+                link.sync = nil
+                sendReconcile([.abort(.init(session: header.session, reason: .unsupportedVersion, versions: [ReconcileLimits.version]))], on: link)
+                endSync(link, "unsupported version: reconcile version 2 is not supported")
+                return
+            }
+            var responder: any ReconcileExchange = header.version == ReconcileLimits.codedVersion
+                ? CodedResponder(ids: Self.reconcileIDs(ids)) : ReconcileResponder(ids: Self.reconcileIDs(ids))
             step = responder.receive(bytes: value)
             link.sync = .responding(responder)
         }
@@ -1244,8 +1277,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             sendReconcile(lacksMessages, on: link)
             let reconciled: [ReconcileID]
             switch link.sync {
-            case .initiating(let i)?: reconciled = i.ids
-            case .responding(let r)?: reconciled = r.ids
+            case .initiating(let side)?, .responding(let side)?:
+                reconciled = side.ids
+                if side is ReconcileInitiator || side is ReconcileResponder { counters.reconciledVersion1 += 1 }
             default: reconciled = []
             }
             link.peerHoldings = PeerHoldings(reconciled: reconciled, peerLacks: peerLacks, peerOnly: iLack)
@@ -1256,6 +1290,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             offerAll(to: link)
         case .fallBack(let reason, let abort, let detail):
             if let abort { sendReconcile([abort], on: link) }
+            if version1Only {
+                // Start again in version 1 (the neighbour may answer "busy" first: it just
+                // answered us, and the busy path below waits and starts again).
+                link.peerReconcilesVersion1Only = true
+                link.sync = nil
+                initiateSync(with: link)
+                return
+            }
             if reason == .busy, abort == nil, link.syncBusyRetries < Self.syncBusyRetries {
                 // The neighbour is answering another exchange: start again after its spacing.
                 link.syncBusyRetries += 1

@@ -254,8 +254,7 @@ public enum ReconcileMessage: Sendable, Equatable {
         }
     }
 
-    /// The message kind byte.
-    /// The kind byte of an `estimate`, the message that starts an exchange.
+    /// The kind byte of the message that starts an exchange in either version (`estimate`, `start`).
     public static let estimateKind: UInt8 = 1
 
     public var kind: UInt8 {

@@ -21,7 +21,7 @@ final class ReconcileTests: XCTestCase {
 
     /// Two hubs that trust each other, each loaded while apart with the same `shared` bundles
     /// and `unique` of its own (sent by a phone, as a real hub gets them), then started together.
-    func startPair(oldB: Bool = false) throws -> Pair {
+    func startPair(oldB: Bool = false, environmentB: [String: String] = [:]) throws -> Pair {
         let exe = try TestSupport.product("yaok-hub")
         let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000")
         let (portA, portB, configA, configB) = (hubs.portA, hubs.portB, hubs.configA, hubs.configB)
@@ -41,7 +41,7 @@ final class ReconcileTests: XCTestCase {
             }
             hub.stop()
         }
-        let environment = oldB ? ["YAOK_TEST_NO_RECONCILE": "1"] : [:]
+        let environment = oldB ? ["YAOK_TEST_NO_RECONCILE": "1"] : environmentB
         let hubB = try HubProcess(dir: hubs.dirB, config: configB, executable: exe, extraEnvironment: environment)
         addTeardownBlock { hubB.stop() }
         try hubB.waitReady()
@@ -67,6 +67,7 @@ final class ReconcileTests: XCTestCase {
         XCTAssertEqual(a.reconciled, 1)
         XCTAssertEqual(b.reconciled, 1)
         XCTAssertEqual(a.reconcileFallbacks + b.reconcileFallbacks, 0)
+        XCTAssertEqual(a.reconciledVersion1 + b.reconciledVersion1, 0, "two current hubs use version 2")
         // The initiator found both directions (20), the responder learned what it must offer (10).
         XCTAssertEqual(a.reconcileDifferences + b.reconcileDifferences, 3 * Self.unique)
         // Only the difference was listed: the 400 shared IDs were never offered or answered `held`.
@@ -102,6 +103,22 @@ final class ReconcileTests: XCTestCase {
         XCTAssertEqual(a2.accepted, 0)
         XCTAssertEqual(b2.accepted, acceptedAtB)
         XCTAssertEqual(a2.reconcileDifferences + b2.reconcileDifferences - b.reconcileDifferences, 0, "the sets are equal now")
+    }
+
+    /// B plays a hub that speaks version 1 only. Whichever starts, they end up reconciled in
+    /// version 1: B's estimate is answered in version 1; A's version 2 `start` is answered
+    /// `abort(unsupported version, [1])`, and A starts again in version 1.
+    func testAHubSpeakingVersion1OnlyStillReconciles() throws {
+        let pair = try startPair(environmentB: ["YAOK_TEST_RECONCILE_V1_ONLY": "1"])
+        try Wait.until(timeout: 60, "each hub took the other's \(Self.unique) bundles and they reconciled in version 1") {
+            let a = try counters(pair.a), b = try counters(pair.b)
+            return a.accepted == Self.unique && b.accepted == Self.unique && a.reconciledVersion1 >= 1 && b.reconciledVersion1 >= 1
+        }
+        let a = try counters(pair.a), b = try counters(pair.b)
+        XCTAssertEqual(a.reconciled, a.reconciledVersion1, "every exchange A finished was version 1")
+        XCTAssertEqual(b.reconciled, b.reconciledVersion1)
+        XCTAssertEqual(a.reconcileFallbacks, 0, "A never fell back to listing")
+        XCTAssertEqual(a.duplicates, 0, "A was offered only what it lacked")
     }
 
     /// B plays a hub from before reconciliation: it ignores record 0x0A (counted as unknown)
