@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -377,12 +378,11 @@ extension RelayProcess {
 }
 
 /// A UDP port that takes datagrams and never answers (a node that is silent, not refused).
-final class UDPSink: @unchecked Sendable {
+final class UDPSink: Sendable {
     private let fd: Int32
     let port: UInt16
-    private let lock = NSLock()
-    private var count = 0
-    private var open = true
+    /// Datagrams received, and whether the receive loop should go on.
+    private let state = Mutex((count: 0, open: true))
     private let finished = DispatchSemaphore(value: 0)
 
     init() throws {
@@ -402,21 +402,21 @@ final class UDPSink: @unchecked Sendable {
     }
 
     private func startLoop() {
-        let sockFD = fd, lock = self.lock, finished = self.finished
+        let sockFD = fd, finished = self.finished
         Thread { [weak self] in
             var buf = [UInt8](repeating: 0, count: 2048)
-            while lock.withLock({ self?.open ?? false }) {
+            while self?.state.withLock({ $0.open }) ?? false {
                 let n = buf.withUnsafeMutableBytes { recv(sockFD, $0.baseAddress, $0.count, 0) }
-                if n > 0 { lock.withLock { self?.count += 1 } }
+                if n > 0 { self?.state.withLock { $0.count += 1 } }
             }
             finished.signal()
         }.start()
     }
 
-    var received: Int { lock.withLock { count } }
+    var received: Int { state.withLock { $0.count } }
 
     func close() {
-        guard lock.withLock({ () -> Bool in defer { open = false }; return open }) else { return }
+        guard state.withLock({ s -> Bool in defer { s.open = false }; return s.open }) else { return }
         // The receive loop sees `open` false within its 100 ms receive timeout and ends.
         _ = finished.wait(timeout: .now() + 2)
         Glibc.close(fd)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
@@ -81,19 +82,19 @@ final class RelayListenTests: XCTestCase {
         let (relay, alice, bob) = try relayAndUsers()
         let proxy = try UDPInterposer(relayPort: relay.port)
         cleanup.append { proxy.stop() }
-        final class Dropped: @unchecked Sendable { var n = 0; let lock = NSLock() }
+        final class Dropped: Sendable { let n = Mutex(0) }
         let dropped = Dropped()
         proxy.dropFromRelay = { packet in
             guard packet.type == .noMessages else { return false }
-            return dropped.lock.withLock { () -> Bool in
-                guard dropped.n < 2 else { return false }
-                dropped.n += 1
+            return dropped.n.withLock { n -> Bool in
+                guard n < 2 else { return false }
+                n += 1
                 return true
             }
         }
         let key = ["--relay-key", Hex.encode(relay.key)]
         let listener = try startListener(["listen", "--home", bob, "--count", "1", "--timeout", "60", "--relay", "127.0.0.1:\(proxy.port)"] + key)
-        XCTAssertTrue(Wait.poll(timeout: 20) { dropped.lock.withLock { dropped.n } == 2 }, "the listener did not poll twice:\n\(listener.output())")
+        XCTAssertTrue(Wait.poll(timeout: 20) { dropped.n.withLock { $0 } == 2 }, "the listener did not poll twice:\n\(listener.output())")
         // Each lost answer is retried after its 2 s answer timeout and a 1 s pause: still
         // listening well past both (the old client gave up at the first).
         XCTAssertFalse(listener.exited(within: 4), "listen ended after lost datagrams:\n\(listener.output())")
@@ -111,14 +112,13 @@ final class RelayListenTests: XCTestCase {
 }
 
 /// A `yaok` process in the background whose combined output is collected as it runs.
-final class ListenerProcess: @unchecked Sendable {
+final class ListenerProcess: Sendable {
     private let process = Process()
     private let done = DispatchSemaphore(value: 0)
     /// Signalled when the output pipe reaches its end (after the exit, the last bytes).
     private let eof = DispatchSemaphore(value: 0)
-    private let lock = NSLock()
-    private var collected = Data()
-    private var finished = false
+    /// The output so far, and whether the exit was seen.
+    private let state = Mutex((collected: Data(), finished: false))
 
     init(_ exe: String, _ args: [String]) throws {
         process.executableURL = URL(fileURLWithPath: exe)
@@ -135,7 +135,7 @@ final class ListenerProcess: @unchecked Sendable {
                 self.eof.signal()
                 return
             }
-            self.lock.withLock { self.collected.append(chunk) }
+            self.state.withLock { $0.collected.append(chunk) }
         }
         process.terminationHandler = { [weak self] _ in self?.done.signal() }
         try process.run()
@@ -143,9 +143,9 @@ final class ListenerProcess: @unchecked Sendable {
 
     /// Waits (at most `seconds`) for the process to end; whether it did.
     func exited(within seconds: TimeInterval) -> Bool {
-        if lock.withLock({ finished }) { return true }
+        if state.withLock({ $0.finished }) { return true }
         guard done.wait(timeout: .now() + seconds) == .success else { return false }
-        lock.withLock { finished = true }
+        state.withLock { $0.finished = true }
         // The pipe's last bytes may still be on their way after the exit: wait for its end.
         _ = eof.wait(timeout: .now() + 5)
         return true
@@ -153,7 +153,7 @@ final class ListenerProcess: @unchecked Sendable {
 
     var status: Int32 { process.terminationStatus }
 
-    func output() -> String { lock.withLock { String(decoding: collected, as: UTF8.self) } }
+    func output() -> String { state.withLock { String(decoding: $0.collected, as: UTF8.self) } }
 
     func kill() { if process.isRunning { process.terminate() } }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokEndpoint
@@ -16,12 +17,17 @@ import YaokTesting
 /// committed rows.
 final class EndpointGroupCommitTests: XCTestCase {
     /// A hub as far as the link goes: takes one endpoint link, records what comes in.
+    // @unchecked: `link`, `frames` and `inspector` only under `lock` (tests too); `engine` is thread-safe.
     final class FakeHub: @unchecked Sendable {
         let engine: UDPLinkEngine
         let lock = NSLock()
         var link: LinkID?
+        private var inspector: (@Sendable (TLVRecord) -> Void)?
         /// Runs on the engine's thread for every frame, before it is recorded.
-        var inspect: (@Sendable (TLVRecord) -> Void)?
+        var inspect: (@Sendable (TLVRecord) -> Void)? {
+            get { lock.withLock { inspector } }
+            set { lock.withLock { inspector = newValue } }
+        }
         var frames: [TLVRecord] = []
 
         init() throws {
@@ -55,7 +61,7 @@ final class EndpointGroupCommitTests: XCTestCase {
     }
 
     /// A second connection on an endpoint's file: sees committed rows only.
-    final class Observer: @unchecked Sendable {
+    final class Observer: Sendable {
         let db: SQLCipherDatabase
         init(home: String) throws {
             db = try SQLCipherDatabase(path: home + "/endpoint.db", key: try DatabaseKey.load(keyFile: home + "/store.key"))
@@ -69,11 +75,10 @@ final class EndpointGroupCommitTests: XCTestCase {
         func inboxCount() -> Int { Int(((try? db.scalar("SELECT count(*) FROM inbox_messages"))?.int64Value) ?? -1) }
     }
 
-    final class Violations: @unchecked Sendable {
-        let lock = NSLock()
-        var list: [String] = []
-        func add(_ s: String) { lock.withLock { list.append(s) } }
-        var all: [String] { lock.withLock { list } }
+    final class Violations: Sendable {
+        private let list = Mutex<[String]>([])
+        func add(_ s: String) { list.withLock { $0.append(s) } }
+        var all: [String] { list.withLock { $0 } }
     }
 
     var dir: String!

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
@@ -40,10 +41,10 @@ final class VMTests: XCTestCase {
         let box = TransportBox()
         reporter.frame = { frame, link in
             r.frame(frame, link)
-            try? box.transport?.send(frame, to: link) // echo
+            try? box.transport.withLock { $0 }?.send(frame, to: link) // echo
         }
         let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), reporter: reporter)
-        box.transport = t
+        box.transport.withLock { $0 = t }
         defer { t.stop() }
         try t.start()
         note("hub-probe", t.status.details["radios"] ?? "")
@@ -146,6 +147,7 @@ final class VMTests: XCTestCase {
     }
 }
 
-final class TransportBox: @unchecked Sendable {
-    var transport: WiFiDirectTransport?
+/// The hub's transport, for its own frame callback (set after the callback is made).
+final class TransportBox: Sendable {
+    let transport = Mutex<WiFiDirectTransport?>(nil)
 }
