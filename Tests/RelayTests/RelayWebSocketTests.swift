@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
@@ -51,10 +52,12 @@ func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeI
     try p.run()
     if let stdin { input.fileHandleForWriting.write(stdin) }
     try? input.fileHandleForWriting.close()
-    nonisolated(unsafe) var data = Data()
+    // A Mutex, not a plain var: if the read outlasts its 10 s wait below, it is still writing.
+    let data = Mutex(Data())
     let readDone = DispatchSemaphore(value: 0)
     DispatchQueue.global().async {
-        data = pipe.fileHandleForReading.readDataToEndOfFile()
+        let all = pipe.fileHandleForReading.readDataToEndOfFile()
+        data.withLock { $0 = all }
         readDone.signal()
     }
     if done.wait(timeout: .now() + timeout) == .timedOut {
@@ -62,7 +65,7 @@ func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeI
         throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
     }
     _ = readDone.wait(timeout: .now() + 10)
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    return (p.terminationStatus, String(decoding: data.withLock { $0 }, as: UTF8.self))
 }
 
 /// The relay over WebSocket + TLS 1.3: same engine, same packets, SPKI-pinned client.
