@@ -9,6 +9,7 @@ import YaokStore
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// Delivery integrity at the relay (issue 13), each attack written as an attacker would run
 /// it against a relay with real UDP sockets and its real SQLCipher queue: the victim's

@@ -5,6 +5,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// `yaok listen --relay` for an internet user with nothing queued (issue 13, item 5): real
 /// `yaok` processes against a real `yaok-relay` on loopback. The listener used to poll again
@@ -111,49 +112,3 @@ final class RelayListenTests: XCTestCase {
     }
 }
 
-/// A `yaok` process in the background whose combined output is collected as it runs.
-final class ListenerProcess: Sendable {
-    private let process = Process()
-    private let done = DispatchSemaphore(value: 0)
-    /// Signalled when the output pipe reaches its end (after the exit, the last bytes).
-    private let eof = DispatchSemaphore(value: 0)
-    /// The output so far, and whether the exit was seen.
-    private let state = Mutex((collected: Data(), finished: false))
-
-    init(_ exe: String, _ args: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: exe)
-        process.arguments = args
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let chunk = h.availableData
-            guard let self else { return }
-            if chunk.isEmpty {
-                h.readabilityHandler = nil
-                self.eof.signal()
-                return
-            }
-            self.state.withLock { $0.collected.append(chunk) }
-        }
-        process.terminationHandler = { [weak self] _ in self?.done.signal() }
-        try process.run()
-    }
-
-    /// Waits (at most `seconds`) for the process to end; whether it did.
-    func exited(within seconds: TimeInterval) -> Bool {
-        if state.withLock({ $0.finished }) { return true }
-        guard done.wait(timeout: .now() + seconds) == .success else { return false }
-        state.withLock { $0.finished = true }
-        // The pipe's last bytes may still be on their way after the exit: wait for its end.
-        _ = eof.wait(timeout: .now() + 5)
-        return true
-    }
-
-    var status: Int32 { process.terminationStatus }
-
-    func output() -> String { state.withLock { String(decoding: $0.collected, as: UTF8.self) } }
-
-    func kill() { if process.isRunning { process.terminate() } }
-}

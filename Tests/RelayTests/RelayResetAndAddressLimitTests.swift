@@ -5,6 +5,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
 import struct YaokPluginKit.IPEndpoint
+import RelayTestSupport
 
 /// A UDP forwarder between one client and the relay, standing in for an on-path attacker: it
 /// sees every packet, can drop the relay's packets and inject its own towards the client
