@@ -168,6 +168,11 @@ let package = Package(
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
         .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI"),
                                                   .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        // What the relay's and the relay plugin's tests share: real yaok-relay, yaok-hub and yaok
+        // processes, a TLS fixture, users. Not in YaokTesting: it needs YaokRelayServer.
+        .target(name: "RelayTestSupport", dependencies: ["YaokRelayServer", "YaokCrypto", "YaokWire", "YaokTesting",
+                                                       .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Tests/RelayTestSupport"),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
@@ -176,8 +181,14 @@ let package = Package(
         .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
-        .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol"], path: "Plugins/Relay/Tests"),
-        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C
+        // ABI and inside a real yaok-hub, against real yaok-relay processes.
+        .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",
+                                                              "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                    path: "Plugins/Relay/Tests"),
+        // The relay server, its protocol, client and WebSocket transport.
+        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting",
+                                                     "RelayTestSupport", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
     ],

@@ -25,7 +25,7 @@ public struct ConsoleCertificate: Sendable {
     public enum Failure: Error, Sendable, CustomStringConvertible {
         case onlyOne(present: String, missing: String, missingKey: String)
         case unreadable(path: String, key: String, why: String)
-        case cannotCreate(PrivateFile.Failure)
+        case cannotCreate(path: String, PrivateFileError)
 
         public var description: String {
             switch self {
@@ -33,7 +33,7 @@ public struct ConsoleCertificate: Sendable {
                 return "console.\(missingKey): \(missing) does not exist but \(present) does; supply both files, "
                     + "or remove both to have a self-signed pair made"
             case .unreadable(let path, let key, let why): return "console.\(key): cannot use \(path): \(why)"
-            case .cannotCreate(let failure): return failure.description
+            case .cannotCreate(let path, let error): return "cannot write \(path): \(error.reason)"
             }
         }
     }
@@ -55,11 +55,13 @@ public struct ConsoleCertificate: Sendable {
             let pair = try makeSelfSigned(hosts: hosts)
             // The key first: a crash between the two leaves a key without a certificate,
             // which the next start names rather than silently replaces.
-            do {
-                try PrivateFile.write(Array(pair.keyPEM.utf8), to: keyPath, mode: 0o600)
-                try PrivateFile.write(Array(pair.certificatePEM.utf8), to: certificatePath, mode: 0o644)
+            var writing = keyPath
+            do throws(PrivateFileError) {
+                try PrivateFile.write(Array(pair.keyPEM.utf8), to: keyPath, owner: serviceOwner(of: keyPath))
+                writing = certificatePath
+                try PrivateFile.write(Array(pair.certificatePEM.utf8), to: certificatePath, mode: 0o644, owner: serviceOwner(of: certificatePath))
             } catch {
-                throw Failure.cannotCreate(error)
+                throw Failure.cannotCreate(path: writing, error)
             }
             created = true
         case (true, true): break
@@ -71,12 +73,18 @@ public struct ConsoleCertificate: Sendable {
         guard let leaf = chain.first else {
             throw Failure.unreadable(path: certificatePath, key: "tls_certificate", why: "no certificate in the file")
         }
-        var info = stat()
-        if stat(keyPath, &info) == 0, info.st_mode & 0o077 != 0 {
-            throw Failure.unreadable(path: keyPath, key: "tls_key", why: "other users may read it (mode \(String(info.st_mode & 0o777, radix: 8))); chmod 600 it")
+        // An operator's key may be a symlink (certbot's are), so it is followed.
+        var pem: [UInt8]
+        do throws(PrivateFileError) {
+            pem = try PrivateFile.read(keyPath, maxBytes: 1 << 20, followSymlinks: true)
+        } catch .insecurePermissions(_, let mode) {
+            throw Failure.unreadable(path: keyPath, key: "tls_key", why: "other users may read it (mode \(String(mode & 0o777, radix: 8))); chmod 600 it")
+        } catch {
+            throw Failure.unreadable(path: keyPath, key: "tls_key", why: error.reason)
         }
+        defer { wipe(&pem) }
         let key: NIOSSLPrivateKey
-        do { key = try NIOSSLPrivateKey(file: keyPath, format: .pem) } catch {
+        do { key = try NIOSSLPrivateKey(bytes: pem, format: .pem) } catch {
             throw Failure.unreadable(path: keyPath, key: "tls_key", why: "not a PEM private key (\(error))")
         }
         let der: [UInt8]
@@ -148,29 +156,13 @@ public struct ConsoleCertificate: Sendable {
     }
 }
 
-/// A file written whole or not at all: a temporary file beside it (created exclusively with
-/// `mode`), fsync, rename. Run as root, the file goes to the owner of its directory (the
-/// service user, who must read it).
-public enum PrivateFile {
-    public struct Failure: Error, Sendable, CustomStringConvertible {
-        public var path, why: String
-        public var description: String { "cannot write \(path): \(why)" }
-    }
-
-    public static func write(_ bytes: [UInt8], to path: String, mode: mode_t) throws(Failure) {
-        let dir = (path as NSString).deletingLastPathComponent
-        let tmp = path + ".tmp-\(getpid())"
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_EXCL | O_CLOEXEC | O_NOFOLLOW, mode)
-        guard fd >= 0 else { throw Failure(path: path, why: String(cString: strerror(errno))) }
-        let written = bytes.withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        var dirStat = stat()
-        if geteuid() == 0, stat(dir.isEmpty ? "." : dir, &dirStat) == 0 { _ = fchown(fd, dirStat.st_uid, dirStat.st_gid) }
-        let synced = fsync(fd) == 0
-        close(fd)
-        guard written == bytes.count, synced, rename(tmp, path) == 0 else {
-            let why = String(cString: strerror(errno))
-            unlink(tmp)
-            throw Failure(path: path, why: why)
-        }
-    }
+/// Who should own a console file written at `path`: run as root (`yaok-hub console-password`
+/// and `console-certificate`), the owner of its directory, the service user who must read
+/// it; otherwise nobody in particular (the writer).
+func serviceOwner(of path: String) -> PrivateFile.Owner? {
+    guard geteuid() == 0 else { return nil }
+    let dir = (path as NSString).deletingLastPathComponent
+    var st = stat()
+    guard stat(dir.isEmpty ? "." : dir, &st) == 0 else { return nil }
+    return PrivateFile.Owner(uid: st.st_uid, gid: st.st_gid)
 }

@@ -1,6 +1,7 @@
 import CSodium
 import Foundation
 import Glibc
+import YaokCrypto
 import YaokPluginKit
 
 /// The console password, kept only as an Argon2id hash (libsodium `crypto_pwhash_str`) in a
@@ -64,8 +65,8 @@ public enum PasswordFile {
     /// Writes the hash with mode 0600 through a temporary file and rename; when run as root,
     /// the file goes to the owner of its directory (the service user), who must read it.
     public static func write(hash: String, path: String) throws {
-        do { try PrivateFile.write(Array((hash + "\n").utf8), to: path, mode: 0o600) } catch {
-            throw Failure.cannotWrite(error.path, error.why)
+        do throws(PrivateFileError) { try PrivateFile.write(Array((hash + "\n").utf8), to: path, owner: serviceOwner(of: path)) } catch {
+            throw Failure.cannotWrite(path, error.reason)
         }
     }
 }

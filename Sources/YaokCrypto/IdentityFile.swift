@@ -3,7 +3,6 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import enum YaokPluginKit.Hex
 
 /// Errors loading or creating the identity file.
 public enum IdentityFileError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -54,31 +53,16 @@ public enum IdentityFile {
 
     /// Loads the identity at `path`; nil if there is no file.
     public static func load(path: String) throws -> Identity? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        if fd < 0 {
-            if errno == ENOENT { return nil }
-            throw IdentityFileError.system(call: "open", path: path, errno: errno)
+        var bytes: [UInt8]
+        do throws(PrivateFileError) {
+            bytes = try PrivateFile.read(path, maxBytes: size)
+        } catch .system("open", _, ENOENT) {
+            return nil
+        } catch {
+            throw IdentityFileError(error, path: path)
         }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw IdentityFileError.system(call: "fstat", path: path, errno: errno) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { throw IdentityFileError.notARegularFile(path: path) }
-        let mode = UInt32(st.st_mode) & 0o7777
-        guard mode & 0o077 == 0 else { throw IdentityFileError.insecurePermissions(path: path, mode: mode) }
-        guard Int(st.st_size) == size else { throw IdentityFileError.wrongSize(path: path, size: Int(st.st_size), expected: size) }
-
-        var bytes = [UInt8](repeating: 0, count: size)
         defer { wipe(&bytes) }
-        var got = 0
-        while got < size {
-            let n = bytes.withUnsafeMutableBytes { read(fd, $0.baseAddress! + got, size - got) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw IdentityFileError.system(call: "read", path: path, errno: errno)
-            }
-            if n == 0 { throw IdentityFileError.wrongSize(path: path, size: got, expected: size) }
-            got += n
-        }
+        guard bytes.count == size else { throw IdentityFileError.wrongSize(path: path, size: bytes.count, expected: size) }
         guard Array(bytes[0..<8]) == magic else { throw IdentityFileError.badMagic(path: path) }
         var seed = Array(bytes[8..<40])
         var kxSecret = Array(bytes[40..<72])
@@ -86,9 +70,9 @@ public enum IdentityFile {
         return try Identity(ed25519Seed: seed, x25519Secret: kxSecret)
     }
 
-    /// Writes a fresh identity to `path`: a temporary file created with O_EXCL and mode 0600,
-    /// fsynced, then hard-linked into place so an existing file is never replaced (if another
-    /// process won the race, its identity is loaded instead).
+    /// Writes a fresh identity to `path` (``PrivateFile/create(_:at:mode:owner:)``: mode 0600,
+    /// fsynced, hard-linked into place so an existing file is never replaced). If another
+    /// process won the race, its identity is loaded instead.
     static func create(path: String) throws -> Identity {
         let identity = Identity.generate()
         var contents = magic
@@ -98,56 +82,27 @@ public enum IdentityFile {
         contents += kxSecret
         wipe(&seed); wipe(&kxSecret)
         defer { wipe(&contents) }
-
-        let tmp = path + ".tmp-" + Hex.encode(Random.bytes(8))
-        let fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else { throw IdentityFileError.system(call: "open", path: tmp, errno: errno) }
-        var tmpExists = true
-        defer { if tmpExists { unlink(tmp) } }
-        do {
-            defer { close(fd) }
-            if let failed = writeSecret(contents, to: fd) { throw IdentityFileError.system(call: failed.call, path: tmp, errno: failed.errno) }
+        do throws(PrivateFileError) {
+            try PrivateFile.create(contents, at: path)
+        } catch .exists {
+            guard let existing = try load(path: path) else { throw IdentityFileError.system(call: "link", path: path, errno: EEXIST) }
+            return existing
+        } catch {
+            throw IdentityFileError(error, path: path)
         }
-        if link(tmp, path) != 0 {
-            let err = errno
-            if err == EEXIST, let existing = try load(path: path) { return existing }
-            // Filesystems without hard links: fall back to rename (which may replace a racing file).
-            guard err == EPERM || err == ENOTSUP || err == EOPNOTSUPP else {
-                throw IdentityFileError.system(call: "link", path: path, errno: err)
-            }
-            guard rename(tmp, path) == 0 else { throw IdentityFileError.system(call: "rename", path: path, errno: errno) }
-            tmpExists = false
-        }
-        syncDirectory(of: path)
         return identity
     }
+}
 
-    /// Writes a secret file's contents to a freshly created descriptor: mode 0600 (the umask can
-    /// only remove bits, but be explicit), every byte, then fsync. Returns the call that failed.
-    static func writeSecret(_ contents: [UInt8], to fd: Int32) -> (call: String, errno: Int32)? {
-        guard fchmod(fd, 0o600) == 0 else { return ("fchmod", errno) }
-        var written = 0
-        while written < contents.count {
-            let n = contents.withUnsafeBytes { write(fd, $0.baseAddress! + written, contents.count - written) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                return ("write", errno)
-            }
-            written += n
+extension IdentityFileError {
+    /// The identity file's error for a failure of ``PrivateFile``'s, naming `path`.
+    init(_ error: PrivateFileError, path: String) {
+        switch error {
+        case .insecurePermissions(_, let mode): self = .insecurePermissions(path: path, mode: mode & 0o7777)
+        case .tooLarge(_, let size, _): self = .wrongSize(path: path, size: size, expected: IdentityFile.size)
+        case .notARegularFile: self = .notARegularFile(path: path)
+        case .system(let call, _, let errno): self = .system(call: call, path: path, errno: errno)
+        case .exists: self = .system(call: "link", path: path, errno: EEXIST)
         }
-        guard fsync(fd) == 0 else { return ("fsync", errno) }
-        return nil
-    }
-
-    /// Makes the new directory entry durable; best effort.
-    private static func syncDirectory(of path: String) {
-        let dir: String
-        if let slash = path.lastIndex(of: "/") {
-            dir = slash == path.startIndex ? "/" : String(path[..<slash])
-        } else {
-            dir = "."
-        }
-        let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-        if fd >= 0 { _ = fsync(fd); close(fd) }
     }
 }

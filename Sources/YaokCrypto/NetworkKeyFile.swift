@@ -10,9 +10,9 @@ public enum NetworkKeyFile {
     /// The file's exact size.
     public static let size = 40
 
-    /// Creates a new random network key at `path`. Refuses to replace anything already
-    /// there (`O_EXCL`, symlinks not followed): losing a network key means re-issuing
-    /// every hub's certificate.
+    /// Creates a new random network key at `path` (``PrivateFile/create(_:at:mode:owner:)``:
+    /// mode 0600, written whole or not at all). Refuses to replace anything already there
+    /// (symlinks not followed): losing a network key means re-issuing every hub's certificate.
     @discardableResult
     public static func create(path: String) throws -> SigningKeyPair {
         let pair = SigningKeyPair.generate()
@@ -21,38 +21,24 @@ public enum NetworkKeyFile {
         contents += seed
         wipe(&seed)
         defer { wipe(&contents) }
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0o600)
-        guard fd >= 0 else {
-            let e = errno
-            if e == EEXIST { throw NetworkKeyFileError.exists(path: path) }
-            throw NetworkKeyFileError.system(call: "open", path: path, errno: e)
+        do throws(PrivateFileError) {
+            try PrivateFile.create(contents, at: path)
+        } catch {
+            throw NetworkKeyFileError(error, path: path)
         }
-        var complete = false
-        defer {
-            close(fd)
-            if !complete { unlink(path) }
-        }
-        if let failed = IdentityFile.writeSecret(contents, to: fd) {
-            throw NetworkKeyFileError.system(call: failed.call, path: path, errno: failed.errno)
-        }
-        complete = true
         return pair
     }
 
     /// Loads a network key, refusing a file readable or writable by group or others.
     public static func load(path: String) throws -> SigningKeyPair {
-        let fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)
-        guard fd >= 0 else { throw NetworkKeyFileError.system(call: "open", path: path, errno: errno) }
-        defer { close(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else { throw NetworkKeyFileError.system(call: "fstat", path: path, errno: errno) }
-        guard (st.st_mode & S_IFMT) == S_IFREG else { throw NetworkKeyFileError.notARegularFile(path: path) }
-        guard st.st_mode & 0o077 == 0 else { throw NetworkKeyFileError.insecurePermissions(path: path, mode: UInt32(st.st_mode & 0o777)) }
-        guard Int(st.st_size) == size else { throw NetworkKeyFileError.wrongSize(path: path, size: Int(st.st_size)) }
-        var contents = [UInt8](repeating: 0, count: size)
+        var contents: [UInt8]
+        do throws(PrivateFileError) {
+            contents = try PrivateFile.read(path, maxBytes: size)
+        } catch {
+            throw NetworkKeyFileError(error, path: path)
+        }
         defer { wipe(&contents) }
-        let n = contents.withUnsafeMutableBytes { read(fd, $0.baseAddress!, size) }
-        guard n == size else { throw NetworkKeyFileError.wrongSize(path: path, size: max(0, n)) }
+        guard contents.count == size else { throw NetworkKeyFileError.wrongSize(path: path, size: contents.count) }
         guard Array(contents[0..<8]) == magic else { throw NetworkKeyFileError.badMagic(path: path) }
         var seed = Array(contents[8..<40])
         defer { wipe(&seed) }
@@ -78,6 +64,19 @@ public enum NetworkKeyFileError: Error, Sendable, Equatable, CustomStringConvert
         case .badMagic(let p): return "\(p) is not a Ya OK network key file"
         case .notARegularFile(let p): return "\(p) is not a regular file"
         case .system(let call, let p, let e): return "\(call) \(p): \(String(cString: strerror(e)))"
+        }
+    }
+}
+
+extension NetworkKeyFileError {
+    /// The network key file's error for a failure of ``PrivateFile``'s, naming `path`.
+    init(_ error: PrivateFileError, path: String) {
+        switch error {
+        case .exists: self = .exists(path: path)
+        case .insecurePermissions(_, let mode): self = .insecurePermissions(path: path, mode: mode & 0o777)
+        case .tooLarge(_, let size, _): self = .wrongSize(path: path, size: size)
+        case .notARegularFile: self = .notARegularFile(path: path)
+        case .system(let call, _, let errno): self = .system(call: call, path: path, errno: errno)
         }
     }
 }

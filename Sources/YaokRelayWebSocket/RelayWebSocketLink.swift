@@ -171,6 +171,7 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
         bootstrap.connect(host: url.host, port: Int(url.port)).whenComplete { [weak self] result in
             switch result {
             case .success(let channel):
+                // Its own weak capture: the outer closure's `self` is a var.
                 channel.closeFuture.whenComplete { [weak self] _ in self?.closed(generation: g) }
             case .failure(let error):
                 self?.fail(.unreachable("cannot connect to relay \(url): \(error)"), generation: g)

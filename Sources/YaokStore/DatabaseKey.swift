@@ -4,6 +4,8 @@ import Glibc
 import Darwin
 #endif
 import enum YaokPluginKit.Hex
+import enum YaokCrypto.PrivateFile
+import enum YaokCrypto.PrivateFileError
 
 /// Where the 32-byte database key comes from.
 ///
@@ -50,8 +52,12 @@ public enum DatabaseKey {
     /// new key is in `<keyFile>.new`. Returns the new key.
     public static func rotate(database: SQLCipherDatabase, keyFile: String) throws -> [UInt8] {
         let staged = keyFile + ".new"
-        unlink(staged)
-        let key = try create(staged)
+        let key = try randomBytes(32)
+        do throws(PrivateFileError) {
+            try PrivateFile.write(key, to: staged)
+        } catch {
+            throw StoreError(error, keyFile: staged, writing: true)
+        }
         do {
             try database.rekey(newKey: key)
         } catch {
@@ -61,40 +67,21 @@ public enum DatabaseKey {
         guard rename(staged, keyFile) == 0 else {
             throw StoreError.fileError(path: keyFile, operation: "rename new key file into place", errno: errno)
         }
-        syncDirectory(of: keyFile)
+        PrivateFile.syncDirectory(of: keyFile)
         return key
     }
 
-    /// Reads and parses a key file.
+    /// Reads and parses a key file (``PrivateFile/read(_:maxBytes:followSymlinks:requirePrivate:)``;
+    /// a symlinked key file is followed).
     static func read(_ path: String, requirePrivate: Bool) throws -> [UInt8] {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { throw StoreError.fileError(path: path, operation: "open key file", errno: errno) }
-        defer { closeDescriptor(fd) }
-        var st = stat()
-        guard fstat(fd, &st) == 0 else {
-            throw StoreError.fileError(path: path, operation: "fstat key file", errno: errno)
+        var content: [UInt8]
+        do throws(PrivateFileError) {
+            content = try PrivateFile.read(path, maxBytes: maxFileBytes, followSymlinks: true, requirePrivate: requirePrivate)
+        } catch {
+            throw StoreError(error, keyFile: path, writing: false)
         }
-        if requirePrivate, st.st_mode & 0o077 != 0 {
-            throw StoreError.insecureKeyFile(path: path, mode: UInt32(st.st_mode))
-        }
-        var content = [UInt8](repeating: 0, count: maxFileBytes + 1)
         defer { wipe(&content) }
-        var filled = 0
-        while filled < content.count {
-            let n = content.withUnsafeMutableBytes { raw in
-                Glibc.read(fd, raw.baseAddress! + filled, raw.count - filled)
-            }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw StoreError.fileError(path: path, operation: "read key file", errno: errno)
-            }
-            if n == 0 { break }
-            filled += n
-        }
-        guard filled <= maxFileBytes else {
-            throw StoreError.malformedKeyFile(path: path, reason: "longer than \(maxFileBytes) bytes")
-        }
-        return try parse(Array(content[0..<filled]), path: path)
+        return try parse(content, path: path)
     }
 
     /// 32 raw bytes, or 64 hex digits with an optional trailing "\n" / "\r\n".
@@ -112,35 +99,17 @@ public enum DatabaseKey {
         return key
     }
 
-    /// Creates a new key file exclusively. If another process wins the race, its key is used.
+    /// Creates a new key file exclusively (``PrivateFile/create(_:at:mode:owner:)``: 0600,
+    /// fsynced with its directory). If another process wins the race, its key is used.
     static func create(_ path: String) throws -> [UInt8] {
         let key = try randomBytes(32)
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o600)
-        if fd < 0 {
-            if errno == EEXIST { return try read(path, requirePrivate: true) }
-            throw StoreError.fileError(path: path, operation: "create key file", errno: errno)
+        do throws(PrivateFileError) {
+            try PrivateFile.create(key, at: path)
+        } catch .exists {
+            return try read(path, requirePrivate: true)
+        } catch {
+            throw StoreError(error, keyFile: path, writing: true)
         }
-        var ok = false
-        defer {
-            closeDescriptor(fd)
-            if !ok { unlink(path) }
-        }
-        // The umask can only clear bits, but make the mode explicit anyway.
-        guard fchmod(fd, 0o600) == 0 else {
-            throw StoreError.fileError(path: path, operation: "chmod key file", errno: errno)
-        }
-        var written = 0
-        while written < key.count {
-            let n = key.withUnsafeBytes { raw in Glibc.write(fd, raw.baseAddress! + written, raw.count - written) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw StoreError.fileError(path: path, operation: "write key file", errno: errno)
-            }
-            written += n
-        }
-        guard fsync(fd) == 0 else { throw StoreError.fileError(path: path, operation: "fsync key file", errno: errno) }
-        ok = true
-        syncDirectory(of: path)
         return key
     }
 
@@ -164,5 +133,20 @@ public enum DatabaseKey {
             filled += n
         }
         return out
+    }
+}
+
+extension StoreError {
+    /// The store's error for a key file that ``PrivateFile`` could not write or read.
+    init(_ error: PrivateFileError, keyFile path: String, writing: Bool) {
+        switch error {
+        case .insecurePermissions(_, let mode): self = .insecureKeyFile(path: path, mode: mode)
+        case .tooLarge: self = .malformedKeyFile(path: path, reason: "longer than \(DatabaseKey.maxFileBytes) bytes")
+        case .notARegularFile: self = .malformedKeyFile(path: path, reason: "not a regular file")
+        case .exists: self = .fileError(path: path, operation: "create key file", errno: EEXIST)
+        case .system(let call, _, let errno):
+            let operation = writing ? (["open": "create key file", "fchmod": "chmod key file"][call] ?? "\(call) key file") : "\(call) key file"
+            self = .fileError(path: path, operation: operation, errno: errno)
+        }
     }
 }

@@ -5,6 +5,7 @@ import Glibc
 import Darwin
 #endif
 import enum YaokPluginKit.Hex
+import enum YaokCrypto.PrivateFile
 
 /// SQLite's "copy the bound value now" destructor sentinel (SQLITE_TRANSIENT), which the C
 /// macro expresses as a cast of -1 that Swift cannot import.
@@ -119,7 +120,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             // The new directory entry must survive a power cut too (SQLite syncs the
             // directory for the WAL it creates, not for a main file it did not create).
             _ = fsync(fd)
-            syncDirectory(of: path)
+            PrivateFile.syncDirectory(of: path)
         }
         var st = stat()
         guard fstat(fd, &st) == 0 else {
@@ -603,20 +604,6 @@ public struct Migration: Sendable {
             try db.executeScript(script, purpose: "migrating the schema to version \(version)")
         }
     }
-}
-
-/// Makes the new directory entry durable (best effort: some filesystems refuse).
-func syncDirectory(of path: String) {
-    let dir: String
-    if let slash = path.lastIndex(of: "/") {
-        dir = slash == path.startIndex ? "/" : String(path[..<slash])
-    } else {
-        dir = "."
-    }
-    let fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-    guard fd >= 0 else { return }
-    _ = fsync(fd)
-    closeDescriptor(fd)
 }
 
 func closeDescriptor(_ fd: Int32) {

@@ -2,6 +2,7 @@ import Foundation
 import XCTest
 import YaokCrypto
 import enum YaokPluginKit.Hex
+import RelayTestSupport
 
 /// A throw-away PostgreSQL server for the relay cluster tests: `initdb` in a temporary
 /// directory, `pg_ctl start` listening on a UNIX socket only (no TCP), database `yaok_relay`,

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 import YaokRelayServer
+import RelayTestSupport
 
 /// Relay throughput figures. Skipped unless `YAOK_BENCH=1`; prints, never asserts speed.
 /// `YAOK_BENCH_CLIENTS` (default 200) and `YAOK_BENCH_MESSAGES` (per client, default 10).

@@ -9,6 +9,7 @@ import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// A relay session driven by hand over a real UDP socket (RawUDP): HELLO with or without a
 /// cookie, then sealed packets. For what RelayClient never sends (v1 REGISTER, cookie-less

@@ -3,6 +3,7 @@ import XCTest
 import YaokCrypto
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// Issue 17's end-to-end test, all real processes on one database: PostgreSQL, two
 /// `yaok-relay` nodes with one key, a `yaok-hub` whose relay plugin has both nodes, Alice (a

@@ -8,6 +8,7 @@ import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
 import struct YaokPluginKit.IPEndpoint
+import RelayTestSupport
 
 /// Issue 17: several `yaok-relay` processes (real processes, built binaries) sharing one real
 /// PostgreSQL server (``PostgresTestServer``) and one relay key. Users connect to the node

@@ -7,6 +7,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokStore
 import enum YaokPluginKit.Hex
+import RelayTestSupport
 
 /// Drives the engine directly (no sockets) with authenticated garbage: every sealed type
 /// with random payloads, random fragments. The engine must neither crash nor grow without bound.

@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokRelayServer
 import enum YaokPluginKit.Hex
+import RelayTestSupport
 
 final class RelayHandshakeAndRegistrationTests: XCTestCase {
     var relay: RelayHarness!

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
@@ -8,6 +9,7 @@ import YaokStore
 import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// Delivery integrity at the relay (issue 13), each attack written as an attacker would run
 /// it against a relay with real UDP sockets and its real SQLCipher queue: the victim's
@@ -264,20 +266,31 @@ final class RelayIntegrityTests: XCTestCase {
 }
 
 /// Collects log lines (message text with level) for assertions.
-final class LogCapture: LogHandler, @unchecked Sendable {
-    private let lock = NSLock()
-    private var collected: [String] = []
-    var metadata: Logger.Metadata = [:]
-    var logLevel: Logger.Level = .trace
+final class LogCapture: LogHandler, Sendable {
+    private struct State {
+        var collected: [String] = []
+        var metadata: Logger.Metadata = [:]
+        var logLevel: Logger.Level = .trace
+    }
+    private let state = Mutex(State())
+
+    var metadata: Logger.Metadata {
+        get { state.withLock { $0.metadata } }
+        set { state.withLock { $0.metadata = newValue } }
+    }
+    var logLevel: Logger.Level {
+        get { state.withLock { $0.logLevel } }
+        set { state.withLock { $0.logLevel = newValue } }
+    }
 
     subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
+        get { state.withLock { $0.metadata[key] } }
+        set { state.withLock { $0.metadata[key] = newValue } }
     }
 
     func log(event: LogEvent) {
-        lock.withLock { collected.append("\(event.level): \(event.message)") }
+        state.withLock { $0.collected.append("\(event.level): \(event.message)") }
     }
 
-    var lines: [String] { lock.withLock { collected } }
+    var lines: [String] { state.withLock { $0.collected } }
 }

@@ -4,6 +4,7 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
 import YaokTesting
+import RelayTestSupport
 
 final class RelayLimitsAndRobustnessTests: XCTestCase {
     var relay: RelayHarness!

@@ -1,9 +1,11 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import enum YaokPluginKit.Hex
 import YaokTesting
+import RelayTestSupport
 
 /// `yaok listen --relay` for an internet user with nothing queued (issue 13, item 5): real
 /// `yaok` processes against a real `yaok-relay` on loopback. The listener used to poll again
@@ -81,19 +83,19 @@ final class RelayListenTests: XCTestCase {
         let (relay, alice, bob) = try relayAndUsers()
         let proxy = try UDPInterposer(relayPort: relay.port)
         cleanup.append { proxy.stop() }
-        final class Dropped: @unchecked Sendable { var n = 0; let lock = NSLock() }
+        final class Dropped: Sendable { let n = Mutex(0) }
         let dropped = Dropped()
         proxy.dropFromRelay = { packet in
             guard packet.type == .noMessages else { return false }
-            return dropped.lock.withLock { () -> Bool in
-                guard dropped.n < 2 else { return false }
-                dropped.n += 1
+            return dropped.n.withLock { n -> Bool in
+                guard n < 2 else { return false }
+                n += 1
                 return true
             }
         }
         let key = ["--relay-key", Hex.encode(relay.key)]
         let listener = try startListener(["listen", "--home", bob, "--count", "1", "--timeout", "60", "--relay", "127.0.0.1:\(proxy.port)"] + key)
-        XCTAssertTrue(Wait.poll(timeout: 20) { dropped.lock.withLock { dropped.n } == 2 }, "the listener did not poll twice:\n\(listener.output())")
+        XCTAssertTrue(Wait.poll(timeout: 20) { dropped.n.withLock { $0 } == 2 }, "the listener did not poll twice:\n\(listener.output())")
         // Each lost answer is retried after its 2 s answer timeout and a 1 s pause: still
         // listening well past both (the old client gave up at the first).
         XCTAssertFalse(listener.exited(within: 4), "listen ended after lost datagrams:\n\(listener.output())")
@@ -110,50 +112,3 @@ final class RelayListenTests: XCTestCase {
     }
 }
 
-/// A `yaok` process in the background whose combined output is collected as it runs.
-final class ListenerProcess: @unchecked Sendable {
-    private let process = Process()
-    private let done = DispatchSemaphore(value: 0)
-    /// Signalled when the output pipe reaches its end (after the exit, the last bytes).
-    private let eof = DispatchSemaphore(value: 0)
-    private let lock = NSLock()
-    private var collected = Data()
-    private var finished = false
-
-    init(_ exe: String, _ args: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: exe)
-        process.arguments = args
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        process.standardInput = FileHandle.nullDevice
-        pipe.fileHandleForReading.readabilityHandler = { [weak self] h in
-            let chunk = h.availableData
-            guard let self else { return }
-            if chunk.isEmpty {
-                h.readabilityHandler = nil
-                self.eof.signal()
-                return
-            }
-            self.lock.withLock { self.collected.append(chunk) }
-        }
-        process.terminationHandler = { [weak self] _ in self?.done.signal() }
-        try process.run()
-    }
-
-    /// Waits (at most `seconds`) for the process to end; whether it did.
-    func exited(within seconds: TimeInterval) -> Bool {
-        if lock.withLock({ finished }) { return true }
-        guard done.wait(timeout: .now() + seconds) == .success else { return false }
-        lock.withLock { finished = true }
-        // The pipe's last bytes may still be on their way after the exit: wait for its end.
-        _ = eof.wait(timeout: .now() + 5)
-        return true
-    }
-
-    var status: Int32 { process.terminationStatus }
-
-    func output() -> String { lock.withLock { String(decoding: collected, as: UTF8.self) } }
-
-    func kill() { if process.isRunning { process.terminate() } }
-}

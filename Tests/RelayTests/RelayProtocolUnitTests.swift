@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokRelayProtocol
 import YaokWire
 import enum YaokPluginKit.Hex
+import RelayTestSupport
 
 final class RelayProtocolUnitTests: XCTestCase {
     private func pair(sessionID: UInt64 = 7) throws -> (client: SecureSession, relay: SecureSession) {

@@ -5,10 +5,12 @@ import YaokRelayProtocol
 import YaokRelayServer
 import YaokWire
 import struct YaokPluginKit.IPEndpoint
+import RelayTestSupport
 
 /// A UDP forwarder between one client and the relay, standing in for an on-path attacker: it
 /// sees every packet, can drop the relay's packets and inject its own towards the client
 /// (from the address the client's connected socket accepts).
+// @unchecked: `client`, `running`, `fromClient`, `dropFilter` only under `lock`; `thread` only on the test's thread.
 final class UDPInterposer: @unchecked Sendable {
     let fd: Int32
     let relayPort: Int
@@ -17,9 +19,13 @@ final class UDPInterposer: @unchecked Sendable {
     private var running = true
     private var thread: Thread?
     /// Packets from the client, parsed (in arrival order).
-    private(set) var fromClient: [RelayPacket] = []
-    /// Drop the relay's packets matching this.
-    var dropFromRelay: @Sendable (RelayPacket) -> Bool = { _ in false }
+    private var fromClient: [RelayPacket] = []
+    private var dropFilter: @Sendable (RelayPacket) -> Bool = { _ in false }
+    /// Drop the relay's packets matching this (set while the forwarding thread runs).
+    var dropFromRelay: @Sendable (RelayPacket) -> Bool {
+        get { lock.withLock { dropFilter } }
+        set { lock.withLock { dropFilter = newValue } }
+    }
 
     init(relayPort: Int) throws {
         self.relayPort = relayPort
@@ -61,7 +67,7 @@ final class UDPInterposer: @unchecked Sendable {
             guard n > 0 else { continue }
             let bytes = Array(buf[0..<n])
             if Int(UInt16(bigEndian: from.sin_port)) == relayPort {
-                if let p = try? RelayPacket(parsing: bytes), dropFromRelay(p) { continue }
+                if let p = try? RelayPacket(parsing: bytes), lock.withLock({ dropFilter })(p) { continue }
                 if let c = lock.withLock({ client }) { sendTo(c, bytes) }
             } else {
                 lock.withLock {

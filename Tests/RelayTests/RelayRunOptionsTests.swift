@@ -3,10 +3,13 @@ import XCTest
 import YaokCrypto
 import YaokRelayProtocol
 import YaokTesting
+import RelayTestSupport
 import struct YaokPluginKit.IPEndpoint
+import enum YaokPluginKit.Hex
 
 /// `yaok-relay run`'s per-address registration and HELLO limits and its registration ceiling
-/// (the options a loopback benchmark of many users from one address needs), on real processes.
+/// (the options a loopback benchmark of many users from one address needs), and `yaok-relay
+/// key`, on real processes.
 final class RelayRunOptionsTests: XCTestCase {
     private var cleanup: [() -> Void] = []
     override func tearDown() { for c in cleanup.reversed() { c() } }
@@ -70,5 +73,31 @@ final class RelayRunOptionsTests: XCTestCase {
             }
         }
         XCTAssertFalse(FileManager.default.fileExists(atPath: dir + "/relay/relay.db"), "refused before opening the store")
+    }
+
+    /// `yaok-relay key` makes the identity (0600) and prints the pin that `run` then uses; the
+    /// store `run` makes is a 0600 SQLCipher file.
+    func testKeyCommandPrintsThePinThatRunUses() throws {
+        let dir = try makeTemporaryDirectory("yaok-relay-key-", cleanup: &cleanup) + "/relay"
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: RelayProcess.binary)
+        p.arguments = ["key", "--data-dir", dir]
+        let out = Pipe()
+        p.standardOutput = out
+        try p.run()
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 0)
+        let printed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(printed.count, 64)
+        let attributes = try FileManager.default.attributesOfItem(atPath: dir + "/relay.identity")
+        XCTAssertEqual((attributes[.posixPermissions] as? NSNumber)?.intValue, 0o600)
+        let relay = try RelayProcess(dataDir: dir)
+        defer { relay.stop() }
+        XCTAssertEqual(Hex.encode(relay.key), printed)
+        let dbMode = try FileManager.default.attributesOfItem(atPath: dir + "/relay.db")[.posixPermissions] as? NSNumber
+        XCTAssertEqual(dbMode?.intValue, 0o600)
+        // The database is SQLCipher: no plaintext SQLite header.
+        let head = try XCTUnwrap(FileHandle(forReadingAtPath: dir + "/relay.db")).readData(ofLength: 16)
+        XCTAssertNotEqual(String(decoding: head, as: UTF8.self), "SQLite format 3\u{0}")
     }
 }

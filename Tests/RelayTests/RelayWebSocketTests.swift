@@ -7,62 +7,16 @@ import YaokRelayWebSocket
 import YaokWire
 import YaokTesting
 import enum YaokPluginKit.Hex
+import RelayTestSupport
 
-/// A self-signed certificate and its 0600 key, made by `openssl req` (the documented way).
-struct TLSFixture {
-    let dir: String
-    var certificate: String { dir + "/relay-tls.crt" }
-    var key: String { dir + "/relay-tls.key" }
-
-    static func make() throws -> TLSFixture {
-        let dir = NSTemporaryDirectory() + "yaok-relay-tls-" + Hex.encode(Random.bytes(6))
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let f = TLSFixture(dir: dir)
-        let (status, output) = try runTool("/usr/bin/openssl", ["req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
-                                                                "-days", "30", "-subj", "/CN=yaok-relay-test", "-keyout", f.key, "-out", f.certificate])
-        guard status == 0 else { throw XCTSkip("openssl req failed: \(output)") }
-        guard chmod(f.key, 0o600) == 0 else { throw XCTSkip("chmod failed") }
-        return f
-    }
-
+extension TLSFixture {
+    /// The in-process relay's WebSocket/TLS listener with this certificate and key.
     func listener(maxConnections: Int = 100) -> RelayWebSocketListener.Configuration {
         var c = RelayWebSocketListener.Configuration(host: "127.0.0.1", port: 0, certificatePath: certificate, privateKeyPath: key)
         c.maxConnections = maxConnections
         c.upgradeTimeout = .seconds(3)
         return c
     }
-
-    func remove() { try? FileManager.default.removeItem(atPath: dir) }
-}
-
-/// Runs a tool to completion (bounded to 60 s), returning status and combined output.
-func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeInterval = 60) throws -> (Int32, String) {
-    try RequiredTool.require(exe, package: ["openssl": "openssl", "bash": "bash"][(exe as NSString).lastPathComponent] ?? "coreutils")
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: exe)
-    p.arguments = args
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    let input = Pipe()
-    p.standardInput = input
-    let done = DispatchSemaphore(value: 0)
-    p.terminationHandler = { _ in done.signal() }
-    try p.run()
-    if let stdin { input.fileHandleForWriting.write(stdin) }
-    try? input.fileHandleForWriting.close()
-    nonisolated(unsafe) var data = Data()
-    let readDone = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-        data = pipe.fileHandleForReading.readDataToEndOfFile()
-        readDone.signal()
-    }
-    if done.wait(timeout: .now() + timeout) == .timedOut {
-        p.terminate()
-        throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
-    }
-    _ = readDone.wait(timeout: .now() + 10)
-    return (p.terminationStatus, String(decoding: data, as: UTF8.self))
 }
 
 /// The relay over WebSocket + TLS 1.3: same engine, same packets, SPKI-pinned client.

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import XCTest
 import YaokPluginKit
@@ -7,16 +8,19 @@ import YaokPluginKit
 import YaokTesting
 
 /// A backend with fixed status; records toggles.
-final class FakeBackend: ConsoleBackend, @unchecked Sendable {
+final class FakeBackend: ConsoleBackend, Sendable {
     static let hubID = String(repeating: "ab", count: 32)
-    let lock = NSLock()
-    var toggles: [(String, Bool)] = []
-    var refuse: String?
-    var reason = "listening on 127.0.0.1:7811"
+    struct State {
+        var toggles: [(String, Bool)] = []
+        var refuse: String?
+        var reason = "listening on 127.0.0.1:7811"
+    }
+    /// Set by the test while the console's threads read it.
+    let state = Mutex(State())
 
     func status() -> Hub.StatusReport {
         let t = TransportRuntimeStatus(name: "udp", kind: "udp", enabled: true, pluginPath: "/p/libyaok-plugin-udp.so", pluginVersion: "0.1.0",
-                                       status: TransportStatus(state: .running, reason: lock.withLock { reason }, links: 1, peers: 2,
+                                       status: TransportStatus(state: .running, reason: state.withLock { $0.reason }, links: 1, peers: 2,
                                                                framesIn: 10, framesOut: 11, bytesIn: 1000, bytesOut: 2000),
                                        startFailures: 0, nextRetryInSeconds: nil)
         let router = RouterStatus(policy: "epidemic",
@@ -30,8 +34,8 @@ final class FakeBackend: ConsoleBackend, @unchecked Sendable {
     func plugins() -> (directories: [String], plugins: [DiscoveredPlugin]) { (["/p"], []) }
     func identity() -> (fingerprint: String, contact: String?) { ("abab abab", "yaok://contact?v=1&d=AAAA") }
     func setTransport(_ name: String, enabled: Bool) throws {
-        if let refuse { throw ConfigEditor.EditError.cannotEdit(refuse) }
-        lock.withLock { toggles.append((name, enabled)) }
+        if let refuse = state.withLock({ $0.refuse }) { throw ConfigEditor.EditError.cannotEdit(refuse) }
+        state.withLock { $0.toggles.append((name, enabled)) }
     }
 }
 
@@ -142,15 +146,15 @@ final class ConsoleAuthTests: XCTestCase {
     }
 
     func testThrottleIsPerAddressAndClearedBySuccess() {
-        final class Clock: @unchecked Sendable { var t = 1000.0 }
+        final class Clock: Sendable { let t = Mutex(1000.0) }
         let clock = Clock()
-        let th = LoginThrottle(now: { clock.t })
+        let th = LoginThrottle(now: { clock.t.withLock { $0 } })
         XCTAssertEqual(th.failed("10.0.0.1"), 0)
         XCTAssertEqual(th.failed("10.0.0.1"), 0)
         XCTAssertEqual(th.failed("10.0.0.1"), 30)
         XCTAssertEqual(th.wait(for: "10.0.0.1"), 30)
         XCTAssertEqual(th.wait(for: "10.0.0.2"), 0, "another address is not slowed")
-        clock.t += 31
+        clock.t.withLock { $0 += 31 }
         XCTAssertEqual(th.wait(for: "10.0.0.1"), 0)
         XCTAssertEqual(th.failed("10.0.0.1"), 60, "the fourth failure doubles")
         th.succeeded("10.0.0.1")
@@ -190,21 +194,21 @@ final class ConsoleAuthTests: XCTestCase {
         XCTAssertEqual(try http.send("POST", "/transports/udp", headers: form, body: "enabled=false").status, 403)
         XCTAssertEqual(try http.send("POST", "/transports/udp", headers: form, body: "enabled=false&csrf=\(String(repeating: "0", count: 64))").status, 403)
         XCTAssertEqual(try http.send("POST", "/logout", headers: form, body: "").status, 403)
-        XCTAssertTrue(backend.lock.withLock { backend.toggles.isEmpty })
+        XCTAssertTrue(backend.state.withLock { $0.toggles.isEmpty })
         let cross = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://evil.example"]) { a, _ in a },
                                   body: "enabled=false&csrf=\(s.csrf)")
         XCTAssertEqual(cross.status, 403, "another origin is refused even with the token")
         let ok = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://127.0.0.1:\(http.port)"]) { a, _ in a },
                                body: "enabled=false&csrf=\(s.csrf)")
         XCTAssertEqual(ok.status, 303)
-        XCTAssertEqual(backend.lock.withLock { backend.toggles.map { "\($0.0)=\($0.1)" } }, ["udp=false"])
+        XCTAssertEqual(backend.state.withLock { $0.toggles.map { "\($0.0)=\($0.1)" } }, ["udp=false"])
         XCTAssertEqual(try http.send("POST", "/transports/udp", headers: ["Content-Type": "application/x-www-form-urlencoded"],
                                      body: "enabled=false&csrf=\(s.csrf)").status, 401, "no session, no change")
     }
 
     func testRefusedToggleShowsTheErrorAndStatus422() throws {
         let s = try session()
-        backend.refuse = "transports.relay.address (line 18): is required"
+        backend.state.withLock { $0.refuse = "transports.relay.address (line 18): is required" }
         let r = try http.send("POST", "/transports/relay", headers: ["Cookie": s.cookie, "Content-Type": "application/x-www-form-urlencoded"],
                               body: "enabled=true&csrf=\(s.csrf)")
         XCTAssertEqual(r.status, 422)
@@ -244,7 +248,7 @@ final class ConsoleAuthTests: XCTestCase {
     }
 
     func testPluginTextIsEscaped() throws {
-        backend.lock.withLock { backend.reason = "<script>alert(1)</script>" }
+        backend.state.withLock { $0.reason = "<script>alert(1)</script>" }
         let s = try session()
         let r = try http.send("GET", "/", headers: ["Cookie": s.cookie])
         XCTAssertFalse(r.body.contains("<script>alert"))

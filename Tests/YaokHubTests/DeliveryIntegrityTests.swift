@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -161,10 +162,10 @@ final class DeliveryIntegrityTests: XCTestCase {
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
 
         // ~200 offers a second of 4,000 random IDs each (a tenth of the frame limit), for 10 s.
-        final class Stop: @unchecked Sendable { var flag = false; let lock = NSLock() }
+        final class Stop: Sendable { let flag = Mutex(false) }
         let stop = Stop()
         let flood = Thread {
-            while !stop.lock.withLock({ stop.flag }) {
+            while !stop.flag.withLock({ $0 }) {
                 let ids = (0..<SummaryVector.maxCount).map { _ in Random.bytes(16) }
                 if let v = try? SummaryVector(bundleIDs: ids) { try? flooder.send(TLVRecord(.summary, value: v.encoded)) }
                 usleep(5_000)
@@ -187,7 +188,7 @@ final class DeliveryIntegrityTests: XCTestCase {
             peakRSS = max(peakRSS, Self.rssKiB(pid))
             usleep(200_000)
         }
-        stop.lock.withLock { stop.flag = true }
+        stop.flag.withLock { $0 = true }
         // The hub answers its control socket promptly after the flood.
         let t0 = Date()
         let status = try s.hub.status().router

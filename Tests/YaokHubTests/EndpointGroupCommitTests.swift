@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokEndpoint
@@ -33,11 +34,16 @@ final class EndpointGroupCommitTests: XCTestCase {
         var frames: [TLVRecord] { inbox.frames }
 
         /// What the engine reports: the link and every frame.
-        // @unchecked: `link` and `frames` under `lock`; `inspect` is set by a test before the frames it inspects.
+        // @unchecked: `link`, `frames` and `inspector` only under `lock` (tests too).
         final class Inbox: LinkEvents, @unchecked Sendable {
             let lock = NSLock()
             var link: LinkID?
-            var inspect: (@Sendable (TLVRecord) -> Void)?
+            private var inspector: (@Sendable (TLVRecord) -> Void)?
+            /// Set by tests while the engine runs: read and written under `lock`.
+            var inspect: (@Sendable (TLVRecord) -> Void)? {
+                get { lock.withLock { inspector } }
+                set { lock.withLock { inspector = newValue } }
+            }
             var frames: [TLVRecord] = []
 
             func linkUp(_ info: LinkInfo) { lock.withLock { link = info.id } }
@@ -72,7 +78,7 @@ final class EndpointGroupCommitTests: XCTestCase {
     }
 
     /// A second connection on an endpoint's file: sees committed rows only.
-    final class Observer: @unchecked Sendable {
+    final class Observer: Sendable {
         let db: SQLCipherDatabase
         init(home: String) throws {
             db = try SQLCipherDatabase(path: home + "/endpoint.db", key: try DatabaseKey.load(keyFile: home + "/store.key"))
@@ -86,11 +92,10 @@ final class EndpointGroupCommitTests: XCTestCase {
         func inboxCount() -> Int { Int(((try? db.scalar("SELECT count(*) FROM inbox_messages"))?.int64Value) ?? -1) }
     }
 
-    final class Violations: @unchecked Sendable {
-        let lock = NSLock()
-        var list: [String] = []
-        func add(_ s: String) { lock.withLock { list.append(s) } }
-        var all: [String] { lock.withLock { list } }
+    final class Violations: Sendable {
+        private let list = Mutex<[String]>([])
+        func add(_ s: String) { list.withLock { $0.append(s) } }
+        var all: [String] { list.withLock { $0 } }
     }
 
     var dir: String!

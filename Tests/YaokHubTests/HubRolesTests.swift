@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -162,7 +163,7 @@ final class HubRolesTests: XCTestCase {
             let data = dir + "/data"
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             let identity = try IdentityFile.loadOrCreate(path: data + "/identity.key")
-            hubIdentityHolder.identity = identity
+            hubIdentityHolder.identity.withLock { $0 = identity }
             let own = try HubCertificate.issue(networkKey: network, hubKey: identity.signingKey, notBeforeMs: now - day, notAfterMs: now + day)
             try Data(own.encoded).write(to: URL(fileURLWithPath: data + "/hub.cert"))
         }
@@ -202,7 +203,7 @@ final class HubRolesTests: XCTestCase {
         }
         // The hub sent its own certificate first thing on each hub link, and it checks out.
         let own = try XCTUnwrap(member.lock.withLock { member.frames.first { $0.type == FrameType.hubCertificate.rawValue } }, "the hub's certificate")
-        let hubKey = try XCTUnwrap(hubIdentityHolder.identity).signingKey
+        let hubKey = try XCTUnwrap(hubIdentityHolder.identity.withLock { $0 }).signingKey
         XCTAssertNoThrow(try HubCertificate(parsing: own.value).check(networkKey: network.publicKey, hubKey: hubKey, nowMs: Clock.nowMilliseconds(), clockSkewMs: 0))
         XCTAssertEqual(member.lock.withLock { member.frames.first?.type }, FrameType.hubCertificate.rawValue, "the certificate comes before anything else")
         let metrics = String(decoding: try s.hub.client.request("metrics"), as: UTF8.self)
@@ -210,7 +211,7 @@ final class HubRolesTests: XCTestCase {
         XCTAssertTrue(metrics.contains(#"yaok_router_links{role=\"hub\",trust=\"certified\"} 1"#), metrics)
     }
 
-    final class HubIdentityHolder: @unchecked Sendable { var identity: Identity? }
+    final class HubIdentityHolder: Sendable { let identity = Mutex<Identity?>(nil) }
 
     /// Two real hubs in one network, linked over UDP, each holding a certificate: they
     /// trust each other and carry alice's message from one to bob on the other. A third,

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -20,16 +21,22 @@ func sendDatagram(_ fd: Int32, _ bytes: [UInt8], to address: sockaddr_in) {
 /// ways, records every datagram (a passive capture of the link), and can drop, inject and
 /// replay as an attacker on the path would. To the hub, what it injects comes from the
 /// victim's address.
-final class UDPTap: @unchecked Sendable {
+final class UDPTap: Sendable {
     let fd: Int32
     let port: UInt16
     private let hub: IPEndpoint
-    private let lock = NSLock()
-    private var victim: sockaddr_in?
-    private var running = true
-    private(set) var captured: [(fromVictim: Bool, bytes: [UInt8])] = []
-    /// Hub → victim datagrams for which this returns true are dropped.
-    var dropFromHub: @Sendable ([UInt8]) -> Bool = { _ in false }
+    private struct State {
+        var victim: sockaddr_in?
+        var running = true
+        var captured: [(fromVictim: Bool, bytes: [UInt8])] = []
+        var dropFromHub: @Sendable ([UInt8]) -> Bool = { _ in false }
+    }
+    private let state = Mutex(State())
+    /// Hub → victim datagrams for which this returns true are dropped (set while the tap runs).
+    var dropFromHub: @Sendable ([UInt8]) -> Bool {
+        get { state.withLock { $0.dropFromHub } }
+        set { state.withLock { $0.dropFromHub = newValue } }
+    }
 
     init(hubPort: UInt16) throws {
         hub = IPEndpoint(host: "127.0.0.1", port: hubPort)
@@ -47,14 +54,14 @@ final class UDPTap: @unchecked Sendable {
     }
 
     func stop() {
-        lock.withLock { running = false }
+        state.withLock { $0.running = false }
     }
 
-    var snapshot: [(fromVictim: Bool, bytes: [UInt8])] { lock.withLock { captured } }
+    var snapshot: [(fromVictim: Bool, bytes: [UInt8])] { state.withLock { $0.captured } }
 
     private func run() {
         var buffer = [UInt8](repeating: 0, count: 65_536)
-        while lock.withLock({ running }) {
+        while state.withLock({ $0.running }) {
             var from = sockaddr_in()
             var len = socklen_t(MemoryLayout<sockaddr_in>.size)
             let n = buffer.withUnsafeMutableBytes { b in
@@ -63,10 +70,10 @@ final class UDPTap: @unchecked Sendable {
             guard n > 0 else { continue }
             let bytes = Array(buffer[0..<n])
             let fromHub = IPEndpoint(from) == hub
-            let (target, drop): (sockaddr_in?, Bool) = lock.withLock {
-                captured.append((!fromHub, bytes))
-                if fromHub { return (victim, dropFromHub(bytes)) }
-                victim = from
+            let (target, drop): (sockaddr_in?, Bool) = state.withLock { s in
+                s.captured.append((!fromHub, bytes))
+                if fromHub { return (s.victim, s.dropFromHub(bytes)) }
+                s.victim = from
                 return (hub.sockaddr, false)
             }
             if let t = target, !drop { sendDatagram(fd, bytes, to: t) }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import Logging
 import XCTest
 @testable import YaokHubCore
@@ -105,8 +106,7 @@ final class MetricsHTTPServerTests: XCTestCase {
     }
 }
 
-private final class RequestCounter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var n = 0
-    func next() -> Int { lock.withLock { n += 1; return n } }
+private final class RequestCounter: Sendable {
+    private let n = Mutex(0)
+    func next() -> Int { n.withLock { $0 += 1; return $0 } }
 }

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
@@ -8,7 +9,7 @@ import YaokTesting
 /// its own process vs. the same plugin driven in this process, and the cold start of five plugin
 /// processes. Docs/performance.md, "Plugin processes", reports the figures.
 final class PluginProcessBenchmarkTests: XCTestCase {
-    final class Sink: PluginCallbacks, @unchecked Sendable {
+    final class Sink: PluginCallbacks, Sendable {
         func log(level: Int32, _ message: String) {}
         func sign(_ message: [UInt8]) -> [UInt8]? { [UInt8](repeating: 0, count: 64) }
         func metric(kind: Int32, name: String, value: Double) {}
@@ -18,11 +19,10 @@ final class PluginProcessBenchmarkTests: XCTestCase {
         func statusChanged() {}
     }
 
-    final class Counter: @unchecked Sendable {
-        private let lock = NSLock()
-        private var count = 0
-        func add() { lock.withLock { count += 1 } }
-        var value: Int { lock.withLock { count } }
+    final class Counter: Sendable {
+        private let count = Mutex(0)
+        func add() { count.withLock { $0 += 1 } }
+        var value: Int { count.withLock { $0 } }
     }
 
     func testBenchmarkSendAcrossTheProcessBoundary() throws {

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokCrypto
 @testable import YaokEndpoint
@@ -54,15 +55,15 @@ final class TCPHubCarrierTests: XCTestCase {
     }
 }
 
-private final class EventLog: @unchecked Sendable {
-    private let lock = NSLock()
-    private var list: [String] = []
-    func append(_ s: String) { lock.withLock { list.append(s) } }
-    var items: [String] { lock.withLock { list } }
+private final class EventLog: Sendable {
+    private let list = Mutex<[String]>([])
+    func append(_ s: String) { list.withLock { $0.append(s) } }
+    var items: [String] { list.withLock { $0 } }
 }
 
 /// Accepts TCP connections on 127.0.0.1, completes the link handshake as a hub, then reads
 /// and ignores everything (no pongs).
+// @unchecked: `fd` and `port` set in start before its threads exist, then read-only; the rest under `lock`.
 private final class SilentHub: @unchecked Sendable {
     let identity: Identity
     private var fd: Int32 = -1

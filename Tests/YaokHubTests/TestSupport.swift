@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import YaokTransportUDP
 import YaokPluginKit
 import YaokWire
@@ -71,22 +72,25 @@ enum TestSupport {
         let done = DispatchSemaphore(value: 0)
         p.terminationHandler = { _ in done.signal() }
         try p.run()
-        final class Output: @unchecked Sendable { var data = Data() }
+        // A Mutex, not a plain var: after a timeout the output is read while the reader may
+        // still be writing it.
+        final class Output: Sendable { let data = Mutex(Data()) }
         let output = Output()
         let reader = DispatchQueue(label: "reader")
         let readDone = DispatchSemaphore(value: 0)
         reader.async {
-            output.data = pipe.fileHandleForReading.readDataToEndOfFile()
+            let data = pipe.fileHandleForReading.readDataToEndOfFile()
+            output.data.withLock { $0 = data }
             readDone.signal()
         }
         if done.wait(timeout: .now() + timeout) == .timedOut {
             p.terminate()
             _ = done.wait(timeout: .now() + 5)
             _ = readDone.wait(timeout: .now() + 5)
-            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: output.data, as: UTF8.self))"])
+            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: output.data.withLock { $0 }, as: UTF8.self))"])
         }
         _ = readDone.wait(timeout: .now() + 10)
-        return RunResult(status: p.terminationStatus, output: String(decoding: output.data, as: UTF8.self))
+        return RunResult(status: p.terminationStatus, output: String(decoding: output.data.withLock { $0 }, as: UTF8.self))
     }
 }
 

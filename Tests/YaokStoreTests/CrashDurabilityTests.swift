@@ -1,4 +1,5 @@
 import XCTest
+import Synchronization
 @testable import YaokStore
 #if canImport(Glibc)
 import Glibc
@@ -76,10 +77,9 @@ final class CrashDurabilityTests: XCTestCase {
     }
 }
 
-private final class LockedLines: @unchecked Sendable {
-    private let lock = NSLock()
-    private var values: [Int] = []
+private final class LockedLines: Sendable {
+    private let values = Mutex<[Int]>([])
     /// Appends and returns the new count.
-    func append(_ v: Int) -> Int { lock.lock(); defer { lock.unlock() }; values.append(v); return values.count }
-    func snapshot() -> [Int] { lock.lock(); defer { lock.unlock() }; return values }
+    func append(_ v: Int) -> Int { values.withLock { $0.append(v); return $0.count } }
+    func snapshot() -> [Int] { values.withLock { $0 } }
 }

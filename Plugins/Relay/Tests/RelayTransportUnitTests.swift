@@ -4,8 +4,8 @@ import YaokRelayProtocol
 @testable import YaokTransportRelay
 import YaokWire
 
-/// Unit tests of the plugin's pure parts. The end-to-end tests (the built .so through the C
-/// ABI against a real `yaok-relay` process) are in Tests/RelayTests/RelayPluginTests.swift.
+/// Unit tests of the plugin's pure parts. The end-to-end tests beside this file drive the built
+/// .so (through the C ABI, and inside a real `yaok-hub`) against real `yaok-relay` processes.
 final class RelayTransportUnitTests: XCTestCase {
     func testRelayErrorsMapToCustodyRefusalsTheRouterUnderstands() {
         XCTAssertEqual(RelayTransport.refusalReason(.rateLimited), .rateLimited)

@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
@@ -33,7 +34,7 @@ final class VMTests: XCTestCase {
         ])
         let box = TransportBox()
         let t = WiFiDirectTransport(settings: settings, identity: TestLinkIdentity(seed: 1), events: HubEvents(recorder: r, box: box))
-        box.transport = t
+        box.transport.withLock { $0 = t }
         defer { t.stop() }
         try t.start()
         note("hub-probe", t.status.details["radios"] ?? "")
@@ -136,8 +137,9 @@ final class VMTests: XCTestCase {
     }
 }
 
-final class TransportBox: @unchecked Sendable {
-    var transport: WiFiDirectTransport?
+/// The hub's transport, for its own frame callback (set after the callback is made).
+final class TransportBox: Sendable {
+    let transport = Mutex<WiFiDirectTransport?>(nil)
 }
 
 /// The VM hub's events: recorded, log lines printed as they come, every frame echoed back.
@@ -149,7 +151,7 @@ struct HubEvents: LinkEvents {
     func linkDown(_ id: LinkID, reason: String?) { recorder.linkDown(id, reason: reason) }
     func frameReceived(_ frame: [UInt8], on link: LinkID) {
         recorder.frameReceived(frame, on: link)
-        try? box.transport?.send(frame, to: link) // echo
+        try? box.transport.withLock { $0 }?.send(frame, to: link) // echo
     }
     func statusChanged() { recorder.statusChanged() }
     func log(_ level: LogLevel, _ message: String) {

@@ -4,7 +4,7 @@ import YaokPluginKit
 /// For the supervision tests only (not part of the example): a Swift plugin that calls
 /// `fatalError` when a datagram reaches it on UDP 127.0.0.1:`port`, so a remote peer triggers
 /// a Swift trap in a plugin thread. The hub must survive it and restart the plugin's process.
-public final class SwiftFaultTransport: Transport, @unchecked Sendable {
+public final class SwiftFaultTransport: Transport, Sendable {
     private let context: TransportContext
     private let port: Int
 

@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokRelayProtocol
 import YaokWire
 import YaokTesting
+import RelayTestSupport
 
 /// The relay transport plugin, loaded from its built .so, against a real `yaok-relay` process.
 final class RelayPluginTests: XCTestCase {
@@ -230,29 +231,5 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertNil(host.send(CustodyAck(bundleID: squat.messageID).frame, link: link))
         XCTAssertEqual((host.statusJSON()["details"] as? [String: String])?["outstanding"], "1", "the squatter's bundle still awaits the host")
         XCTAssertEqual(relay.metric("yaok_relay_queued_messages"), 1)
-    }
-
-    func testKeyCommandPrintsThePinThatRunUses() throws {
-        let dir = tempDir()
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: RelayProcess.binary)
-        p.arguments = ["key", "--data-dir", dir]
-        let out = Pipe()
-        p.standardOutput = out
-        try p.run()
-        p.waitUntilExit()
-        XCTAssertEqual(p.terminationStatus, 0)
-        let printed = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self).trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(printed.count, 64)
-        let attributes = try FileManager.default.attributesOfItem(atPath: dir + "/relay.identity")
-        XCTAssertEqual((attributes[.posixPermissions] as? NSNumber)?.intValue, 0o600)
-        let relay = try RelayProcess(dataDir: dir)
-        defer { relay.stop() }
-        XCTAssertEqual(Hex.encode(relay.key), printed)
-        let dbMode = try FileManager.default.attributesOfItem(atPath: dir + "/relay.db")[.posixPermissions] as? NSNumber
-        XCTAssertEqual(dbMode?.intValue, 0o600)
-        // The database is SQLCipher: no plaintext SQLite header.
-        let head = try XCTUnwrap(FileHandle(forReadingAtPath: dir + "/relay.db")).readData(ofLength: 16)
-        XCTAssertNotEqual(String(decoding: head, as: UTF8.self), "SQLite format 3\u{0}")
     }
 }

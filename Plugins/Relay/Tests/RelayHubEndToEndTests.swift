@@ -6,6 +6,7 @@ import YaokWire
 import enum YaokPluginKit.Hex
 import YaokTesting
 import struct YaokPluginKit.IPEndpoint
+import RelayTestSupport
 
 /// Real processes end to end: a `yaok` endpoint hands a message to a `yaok-hub` over UDP;
 /// the hub's relay transport (the built plugin) carries it to a `yaok-relay`, which pushes it
