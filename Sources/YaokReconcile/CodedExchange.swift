@@ -28,6 +28,8 @@ public struct CodedInitiator: ReconcileExchange {
     private var decoder: CodedSymbolDecoder
     /// Cells asked for so far (received or on the way).
     public private(set) var requested: Int
+    /// `start` and `more` messages sent.
+    private var requests = 1
     /// Requests not yet answered: first cell → cell count.
     private var outstanding: [Int: Int] = [:]
     /// Cells that arrived out of order, by first cell, until the ones before them come.
@@ -54,13 +56,9 @@ public struct CodedInitiator: ReconcileExchange {
 
     public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
         guard !finished else { return .wait }
-        do {
-            return receive(try ReconcileMessage(parsing: bytes))
-        } catch {
-            if let h = ReconcileMessage.header(of: bytes), h.session != session { return .wait }
-            finished = true
-            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
-            return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)
+        switch ReconcileStep.read(bytes, session: session) {
+        case .success(let message): return receive(message)
+        case .failure(let e): finished = e.ends; return e.step
         }
     }
 
@@ -69,8 +67,7 @@ public struct CodedInitiator: ReconcileExchange {
         switch message {
         case .abort(let a):
             finished = true
-            return .fallBack(reason: a.reason, send: nil, detail: "the responder aborted: \(a.reason)"
-                             + (a.reason == .unsupportedVersion ? " (it speaks \(a.versions))" : ""))
+            return .peerAborted(a, by: "responder")
         case .cells(let c):
             let first = Int(c.firstCell), count = Int(c.cellCount)
             guard outstanding[first] == count else { return malformed("cells \(first)+\(count) were not asked for") }
@@ -99,7 +96,8 @@ public struct CodedInitiator: ReconcileExchange {
         // An honest difference of d decodes within about 1.4·d cells; four times the estimate
         // without decoding means the cells are not what they claim (or the sets changed).
         let hopeless = !emptyCells.isEmpty && requested >= 4 * estimate + 256
-        guard capped > requested, !hopeless else {
+        let messagesNeeded = (capped - requested + ReconcileLimits.maxCodedCellsPerMessage - 1) / ReconcileLimits.maxCodedCellsPerMessage
+        guard capped > requested, !hopeless, requests + messagesNeeded <= ReconcileLimits.maxCodedRequests else {
             finished = true
             return .fallBack(reason: .decodeFailed, send: .abort(.init(session: session, reason: .decodeFailed)),
                              detail: "\(requested) coded cells did not decode")
@@ -110,6 +108,7 @@ public struct CodedInitiator: ReconcileExchange {
             let count = min(ReconcileLimits.maxCodedCellsPerMessage, capped - first)
             messages.append(.more(.init(session: session, firstCell: UInt32(first), cellCount: UInt16(count))))
             outstanding[first] = count
+            requests += 1
             first += count
         }
         requested = capped
@@ -164,7 +163,7 @@ public struct CodedInitiator: ReconcileExchange {
 
     private mutating func malformed(_ detail: String) -> ReconcileStep {
         finished = true
-        return .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+        return .malformed(session, detail)
     }
 }
 
@@ -179,6 +178,8 @@ public struct CodedResponder: ReconcileExchange {
     private var encoder: CodedSymbolEncoder?
     /// Cells sent so far.
     public var cellsSent: Int { encoder?.produced ?? 0 }
+    /// `start` and `more` messages answered.
+    private var requests = 0
     private var lacks = LacksAssembly()
     private var finished = false
 
@@ -188,13 +189,9 @@ public struct CodedResponder: ReconcileExchange {
 
     public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
         guard !finished else { return .wait }
-        do {
-            return receive(try ReconcileMessage(parsing: bytes))
-        } catch {
-            if let s = session, let h = ReconcileMessage.header(of: bytes), h.session != s { return .wait }
-            finished = true
-            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
-            return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)
+        switch ReconcileStep.read(bytes, session: session) {
+        case .success(let message): return receive(message)
+        case .failure(let e): finished = e.ends; return e.step
         }
     }
 
@@ -210,6 +207,9 @@ public struct CodedResponder: ReconcileExchange {
         case .more(let m):
             guard session != nil else { return malformed(m.session, "more before any start") }
             guard Int(m.firstCell) == cellsSent else { return malformed(m.session, "more from cell \(m.firstCell) after \(cellsSent) sent") }
+            guard requests < ReconcileLimits.maxCodedRequests else {
+                return malformed(m.session, "more than \(ReconcileLimits.maxCodedRequests) requests")
+            }
             return answer(first: Int(m.firstCell), count: Int(m.cellCount), session: m.session)
         case .lacks(let l):
             guard session != nil else { return malformed(l.session, "lacks before any start") }
@@ -222,7 +222,7 @@ public struct CodedResponder: ReconcileExchange {
             }
         case .abort(let a):
             finished = true
-            return .fallBack(reason: a.reason, send: nil, detail: "the initiator aborted: \(a.reason)")
+            return .peerAborted(a, by: "initiator")
         case .estimate, .table, .tableRequest, .cells:
             return malformed(message.session, "a version 2 responder got kind \(message.kind) of version \(message.version)")
         }
@@ -230,6 +230,7 @@ public struct CodedResponder: ReconcileExchange {
 
     private mutating func answer(first: Int, count: Int, session: UInt32) -> ReconcileStep {
         guard var e = encoder else { return .wait }
+        requests += 1
         encoder = nil  // keep its walks uniquely referenced while they move
         let cells = e.next(count)
         encoder = e
@@ -239,7 +240,7 @@ public struct CodedResponder: ReconcileExchange {
 
     private mutating func malformed(_ session: UInt32, _ detail: String) -> ReconcileStep {
         finished = true
-        return .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+        return .malformed(session, detail)
     }
 }
 

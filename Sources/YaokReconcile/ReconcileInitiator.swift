@@ -14,6 +14,40 @@ public enum ReconcileStep: Sendable, Equatable {
     case fallBack(reason: ReconcileAbortReason, send: ReconcileMessage?, detail: String)
 }
 
+extension ReconcileStep {
+    /// The peer ended the exchange (the `who` it was: "initiator" or "responder").
+    static func peerAborted(_ a: ReconcileMessage.Abort, by who: String) -> ReconcileStep {
+        .fallBack(reason: a.reason, send: nil, detail: "the \(who) aborted: \(a.reason)"
+                  + (a.reason == .unsupportedVersion ? " (it speaks \(a.versions))" : ""))
+    }
+
+    /// The peer broke the protocol: end the exchange of `session` with abort 5.
+    static func malformed(_ session: UInt32, _ detail: String) -> ReconcileStep {
+        .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+    }
+
+    /// What a side does with a record's value: the message to handle, or the step when it does
+    /// not parse — `.wait` when its header names another exchange than `session` (when known),
+    /// else a fallback answering it with an abort (unsupported version or malformed).
+    static func read(_ bytes: [UInt8], session: UInt32?) -> Result<ReconcileMessage, Unparsable> {
+        do {
+            return .success(try ReconcileMessage(parsing: bytes))
+        } catch {
+            if let s = session, let h = ReconcileMessage.header(of: bytes), h.session != s { return .failure(Unparsable(step: .wait)) }
+            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
+            return .failure(Unparsable(step: .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error),
+                                                       detail: error.description)))
+        }
+    }
+
+    /// Bytes that did not parse, and what to do about them.
+    struct Unparsable: Error {
+        let step: ReconcileStep
+        /// The exchange ends (it was this exchange's message).
+        var ends: Bool { if case .fallBack = step { true } else { false } }
+    }
+}
+
 /// The side that starts an exchange. Value type; feed it every `reconcile` message of the
 /// link and act on the returned step.
 ///
@@ -77,13 +111,9 @@ public struct ReconcileInitiator: Sendable {
     /// not parse end the exchange with an abort (malformed, or unsupported version).
     public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
         guard !finished else { return .wait }
-        do {
-            return receive(try ReconcileMessage(parsing: bytes))
-        } catch {
-            if let h = ReconcileMessage.header(of: bytes), h.session != session { return .wait }
-            finished = true
-            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
-            return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)
+        switch ReconcileStep.read(bytes, session: session) {
+        case .success(let message): return receive(message)
+        case .failure(let e): finished = e.ends; return e.step
         }
     }
 
@@ -93,8 +123,7 @@ public struct ReconcileInitiator: Sendable {
         switch message {
         case .abort(let a):
             finished = true
-            return .fallBack(reason: a.reason, send: nil, detail: "the responder aborted: \(a.reason)"
-                             + (a.reason == .unsupportedVersion ? " (it speaks \(a.versions))" : ""))
+            return .peerAborted(a, by: "responder")
         case .table(let part):
             return receiveTable(part)
         case .estimate, .tableRequest, .lacks, .start, .more, .cells:
@@ -104,7 +133,7 @@ public struct ReconcileInitiator: Sendable {
 
     private mutating func malformed(_ detail: String) -> ReconcileStep {
         finished = true
-        return .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+        return .malformed(session, detail)
     }
 
     private mutating func receiveTable(_ part: ReconcileMessage.TablePart) -> ReconcileStep {

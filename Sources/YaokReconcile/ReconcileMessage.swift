@@ -29,6 +29,9 @@ public enum ReconcileLimits {
     public static let maxCodedCellsPerMessage = (maxMessageBytes - 12) / cellBytes  // 2142
     /// Version 2: the most coded cells an exchange may ask for (1.83 MB); beyond, it aborts.
     public static let maxCodedCells = 65_535
+    /// Version 2: the most `start` + `more` messages an exchange may send. Each costs the
+    /// responder one pass over its set, so this, not the cell cap alone, bounds its work.
+    public static let maxCodedRequests = 128
 }
 
 /// Why an exchange ends without a result (the `abort` reason codes).

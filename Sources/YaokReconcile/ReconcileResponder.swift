@@ -37,13 +37,9 @@ public struct ReconcileResponder: Sendable {
     /// exchange.
     public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
         guard !finished else { return .wait }
-        do {
-            return receive(try ReconcileMessage(parsing: bytes))
-        } catch {
-            if let s = session, let h = ReconcileMessage.header(of: bytes), h.session != s { return .wait }
-            finished = true
-            let reason: ReconcileAbortReason = if case .unsupportedVersion = error { .unsupportedVersion } else { .malformed }
-            return .fallBack(reason: reason, send: ReconcileMessage.abortAnswering(bytes, error: error), detail: error.description)
+        switch ReconcileStep.read(bytes, session: session) {
+        case .success(let message): return receive(message)
+        case .failure(let e): finished = e.ends; return e.step
         }
     }
 
@@ -70,7 +66,7 @@ public struct ReconcileResponder: Sendable {
             return receiveLacks(l)
         case .abort(let a):
             finished = true
-            return .fallBack(reason: a.reason, send: nil, detail: "the initiator aborted: \(a.reason)")
+            return .peerAborted(a, by: "initiator")
         case .table, .start, .more, .cells:
             return malformed(message.session, "a version 1 responder got kind \(message.kind) of version \(message.version)")
         }
@@ -78,7 +74,7 @@ public struct ReconcileResponder: Sendable {
 
     private mutating func malformed(_ session: UInt32, _ detail: String) -> ReconcileStep {
         finished = true
-        return .fallBack(reason: .malformed, send: .abort(.init(session: session, reason: .malformed)), detail: detail)
+        return .malformed(session, detail)
     }
 
     private mutating func answer(_ e: ReconcileMessage.Estimate) -> ReconcileStep {

@@ -90,6 +90,16 @@ final class CodedExchangeTests: XCTestCase {
             guard case .fallBack(.malformed, let abort?, _) = copy.receive(wrong) else { return XCTFail("\(wrong.kind)") }
             XCTAssertEqual(abort.session, 9)
         }
+        // One cell at a time cannot make it pass over its set more than 128 times.
+        var greedy = CodedResponder(ids: ids)
+        _ = greedy.receive(.start(.init(session: 5, salt: salt, setSize: 1, cellCount: 1)))
+        for n in 1..<ReconcileLimits.maxCodedRequests {
+            guard case .send = greedy.receive(.more(.init(session: 5, firstCell: UInt32(n), cellCount: 1))) else { return XCTFail("request \(n)") }
+        }
+        guard case .fallBack(.malformed, _, let tooMany) = greedy.receive(.more(.init(session: 5, firstCell: 128, cellCount: 1))) else {
+            return XCTFail()
+        }
+        XCTAssertTrue(tooMany.contains("128 requests"), tooMany)
         // Lacks may name only what it holds.
         var copy = r
         guard case .fallBack(.malformed, _, let why) = copy.receive(.lacks(.init(session: 9, part: 1, parts: 1,

@@ -26,6 +26,20 @@ enum ReconcileVectors {
     static var lacks: ReconcileMessage { ReconcileMessage.lacksParts(session: session, ids: [ids[1], ids[0]])[0] }
     static var tableRequest: ReconcileMessage { .tableRequest(.init(session: session, salt: salt, totalCells: 12)) }
 
+    /// Version 2: the cells each ID goes into below 40.
+    static func walks() -> [[Int]] {
+        ids.map { SymbolWalk.cells(seed: ReconcileHash.digest($0, salt: salt).stratumWord, below: 40) }
+    }
+
+    /// Version 2: a start asking for 6 cells, the responder's cells 0..<6 of the three IDs, and a `more` for 6 more.
+    static var start: ReconcileMessage { .start(.init(session: session, salt: salt, setSize: 2, cellCount: 6)) }
+    static var codedCells: ReconcileMessage {
+        var responder = CodedResponder(ids: ids)
+        guard case .send(let m) = responder.receive(start) else { fatalError("the responder did not answer") }
+        return m[0]
+    }
+    static var more: ReconcileMessage { .more(.init(session: session, firstCell: 6, cellCount: 6)) }
+
     static func lines(_ hex: String) -> [String] {
         stride(from: 0, to: hex.count, by: 64).map { i in
             let s = hex.index(hex.startIndex, offsetBy: i)
@@ -63,6 +77,13 @@ final class VectorTests: XCTestCase {
         ("tableRequest", "010301020304000102030405060708090a0b0c0d0e0f0c000000"),
         ("lacks", "010401020304010102001111111111111111111111111111111122222222222222222222222222222222"),
     ]
+    /// Version 2: each ID's cells below 40, then start, cells and more.
+    static let expectedWalks = [[0, 1, 2, 3, 4, 6, 18, 30], [0, 1, 2, 23], [0, 4, 8, 10, 22, 35]]
+    static let expectedCoded: [(String, String)] = [
+        ("start", "020101020304000102030405060708090a0b0c0d0e0f020000000600"),
+        ("cells", "02070102030400000000060003000000000000000000000000000000000000004bd587ba0f48595802000000333333333333333333333333333333330fa2f2d7963ff69802000000333333333333333333333333333333330fa2f2d7963ff69801000000111111111111111111111111111111119f0eb4fd1f16c6c70200000022222222222222222222222222222222db79c1908661690700000000000000000000000000000000000000000000000000000000"),
+        ("more", "020601020304060000000600"),
+    ]
 
     func testHashVectors() {
         for (id, expected) in zip(ReconcileVectors.ids, Self.expectedIDs) {
@@ -81,6 +102,26 @@ final class VectorTests: XCTestCase {
             XCTAssertEqual(Hex.encode(m.encoded), expected.1, expected.0)
             XCTAssertEqual(try ReconcileMessage(parsing: m.encoded), m)
         }
+    }
+
+    /// Version 2's vectors; an independent implementation of the walk from the text of
+    /// Docs/protocol.md (Python, `hashlib.blake2b` and floats) gave the same cells.
+    func testCodedVectors() throws {
+        XCTAssertEqual(ReconcileVectors.walks(), Self.expectedWalks)
+        let messages = [ReconcileVectors.start, ReconcileVectors.codedCells, ReconcileVectors.more]
+        for (m, expected) in zip(messages, Self.expectedCoded) {
+            XCTAssertEqual(Hex.encode(m.encoded), expected.1, expected.0)
+            XCTAssertEqual(try ReconcileMessage(parsing: m.encoded), m)
+        }
+        // The cells vector decodes: minus the first two IDs' cells it peels to the third.
+        guard case .cells(let c) = ReconcileVectors.codedCells else { return XCTFail() }
+        var theirs = Cells(cells: 6)
+        theirs.decode(c.cellBytes, first: 0)
+        let two = Array(ReconcileVectors.ids.prefix(2))
+        var decoder = CodedSymbolDecoder(ids: two, digests: ReconcileHash.digests(two, salt: ReconcileVectors.salt), salt: ReconcileVectors.salt)
+        XCTAssertTrue(decoder.add(theirs))
+        XCTAssertEqual(decoder.plus, [ReconcileVectors.ids[2]])
+        XCTAssertEqual(decoder.minus, [])
     }
 
     /// The table vector decodes: subtracting a table of the first two IDs leaves the third.
@@ -108,8 +149,12 @@ final class VectorTests: XCTestCase {
             XCTAssertTrue(section.contains("`\(h)`"), h)
             XCTAssertTrue(section.contains("| `\(check)` | \(stratum) | \(cells.0), \(cells.1), \(cells.2) |"), check)
         }
-        for (label, value) in Self.expectedMessages {
+        for (label, value) in Self.expectedMessages + Self.expectedCoded {
             for line in ReconcileVectors.lines(value) { XCTAssertTrue(section.contains(line + "\n"), "\(label): \(line)") }
+        }
+        for (n, walk) in Self.expectedWalks.enumerated() {
+            let id = String(repeating: ["11", "22", "33"][n], count: 1)
+            XCTAssertTrue(section.contains("| 16 × `\(id)` | \(walk.map(String.init).joined(separator: ", ")) |"), "walk of ID \(n + 1)")
         }
     }
 }
