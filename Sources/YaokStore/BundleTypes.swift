@@ -89,6 +89,8 @@ public struct NewBundle: Sendable, Equatable {
         self.acknowledgedBundleID = acknowledgedBundleID
     }
 
+    // Inlinable: a key-path literal then folds into a plain field access in the router.
+    @inlinable
     public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
         get { record[keyPath: field] }
         set { record[keyPath: field] = newValue }
@@ -144,6 +146,8 @@ public struct StoredBundle: Sendable, Equatable {
         self.lastLink = lastLink
     }
 
+    // Inlinable: a key-path literal then folds into a plain field access in the router.
+    @inlinable
     public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
         get { record[keyPath: field] }
         set { record[keyPath: field] = newValue }
