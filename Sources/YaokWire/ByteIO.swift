@@ -6,14 +6,15 @@ public struct ByteWriter: Sendable {
     public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
 
     public mutating func u8(_ v: UInt8) { bytes.append(v) }
-    public mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
-    public mutating func u32(_ v: UInt32) {
-        for shift in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(shift))) }
-    }
-    public mutating func u64(_ v: UInt64) {
-        for shift in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(shift))) }
-    }
+    public mutating func u16(_ v: UInt16) { bigEndian(v) }
+    public mutating func u32(_ v: UInt32) { bigEndian(v) }
+    public mutating func u64(_ v: UInt64) { bigEndian(v) }
+
     public mutating func raw<C: Collection>(_ v: C) where C.Element == UInt8 { bytes.append(contentsOf: v) }
+
+    private mutating func bigEndian<T: FixedWidthInteger & UnsignedInteger>(_ v: T) {
+        for shift in stride(from: T.bitWidth - 8, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> shift)) }
+    }
 }
 
 /// The errors a ``BigEndianReader`` throws: each format's own error type, whose
@@ -53,25 +54,16 @@ public struct BigEndianReader<Failure: ByteReaderError>: Sendable {
         return bytes[offset]
     }
 
-    public mutating func u16() throws(Failure) -> UInt16 {
-        try need(2)
-        defer { offset += 2 }
-        return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1])
-    }
+    public mutating func u16() throws(Failure) -> UInt16 { try bigEndian() }
+    public mutating func u32() throws(Failure) -> UInt32 { try bigEndian() }
+    public mutating func u64() throws(Failure) -> UInt64 { try bigEndian() }
 
-    public mutating func u32() throws(Failure) -> UInt32 {
-        try need(4)
-        var v: UInt32 = 0
-        for i in 0..<4 { v = v << 8 | UInt32(bytes[offset + i]) }
-        offset += 4
-        return v
-    }
-
-    public mutating func u64() throws(Failure) -> UInt64 {
-        try need(8)
-        var v: UInt64 = 0
-        for i in 0..<8 { v = v << 8 | UInt64(bytes[offset + i]) }
-        offset += 8
+    private mutating func bigEndian<T: FixedWidthInteger & UnsignedInteger>() throws(Failure) -> T {
+        let n = T.bitWidth / 8
+        try need(n)
+        var v: T = 0
+        for i in 0..<n { v = v << 8 | T(bytes[offset + i]) }
+        offset += n
         return v
     }
 
