@@ -57,30 +57,30 @@ extension ATTServer {
     }
 
     func readByType(_ request: [UInt8]) -> [UInt8] {
-        let opcode = request[0]
-        guard request.count == 7 || request.count == 21, let type = ATTUUID(littleEndian: request[5...]) else {
-            return errorResponse(opcode, 0, .invalidPDU)
-        }
-        let range = handleRange(request)
-        if let error = range.error { return errorResponse(opcode, range.start, error) }
-        // Each value is cut to min(ATT_MTU-4, 253) so the 1-octet length field holds handle+value.
-        let maxValue = min(Int(mtu) - 4, 253)
-        return collectReads(opcode: opcode, start: range.start, end: range.end, type: type,
-                            responseOpcode: ATTOpcode.readByTypeResponse, maxValue: maxValue, withGroupEnd: false)
+        readByType(request, grouped: false)
     }
 
     func readByGroupType(_ request: [UInt8]) -> [UInt8] {
+        readByType(request, grouped: true)
+    }
+
+    /// Read By Type, or Read By Group Type when `grouped`: the same request (a handle range and
+    /// a 16- or 128-bit type); a grouped one asks for a group type and its entries also carry
+    /// the group end handle.
+    private func readByType(_ request: [UInt8], grouped: Bool) -> [UInt8] {
         let opcode = request[0]
         guard request.count == 7 || request.count == 21, let type = ATTUUID(littleEndian: request[5...]) else {
             return errorResponse(opcode, 0, .invalidPDU)
         }
         let range = handleRange(request)
         if let error = range.error { return errorResponse(opcode, range.start, error) }
-        guard AttributeTable.isGroupType(type) else { return errorResponse(opcode, range.start, .unsupportedGroupType) }
-        // Each value is cut to min(ATT_MTU-6, 251): the entry also carries the group end handle.
-        let maxValue = min(Int(mtu) - 6, 251)
+        guard !grouped || AttributeTable.isGroupType(type) else { return errorResponse(opcode, range.start, .unsupportedGroupType) }
+        // Each value is cut so the 1-octet length field holds the entry: to min(ATT_MTU-4, 253)
+        // for handle+value, min(ATT_MTU-6, 251) with the group end handle as well.
+        let maxValue = grouped ? min(Int(mtu) - 6, 251) : min(Int(mtu) - 4, 253)
         return collectReads(opcode: opcode, start: range.start, end: range.end, type: type,
-                            responseOpcode: ATTOpcode.readByGroupTypeResponse, maxValue: maxValue, withGroupEnd: true)
+                            responseOpcode: grouped ? ATTOpcode.readByGroupTypeResponse : ATTOpcode.readByTypeResponse,
+                            maxValue: maxValue, withGroupEnd: grouped)
     }
 
     /// The shared body of Read By Type and Read By Group Type: entries of equal length only,

@@ -226,21 +226,25 @@ public final class ATTServer {
 
     /// Why reading this attribute is refused on this link, or nil.
     func readDenial(_ attribute: Attribute) -> ATTErrorCode? {
-        let permissions = attribute.permissions
-        guard permissions.contains(.read) else { return .readNotPermitted }
-        if permissions.contains(.readAuthenticated), !security.authenticated { return .insufficientAuthentication }
-        if permissions.contains(.readEncrypted), !security.encrypted { return .insufficientEncryption }
-        if permissions.contains(.readAuthorized), !security.authorized { return .insufficientAuthorization }
-        return nil
+        denial(attribute, .read, notPermitted: .readNotPermitted,
+               authenticated: .readAuthenticated, encrypted: .readEncrypted, authorized: .readAuthorized)
     }
 
     /// Why writing this attribute is refused on this link, or nil.
     func writeDenial(_ attribute: Attribute) -> ATTErrorCode? {
+        denial(attribute, .write, notPermitted: .writeNotPermitted,
+               authenticated: .writeAuthenticated, encrypted: .writeEncrypted, authorized: .writeAuthorized)
+    }
+
+    /// The rule for either direction: the operation must exist, then the link must meet each
+    /// requirement the attribute sets for it, in this order.
+    private func denial(_ attribute: Attribute, _ operation: ATTPermissions, notPermitted: ATTErrorCode,
+                        authenticated: ATTPermissions, encrypted: ATTPermissions, authorized: ATTPermissions) -> ATTErrorCode? {
         let permissions = attribute.permissions
-        guard permissions.contains(.write) else { return .writeNotPermitted }
-        if permissions.contains(.writeAuthenticated), !security.authenticated { return .insufficientAuthentication }
-        if permissions.contains(.writeEncrypted), !security.encrypted { return .insufficientEncryption }
-        if permissions.contains(.writeAuthorized), !security.authorized { return .insufficientAuthorization }
+        guard permissions.contains(operation) else { return notPermitted }
+        if permissions.contains(authenticated), !security.authenticated { return .insufficientAuthentication }
+        if permissions.contains(encrypted), !security.encrypted { return .insufficientEncryption }
+        if permissions.contains(authorized), !security.authorized { return .insufficientAuthorization }
         return nil
     }
 

@@ -204,14 +204,8 @@ public final class HubSession: @unchecked Sendable {
     /// Resend an unacknowledged item after this long.
     public static let retransmitMs: Int64 = 5_000
 
-    /// Group commit state (on `queue`): whether a group is open, what waits for its commit.
-    private var groupOpen = false
-    private var groupItems = 0
-    private var commitQueued = false
-    private var groupOpenedNs: UInt64 = 0
-    private var commitSpacing = CommitSpacing(environmentKey: "YAOK_ENDPOINT_COMMIT_SPACING_US")
-    /// Frames and events that depend on the open group, in order.
-    private var waitingForCommit: [Deferred] = []
+    /// Group commit (on `queue`): the open group, and the frames and events that depend on it, in order.
+    private let group: GroupCommit<HubSession, Deferred>
     private enum Deferred { case frame([UInt8]), event(Event) }
     /// The outbox was asked to push while the group was open (it may hold uncommitted receipts).
     private var pushWanted = false
@@ -259,6 +253,7 @@ public final class HubSession: @unchecked Sendable {
         self.endpoint = endpoint
         self.hub = address
         self.onEvent = onEvent
+        group = Self.groupCommit(on: queue)
         let now = endpoint.now
         guard case .udp(let udpHub) = address else {
             let carrier: HubCarrier
@@ -343,77 +338,54 @@ public final class HubSession: @unchecked Sendable {
 
     // MARK: Group commit
 
-    /// Runs frame handling inside the open group, opening one if none is (see the type's notes).
-    private func grouped(_ body: () -> Void) {
-        if !groupOpen {
-            do {
-                try endpoint.store.beginGroup(owner: ObjectIdentifier(self))
-                groupOpen = true
-                groupOpenedNs = DispatchTime.now().uptimeNanoseconds
-            } catch {
+    /// The session's group commit: groups close after ``maxGroupItems`` frames or once open for
+    /// the spacing; a failed commit undoes the acks we took, so the outbox is pushed again.
+    private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<HubSession, Deferred> {
+        GroupCommit(
+            queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_ENDPOINT_COMMIT_SPACING_US"),
+            maxItems: maxGroupItems, closesAfterSpacing: true, testDelayUs: testCommitDelayUs,
+            begin: { try $0.endpoint.store.beginGroup(owner: ObjectIdentifier($0)) },
+            beginFailed: { _, error in
                 // Each change then commits alone, and what depends on it leaves at once.
                 FileHandle.standardError.write(Data("store: cannot open a group transaction: \(error)\n".utf8))
-            }
-        }
-        body()
-        guard groupOpen else { return }
-        groupItems += 1
-        if groupItems >= Self.maxGroupItems || DispatchTime.now().uptimeNanoseconds &- groupOpenedNs >= commitSpacing.spacingNs {
-            commitGroup()
-        } else if !commitQueued {
-            // Behind the frames already queued: the group covers the whole burst.
-            commitQueued = true
-            queue.async { self.commitWhenSpaced() }
-        }
+            },
+            commit: { try $0.endpoint.store.commitGroup() },
+            committed: { session, frames, openNs in
+                let openUs = Int(openNs / 1_000)
+                session.commits.groups += 1
+                session.commits.frames += frames
+                session.commits.longestOpenUs = max(session.commits.longestOpenUs, openUs)
+                session.commits.totalOpenUs += openUs
+            },
+            failed: { session, _, dropped, error in
+                // None of it happened: no custody answer leaves (the hub keeps custody and
+                // sends again), acks we took are undone (those items go again).
+                FileHandle.standardError.write(Data("store: a group commit failed and was rolled back; its \(dropped) answers and events are dropped: \(error)\n".utf8))
+                session.messagesInGroup = 0
+                session.pushWanted = false
+                session.pushOutbox()
+            },
+            release: { session, waited in session.release(waited) })
     }
 
-    /// Commits now, or later by ``CommitSpacing`` (frames arriving meanwhile join the group;
-    /// a group stays open at most the spacing, the extra latency an answer can see).
-    private func commitWhenSpaced() {
-        guard commitQueued else { return }
-        if let due = commitSpacing.deferredUntil() {
-            queue.asyncAfter(deadline: due) { self.commitWhenSpaced() }
-            return
-        }
-        commitGroup()
+    /// Runs frame handling inside the open group, opening one if none is (see the type's notes).
+    private func grouped(_ body: () -> Void) {
+        group.run(self, body)
     }
 
     /// Commits the open group (if any), then sends and reports what waited for it.
     private func commitGroup() {
-        commitQueued = false
-        let items = groupItems
-        groupItems = 0
-        if groupOpen {
-            groupOpen = false
-            if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
-            do {
-                if try endpoint.store.commitGroup() {
-                    let openUs = Int((DispatchTime.now().uptimeNanoseconds &- groupOpenedNs) / 1_000)
-                    commits.groups += 1
-                    commits.frames += items
-                    commits.longestOpenUs = max(commits.longestOpenUs, openUs)
-                    commits.totalOpenUs += openUs
-                }
-            } catch {
-                // None of it happened: no custody answer leaves (the hub keeps custody and
-                // sends again), acks we took are undone (those items go again).
-                FileHandle.standardError.write(Data("store: a group commit failed and was rolled back; its \(waitingForCommit.count) answers and events are dropped: \(error)\n".utf8))
-                waitingForCommit.removeAll()
-                messagesInGroup = 0
-                commitSpacing.committed()
-                pushWanted = false
-                pushOutbox()
-                return
-            }
-            commitSpacing.committed()
-            if messagesInGroup > 0 {
-                messagesInGroup = 0
-                Endpoint.faultAfterReceive?()
-            }
+        group.commit(self)
+    }
+
+    /// After a commit: the crash-test hook (new messages were stored), what waited for the
+    /// commit, then a push that was asked for meanwhile.
+    private func release(_ waited: [Deferred]) {
+        if messagesInGroup > 0 {
+            messagesInGroup = 0
+            Endpoint.faultAfterReceive?()
         }
-        let out = waitingForCommit
-        waitingForCommit.removeAll(keepingCapacity: true)
-        for d in out {
+        for d in waited {
             switch d {
             case .frame(let bytes): if let link { transmit(bytes, link: link) }
             case .event(let e): onEvent(e)
@@ -427,7 +399,7 @@ public final class HubSession: @unchecked Sendable {
 
     /// Reports an event, after the open group commits if one is open.
     private func report(_ event: Event) {
-        if groupOpen { waitingForCommit.append(.event(event)) } else { onEvent(event) }
+        if group.isOpen { group.hold(.event(event)) } else { onEvent(event) }
     }
 
     /// Sends a fresh relay registration through the hub (when a relay key is set).
@@ -486,7 +458,7 @@ public final class HubSession: @unchecked Sendable {
     /// Sends pending outbox items, at most ``window`` unacknowledged at a time; while a group
     /// is open, once it commits (a receipt queued in it must be durable before it leaves).
     private func pushOutbox() {
-        if groupOpen {
+        if group.isOpen {
             pushWanted = true
             return
         }
@@ -517,7 +489,7 @@ public final class HubSession: @unchecked Sendable {
             report(.incoming(incoming))
             // A new message queued a delivery receipt: send it (after the commit).
             if case .message = incoming {
-                if groupOpen { messagesInGroup += 1 }
+                if group.isOpen { messagesInGroup += 1 }
                 pushOutbox()
             }
         case .custodyAck:
@@ -541,8 +513,8 @@ public final class HubSession: @unchecked Sendable {
 
     /// Sends a frame on the link: after the open group commits, if one is open.
     private func send(_ record: TLVRecord) {
-        if groupOpen {
-            waitingForCommit.append(.frame(record.encoded))
+        if group.isOpen {
+            group.hold(.frame(record.encoded))
             return
         }
         guard let link else { return }

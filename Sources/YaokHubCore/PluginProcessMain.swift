@@ -108,24 +108,16 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
         case .create(let r, let key, let kx, let name, let json):
             control.async { [self] in
                 let d = InProcessPlugin(plugin: plugin, callbacks: self)
-                do {
+                reply(to: r) {
                     try d.create(instanceName: name, configJSON: json, signingKey: key, kxKey: kx)
                     lock.withLock { driver = d }
-                    send(.reply(request: r, code: 0, text: ""))
-                } catch {
-                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
-                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
                 }
             }
         case .start(let r):
             control.async { [self] in
-                do {
+                reply(to: r) {
                     guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
                     try d.start()
-                    send(.reply(request: r, code: 0, text: ""))
-                } catch {
-                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
-                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
                 }
             }
         case .stop(let r):
@@ -148,8 +140,7 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                     try d.send(frame, to: link)
                     succeeded.append(r)
                 } catch {
-                    let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
-                    send(.reply(request: r, code: result.rawValue, text: "\(error)"))
+                    replyFailure(to: r, error)
                 }
                 // The burst is over (nothing else queued) or big: answer for it at once.
                 let idle = lock.withLock { sendsQueued -= 1; return sendsQueued == 0 }
@@ -167,6 +158,23 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
         default:
             break // a message only the hub receives: ignored
         }
+    }
+
+    /// Answers request `r`: code 0 once `body` returns, else as ``replyFailure(to:_:)``.
+    private func reply(to r: UInt32, _ body: () throws -> Void) {
+        do {
+            try body()
+            send(.reply(request: r, code: 0, text: ""))
+        } catch {
+            replyFailure(to: r, error)
+        }
+    }
+
+    /// Answers request `r` that failed with `error`: its send result (a refusal's, a transport
+    /// error's, or failed) and its text.
+    private func replyFailure(to r: UInt32, _ error: any Error) {
+        let result = (error as? SendRefusal)?.result ?? (error as? TransportError)?.sendResult ?? .failed
+        send(.reply(request: r, code: result.rawValue, text: "\(error)"))
     }
 
     // MARK: PluginCallbacks

@@ -233,11 +233,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var registrations: [[UInt8]: [UInt8]] = [:]
     private var timer: DispatchSourceTimer?
     /// Group commit: the open transaction, the frames waiting for it, the items it covers.
-    private var groupOpen = false
-    private var groupItems = 0
-    private var commitQueued = false
-    private var commitSpacing = CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US")
-    private var waitingForCommit: [(record: TLVRecord, link: Link, onFailure: (() -> Void)?, arrivedNs: UInt64?)] = []
+    private let group: GroupCommit<Router, WaitingFrame>
+    private typealias WaitingFrame = (record: TLVRecord, link: Link, onFailure: (() -> Void)?, arrivedNs: UInt64?)
     /// When the frame being handled reached the router (monotonic ns), and when each bundle it
     /// stored arrived, until the bundle first leaves: the hub's added latency (``HopLatency``).
     private var frameArrivedNs: UInt64 = 0
@@ -273,6 +270,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.logger = logger
         self.now = now
         self.admission = FrameAdmission(framesPerSecond: settings.linkFramesPerSecond)
+        self.group = Self.groupCommit(on: queue)
     }
 
     /// Starts the periodic work: custody timeouts, retries on the backoff schedule, expiry, vacuum.
@@ -312,60 +310,38 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// depend on the changes (custody acks, refusals, bundles marked in flight, everything) are
     /// held until the commit returns: custody is acknowledged only once durably taken.
     private func grouped(_ body: () -> Void) {
-        if !groupOpen {
-            do {
-                try store.database.beginGroup()
-                groupOpen = true
-            } catch {
-                logger.error("store: cannot open a group transaction, each change commits alone: \(error)")
-            }
-        }
-        body()
-        groupItems += 1
-        if groupItems >= Self.maxGroupItems {
-            commitGroup()
-        } else if groupOpen && !commitQueued {
-            commitQueued = true
-            queue.async { self.commitWhenSpaced() }
-        }
-    }
-
-    /// Commits now, or later by ``CommitSpacing`` (what arrives meanwhile joins the group).
-    private func commitWhenSpaced() {
-        guard commitQueued else { return }
-        if groupItems < Self.maxGroupItems, let due = commitSpacing.deferredUntil() {
-            queue.asyncAfter(deadline: due) { self.commitWhenSpaced() }
-            return
-        }
-        commitGroup()
+        group.run(self, body)
     }
 
     /// Commits the open group (if any), then sends the frames that waited for it.
     private func commitGroup() {
-        commitQueued = false
-        let items = groupItems
-        groupItems = 0
-        if groupOpen {
-            groupOpen = false
-            defer { commitSpacing.committed() }
-            if Self.testCommitDelayUs > 0 { usleep(Self.testCommitDelayUs) }
-            do {
-                if try store.database.commitGroup() {
-                    counters.groupCommits += 1
-                    counters.groupCommitItems += items
-                }
-            } catch {
+        group.commit(self)
+    }
+
+    /// The router's group commit: groups close after ``maxGroupItems`` work items; frames that
+    /// waited go only on links still up.
+    private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<Router, WaitingFrame> {
+        GroupCommit(
+            queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US"),
+            maxItems: maxGroupItems, closesAfterSpacing: false, testDelayUs: testCommitDelayUs,
+            begin: { try $0.store.database.beginGroup() },
+            beginFailed: { router, error in
+                router.logger.error("store: cannot open a group transaction, each change commits alone: \(error)")
+            },
+            commit: { try $0.store.database.commitGroup() },
+            committed: { router, items, _ in
+                router.counters.groupCommits += 1
+                router.counters.groupCommitItems += items
+            },
+            failed: { router, items, dropped, error in
                 // Nothing in it happened: peers that sent bundles get no ack and keep custody.
-                logger.error("store: a group commit of \(items) items failed, its changes are undone and its \(waitingForCommit.count) frames not sent: \(error)")
-                waitingForCommit.removeAll()
-                return
-            }
-        }
-        let out = waitingForCommit
-        waitingForCommit.removeAll(keepingCapacity: true)
-        for (record, link, onFailure, arrived) in out where links[link.key] === link {
-            if !sendNow(record, on: link, arrivedNs: arrived) { onFailure?() }
-        }
+                router.logger.error("store: a group commit of \(items) items failed, its changes are undone and its \(dropped) frames not sent: \(error)")
+            },
+            release: { router, waited in
+                for (record, link, onFailure, arrived) in waited where router.links[link.key] === link {
+                    if !router.sendNow(record, on: link, arrivedNs: arrived) { onFailure?() }
+                }
+            })
     }
 
     /// Applies new settings and policy on reload.
@@ -546,11 +522,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// router queue). `onFailure` runs if the transport refuses it then.
     @discardableResult
     private func send(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil, onFailure: (() -> Void)? = nil) -> Bool {
-        guard groupOpen else {
+        guard group.isOpen else {
             if !sendNow(record, on: link, arrivedNs: arrivedNs) { onFailure?(); return false }
             return true
         }
-        waitingForCommit.append((record, link, onFailure, arrivedNs))
+        group.hold((record, link, onFailure, arrivedNs))
         return true
     }
 

@@ -1,3 +1,5 @@
+import YaokWire
+
 /// FRAGMENT payload (inside a sealed packet):
 /// `fragmentID(4) index(1) count(1) innerType(1) chunk`.
 ///
@@ -41,7 +43,7 @@ public struct Fragment: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        var w = RelayWriter(capacity: Self.headerLength + chunk.count)
+        var w = ByteWriter(capacity: Self.headerLength + chunk.count)
         w.u32(fragmentID)
         w.u8(index)
         w.u8(count)

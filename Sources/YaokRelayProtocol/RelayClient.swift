@@ -1,6 +1,7 @@
 import Foundation
 import YaokCrypto
 import YaokPluginKit
+import YaokWire
 
 /// A reusable client for the relay: handshake with the pinned relay key, registration,
 /// SEND with fragmentation and retransmission, pushed MSG, POLL, ACK, keep-alive PING and
@@ -664,7 +665,7 @@ public final class RelayClient: @unchecked Sendable {
                 }
                 if pingSentMs == nil, now - lastHeardMs >= configuration.pingIntervalMs {
                     pingSentMs = now
-                    var w = RelayWriter()
+                    var w = ByteWriter()
                     w.u64(UInt64(bitPattern: now))
                     try? transmit(.ping, w.bytes, session)
                 }

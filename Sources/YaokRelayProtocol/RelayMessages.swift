@@ -14,7 +14,7 @@ public struct ChannelBinding: Sendable, Equatable, CustomStringConvertible {
     public let bytes: [UInt8]
 
     public init(sessionID: UInt64, clientKey: [UInt8], relayEphemeralKey: [UInt8]) {
-        var w = RelayWriter(capacity: 96)
+        var w = ByteWriter(capacity: 96)
         w.raw(Self.context)
         w.u64(sessionID)
         w.raw(clientKey)
@@ -87,7 +87,7 @@ public struct Registration: Sendable, Equatable {
 
     /// The 97 bytes before the signature.
     var unsignedPart: [UInt8] {
-        var w = RelayWriter(capacity: 97)
+        var w = ByteWriter(capacity: 97)
         w.u8(kind.rawValue)
         w.raw(userSigningKey)
         w.u64(UInt64(bitPattern: timestampMs))
@@ -275,7 +275,7 @@ public struct RegisteredResult: Sendable, Equatable {
     }
 
     public var encoded: [UInt8] {
-        var w = RelayWriter(capacity: 1 + 33 * results.count)
+        var w = ByteWriter(capacity: 1 + 33 * results.count)
         w.u8(UInt8(results.count))
         for r in results { w.raw(r.userID); w.u8(r.status.rawValue) }
         return w.bytes
@@ -346,7 +346,7 @@ public struct PollDone: Sendable, Equatable {
         remaining = try r.u32()
         try r.expectEnd()
     }
-    public var encoded: [UInt8] { var w = RelayWriter(); w.u32(remaining); return w.bytes }
+    public var encoded: [UInt8] { var w = ByteWriter(); w.u32(remaining); return w.bytes }
 }
 
 /// Error codes in ERROR packets.
@@ -430,7 +430,7 @@ public struct RelayErrorNotice: Sendable, Equatable, CustomStringConvertible {
     }
 
     public var encoded: [UInt8] {
-        var w = RelayWriter()
+        var w = ByteWriter()
         w.u8(code.rawValue)
         w.raw(reference)
         w.u32(retryAfterMs)

@@ -1,3 +1,5 @@
+import YaokWire
+
 /// The relay's datagram format. Every packet, cleartext or sealed, starts with the same
 /// 24-byte header (big-endian; Docs/relay-protocol.md):
 ///
@@ -29,7 +31,7 @@ public struct RelayPacket: Sendable, Equatable {
 
     /// The 24 header bytes for a payload of `payloadLength` bytes (also the AEAD associated data).
     public static func header(type: RelayPacketType, sessionID: UInt64, counter: UInt64, payloadLength: Int) -> [UInt8] {
-        var w = RelayWriter(capacity: headerLength)
+        var w = ByteWriter(capacity: headerLength)
         w.raw(magic)
         w.u8(version)
         w.u8(type.rawValue)
@@ -134,54 +136,7 @@ public enum RelayPacketType: UInt8, Sendable, CaseIterable, CustomStringConverti
     }
 }
 
-/// Big-endian writer.
-public struct RelayWriter: Sendable {
-    public private(set) var bytes: [UInt8] = []
-    public init(capacity: Int = 0) { bytes.reserveCapacity(capacity) }
-    public mutating func u8(_ v: UInt8) { bytes.append(v) }
-    public mutating func u16(_ v: UInt16) { bytes.append(UInt8(v >> 8)); bytes.append(UInt8(v & 0xFF)) }
-    public mutating func u32(_ v: UInt32) { for s in stride(from: 24, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt32(s))) } }
-    public mutating func u64(_ v: UInt64) { for s in stride(from: 56, through: 0, by: -8) { bytes.append(UInt8(truncatingIfNeeded: v >> UInt64(s))) } }
-    public mutating func raw<C: Collection>(_ v: C) where C.Element == UInt8 { bytes.append(contentsOf: v) }
-}
+/// The relay messages' reader: it throws ``RelayProtocolError``.
+public typealias RelayReader = BigEndianReader<RelayProtocolError>
 
-/// Bounds-checked big-endian reader: every read checks the remaining length first.
-public struct RelayReader: Sendable {
-    let bytes: [UInt8]
-    let what: String
-    public private(set) var offset: Int
-
-    public init(_ bytes: [UInt8], what: String, offset: Int = 0) {
-        self.bytes = bytes
-        self.what = what
-        self.offset = offset
-    }
-
-    public var remaining: Int { bytes.count - offset }
-
-    private func need(_ n: Int) throws {
-        guard n >= 0, remaining >= n else { throw RelayProtocolError.truncated(what: what, needed: offset + n, have: bytes.count) }
-    }
-
-    public mutating func u8() throws -> UInt8 { try need(1); defer { offset += 1 }; return bytes[offset] }
-    public mutating func u16() throws -> UInt16 { try need(2); defer { offset += 2 }; return UInt16(bytes[offset]) << 8 | UInt16(bytes[offset + 1]) }
-    public mutating func u32() throws -> UInt32 {
-        try need(4)
-        var v: UInt32 = 0
-        for i in 0..<4 { v = v << 8 | UInt32(bytes[offset + i]) }
-        offset += 4
-        return v
-    }
-    public mutating func u64() throws -> UInt64 {
-        try need(8)
-        var v: UInt64 = 0
-        for i in 0..<8 { v = v << 8 | UInt64(bytes[offset + i]) }
-        offset += 8
-        return v
-    }
-    public mutating func take(_ n: Int) throws -> [UInt8] { try need(n); defer { offset += n }; return Array(bytes[offset..<offset + n]) }
-    public mutating func rest() -> [UInt8] { defer { offset = bytes.count }; return Array(bytes[offset...]) }
-    public func expectEnd() throws {
-        guard remaining == 0 else { throw RelayProtocolError.badLength(what: what, detail: "\(remaining) unexpected trailing bytes") }
-    }
-}
+extension RelayProtocolError: ByteReaderError {}

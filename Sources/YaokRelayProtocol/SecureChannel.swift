@@ -1,5 +1,6 @@
 import CSodium
 import YaokCrypto
+import YaokWire
 
 /// An ephemeral X25519 key pair for `crypto_kx` (one per handshake).
 public struct EphemeralKX: Sendable {
@@ -250,7 +251,7 @@ public struct HelloReply: Sendable, Equatable {
     public let signature: [UInt8]
 
     public static func signedBody(sessionID: UInt64, clientKey: [UInt8], relayEphemeralKey: [UInt8], relaySigningKey: [UInt8], relayKXKey: [UInt8]) -> [UInt8] {
-        var w = RelayWriter(capacity: 160)
+        var w = ByteWriter(capacity: 160)
         w.raw(context)
         w.u64(sessionID)
         w.raw(clientKey)

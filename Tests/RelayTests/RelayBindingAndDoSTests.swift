@@ -182,7 +182,7 @@ final class RelayBindingAndDoSTests: XCTestCase {
         // A v1 registration as old clients made it.
         let user = Identity.generate()
         let t = nowMs(), nonce = Random.bytes(16)
-        var w = RelayWriter()
+        var w = ByteWriter()
         w.u64(UInt64(t))
         let body = Registration.v1Context + relay.identity.signingKey + user.signingKey + w.bytes + nonce
         let v1 = user.signingKey + w.bytes + nonce + user.sign(body)

@@ -1,5 +1,6 @@
 import YaokCrypto
 import YaokRelayProtocol
+import YaokWire
 import enum YaokPluginKit.Hex
 
 /// Fixed inputs for the test vectors in Docs/relay-protocol.md ("Test vectors").
@@ -35,7 +36,7 @@ enum RelayVectorInputs {
         let reply = HelloReply.make(sessionID: sessionID, clientKey: clientEph.publicKey, relayEphemeralKey: relayEph.publicKey, relay: relay)
         let replyPacket = try RelayPacket(type: .helloReply, sessionID: sessionID, counter: 0, payload: reply.encoded).encoded()
         let client = try SecureSession(side: .client, sessionID: sessionID, ours: clientEph, theirs: relayEph.publicKey)
-        var w = RelayWriter()
+        var w = ByteWriter()
         w.u64(UInt64(timestampMs))
         let ping = try client.seal(.ping, w.bytes)
         let channel = try channel()
