@@ -4,8 +4,29 @@ import Foundation
 public protocol ReconcileExchange: Sendable {
     /// The IDs reconciled, sorted, unique.
     var ids: [ReconcileID] { get }
-    /// Parses `bytes` (a `reconcile` record's value) and handles the message.
-    mutating func receive(bytes: [UInt8]) -> ReconcileStep
+    /// The exchange's session number, once known (a responder learns it from the first message).
+    var exchangeSession: UInt32? { get }
+    /// The exchange is over: every later message is ignored (`.wait`).
+    var isFinished: Bool { get }
+    /// Handles one message of the peer's.
+    mutating func receive(_ message: ReconcileMessage) -> ReconcileStep
+    /// Ends the exchange (a message of its own did not parse).
+    mutating func end()
+}
+
+extension ReconcileExchange {
+    /// Parses `bytes` (a `reconcile` record's value) and handles the message. Bytes that do not
+    /// parse end the exchange with an abort (unsupported version, or malformed), unless their
+    /// header names another session.
+    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
+        guard !isFinished else { return .wait }
+        switch ReconcileStep.read(bytes, session: exchangeSession) {
+        case .success(let message): return receive(message)
+        case .failure(let e):
+            if e.ends { end() }
+            return e.step
+        }
+    }
 }
 
 extension ReconcileInitiator: ReconcileExchange {}
@@ -54,13 +75,9 @@ public struct CodedInitiator: ReconcileExchange {
                                     cellCount: UInt16(Self.firstCells)))
     }
 
-    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
-        guard !finished else { return .wait }
-        switch ReconcileStep.read(bytes, session: session) {
-        case .success(let message): return receive(message)
-        case .failure(let e): finished = e.ends; return e.step
-        }
-    }
+    public var exchangeSession: UInt32? { session }
+    public var isFinished: Bool { finished }
+    public mutating func end() { finished = true }
 
     public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
         guard !finished, message.session == session else { return .wait }
@@ -187,13 +204,9 @@ public struct CodedResponder: ReconcileExchange {
         self.ids = ReconcileID.sortedUnique(ids)
     }
 
-    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
-        guard !finished else { return .wait }
-        switch ReconcileStep.read(bytes, session: session) {
-        case .success(let message): return receive(message)
-        case .failure(let e): finished = e.ends; return e.step
-        }
-    }
+    public var exchangeSession: UInt32? { session }
+    public var isFinished: Bool { finished }
+    public mutating func end() { finished = true }
 
     public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
         guard !finished else { return .wait }

@@ -107,15 +107,9 @@ public struct ReconcileInitiator: Sendable {
         self.init(ids: parsed, session: session, salt: salt, sizing: sizing)
     }
 
-    /// Parses `bytes` (a `reconcile` record's value) and handles the message; bytes that do
-    /// not parse end the exchange with an abort (malformed, or unsupported version).
-    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
-        guard !finished else { return .wait }
-        switch ReconcileStep.read(bytes, session: session) {
-        case .success(let message): return receive(message)
-        case .failure(let e): finished = e.ends; return e.step
-        }
-    }
+    public var exchangeSession: UInt32? { session }
+    public var isFinished: Bool { finished }
+    public mutating func end() { finished = true }
 
     /// Handles one message from the responder.
     public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {

@@ -32,16 +32,9 @@ public struct ReconcileResponder: Sendable {
         self.init(ids: parsed, sizing: sizing)
     }
 
-    /// Parses `bytes` and handles the message; bytes that do not parse are answered with an
-    /// abort (unsupported version with the versions spoken here, or malformed) and end the
-    /// exchange.
-    public mutating func receive(bytes: [UInt8]) -> ReconcileStep {
-        guard !finished else { return .wait }
-        switch ReconcileStep.read(bytes, session: session) {
-        case .success(let message): return receive(message)
-        case .failure(let e): finished = e.ends; return e.step
-        }
-    }
+    public var exchangeSession: UInt32? { session }
+    public var isFinished: Bool { finished }
+    public mutating func end() { finished = true }
 
     /// Handles one message from the initiator.
     public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
