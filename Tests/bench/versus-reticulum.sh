@@ -24,7 +24,10 @@ cp Tests/bench/reticulum/bench.py Tests/bench/reticulum/node.py Tests/bench/reti
 ours=()
 run_ours() {
     for _ in $(seq "$RUNS"); do
-        line=$("$BIN/yaok-bench" --path-only --messages "$MESSAGES" --plugin-dir "$BIN" | tee /dev/stderr | grep "msg/s" | head -1)
+        # Not `tee /dev/stderr`: reopening it truncates a log file that stderr was redirected to.
+        out=$("$BIN/yaok-bench" --path-only --messages "$MESSAGES" --plugin-dir "$BIN")
+        printf '%s\n' "$out" >&2
+        line=$(grep "msg/s" <<<"$out" | head -1)
         ours+=("$(echo "$line" | sed -E 's/.* ([0-9]+) msg\/s.*/\1/')")
     done
 }
