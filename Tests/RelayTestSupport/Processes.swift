@@ -5,33 +5,8 @@ import YaokTesting
 /// Runs a tool to completion (bounded to 60 s), returning status and combined output.
 public func runTool(_ exe: String, _ args: [String], stdin: Data? = nil, timeout: TimeInterval = 60) throws -> (Int32, String) {
     try RequiredTool.require(exe, package: ["openssl": "openssl", "bash": "bash"][(exe as NSString).lastPathComponent] ?? "coreutils")
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: exe)
-    p.arguments = args
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    let input = Pipe()
-    p.standardInput = input
-    let done = DispatchSemaphore(value: 0)
-    p.terminationHandler = { _ in done.signal() }
-    try p.run()
-    if let stdin { input.fileHandleForWriting.write(stdin) }
-    try? input.fileHandleForWriting.close()
-    // A Mutex, not a plain var: if the read outlasts its 10 s wait below, it is still writing.
-    let data = Mutex(Data())
-    let readDone = DispatchSemaphore(value: 0)
-    DispatchQueue.global().async {
-        let all = pipe.fileHandleForReading.readDataToEndOfFile()
-        data.withLock { $0 = all }
-        readDone.signal()
-    }
-    if done.wait(timeout: .now() + timeout) == .timedOut {
-        p.terminate()
-        throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(exe) \(args) timed out"])
-    }
-    _ = readDone.wait(timeout: .now() + 10)
-    return (p.terminationStatus, String(decoding: data.withLock { $0 }, as: UTF8.self))
+    let result = try Command.run(exe, args, stdin: stdin, timeout: timeout)
+    return (result.status, result.output)
 }
 
 /// A `yaok` process in the background whose combined output is collected as it runs.

@@ -58,39 +58,11 @@ enum TestSupport {
         return output
     }
 
-    struct RunResult { var status: Int32; var output: String }
+    typealias RunResult = CommandResult
 
     /// Runs a command to completion (bounded by `timeout`), capturing stdout and stderr.
     static func run(_ executable: String, _ arguments: [String], timeout: TimeInterval = 120, environment: [String: String]? = nil) throws -> RunResult {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: executable)
-        p.arguments = arguments
-        if let environment { p.environment = environment }
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        let done = DispatchSemaphore(value: 0)
-        p.terminationHandler = { _ in done.signal() }
-        try p.run()
-        // A Mutex, not a plain var: after a timeout the output is read while the reader may
-        // still be writing it.
-        final class Output: Sendable { let data = Mutex(Data()) }
-        let output = Output()
-        let reader = DispatchQueue(label: "reader")
-        let readDone = DispatchSemaphore(value: 0)
-        reader.async {
-            let data = pipe.fileHandleForReading.readDataToEndOfFile()
-            output.data.withLock { $0 = data }
-            readDone.signal()
-        }
-        if done.wait(timeout: .now() + timeout) == .timedOut {
-            p.terminate()
-            _ = done.wait(timeout: .now() + 5)
-            _ = readDone.wait(timeout: .now() + 5)
-            throw NSError(domain: "timeout", code: 1, userInfo: [NSLocalizedDescriptionKey: "\(executable) \(arguments) timed out after \(timeout) s: \(String(decoding: output.data.withLock { $0 }, as: UTF8.self))"])
-        }
-        _ = readDone.wait(timeout: .now() + 10)
-        return RunResult(status: p.terminationStatus, output: String(decoding: output.data.withLock { $0 }, as: UTF8.self))
+        try Command.run(executable, arguments, environment: environment, timeout: timeout)
     }
 }
 
