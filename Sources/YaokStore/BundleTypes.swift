@@ -68,10 +68,24 @@ public struct BundleRecord: Sendable, Equatable {
     }
 }
 
-/// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
-/// Its ``BundleRecord`` fields read and write as its own (`newBundle.bundleID`).
+/// A value that carries a ``BundleRecord`` and reads and writes its fields as its own
+/// (`bundle.bundleID`).
 @dynamicMemberLookup
-public struct NewBundle: Sendable, Equatable {
+public protocol CarriesBundleRecord {
+    var record: BundleRecord { get set }
+}
+
+extension CarriesBundleRecord {
+    // Inlinable: a key-path literal then folds into a plain field access in the router.
+    @inlinable
+    public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
+        get { record[keyPath: field] }
+        set { record[keyPath: field] = newValue }
+    }
+}
+
+/// A bundle arriving at the hub (from a phone or another hub). The bytes are opaque here.
+public struct NewBundle: CarriesBundleRecord, Sendable, Equatable {
     public var record: BundleRecord
     /// The encoded bundle, stored as is.
     public var bytes: [UInt8]
@@ -87,13 +101,6 @@ public struct NewBundle: Sendable, Equatable {
                                    expiresMs: expiresMs, receivedFrom: receivedFrom, origin: origin)
         self.bytes = bytes
         self.acknowledgedBundleID = acknowledgedBundleID
-    }
-
-    // Inlinable: a key-path literal then folds into a plain field access in the router.
-    @inlinable
-    public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
-        get { record[keyPath: field] }
-        set { record[keyPath: field] = newValue }
     }
 }
 
@@ -115,9 +122,7 @@ public enum BundleBytes: Sendable, Equatable {
 }
 
 /// A bundle as stored: its record and bytes, and its forwarding state at this hub.
-/// Its ``BundleRecord`` fields read and write as its own (`stored.bundleID`).
-@dynamicMemberLookup
-public struct StoredBundle: Sendable, Equatable {
+public struct StoredBundle: CarriesBundleRecord, Sendable, Equatable {
     public var record: BundleRecord
     /// Whether this read carries the bytes, and if not, why not. Tombstones (delivered,
     /// expired) are always `.dropped` and keep ``size``.
@@ -144,13 +149,6 @@ public struct StoredBundle: Sendable, Equatable {
         self.acceptedMs = acceptedMs
         self.size = size
         self.lastLink = lastLink
-    }
-
-    // Inlinable: a key-path literal then folds into a plain field access in the router.
-    @inlinable
-    public subscript<T>(dynamicMember field: WritableKeyPath<BundleRecord, T>) -> T {
-        get { record[keyPath: field] }
-        set { record[keyPath: field] = newValue }
     }
 }
 
