@@ -8,13 +8,21 @@ public protocol ReconcileExchange: Sendable {
     var exchangeSession: UInt32? { get }
     /// The exchange is over: every later message is ignored (`.wait`).
     var isFinished: Bool { get }
-    /// Handles one message of the peer's.
-    mutating func receive(_ message: ReconcileMessage) -> ReconcileStep
+    /// Handles one message of this exchange (``receive(_:)`` has dropped the others).
+    mutating func handle(_ message: ReconcileMessage) -> ReconcileStep
     /// Ends the exchange (a message of its own did not parse).
     mutating func end()
 }
 
 extension ReconcileExchange {
+    /// Handles one message of the peer's: nothing once the exchange is over, and nothing of
+    /// another session (a responder takes the session of its first message).
+    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
+        guard !isFinished else { return .wait }
+        if let s = exchangeSession, message.session != s { return .wait }
+        return handle(message)
+    }
+
     /// Parses `bytes` (a `reconcile` record's value) and handles the message. Bytes that do not
     /// parse end the exchange with an abort (unsupported version, or malformed), unless their
     /// header names another session.
@@ -79,8 +87,7 @@ public struct CodedInitiator: ReconcileExchange {
     public var isFinished: Bool { finished }
     public mutating func end() { finished = true }
 
-    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
-        guard !finished, message.session == session else { return .wait }
+    public mutating func handle(_ message: ReconcileMessage) -> ReconcileStep {
         switch message {
         case .abort(let a):
             finished = true
@@ -208,9 +215,7 @@ public struct CodedResponder: ReconcileExchange {
     public var isFinished: Bool { finished }
     public mutating func end() { finished = true }
 
-    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
-        guard !finished else { return .wait }
-        if let s = session, message.session != s { return .wait }
+    public mutating func handle(_ message: ReconcileMessage) -> ReconcileStep {
         switch message {
         case .start(let m):
             guard session == nil else { return malformed(m.session, "a second start") }

@@ -112,8 +112,7 @@ public struct ReconcileInitiator: Sendable {
     public mutating func end() { finished = true }
 
     /// Handles one message from the responder.
-    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
-        guard !finished, message.session == session else { return .wait }
+    public mutating func handle(_ message: ReconcileMessage) -> ReconcileStep {
         switch message {
         case .abort(let a):
             finished = true

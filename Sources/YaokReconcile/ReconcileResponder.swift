@@ -37,9 +37,7 @@ public struct ReconcileResponder: Sendable {
     public mutating func end() { finished = true }
 
     /// Handles one message from the initiator.
-    public mutating func receive(_ message: ReconcileMessage) -> ReconcileStep {
-        guard !finished else { return .wait }
-        if let s = session, message.session != s { return .wait }
+    public mutating func handle(_ message: ReconcileMessage) -> ReconcileStep {
         switch message {
         case .estimate(let e):
             guard session == nil else { return malformed(message.session, "a second estimate") }
