@@ -7,7 +7,7 @@
 #      \ |      that lacks the message, so anything but "wait" would show as frames.
 #        D
 #
-# Every hub runs `policy: spray-and-wait`, `spray_copies: 3`.
+# Every hub runs `policy: spray-and-wait`, `spray_copies: 3`, and trusts the other three.
 #  1. bounded copies: dave is offline (never attached anywhere). alice at A sends K1
 #     messages; A, the source hub, hands out exactly copies − 1 = 2 copies of each, and
 #     the hubs holding a copy wait: no other hub sends a single bundle frame.
@@ -30,8 +30,21 @@ connect A 10.97.2.1 C 10.97.2.2
 connect A 10.97.3.1 D 10.97.3.2
 connect B 10.97.4.1 C 10.97.4.2
 connect C 10.97.5.1 D 10.97.5.2
+# The hubs trust each other (hub_trust: list, every hub's key): a trusted hub's custody
+# acknowledgement is a copy handed out. Under open trust an untrusted hub's word uses up no
+# copy by design (Docs/protocol.md), so the bound would hold only by the order of events.
+# Each hub makes its identity on a first start; then all restart trusting the four keys.
+for n in "${HUBS[@]}"; do write_config "$n"; start_hub "$n"; done
+keys=()
+for n in "${HUBS[@]}"; do
+    keys+=("\"$("$BIN/yaok-hub" identity --json --socket "$WORK/$n/control.sock" | jq -r .signingKey)\"")
+    kill_hub "$n"
+done
+TRUST="  hub_trust: list
+  trusted_hubs: [$(IFS=,; echo "${keys[*]}")]"
 ROUTER_EXTRA="  policy: spray-and-wait
-  spray_copies: 3"
+  spray_copies: 3
+$TRUST"
 for n in "${HUBS[@]}"; do write_config "$n"; start_hub "$n"; done
 
 star_links() { links_are A 3 && links_are B 2 && links_are C 3 && links_are D 2; }
@@ -74,11 +87,13 @@ for n in B C D; do
     (( $(from_peer "$n" "$KEY_A") <= K1 )) || fail "hub $n got some message twice from A"
 done
 (( b_out + c_out + d_out == 0 )) || fail "hubs holding a copy did not wait: B sent $b_out, C $c_out, D $d_out bundle frames"
+[[ $(hub_status A | jq .router.counters.untrustedHandOvers) == 0 ]] || fail "A handed copies to hubs it does not trust"
 pass "spray: $K1 messages, A handed out exactly $copies copies (2 each); B, C, D took $b_in/$c_in/$d_in and sent none on (wait phase)"
 
 # --- 2. direct delivery to the neighbour where the recipient is attached.
 ROUTER_EXTRA="  policy: spray-and-wait
-  spray_copies: 1"
+  spray_copies: 1
+$TRUST"
 write_config A
 kill -HUP "${HUBPID[A]}"
 policy_is_1() { [[ $(hub_status A | jq -r .router.policy) == "spray-and-wait(1)" ]]; }
