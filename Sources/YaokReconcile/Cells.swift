@@ -81,19 +81,28 @@ struct Cells: Sendable, Equatable {
             if taken > size { return result }
             if c == 1 { result.plus.append(id) } else { result.minus.append(id) }
             for i in idx {
-                count[i] &-= c
-                idHi[i] ^= id.hi
-                idLo[i] ^= id.lo
-                hashSum[i] ^= d.check
+                take(id, check: d.check, count: c, at: i)
                 if i != cell { stack.append(i) }
             }
         }
-        for i in base..<(base + size) where count[i] != 0 || idHi[i] != 0 || idLo[i] != 0 || hashSum[i] != 0 {
-            return result
-        }
-        result.complete = true
+        result.complete = isZero(base..<(base + size))
         return result
     }
+
+    /// Takes an ID that went in with `count` (+1 or −1) out of cell `i`.
+    @inline(__always)
+    mutating func take(_ id: ReconcileID, check: UInt64, count c: Int32, at i: Int) {
+        count[i] &-= c
+        idHi[i] ^= id.hi
+        idLo[i] ^= id.lo
+        hashSum[i] ^= check
+    }
+
+    /// Cell `i` is all zero.
+    func isZero(at i: Int) -> Bool { count[i] == 0 && idHi[i] == 0 && idLo[i] == 0 && hashSum[i] == 0 }
+
+    /// Every cell of `range` is all zero.
+    func isZero(_ range: Range<Int>) -> Bool { range.allSatisfy(isZero(at:)) }
 
     /// Wire bytes of cells `range`.
     func encode(_ range: Range<Int>) -> [UInt8] {

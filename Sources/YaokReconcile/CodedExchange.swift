@@ -46,7 +46,7 @@ extension ReconcileResponder: ReconcileExchange {}
 /// It asks for the responder's coded cells a batch at a time, subtracts its own, peels, and
 /// asks for more until every cell received is empty; then it validates the result as version 1
 /// does (every ID found on its side is in its set, none found on the peer's side is) and sends
-/// `lacks`. How many cells it asks for next is its own choice (``nextTotal(received:emptyCells:)``);
+/// `lacks`. How many cells it asks for next is its own choice (``plan(received:emptyCells:peeled:)``);
 /// the responder only checks that requests are contiguous and under the cap.
 public struct CodedInitiator: ReconcileExchange {
     public let session: UInt32
@@ -63,9 +63,9 @@ public struct CodedInitiator: ReconcileExchange {
     private var outstanding: [Int: Int] = [:]
     /// Cells that arrived out of order, by first cell, until the ones before them come.
     private var early: [Int: Cells] = [:]
-    /// Cells whose difference was empty before any peeling, from cell 1 on: they estimate
-    /// the difference while it is still too large to peel.
-    private var emptyCells: [Int] = []
+    /// How many cells had an empty difference before any peeling, from cell 1 on: they
+    /// estimate the difference while it is still too large to peel.
+    private var emptyCells = 0
     private var finished = false
 
     /// The first request: small, so a small difference costs little.
@@ -113,13 +113,11 @@ public struct CodedInitiator: ReconcileExchange {
     }
 
     private mutating func askForMore() -> ReconcileStep {
-        let peeled = decoder.plus.count + decoder.minus.count
-        let estimate = Self.estimate(received: requested, emptyCells: emptyCells, peeled: peeled)
-        let total = Self.nextTotal(received: requested, emptyCells: emptyCells, peeled: peeled)
-        let capped = min(total, ReconcileLimits.maxCodedCells)
+        let plan = Self.plan(received: requested, emptyCells: emptyCells, peeled: decoder.plus.count + decoder.minus.count)
+        let capped = min(plan.total, ReconcileLimits.maxCodedCells)
         // An honest difference of d decodes within about 1.4·d cells; four times the estimate
         // without decoding means the cells are not what they claim (or the sets changed).
-        let hopeless = !emptyCells.isEmpty && requested >= 4 * estimate + 256
+        let hopeless = emptyCells > 0 && requested >= 4 * plan.estimate + 256
         let messagesNeeded = (capped - requested + ReconcileLimits.maxCodedCellsPerMessage - 1) / ReconcileLimits.maxCodedCellsPerMessage
         guard capped > requested, !hopeless, requests + messagesNeeded <= ReconcileLimits.maxCodedRequests else {
             finished = true
@@ -145,16 +143,17 @@ public struct CodedInitiator: ReconcileExchange {
     /// expects as many empty cells as were seen (at least one) is the estimate d̂. Decoding
     /// needs about 1.37·d cells; ask for 1.45·d̂, and at least 1/8 more than now (twice as
     /// many while no cell was empty: d̂ is then only a lower bound).
-    static func nextTotal(received: Int, emptyCells: [Int], peeled: Int) -> Int {
+    /// Returns d̂ and that total.
+    static func plan(received: Int, emptyCells: Int, peeled: Int) -> (estimate: Int, total: Int) {
         let d = estimate(received: received, emptyCells: emptyCells, peeled: peeled)
-        let byGrowth = emptyCells.isEmpty ? 2 * received : received + max(32, received / 8)
-        return max(d + (d * 45 + 99) / 100 + 16, byGrowth)
+        let byGrowth = emptyCells == 0 ? 2 * received : received + max(32, received / 8)
+        return (d, max(d + (d * 45 + 99) / 100 + 16, byGrowth))
     }
 
     /// d̂: the difference that expects as many empty cells among cells 1 ..< `received` as
     /// were seen (at least one), and at least the IDs already peeled.
-    static func estimate(received: Int, emptyCells: [Int], peeled: Int) -> Int {
-        let seen = Double(max(1, emptyCells.count))
+    static func estimate(received: Int, emptyCells: Int, peeled: Int) -> Int {
+        let seen = Double(max(1, emptyCells))
         func expectedEmpty(_ d: Double) -> Double {
             var sum = 0.0
             for i in 1..<max(2, received) { sum += Foundation.exp(d * Foundation.log1p(-2 / (Double(i) + 1.5))) }

@@ -29,11 +29,11 @@ struct SymbolWalk: Sendable, Equatable {
         next += max(1, Int(gap))
     }
 
-    /// The cells below `end` this ID goes into, from cell 0.
-    static func cells(seed: UInt64, below end: Int) -> [Int] {
+    /// The cells below `end` this ID goes into, from cell 0, and its walk from there on.
+    static func cells(seed: UInt64, below end: Int) -> (cells: [Int], rest: SymbolWalk) {
         var walk = SymbolWalk(seed: seed), out: [Int] = []
         while walk.next < end { out.append(walk.next); walk.advance() }
-        return out
+        return (out, walk)
     }
 }
 
@@ -83,9 +83,9 @@ struct CodedSymbolDecoder: Sendable {
     private var cells = Cells(cells: 0)
     /// IDs peeled so far, with their walks, to take out of the cells still to come.
     private var found: [(id: ReconcileID, check: UInt64, sign: Int32, walk: SymbolWalk)] = []
-    /// Of the cells the last ``add(_:)`` brought, from cell 1 on: those whose difference was
-    /// empty before anything was taken out (no differing ID reached them).
-    private(set) var emptyBeforePeeling: [Int] = []
+    /// Of the cells the last ``add(_:)`` brought, from cell 1 on: how many had an empty
+    /// difference before anything was taken out (no differing ID reached them).
+    private(set) var emptyBeforePeeling = 0
     /// IDs in the peer's set only (+1) and in ours only (−1).
     private(set) var plus: [ReconcileID] = []
     private(set) var minus: [ReconcileID] = []
@@ -98,9 +98,6 @@ struct CodedSymbolDecoder: Sendable {
     /// Cells received so far.
     var received: Int { cells.cellCount }
 
-    /// The signed count of cell 0: (peer's set size − ours) once one cell arrived.
-    var sizeDifference: Int { cells.cellCount > 0 ? Int(cells.count[0]) : 0 }
-
     /// Adds the peer's next cells (in order) and peels. Returns true when every cell received
     /// is empty: the difference is fully decoded.
     mutating func add(_ theirs: Cells) -> Bool {
@@ -108,18 +105,11 @@ struct CodedSymbolDecoder: Sendable {
         var fresh = theirs
         let mine = own.next(n)
         fresh.subtract(mine)
-        emptyBeforePeeling = (max(1, start)..<end).filter {
-            let i = $0 - start
-            return fresh.count[i] == 0 && fresh.idHi[i] == 0 && fresh.idLo[i] == 0 && fresh.hashSum[i] == 0
-        }
+        emptyBeforePeeling = (max(1, start)..<end).count { fresh.isZero(at: $0 - start) }
         // What already peeled goes into these cells too: take it out.
         for f in found.indices {
             while found[f].walk.next < end {
-                let i = found[f].walk.next - start
-                fresh.count[i] &-= found[f].sign
-                fresh.idHi[i] ^= found[f].id.hi
-                fresh.idLo[i] ^= found[f].id.lo
-                fresh.hashSum[i] ^= found[f].check
+                fresh.take(found[f].id, check: found[f].check, count: found[f].sign, at: found[f].walk.next - start)
                 found[f].walk.advance()
             }
         }
@@ -140,20 +130,15 @@ struct CodedSymbolDecoder: Sendable {
             let id = ReconcileID(hi: cells.idHi[cell], lo: cells.idLo[cell])
             let d = ReconcileHash.digest(id, salt: salt)
             guard d.check == cells.hashSum[cell] else { continue }
-            let path = SymbolWalk.cells(seed: d.stratumWord, below: end)
+            let (path, rest) = SymbolWalk.cells(seed: d.stratumWord, below: end)
             guard path.contains(cell) else { continue }
             guard plus.count + minus.count < end else { return }
             if c == 1 { plus.append(id) } else { minus.append(id) }
             for i in path {
-                cells.count[i] &-= c
-                cells.idHi[i] ^= id.hi
-                cells.idLo[i] ^= id.lo
-                cells.hashSum[i] ^= d.check
+                cells.take(id, check: d.check, count: c, at: i)
                 if i != cell { stack.append(i) }
             }
-            var walk = SymbolWalk(seed: d.stratumWord)
-            while walk.next < end { walk.advance() }
-            found.append((id, d.check, c, walk))
+            found.append((id, d.check, c, rest))
         }
     }
 }
@@ -168,8 +153,5 @@ extension Cells {
     }
 
     /// Every cell is zero.
-    var isEmpty: Bool {
-        for i in 0..<cellCount where count[i] != 0 || idHi[i] != 0 || idLo[i] != 0 || hashSum[i] != 0 { return false }
-        return true
-    }
+    var isEmpty: Bool { isZero(0..<cellCount) }
 }

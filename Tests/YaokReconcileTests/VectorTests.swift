@@ -28,7 +28,7 @@ enum ReconcileVectors {
 
     /// Version 2: the cells each ID goes into below 40.
     static func walks() -> [[Int]] {
-        ids.map { SymbolWalk.cells(seed: ReconcileHash.digest($0, salt: salt).stratumWord, below: 40) }
+        ids.map { SymbolWalk.cells(seed: ReconcileHash.digest($0, salt: salt).stratumWord, below: 40).cells }
     }
 
     /// Version 2: a start asking for 6 cells, the responder's cells 0..<6 of the three IDs, and a `more` for 6 more.
