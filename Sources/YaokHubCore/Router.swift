@@ -1208,11 +1208,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .initiating(var initiator)?:
             step = initiator.receive(bytes: value)
             link.sync = .initiating(initiator)
-            // An older neighbour's answer to version 2: it lists what it speaks.
-            if case .fallBack(.unsupportedVersion, nil, _) = step, case .abort(let a)? = try? ReconcileMessage(parsing: value),
-               a.versions.contains(ReconcileLimits.version), !a.versions.contains(ReconcileLimits.codedVersion),
-               initiator is CodedInitiator {
-                version1Only = true
+            // An older neighbour refused version 2, listing what it speaks.
+            if let versions = (initiator as? CodedInitiator)?.responderVersions {
+                version1Only = versions.contains(ReconcileLimits.version) && !versions.contains(ReconcileLimits.codedVersion)
             }
         case .responding(var responder)?:
             step = responder.receive(bytes: value)

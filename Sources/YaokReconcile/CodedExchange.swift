@@ -57,6 +57,9 @@ public struct CodedInitiator: ReconcileExchange {
     private var decoder: CodedSymbolDecoder
     /// Cells asked for so far (received or on the way).
     public private(set) var requested: Int
+    /// The versions the responder listed when it refused this one (abort 1): a hub from before
+    /// version 2 lists `[1]`, and the exchange can start again in version 1.
+    public private(set) var responderVersions: [UInt8]?
     /// `start` and `more` messages sent.
     private var requests = 1
     /// Requests not yet answered: first cell → cell count.
@@ -91,6 +94,7 @@ public struct CodedInitiator: ReconcileExchange {
         switch message {
         case .abort(let a):
             finished = true
+            if a.reason == .unsupportedVersion { responderVersions = a.versions }
             return .peerAborted(a, by: "responder")
         case .cells(let c):
             let first = Int(c.firstCell), count = Int(c.cellCount)

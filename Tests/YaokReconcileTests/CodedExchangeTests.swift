@@ -124,6 +124,7 @@ final class CodedExchangeTests: XCTestCase {
         let fromOld: [UInt8] = [1, 5, 1, 2, 3, 4, 1, 1, 1]
         guard case .fallBack(.unsupportedVersion, nil, let detail) = initiator.receive(bytes: fromOld) else { return XCTFail() }
         XCTAssertTrue(detail.contains("[1]"), detail)
+        XCTAssertEqual(initiator.responderVersions, [1], "what the router starts again in")
     }
 
     func testNextRequestFollowsTheEmptyCells() {
