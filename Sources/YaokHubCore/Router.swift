@@ -658,7 +658,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let result: AcceptResult
         let evictedBefore = store.statistics
         do {
-            result = try store.accept(newBundle, nowMs: t)
+            result = try store.accept(newBundle, nowMs: t) { [links] id in links.values.contains { $0.inFlight[id] != nil } }
         } catch {
             counters.refusedStoreFull += 1
             logger.error("store refused bundle \(Self.shortID(id)): \(error)")
@@ -808,11 +808,22 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
+    /// A send of `id` ended without custody: unless another link still carries it, a queued
+    /// bundle counts a failed attempt and waits for its retry time (the store leaves a
+    /// handed-over one, or one gone meanwhile, as it is).
     private func failAttemptIfStillInFlight(_ id: [UInt8], nowMs: Int64) {
-        guard let b = storeCall("bundle", { try store.bundle(id) }), b.state == .inFlight else { return }
-        // Another link may still carry it.
         if links.values.contains(where: { $0.inFlight[id] != nil }) { return }
-        storeCall("markAttemptFailed", { try store.markAttemptFailed(id, nowMs: nowMs) })
+        storeCall("markAttemptFailed") {
+            do { try store.markAttemptFailed(id, nowMs: nowMs) } catch StoreError.bundleNotFound { /* evicted or expired meanwhile */ }
+        }
+    }
+
+    /// Bundles being sent on some link, custody not yet answered. The store does not record
+    /// this (see ``BundleStore``): listings of queued bundles pass these over.
+    private func onTheWire() -> Set<[UInt8]> {
+        var ids = Set<[UInt8]>()
+        for link in links.values { ids.formUnion(link.inFlight.keys) }
+        return ids
     }
 
     // MARK: Offer / request between hubs
@@ -951,7 +962,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, withBytes: false) }) else { return }
         var ids: [[UInt8]] = []
         let holdings = link.peerHoldings
-        for b in bundles where !(holdings?.peerHolds(b.bundleID) ?? false) && chosenHops(for: b).contains(link.key) {
+        let wire = onTheWire()
+        for b in bundles where !wire.contains(b.bundleID) && !(holdings?.peerHolds(b.bundleID) ?? false) && chosenHops(for: b).contains(link.key) {
             ids.append(b.bundleID)
         }
         offer(ids, to: link)
@@ -1046,7 +1058,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.warning("bundle \(Self.shortID(b.bundleID)) (\(outgoing.count) bytes) exceeds \(link.key) MTU \(link.info.mtu)")
             return true
         }
-        if b.state == .queued { storeCall("markInFlight", { try store.markInFlight(b.bundleID, link: link.key.description, nowMs: t) }) }
         let resends = link.resends[b.bundleID] ?? 0
         if resends == 0 { link.firstSentMs[b.bundleID] = t }
         link.inFlight[b.bundleID] = t + link.pacing.timeoutMs(resends: resends)
@@ -1070,7 +1081,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The relay came up: hand it what the policy routes there.
     private func pushForwardable(to link: Link) {
         guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, withBytes: false) }) else { return }
-        for b in bundles where link.inFlight[b.bundleID] == nil && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
+        let wire = onTheWire()
+        for b in bundles where !wire.contains(b.bundleID) && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
     }
@@ -1440,7 +1452,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // A page of due bundles a tick, walking round the whole queue: each is looked at
         // again within (queued / 500) s, however many stay due ahead of it.
         if let due = storeCall("due", { try store.due(nowMs: t, limit: Self.duePage, withBytes: false, after: dueCursor) }) {
-            for b in due { route(b) }
+            let wire = onTheWire()
+            for b in due where !wire.contains(b.bundleID) { route(b) }
             dueCursor = due.count < Self.duePage ? nil : due.last
         }
         if t - lastSweepMs >= 60_000 {
@@ -1464,11 +1477,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             // Status reports what is durable: the open group commits first.
             commitGroup()
             let counts = (storeCall("counts", { try store.counts() })) ?? [:]
+            // Being sent is known here, not stored: of the queued bundles, those on the wire.
+            let sending = (storeCall("queuedCount", { try store.queuedCount(of: Array(onTheWire())) })) ?? 0
             let last = (storeCall("lastDelivery", { try store.lastDelivery() })) ?? []
             return RouterStatus(
                 policy: policy.name,
                 queue: RouterStatus.Queue(
-                    queued: counts[.queued] ?? 0, inFlight: counts[.inFlight] ?? 0, handedOver: counts[.handedOver] ?? 0,
+                    queued: (counts[.queued] ?? 0) - sending, inFlight: (counts[.inFlight] ?? 0) + sending, handedOver: counts[.handedOver] ?? 0,
                     delivered: counts[.delivered] ?? 0, expired: counts[.expired] ?? 0,
                     bytes: (storeCall("totalBytes", { try store.totalBytes() })) ?? 0),
                 store: RouterStatus.StoreCounters(duplicatesDropped: store.statistics.duplicatesDropped,

@@ -4,7 +4,10 @@ import YaokWire
 /// The hub's store of carried bundles: accept with dedupe, retry scheduling with backoff,
 /// custody states, a per-peer "already has it" table, expiry and a size cap.
 ///
-/// Every state change is one transaction and is durable when the call returns. Bundle bytes
+/// Every state change is one transaction and is durable when the call returns. Being sent is
+/// not one of them: a bundle on the wire stays queued here (the router's links know which are
+/// being sent), since a crash would make it queued again anyway, and writing it cost one
+/// update of the row and six of its indexes per bundle (issue 16). Bundle bytes
 /// are opaque. Times are milliseconds since the Unix epoch, passed in by the caller so that
 /// tests (and the router) control the clock.
 // @unchecked: its state is the database (serialised by its lock) and `cachedStatistics`, under `statsLock`.
@@ -13,7 +16,7 @@ public final class BundleStore: @unchecked Sendable {
     public static let schemaComponent = "bundles"
 
     public let database: SQLCipherDatabase
-    /// Carried bytes (queued, in flight, handed over) are kept at or below this.
+    /// Carried bytes (queued, handed over) are kept at or below this.
     public let sizeCapBytes: Int64
     /// Retry delays after the 1st, 2nd, … failed attempt; the last one repeats.
     public let backoffMs: [Int64]
@@ -56,7 +59,10 @@ public final class BundleStore: @unchecked Sendable {
     /// and it is `.rejectedOverShare`: a flood from one place pays for itself.
     ///
     /// - Throws: `StoreError.invalidBundle` for wrong field lengths, `.sqlite` on I/O errors.
-    public func accept(_ b: NewBundle, nowMs: Int64) throws -> AcceptResult {
+    /// `onTheWire` says which bundles are being sent right now (the router's links know; the
+    /// store keeps no durable "in flight" state): eviction passes them over, because a
+    /// transfer is under way.
+    public func accept(_ b: NewBundle, nowMs: Int64, onTheWire: ([UInt8]) -> Bool = { _ in false }) throws -> AcceptResult {
         try Self.validate(b)
         guard b.expiresMs > nowMs else { return .rejectedExpired }
         let size = Int64(b.bytes.count)
@@ -87,7 +93,7 @@ public final class BundleStore: @unchecked Sendable {
             }
             let carried = try counter("carried_bytes")
             if carried + size > sizeCapBytes {
-                guard let plan = try fairEvictionPlan(needed: carried + size - sizeCapBytes, for: b) else {
+                guard let plan = try fairEvictionPlan(needed: carried + size - sizeCapBytes, for: b, onTheWire: onTheWire) else {
                     try bumpCounter("refused_over_share", by: 1)
                     statsDelta.refusedOverShare = 1
                     return .rejectedOverShare
@@ -134,7 +140,7 @@ public final class BundleStore: @unchecked Sendable {
     /// (sender or origin) with the most evictable bytes, counting the newcomer as already
     /// stored. Nil when the newcomer's own sender or origin is (or ties for) the heaviest,
     /// or when nothing evictable is left.
-    private func fairEvictionPlan(needed: Int64, for b: NewBundle) throws
+    private func fairEvictionPlan(needed: Int64, for b: NewBundle, onTheWire: ([UInt8]) -> Bool) throws
         -> (victims: [(id: [UInt8], size: Int64)], bySender: Int64, byOrigin: Int64)? {
         var usage: [Principal: Int64] = [:]
         for row in try database.query(SQL.usageBySender, purpose: "measuring each sender's share") {
@@ -156,17 +162,24 @@ public final class BundleStore: @unchecked Sendable {
             guard let heaviest = usage.max(by: { $0.value < $1.value }), heaviest.value > 0 else { return nil }
             if own.contains(where: { usage[$0, default: 0] >= heaviest.value }) { return nil }
             // Victims already chosen are still in the table (nothing is deleted until the plan
-            // holds), so read one row more than were taken and skip those.
-            let rows: [[SQLValue]]
-            switch heaviest.key {
-            case .sender(let who):
-                rows = try database.query(SQL.victimsOfSender, [.blob(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
-            case .origin(let who):
-                rows = try database.query(SQL.victimsOfOrigin, [.text(who), .int(victims.count + 1)], purpose: "choosing a bundle to evict")
+            // holds), and bundles on the wire are passed over: read one row more than were
+            // taken, then twice as many while every row read is one of those.
+            var row: [SQLValue]?
+            var limit = victims.count + 1
+            while row == nil {
+                let rows: [[SQLValue]]
+                switch heaviest.key {
+                case .sender(let who):
+                    rows = try database.query(SQL.victimsOfSender, [.blob(who), .int(limit)], purpose: "choosing a bundle to evict")
+                case .origin(let who):
+                    rows = try database.query(SQL.victimsOfOrigin, [.text(who), .int(limit)], purpose: "choosing a bundle to evict")
+                }
+                row = rows.first { r in r[0].blobValue.map { !taken.contains($0) && !onTheWire($0) } ?? false }
+                if rows.count < limit { break }
+                limit *= 2
             }
-            guard let row = rows.first(where: { r in r[0].blobValue.map { !taken.contains($0) } ?? false }),
-                  let id = row[0].blobValue, let vsize = row[1].int64Value, let sender = row[2].blobValue else {
-                usage[heaviest.key] = 0  // nothing of it is evictable (all in flight)
+            guard let row, let id = row[0].blobValue, let vsize = row[1].int64Value, let sender = row[2].blobValue else {
+                usage[heaviest.key] = 0  // nothing of it is evictable (all on the wire)
                 continue
             }
             if case .sender = heaviest.key { bySender += 1 } else { byOrigin += 1 }
@@ -268,6 +281,18 @@ public final class BundleStore: @unchecked Sendable {
         return result
     }
 
+    /// How many of these bundle IDs are queued (the router asks about those it is sending).
+    public func queuedCount(of ids: [[UInt8]]) throws -> Int {
+        var n = 0
+        for chunk in stride(from: 0, to: ids.count, by: SQL.queuedAmongSize) {
+            // Always the same statement (one prepared, cached): the last chunk repeats an ID, which `IN` counts once.
+            var part = Array(ids[chunk..<min(ids.count, chunk + SQL.queuedAmongSize)])
+            part += Array(repeating: part[0], count: SQL.queuedAmongSize - part.count)
+            n += try database.scalar(SQL.queuedAmong, part.map { .blob($0) }, purpose: "counting queued bundles")?.intValue ?? 0
+        }
+        return n
+    }
+
     /// Bytes of bundles currently carried (what the size cap applies to).
     public func totalBytes() throws -> Int64 {
         try counter("carried_bytes")
@@ -284,24 +309,6 @@ public final class BundleStore: @unchecked Sendable {
     }
 
     // MARK: State changes
-
-    /// Records that the bundle is being sent on `link`. A queued bundle becomes in flight;
-    /// a handed-over one stays handed over (another hop already has custody); tombstones are
-    /// left alone.
-    public func markInFlight(_ id: [UInt8], link: String, nowMs: Int64) throws {
-        try database.transaction {
-            let state = try currentState(id)
-            switch state {
-            case .queued:
-                try database.execute(SQL.setInFlight, [.text(link), .int(BundleState.inFlight.rawValue), .blob(id)],
-                                     purpose: "marking a bundle in flight")
-            case .inFlight, .handedOver:
-                try database.execute(SQL.setLink, [.text(link), .blob(id)], purpose: "recording a bundle's link")
-            case .delivered, .expired:
-                break
-            }
-        }
-    }
 
     /// Records that `peer` (its user ID) acknowledged custody: the bundle becomes handed
     /// over (unless already delivered/expired) and the peer is remembered as holding it.
@@ -401,8 +408,8 @@ public final class BundleStore: @unchecked Sendable {
         try database.scalar(SQL.peersHolding, [.blob(id)], purpose: "counting a bundle's holders")?.intValue ?? 0
     }
 
-    /// On startup: bundles left in flight by the previous run never got their custody ack,
-    /// so they go back to queued, due now (attempts unchanged). Returns how many.
+    /// On startup: bundles a hub from before issue 16 left in flight never got their custody
+    /// ack, so they go back to queued, due now (attempts unchanged). Returns how many.
     @discardableResult
     public func requeueInFlight(nowMs: Int64) throws -> Int {
         try database.transaction {
@@ -537,7 +544,7 @@ public final class BundleStore: @unchecked Sendable {
             sourceUserID: try blob(3, "source_user"), hopCount: Int(try int(4, "hop_count")),
             hopLimit: Int(try int(5, "hop_limit")), previousHop: row[6].blobValue,
             createdMs: try int(7, "created_ms"), expiresMs: try int(8, "expires_ms"),
-            receivedFrom: row[11].textValue, origin: row[17].textValue)
+            receivedFrom: row[11].textValue, origin: row[16].textValue)
         // NULL bytes mean one of two things: a tombstone's, dropped for good, or a listing that
         // left them out. The state tells which: only the writes that make a tombstone store
         // NULL, so for a carried bundle it is the listing's.
@@ -546,7 +553,7 @@ public final class BundleStore: @unchecked Sendable {
         return StoredBundle(
             record: record, bytes: bytes, state: state,
             attempts: Int(try int(13, "attempts")), nextAttemptMs: try int(14, "next_attempt_ms"),
-            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")), lastLink: row[16].textValue)
+            acceptedMs: try int(15, "accepted_ms"), size: Int(try int(10, "size")))
     }
 
     /// The store's SQL, fixed strings so the prepared statements are cached.
@@ -558,9 +565,9 @@ public final class BundleStore: @unchecked Sendable {
     enum SQL {
         static let columns = """
             bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
-            expires_ms, bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, origin
+            expires_ms, bytes, size, received_from, state, attempts, next_attempt_ms, accepted_ms, origin
             """
-        static let columnCount = 18
+        static let columnCount = 17
         static let heldBytes = "SELECT bytes FROM bundles WHERE bundle_id = ?"
         static let exists = "SELECT 1 FROM bundles WHERE bundle_id = ?"
         static let insert = """
@@ -591,7 +598,7 @@ public final class BundleStore: @unchecked Sendable {
         /// The same columns with NULL in place of the bundle bytes.
         static let columnsWithoutBytes = """
             bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
-            expires_ms, NULL, size, received_from, state, attempts, next_attempt_ms, accepted_ms, last_link, origin
+            expires_ms, NULL, size, received_from, state, attempts, next_attempt_ms, accepted_ms, origin
             """
         static let dueWithBytes = dueSQL(columns)
         static let dueWithoutBytes = dueSQL(columnsWithoutBytes)
@@ -627,12 +634,13 @@ public final class BundleStore: @unchecked Sendable {
             """
         }
         static let counts = "SELECT state, count(*) FROM bundles GROUP BY state"
+        static let queuedAmongSize = 64
+        static let queuedAmong = "SELECT count(*) FROM bundles WHERE state = 0 AND bundle_id IN ("
+            + Array(repeating: "?", count: queuedAmongSize).joined(separator: ",") + ")"
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
         static let state = "SELECT state FROM bundles WHERE bundle_id = ?"
         static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
         static let stateAndDestination = "SELECT state, destination FROM bundles WHERE bundle_id = ?"
-        static let setInFlight = "UPDATE OR FAIL bundles SET last_link = ?, state = ? WHERE bundle_id = ?"
-        static let setLink = "UPDATE OR FAIL bundles SET last_link = ? WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"
         static let setRetry = "UPDATE OR FAIL bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE bundle_id = ?"
         static let tombstone = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE bundle_id = ?"

@@ -2,7 +2,10 @@
 public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// Waiting for a link (or for its retry time).
     case queued = 0
-    /// Being sent; custody not yet acknowledged.
+    /// Being sent; custody not yet acknowledged. Only stores written by hubs before issue 16
+    /// hold it (``BundleStore/requeueInFlight(nowMs:)`` turns it back into queued at startup):
+    /// a bundle on the wire now stays queued in the store and the router's links know it is
+    /// being sent, because after a crash it would be queued again anyway.
     case inFlight = 1
     /// A next hop acknowledged custody; the hub keeps its copy for direct delivery and for
     /// other neighbours until it is delivered or expires.
@@ -136,11 +139,9 @@ public struct StoredBundle: CarriesBundleRecord, Sendable, Equatable {
     public var acceptedMs: Int64
     /// Size of the encoded bundle in bytes (kept after the bytes are dropped).
     public var size: Int
-    /// The link it was last sent on.
-    public var lastLink: String?
 
     public init(record: BundleRecord, bytes: BundleBytes, state: BundleState, attempts: Int,
-                nextAttemptMs: Int64, acceptedMs: Int64, size: Int, lastLink: String? = nil) {
+                nextAttemptMs: Int64, acceptedMs: Int64, size: Int) {
         self.record = record
         self.bytes = bytes
         self.state = state
@@ -148,16 +149,15 @@ public struct StoredBundle: CarriesBundleRecord, Sendable, Equatable {
         self.nextAttemptMs = nextAttemptMs
         self.acceptedMs = acceptedMs
         self.size = size
-        self.lastLink = lastLink
     }
 }
 
 extension StoredBundle {
     /// The row ``BundleStore/accept(_:nowMs:)`` writes when it answers `.stored` (queued, due
-    /// at once, no attempts, no link yet): the caller routes it without reading it back.
+    /// at once, no attempts): the caller routes it without reading it back.
     public init(accepted b: NewBundle, nowMs: Int64) {
         self.init(record: b.record, bytes: .held(b.bytes), state: .queued, attempts: 0,
-                  nextAttemptMs: nowMs, acceptedMs: nowMs, size: b.bytes.count, lastLink: nil)
+                  nextAttemptMs: nowMs, acceptedMs: nowMs, size: b.bytes.count)
     }
 }
 

@@ -12,6 +12,15 @@ import YaokTransportUDP
 // yaok-bench --reconcile [--trials N] [--shape N:FRACTION] [--sizing STRATA,CELLS,FACTOR,EXACT_FACTOR,EXTRA]:
 // set reconciliation figures only (ReconcileBench.swift).
 
+// yaok-bench --store-lifecycle N [--per-commit K]: the hub store's share of one message (see
+// BundleStoreBenchmark.hubLifecycle), for callgrind: valgrind --tool=callgrind
+// --toggle-collect='*hubLifecycle*' yaok-bench --store-lifecycle 2000
+if let n = argument("--store-lifecycle").flatMap({ Int($0) }) {
+    let perCommit = argument("--per-commit").flatMap { Int($0) } ?? 16
+    let micros = try BundleStoreBenchmark.hubLifecycle(messages: n, messagesPerCommit: perCommit)
+    print(String(format: "hub store, one message and its receipt (%d messages, %d per commit): %.1f µs per message", n, perCommit, micros))
+    exit(0)
+}
 if CommandLine.arguments.contains("--reconcile") {
     setvbuf(stdout, nil, _IOLBF, 0)
     var shapes: [(n: Int, fraction: Double)]?

@@ -21,9 +21,9 @@ final class ReconcileTests: XCTestCase {
 
     /// Two hubs that trust each other, each loaded while apart with the same `shared` bundles
     /// and `unique` of its own (sent by a phone, as a real hub gets them), then started together.
-    func startPair(oldB: Bool = false, environmentB: [String: String] = [:]) throws -> Pair {
+    func startPair(oldB: Bool = false, environmentB: [String: String] = [:], initiator: TrustedHubPair.Side? = nil) throws -> Pair {
         let exe = try TestSupport.product("yaok-hub")
-        let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000")
+        let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000", initiator: initiator)
         let (portA, portB, configA, configB) = (hubs.portA, hubs.portB, hubs.configA, hubs.configB)
         let alice = Identity.generate(), bob = Identity.generate()
         let both = try (0..<Self.shared).map { try seal("shared \($0)", from: alice, to: bob) }
@@ -105,11 +105,20 @@ final class ReconcileTests: XCTestCase {
         XCTAssertEqual(a2.reconcileDifferences + b2.reconcileDifferences - b.reconcileDifferences, 0, "the sets are equal now")
     }
 
-    /// B plays a hub that speaks version 1 only. Whichever starts, they end up reconciled in
-    /// version 1: B's estimate is answered in version 1; A's version 2 `start` is answered
-    /// `abort(unsupported version, [1])`, and A starts again in version 1.
-    func testAHubSpeakingVersion1OnlyStillReconciles() throws {
-        let pair = try startPair(environmentB: ["YAOK_TEST_RECONCILE_V1_ONLY": "1"])
+    /// B plays a hub that speaks version 1 only and starts the exchange: its version 1
+    /// estimate is answered in version 1.
+    func testAHubSpeakingVersion1OnlyStillReconcilesWhenItStarts() throws {
+        try version1OnlyHubReconciles(initiator: .b)
+    }
+
+    /// B plays a hub that speaks version 1 only and A starts: A's version 2 `start` is
+    /// answered `abort(unsupported version, [1])`, and A starts again in version 1.
+    func testAHubSpeakingVersion1OnlyStillReconcilesWhenTheOtherStarts() throws {
+        try version1OnlyHubReconciles(initiator: .a)
+    }
+
+    func version1OnlyHubReconciles(initiator: TrustedHubPair.Side) throws {
+        let pair = try startPair(environmentB: ["YAOK_TEST_RECONCILE_V1_ONLY": "1"], initiator: initiator)
         try Wait.until(timeout: 60, "each hub took the other's \(Self.unique) bundles and they reconciled in version 1") {
             let a = try counters(pair.a), b = try counters(pair.b)
             return a.accepted == Self.unique && b.accepted == Self.unique && a.reconciledVersion1 >= 1 && b.reconciledVersion1 >= 1

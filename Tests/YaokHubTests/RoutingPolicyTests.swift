@@ -9,7 +9,7 @@ final class RoutingPolicyTests: XCTestCase {
         StoredBundle(record: BundleRecord(bundleID: [UInt8](repeating: 1, count: 16), destination: [UInt8](repeating: 9, count: 32), kind: 1,
                                           sourceUserID: [UInt8](repeating: 2, count: 32),
                                           hopCount: hopCount, hopLimit: 10, previousHop: nil, createdMs: 0, expiresMs: 1, receivedFrom: nil),
-                     bytes: .notRead, state: .queued, attempts: 0, nextAttemptMs: 0, acceptedMs: 0, size: 0, lastLink: nil)
+                     bytes: .notRead, state: .queued, attempts: 0, nextAttemptMs: 0, acceptedMs: 0, size: 0)
     }
 
     func hub(_ n: UInt64, cost: Int = 10, holds: Bool = false, attached: Bool = false, role: PeerRole = .hub) -> NeighbourCandidate {

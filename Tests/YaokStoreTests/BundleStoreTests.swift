@@ -32,7 +32,6 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(s.nextAttemptMs, 5_000)
         XCTAssertEqual(s.acceptedMs, 5_000)
         XCTAssertEqual(s.size, 100)
-        XCTAssertNil(s.lastLink)
         XCTAssertNil(try store.bundle(bundleID(2)))
         XCTAssertEqual(try store.totalBytes(), 100)
         // The previous hop already has it.
@@ -139,8 +138,6 @@ final class BundleStoreTests: XCTestCase {
         let expected: [Int64] = [60_000, 300_000, 900_000, 3_600_000, 21_600_000, 21_600_000, 21_600_000]
         var now: Int64 = 1_000
         for (i, delay) in expected.enumerated() {
-            try store.markInFlight(bundleID(1), link: "udp", nowMs: now)
-            XCTAssertEqual(try store.bundle(bundleID(1))?.state, .inFlight)
             try store.markAttemptFailed(bundleID(1), nowMs: now)
             let s = try XCTUnwrap(try store.bundle(bundleID(1)))
             XCTAssertEqual(s.state, .queued)
@@ -160,11 +157,10 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.due(nowMs: 250, limit: 10).map(\.bundleID), [bundleID(1), bundleID(2)])
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [1, 2, 3, 4].map(bundleID))
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 2).map(\.bundleID), [1, 2].map(bundleID))
-        try store.markInFlight(bundleID(1), link: "ble", nowMs: 1_000)
+        try leaveInFlight(store, 1) // as a hub before issue 16 left it
         try store.markAttemptFailed(bundleID(2), nowMs: 1_000) // queued → retry at 61_000
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [3, 4].map(bundleID))
         XCTAssertEqual(try store.due(nowMs: 61_000, limit: 10).map(\.bundleID), [2, 3, 4].map(bundleID))
-        XCTAssertEqual(try store.bundle(bundleID(1))?.lastLink, "ble")
     }
 
     /// Paging with the cursor visits every due bundle once per round, even when all of them
@@ -198,7 +194,6 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(2), nowMs: 1), .stored)
         XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
         XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(5)))
-        try store.markInFlight(bundleID(1), link: "udp", nowMs: 5)
         try store.markHandedOver(bundleID(1), to: userID(5), nowMs: 6)
         XCTAssertEqual(try store.bundle(bundleID(1))?.state, .handedOver)
         XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(5)))
@@ -242,10 +237,17 @@ final class BundleStoreTests: XCTestCase {
 
     func testUnknownIDsThrowNotFound() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertThrowsError(try store.markInFlight(bundleID(1), link: "x", nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
         XCTAssertThrowsError(try store.markHandedOver(bundleID(1), to: userID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
         XCTAssertThrowsError(try store.markAttemptFailed(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
         XCTAssertThrowsError(try store.markDelivered(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+    }
+
+    /// A store a hub from before issue 16 left with bundles in flight (that state is no
+    /// longer written) has them queued again at startup.
+    /// Puts a bundle in the in-flight state as a hub from before issue 16 wrote it.
+    func leaveInFlight(_ store: BundleStore, _ n: Int) throws {
+        try store.database.execute("UPDATE bundles SET state = 1 WHERE bundle_id = ?", [.blob(bundleID(n))])
+        XCTAssertEqual(try store.bundle(bundleID(n))?.state, .inFlight)
     }
 
     func testRequeueInFlight() throws {
@@ -253,10 +255,9 @@ final class BundleStoreTests: XCTestCase {
         do {
             let store = try openStore(dir)
             for n in 1...3 { XCTAssertEqual(try store.accept(makeBundle(n), nowMs: Int64(n)), .stored) }
-            try store.markInFlight(bundleID(1), link: "udp", nowMs: 10)
-            try store.markInFlight(bundleID(2), link: "udp", nowMs: 10)
+            try leaveInFlight(store, 1)
             try store.markHandedOver(bundleID(2), to: userID(4), nowMs: 11)
-            try store.markInFlight(bundleID(3), link: "udp", nowMs: 12)
+            try leaveInFlight(store, 3)
             XCTAssertEqual(try store.due(nowMs: 100, limit: 10).count, 0)
         }
         let store = try openStore(dir) // "restart"
@@ -273,7 +274,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(2, expiresMs: 2_000), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(3, expiresMs: 3_000), nowMs: 0), .stored)
         try store.markDelivered(bundleID(3), nowMs: 10)
-        try store.markInFlight(bundleID(2), link: "x", nowMs: 10)
+        try leaveInFlight(store, 2)
         XCTAssertEqual(try store.expire(nowMs: 999), 0)
         XCTAssertEqual(try store.expire(nowMs: 1_000), 1)
         let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
@@ -374,10 +375,19 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertLessThanOrEqual(try s2.totalBytes(), 1_000)
         // Larger than the whole cap.
         XCTAssertEqual(try s2.accept(makeBundle(14, size: 1_001, sender: 3), nowMs: 0), .rejectedTooLarge)
-        // In-flight bundles are not evicted: with all of sender 5's in flight, others pay.
-        for n in 4...8 { try s2.markInFlight(bundleID(n), link: "x", nowMs: 0) }
-        XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.2.1"), nowMs: 0), .stored)
+        // Bundles on the wire are not evicted: with all of sender 5's being sent (the router
+        // says which), others pay.
+        let sending = Set((4...8).map(bundleID))
+        XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.2.1"), nowMs: 0) { sending.contains($0) }, .stored)
         for n in 4...8 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
+        XCTAssertGreaterThan(s2.statistics.evicted, 3)
+        // When none are being sent, sender 5 (the heaviest) pays at the next eviction.
+        let evictedBefore = s2.statistics.evicted
+        for n in 16..<30 where s2.statistics.evicted == evictedBefore {
+            XCTAssertEqual(try s2.accept(makeBundle(n, sender: UInt8(n + 20), origin: "udp:10.0.3.\(n)"), nowMs: 0), .stored)
+        }
+        XCTAssertEqual(s2.statistics.evicted, evictedBefore + 1)
+        XCTAssertNil(try s2.bundle(bundleID(4)), "sender 5's soonest-expiring bundle went")
         // Every eviction is counted under the share it was taken from.
         XCTAssertEqual(s2.statistics.evictedHeaviestSender + s2.statistics.evictedHeaviestOrigin, s2.statistics.evicted)
         // Evicted bundles are forgotten (not tombstones).
@@ -464,7 +474,6 @@ final class BundleStoreTests: XCTestCase {
             b.receivedFrom = marker
             XCTAssertEqual(try store.accept(b, nowMs: 0), .stored)
         }
-        try store.markInFlight(bundleID(1), link: marker, nowMs: 1)
         // While open the content sits in the WAL; check it there, then after close.
         let wal = try XCTUnwrap(fileBytes(path + "-wal"))
         XCTAssertGreaterThan(wal.count, 6_000)
