@@ -762,21 +762,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             onChange?()
             return
         }
-        do {
-            if link.info.peerRole != .endpoint { try store.recordPeerHas(id, peer: link.peerID) }
-            guard let b = try store.bundle(id) else { return }
-            if link.info.peerRole == .endpoint && b.destination == link.peerID {
-                try store.markDelivered(id, nowMs: t)
-                counters.deliveredDirect += 1
-                logger.debug("delivered \(Self.shortID(id)) to \(Self.shortID(link.peerID))")
-            } else if b.state == .queued || b.state == .inFlight {
-                try store.markHandedOver(id, to: link.peerID, nowMs: t)
-                counters.forwarded += 1
-            } else {
-                counters.forwarded += 1
-            }
-        } catch {
-            logger.error("store: custody ack for \(Self.shortID(id)): \(error)")
+        switch storeCall("custodyTaken", { try store.custodyTaken(id, by: link.peerID, peerIsEndpoint: link.info.peerRole == .endpoint, nowMs: t) }) {
+        case .delivered?:
+            counters.deliveredDirect += 1
+            logger.debug("delivered \(Self.shortID(id)) to \(Self.shortID(link.peerID))")
+        case .handedOver?:
+            counters.forwarded += 1
+        case nil:
+            break  // gone meanwhile (evicted, expired), or the store failed: the slot is free either way
         }
         // Refill once the window is half empty, so listing pending bundles is amortised.
         if link.inFlight.count <= link.pacing.window / 2 {

@@ -37,8 +37,8 @@ public enum BundleStoreBenchmark {
     }
 
     /// What one message costs the hub's store on the single-hub path, with the router's calls
-    /// in the router's order: the message is accepted from a phone, read for sending, its
-    /// custody answer read and delivered; its delivery receipt the same way (the receipt's
+    /// in the router's order: the message is accepted from a phone, read for sending, and
+    /// delivered by its recipient's custody answer; its delivery receipt the same way (the receipt's
     /// acknowledged message read once more). `messagesPerCommit` messages share one group
     /// commit, as the router's group commit does under load. Returns the wall time per message
     /// in microseconds; under `valgrind --tool=callgrind --toggle-collect='*hubLifecycle*'` it
@@ -70,8 +70,7 @@ public enum BundleStoreBenchmark {
                     _ = try store.accept(bundle, nowMs: now)
                     if isReceipt { _ = try store.bundle(messageID) }
                     _ = try store.bundle(bundle.bundleID)
-                    _ = try store.bundle(bundle.bundleID)
-                    try store.markDelivered(bundle.bundleID, nowMs: now)
+                    _ = try store.custodyTaken(bundle.bundleID, by: bundle.destination, peerIsEndpoint: true, nowMs: now)
                 }
             }
             _ = try store.pending(destination: bob, limit: 64, withBytes: false)

@@ -310,19 +310,6 @@ public final class BundleStore: @unchecked Sendable {
 
     // MARK: State changes
 
-    /// Records that `peer` (its user ID) acknowledged custody: the bundle becomes handed
-    /// over (unless already delivered/expired) and the peer is remembered as holding it.
-    public func markHandedOver(_ id: [UInt8], to peer: [UInt8], nowMs: Int64) throws {
-        try database.transaction {
-            let state = try currentState(id)
-            if state == .queued || state == .inFlight {
-                try database.execute(SQL.setState, [.int(BundleState.handedOver.rawValue), .blob(id)],
-                                     purpose: "marking a bundle handed over")
-            }
-            try database.execute(SQL.recordPeer, [.blob(id), .blob(peer)], purpose: "recording the peer that holds a bundle")
-        }
-    }
-
     /// Records a failed attempt: the bundle goes back to queued, `attempts` grows by one and
     /// it is due again after `backoffMs[min(attempts - 1, last)]`. Only queued and in-flight
     /// bundles are affected.
@@ -343,28 +330,69 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
+    /// What a custody acknowledgement changed (``custodyTaken(_:by:peerIsEndpoint:nowMs:)``).
+    public enum CustodyTaken: Sendable, Equatable {
+        /// The recipient itself took it: delivered, a tombstone now.
+        case delivered
+        /// Another hop took it: handed over (or it already was, or is a tombstone).
+        case handedOver
+    }
+
+    /// A neighbour acknowledged custody of `id`, in one transaction with one read of the row:
+    /// from the bundle's own recipient (`peerIsEndpoint` and `peer` its destination) it is
+    /// delivered, as ``markDelivered(_:nowMs:)``; from anybody else a queued bundle becomes
+    /// handed over and, unless the peer is an endpoint, the peer is remembered as holding it.
+    /// Nil when the store does not hold the bundle (evicted or expired meanwhile).
+    public func custodyTaken(_ id: [UInt8], by peer: [UInt8], peerIsEndpoint: Bool, nowMs: Int64) throws -> CustodyTaken? {
+        try database.transaction {
+            guard let (state, destination) = try stateAndDestination(id) else { return nil }
+            if peerIsEndpoint && destination == peer {
+                try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
+                return .delivered
+            }
+            if state == .queued || state == .inFlight {
+                try database.execute(SQL.setState, [.int(BundleState.handedOver.rawValue), .blob(id)],
+                                     purpose: "marking a bundle handed over")
+            }
+            if !peerIsEndpoint {
+                try database.execute(SQL.recordPeer, [.blob(id), .blob(peer)], purpose: "recording the peer that holds a bundle")
+            }
+            return .handedOver
+        }
+    }
+
+    private func stateAndDestination(_ id: [UInt8]) throws -> (BundleState, [UInt8])? {
+        guard let row = try database.query(SQL.stateAndDestination, [.blob(id)], purpose: "reading a bundle").first else { return nil }
+        guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue else {
+            throw StoreError.corruptRow(table: "bundles", column: "state")
+        }
+        return (state, destination)
+    }
+
+    private func tombstoneDelivered(_ id: [UInt8], state: BundleState, destination: [UInt8], nowMs: Int64) throws {
+        guard state != .delivered else { return }
+        try database.execute(SQL.tombstone, [.int(BundleState.delivered.rawValue), .blob(id)], purpose: "marking a bundle delivered")
+        try recordDelivery(to: destination, nowMs: nowMs)
+    }
+
     /// Records delivery to the recipient: the bytes are dropped and a tombstone (ID, state,
     /// expiry) stays until expiry so that copies still travelling are dropped as duplicates.
     public func markDelivered(_ id: [UInt8], nowMs: Int64) throws {
         try database.transaction {
-            guard let row = try database.query(SQL.stateAndDestination, [.blob(id)], purpose: "reading a bundle").first else {
-                throw StoreError.bundleNotFound
-            }
-            guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue else {
-                throw StoreError.corruptRow(table: "bundles", column: "state")
-            }
-            guard state != .delivered else { return }
-            try database.execute(SQL.tombstone, [.int(BundleState.delivered.rawValue), .blob(id)],
-                                 purpose: "marking a bundle delivered")
-            try recordDelivery(to: destination, nowMs: nowMs)
+            guard let (state, destination) = try stateAndDestination(id) else { throw StoreError.bundleNotFound }
+            try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
         }
     }
 
-    /// The latest delivery to `destination` (inside the caller's transaction).
+    /// The latest delivery to `destination` (inside the caller's transaction): one update,
+    /// and an insert only for a recipient's first delivery.
     private func recordDelivery(to destination: [UInt8], nowMs: Int64) throws {
         let values: [SQLValue] = [.blob(destination), .integer(nowMs)]
-        try database.execute(SQL.recordDelivery, values, purpose: "recording a delivery")
-        try database.execute(SQL.updateDelivery, values, purpose: "recording a delivery")
+        let updated = try database.withExclusiveAccess {
+            try database.execute(SQL.updateDelivery, values, purpose: "recording a delivery")
+            return database.changes
+        }
+        if updated == 0 { try database.execute(SQL.recordDelivery, values, purpose: "recording a delivery") }
     }
 
     /// Remembers that `peer` holds the bundle (it offered it, or told us in a summary), so it

@@ -194,7 +194,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(2), nowMs: 1), .stored)
         XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
         XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(5)))
-        try store.markHandedOver(bundleID(1), to: userID(5), nowMs: 6)
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(5), peerIsEndpoint: false, nowMs: 6), .handedOver)
         XCTAssertEqual(try store.bundle(bundleID(1))?.state, .handedOver)
         XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(5)))
         XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(6)))
@@ -219,6 +219,28 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.pending(destination: userID(2), limit: 10).isEmpty)
     }
 
+    /// The recipient's own acknowledgement delivers; any other endpoint's or hub's hands over,
+    /// and only a hub is remembered as holding it.
+    func testCustodyTakenByTheRecipientDeliversAndByOthersHandsOver() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        for n in 1...3 { XCTAssertEqual(try store.accept(makeBundle(n, destination: 1), nowMs: 0), .stored) }
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(1), peerIsEndpoint: true, nowMs: 50), .delivered)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .delivered)
+        XCTAssertEqual(try store.bundle(bundleID(1))?.bytes, .dropped)
+        XCTAssertEqual(try store.lastDelivery().map(\.atMs), [50])
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(1), peerIsEndpoint: true, nowMs: 60), .delivered, "again: still a tombstone")
+        XCTAssertEqual(try store.lastDelivery().map(\.atMs), [50], "a tombstone is not delivered twice")
+        XCTAssertEqual(try store.custodyTaken(bundleID(2), by: userID(1), peerIsEndpoint: false, nowMs: 70), .handedOver,
+                       "a hub with the recipient's ID is still a hop, not the recipient")
+        XCTAssertTrue(try store.peerHas(bundleID(2), peer: userID(1)))
+        XCTAssertEqual(try store.custodyTaken(bundleID(3), by: userID(9), peerIsEndpoint: true, nowMs: 80), .handedOver)
+        XCTAssertEqual(try store.bundle(bundleID(3))?.state, .handedOver)
+        XCTAssertFalse(try store.peerHas(bundleID(3), peer: userID(9)), "a phone is never sent others' mail, so it is not recorded")
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(5), peerIsEndpoint: false, nowMs: 90), .handedOver,
+                       "a hub's late answer leaves the tombstone as it is")
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .delivered)
+    }
+
     func testListingsWithoutBytes() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, size: 500), nowMs: 0), .stored)
@@ -237,7 +259,7 @@ final class BundleStoreTests: XCTestCase {
 
     func testUnknownIDsThrowNotFound() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertThrowsError(try store.markHandedOver(bundleID(1), to: userID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
+        XCTAssertNil(try store.custodyTaken(bundleID(1), by: userID(1), peerIsEndpoint: false, nowMs: 0), "gone meanwhile: nothing to change")
         XCTAssertThrowsError(try store.markAttemptFailed(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
         XCTAssertThrowsError(try store.markDelivered(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
     }
@@ -256,7 +278,7 @@ final class BundleStoreTests: XCTestCase {
             let store = try openStore(dir)
             for n in 1...3 { XCTAssertEqual(try store.accept(makeBundle(n), nowMs: Int64(n)), .stored) }
             try leaveInFlight(store, 1)
-            try store.markHandedOver(bundleID(2), to: userID(4), nowMs: 11)
+            XCTAssertEqual(try store.custodyTaken(bundleID(2), by: userID(4), peerIsEndpoint: false, nowMs: 11), .handedOver)
             try leaveInFlight(store, 3)
             XCTAssertEqual(try store.due(nowMs: 100, limit: 10).count, 0)
         }
