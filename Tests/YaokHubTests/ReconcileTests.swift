@@ -128,6 +128,9 @@ final class ReconcileTests: XCTestCase {
         XCTAssertEqual(b.reconciled, b.reconciledVersion1)
         XCTAssertEqual(a.reconcileFallbacks, 0, "A never fell back to listing")
         XCTAssertEqual(a.duplicates, 0, "A was offered only what it lacked")
+        // Which path ran: B refused a version 2 start only when A started.
+        let refusedVersion2 = pair.b.log.contains("reconcile version 2 is not supported")
+        XCTAssertEqual(refusedVersion2, initiator == .a, "B's log:\n\(pair.b.log.suffix(3000))")
     }
 
     /// B plays a hub from before reconciliation: it ignores record 0x0A (counted as unknown)
