@@ -658,7 +658,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let result: AcceptResult
         let evictedBefore = store.statistics
         do {
-            result = try store.accept(newBundle, nowMs: t) { [links] id in links.values.contains { $0.inFlight[id] != nil } }
+            result = try store.accept(newBundle, nowMs: t, onTheWire: isOnTheWire)
         } catch {
             counters.refusedStoreFull += 1
             logger.error("store refused bundle \(Self.shortID(id)): \(error)")
@@ -805,10 +805,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// bundle counts a failed attempt and waits for its retry time (the store leaves a
     /// handed-over one, or one gone meanwhile, as it is).
     private func failAttemptIfStillInFlight(_ id: [UInt8], nowMs: Int64) {
-        if links.values.contains(where: { $0.inFlight[id] != nil }) { return }
+        if isOnTheWire(id) { return }
         storeCall("markAttemptFailed") {
             do { try store.markAttemptFailed(id, nowMs: nowMs) } catch StoreError.bundleNotFound { /* evicted or expired meanwhile */ }
         }
+    }
+
+    /// Whether some link is sending `id`, custody not yet answered.
+    private func isOnTheWire(_ id: [UInt8]) -> Bool {
+        links.values.contains { $0.inFlight[id] != nil }
     }
 
     /// Bundles being sent on some link, custody not yet answered. The store does not record

@@ -11,14 +11,12 @@ public enum BundleStoreBenchmark {
     /// fresh encrypted database in `directory` (default: a new directory under /tmp, removed
     /// afterwards) and returns accepts per second.
     public static func acceptRate(count: Int, bundleSize: Int = 1_024, directory: String? = nil) throws -> Double {
-        let dir = try directory ?? makeTemporaryDirectory()
-        let path = dir + "/bench-\(getpid())-\(monotonicNs()).db"
-        defer {
-            for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
-            if directory == nil { rmdir(dir) }
+        try withScratchStore(named: "bench", in: directory) { store in
+            try acceptRate(count: count, bundleSize: bundleSize, store: store)
         }
-        let key = try DatabaseKey.randomBytes(32)
-        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: key))
+    }
+
+    private static func acceptRate(count: Int, bundleSize: Int, store: BundleStore) throws -> Double {
         var payload = try DatabaseKey.randomBytes(max(0, bundleSize))
         let source = [UInt8](repeating: 0x51, count: 32)
         let start = monotonicNs()
@@ -32,7 +30,6 @@ public enum BundleStoreBenchmark {
             _ = try store.accept(bundle, nowMs: Int64(i))
         }
         let seconds = Double(monotonicNs() - start) / 1e9
-        store.database.close()
         return seconds > 0 ? Double(count) / seconds : 0
     }
 
@@ -44,13 +41,12 @@ public enum BundleStoreBenchmark {
     /// in microseconds; under `valgrind --tool=callgrind --toggle-collect='*hubLifecycle*'` it
     /// counts instructions per message repeatably.
     public static func hubLifecycle(messages: Int, messagesPerCommit: Int = 16, directory: String? = nil) throws -> Double {
-        let dir = try directory ?? makeTemporaryDirectory()
-        let path = dir + "/lifecycle-\(getpid())-\(monotonicNs()).db"
-        defer {
-            for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
-            if directory == nil { rmdir(dir) }
+        try withScratchStore(named: "lifecycle", in: directory) { store in
+            try hubLifecycle(messages: messages, messagesPerCommit: messagesPerCommit, store: store)
         }
-        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: try DatabaseKey.randomBytes(32)))
+    }
+
+    private static func hubLifecycle(messages: Int, messagesPerCommit: Int, store: BundleStore) throws -> Double {
         let alice = [UInt8](repeating: 0xA1, count: 32), bob = [UInt8](repeating: 0xB0, count: 32)
         var payload = try DatabaseKey.randomBytes(330)
         let receiptBytes = try DatabaseKey.randomBytes(180)
@@ -76,9 +72,21 @@ public enum BundleStoreBenchmark {
             _ = try store.pending(destination: bob, limit: 64, withBytes: false)
             try store.database.commitGroup()
         }
-        let micros = Double(monotonicNs() - start) / 1e3 / Double(max(1, messages))
-        store.database.close()
-        return micros
+        return Double(monotonicNs() - start) / 1e3 / Double(max(1, messages))
+    }
+
+    /// Runs `body` on a fresh encrypted store in `directory` (default: a new directory under
+    /// /tmp), then closes it and removes its files (and the directory it made).
+    private static func withScratchStore<T>(named name: String, in directory: String?, _ body: (BundleStore) throws -> T) throws -> T {
+        let dir = try directory ?? makeTemporaryDirectory()
+        let path = dir + "/\(name)-\(getpid())-\(monotonicNs()).db"
+        defer {
+            for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+            if directory == nil { rmdir(dir) }
+        }
+        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: try DatabaseKey.randomBytes(32)))
+        defer { store.database.close() }
+        return try body(store)
     }
 
     private static func makeTemporaryDirectory() throws -> String {

@@ -7,7 +7,7 @@ import YaokWire
 /// Every state change is one transaction and is durable when the call returns. Being sent is
 /// not one of them: a bundle on the wire stays queued here (the router's links know which are
 /// being sent), since a crash would make it queued again anyway, and writing it cost one
-/// update of the row and six of its indexes per bundle (issue 16). Bundle bytes
+/// update of the row and five or six of its index entries per bundle (issue 16). Bundle bytes
 /// are opaque. Times are milliseconds since the Unix epoch, passed in by the caller so that
 /// tests (and the router) control the clock.
 // @unchecked: its state is the database (serialised by its lock) and `cachedStatistics`, under `statsLock`.
@@ -510,16 +510,6 @@ public final class BundleStore: @unchecked Sendable {
 
     // MARK: Internals
 
-    private func currentState(_ id: [UInt8]) throws -> BundleState {
-        guard let value = try database.scalar(SQL.state, [.blob(id)], purpose: "reading a bundle's state") else {
-            throw StoreError.bundleNotFound
-        }
-        guard let raw = value.intValue, let state = BundleState(rawValue: raw) else {
-            throw StoreError.corruptRow(table: "bundles", column: "state")
-        }
-        return state
-    }
-
     private func counter(_ name: String) throws -> Int64 {
         try database.scalar(SQL.readCounter, [.text(name)], purpose: "reading a store counter")?.int64Value ?? 0
     }
@@ -666,7 +656,6 @@ public final class BundleStore: @unchecked Sendable {
         static let queuedAmong = "SELECT count(*) FROM bundles WHERE state = 0 AND bundle_id IN ("
             + Array(repeating: "?", count: queuedAmongSize).joined(separator: ",") + ")"
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
-        static let state = "SELECT state FROM bundles WHERE bundle_id = ?"
         static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
         static let stateAndDestination = "SELECT state, destination FROM bundles WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"

@@ -153,7 +153,7 @@ public struct StoredBundle: CarriesBundleRecord, Sendable, Equatable {
 }
 
 extension StoredBundle {
-    /// The row ``BundleStore/accept(_:nowMs:)`` writes when it answers `.stored` (queued, due
+    /// The row ``BundleStore/accept(_:nowMs:onTheWire:)`` writes when it answers `.stored` (queued, due
     /// at once, no attempts): the caller routes it without reading it back.
     public init(accepted b: NewBundle, nowMs: Int64) {
         self.init(record: b.record, bytes: .held(b.bytes), state: .queued, attempts: 0,
