@@ -371,9 +371,12 @@ if [ ${#pg_bind[@]} -gt 0 ]; then
   up=0
   for _ in $(seq 1 150); do
     # The node prints "listening …" and then "key …": wait for both, since journald may
-    # take them in separately (one CI run read the journal between the two).
+    # take them in separately (one CI run read the journal between the two). Wait for this
+    # key's line, not any "key" line: `--since` has whole seconds, so the lines of the run
+    # before the restart can fall inside it (session 12: the wait saw the previous node's
+    # "listening" and "key", and the check below read the journal before the new node's).
     lines=$(relay_journal --since "$since")
-    grep -q "^listening " <<< "$lines" && grep -q "^key " <<< "$lines" && { up=1; break; }
+    grep -q "^listening " <<< "$lines" && grep -qx "key $cluster_key" <<< "$lines" && { up=1; break; }
     sleep 0.2
   done
   check "cluster node on PostgreSQL is active and listening" test "$up $(in_ct systemctl show -P ActiveState yaok-relay)" = "1 active"
