@@ -206,7 +206,9 @@ public final class HubSession: @unchecked Sendable {
 
     /// Group commit (on `queue`): the open group, and the frames and events that depend on it, in order.
     private let group: GroupCommit<HubSession, Deferred>
-    private enum Deferred { case frame([UInt8]), event(Event) }
+    private enum Deferred { case frame([UInt8]), ack([UInt8]), event(Event) }
+    /// The hub announced that it reads `custodyAcks`: a commit's acks leave as one list.
+    private var hubReadsAckLists = false
     /// The outbox was asked to push while the group was open (it may hold uncommitted receipts).
     private var pushWanted = false
     /// New messages stored in the open group (the crash-test hook runs after their commit).
@@ -385,12 +387,15 @@ public final class HubSession: @unchecked Sendable {
             messagesInGroup = 0
             Endpoint.faultAfterReceive?()
         }
+        var acks: [[UInt8]] = []
         for d in waited {
             switch d {
             case .frame(let bytes): if let link { transmit(bytes, link: link) }
+            case .ack(let id): acks.append(id)
             case .event(let e): onEvent(e)
             }
         }
+        if let link { sendAcks(acks, link: link) }
         if pushWanted {
             pushWanted = false
             pushOutbox()
@@ -445,6 +450,9 @@ public final class HubSession: @unchecked Sendable {
         link = info.id
         hubSigningKey = info.peerSigningKey
         inFlight.removeAll()
+        hubReadsAckLists = false
+        // We read ack lists (Docs/protocol.md, custodyAcks): the empty list says so.
+        transmit(CustodyAcks.announcement.encoded, link: info.id)
         report(.connected(hub: info.remote ?? hub.description))
         register()
         pushOutbox()
@@ -482,7 +490,7 @@ public final class HubSession: @unchecked Sendable {
         case .bundle:
             let (incoming, answer) = endpoint.receive(bundle: record.value)
             switch answer {
-            case .custody(let id): send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded))
+            case .custody(let id): sendAck(id)
             case .refuse(let id, let reason): send(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded))
             case .none: break
             }
@@ -493,11 +501,14 @@ public final class HubSession: @unchecked Sendable {
                 pushOutbox()
             }
         case .custodyAck:
-            guard let ack = try? CustodyAck(parsing: record.value),
-                  let messageID = inFlight.remove(bundleID: ack.bundleID) ?? endpoint.outboxMessageID(bundleID: ack.bundleID) else { return }
-            try? endpoint.store.advance(messageID, to: .handedOver)
-            report(.handedOver(messageID))
+            guard let ack = try? CustodyAck(parsing: record.value), handedOver(ack.bundleID) else { return }
             pushOutbox()
+        case .custodyAcks:
+            guard let list = try? SummaryVector(parsing: record.value) else { return }
+            hubReadsAckLists = true
+            var any = false
+            for id in list.bundleIDs where handedOver(id) { any = true }
+            if any { pushOutbox() }
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value),
                   let messageID = inFlight.remove(bundleID: r.bundleID) ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }
@@ -509,6 +520,28 @@ public final class HubSession: @unchecked Sendable {
         default:
             break
         }
+    }
+
+    /// The hub took custody of outbox item `bundleID`, if it is one of ours; whether it was.
+    private func handedOver(_ bundleID: [UInt8]) -> Bool {
+        guard let messageID = inFlight.remove(bundleID: bundleID) ?? endpoint.outboxMessageID(bundleID: bundleID) else { return false }
+        try? endpoint.store.advance(messageID, to: .handedOver)
+        report(.handedOver(messageID))
+        return true
+    }
+
+    /// Acknowledges custody of a bundle: after the open group commits, with the group's other acks.
+    private func sendAck(_ bundleID: [UInt8]) {
+        if group.isOpen {
+            group.hold(.ack(bundleID))
+        } else if let link {
+            sendAcks([bundleID], link: link)
+        }
+    }
+
+    /// A single ack as `custodyAck`; more, to a hub that reads lists, as `custodyAcks` lists.
+    private func sendAcks(_ ids: [[UInt8]], link: LinkID) {
+        for record in CustodyAcks.records(for: ids, peerReadsLists: hubReadsAckLists) { transmit(record.encoded, link: link) }
     }
 
     /// Sends a frame on the link: after the open group commits, if one is open.

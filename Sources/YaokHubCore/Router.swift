@@ -134,6 +134,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var hopLatencyP50Us = 0
         public var hopLatencyP99Us = 0
         public var hopLatencyMaxUs = 0
+        /// `custodyAcks` lists sent and received, and the acks they carried.
+        public var ackListsSent = 0
+        public var acksInListsSent = 0
+        public var ackListsReceived = 0
+        public var acksInListsReceived = 0
     }
 
     final class Link {
@@ -190,6 +195,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var syncBusyRetries = 0
         /// Hub links: the neighbour said it speaks version 1 only; exchanges we start use it.
         var peerReconcilesVersion1Only = false
+        /// The peer announced that it reads `custodyAcks`: a commit's acks to it leave as one list.
+        var peerReadsAckLists = false
 
         /// Takes `id` out of flight: whether it was in flight, and when it was first sent if
         /// it was sent only once (otherwise its round trip is ambiguous: Karn's rule).
@@ -338,9 +345,16 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 router.logger.error("store: a group commit of \(items) items failed, its changes are undone and its \(dropped) frames not sent: \(error)")
             },
             release: { router, waited in
+                // Acks to a peer that reads lists wait for the end of the release: one frame each.
+                var acks: [ObjectIdentifier: (link: Link, ids: [[UInt8]])] = [:]
                 for (record, link, onFailure, arrived) in waited where router.links[link.key] === link {
-                    if !router.sendNow(record, on: link, arrivedNs: arrived) { onFailure?() }
+                    if record.type == FrameType.custodyAck.rawValue, link.peerReadsAckLists {
+                        acks[ObjectIdentifier(link), default: (link, [])].ids.append(record.value)
+                    } else if !router.sendNow(record, on: link, arrivedNs: arrived) {
+                        onFailure?()
+                    }
                 }
+                for (link, ids) in acks.values { router.sendAcks(ids, on: link) }
             })
     }
 
@@ -468,6 +482,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), custodyTimeoutMs: settings.custodyTimeoutMs)
         links[key] = link
+        // We read ack lists (the relay plugin speaks its own protocol and is not told).
+        if info.peerRole != .relay { _ = send(CustodyAcks.announcement, on: link) }
         logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
         switch info.peerRole {
         case .endpoint:
@@ -530,6 +546,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         return true
     }
 
+    /// Custody acks for one link: one frame per list if the peer reads lists (``CustodyAcks``).
+    private func sendAcks(_ ids: [[UInt8]], on link: Link) {
+        for record in CustodyAcks.records(for: ids, peerReadsLists: link.peerReadsAckLists) {
+            guard sendNow(record, on: link), record.type == FrameType.custodyAcks.rawValue else { continue }
+            counters.ackListsSent += 1
+            counters.acksInListsSent += (record.value.count - 2) / 16
+        }
+    }
+
     private func sendNow(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
         do {
             let frame = record.encoded
@@ -567,6 +592,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             switch FrameType(rawValue: record.type) {
             case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
             case .pong, .linkClose, .custodyAck, .custodyRefused: break
+            case .custodyAcks: if record.value == CustodyAcks.announcement.value { link.peerReadsAckLists = true }
             case .attachment: counters.attachmentsRefused += 1
             default: counters.untrustedHubFramesRefused += 1
             }
@@ -575,6 +601,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         switch FrameType(rawValue: record.type) {
         case .bundle: acceptBundle(record.value, from: link)
         case .custodyAck: handleCustodyAck(record.value, from: link)
+        case .custodyAcks: handleCustodyAcks(record.value, from: link)
         case .custodyRefused: handleCustodyRefusal(record.value, from: link)
         case .summary: handleOffer(record.value, from: link)
         case .held: handleHeld(record.value, from: link)
@@ -744,33 +771,51 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func handleCustodyAck(_ value: [UInt8], from link: Link) {
         guard let ack = try? CustodyAck(parsing: value) else { counters.refusedMalformed += 1; return }
-        let id = ack.bundleID
-        let flight = link.endFlight(id)
-        guard flight.wasInFlight else { return }
+        custodyAcknowledged([ack.bundleID], by: link)
+    }
+
+    /// A list of acks (or, empty, the peer's announcement that it reads them). A list that
+    /// does not parse is refused whole; each ID of one that does is checked on its own.
+    private func handleCustodyAcks(_ value: [UInt8], from link: Link) {
+        guard let list = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        link.peerReadsAckLists = true
+        guard !list.bundleIDs.isEmpty else { return }
+        counters.ackListsReceived += 1
+        counters.acksInListsReceived += list.bundleIDs.count
+        custodyAcknowledged(list.bundleIDs, by: link)
+    }
+
+    /// The peer took custody of `ids`: each counts only if it is in flight on this link.
+    private func custodyAcknowledged(_ ids: [[UInt8]], by link: Link) {
         let t = now()
-        link.pacing.answered(rttMs: flight.sentOnceAtMs.map { t - $0 })
-        if link.isUntrustedHub {
-            // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
-            // to queued, stays eligible for every other route, and only a verified delivery
-            // receipt ends it. Nothing is recorded in the store, so this hub's word neither
-            // uses up a spray-and-wait copy nor stops an offer to anybody else.
-            counters.untrustedHandOvers += 1
-            noteUntrustedHolds([id], on: link)
-            failAttemptIfStillInFlight(id, nowMs: t)
-            logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
-            if link.inFlight.count <= link.pacing.window / 2 { sendWanted(on: link) }
-            onChange?()
-            return
+        var answered = false
+        for id in ids {
+            let flight = link.endFlight(id)
+            guard flight.wasInFlight else { continue }
+            answered = true
+            link.pacing.answered(rttMs: flight.sentOnceAtMs.map { t - $0 })
+            if link.isUntrustedHub {
+                // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
+                // to queued, stays eligible for every other route, and only a verified delivery
+                // receipt ends it. Nothing is recorded in the store, so this hub's word neither
+                // uses up a spray-and-wait copy nor stops an offer to anybody else.
+                counters.untrustedHandOvers += 1
+                noteUntrustedHolds([id], on: link)
+                failAttemptIfStillInFlight(id, nowMs: t)
+                logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
+                continue
+            }
+            switch storeCall("custodyTaken", { try store.custodyTaken(id, by: link.peerID, peerIsEndpoint: link.info.peerRole == .endpoint, nowMs: t) }) {
+            case .delivered?:
+                counters.deliveredDirect += 1
+                logger.debug("delivered \(Self.shortID(id)) to \(Self.shortID(link.peerID))")
+            case .handedOver?:
+                counters.forwarded += 1
+            case nil:
+                break  // gone meanwhile (evicted, expired), or the store failed: the slot is free either way
+            }
         }
-        switch storeCall("custodyTaken", { try store.custodyTaken(id, by: link.peerID, peerIsEndpoint: link.info.peerRole == .endpoint, nowMs: t) }) {
-        case .delivered?:
-            counters.deliveredDirect += 1
-            logger.debug("delivered \(Self.shortID(id)) to \(Self.shortID(link.peerID))")
-        case .handedOver?:
-            counters.forwarded += 1
-        case nil:
-            break  // gone meanwhile (evicted, expired), or the store failed: the slot is free either way
-        }
+        guard answered else { return }
         // Refill once the window is half empty, so listing pending bundles is amortised.
         if link.inFlight.count <= link.pacing.window / 2 {
             switch link.info.peerRole {

@@ -18,6 +18,25 @@ public struct CustodyAck: Sendable, Equatable {
     public var frame: [UInt8] { TLVRecord(.custodyAck, value: encoded).encoded }
 }
 
+/// Custody acks for one link, as frames (Docs/protocol.md, custodyAcks): one ack is a
+/// ``YaokPluginKit/FrameType/custodyAck``; more, to a peer that announced it reads lists, are
+/// ``YaokPluginKit/FrameType/custodyAcks`` lists of at most ``SummaryVector/maxCount``.
+public enum CustodyAcks {
+    /// The empty list: "I read lists", sent right after link up.
+    public static let announcement = TLVRecord(.custodyAcks, value: [0, 0])
+
+    /// The frames that acknowledge `bundleIDs` (16 bytes each).
+    public static func records(for bundleIDs: [[UInt8]], peerReadsLists: Bool) -> [TLVRecord] {
+        guard peerReadsLists, bundleIDs.count > 1 else {
+            return bundleIDs.map { TLVRecord(.custodyAck, value: CustodyAck(bundleID: $0).encoded) }
+        }
+        return stride(from: 0, to: bundleIDs.count, by: SummaryVector.maxCount).compactMap { start in
+            let slice = Array(bundleIDs[start..<min(start + SummaryVector.maxCount, bundleIDs.count)])
+            return (try? SummaryVector(bundleIDs: slice)).map { TLVRecord(.custodyAcks, value: $0.encoded) }
+        }
+    }
+}
+
 /// The value of a ``YaokPluginKit/FrameType/custodyRefused`` frame.
 /// Layout: `bundleID(16) reason(1)`.
 public struct CustodyRefusal: Sendable, Equatable {

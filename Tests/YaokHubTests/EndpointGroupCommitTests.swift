@@ -172,6 +172,66 @@ final class EndpointGroupCommitTests: XCTestCase {
         }
     }
 
+    /// A hub that announced it reads `custodyAcks` gets the acks of a commit as one list, each
+    /// list only after its commit; the session announces too, and takes the hub's lists.
+    func testAHubThatReadsListsGetsOneListPerCommitAndItsListsAreTaken() throws {
+        let hub = try FakeHub()
+        let observer = try Observer(home: dir + "/bob")
+        let violations = Violations()
+        let incoming = try bundles(300)
+        let receipts = Violations()
+        hub.inspect = { r in
+            switch FrameType(rawValue: r.type) {
+            case .custodyAck:
+                // A commit that covered one bundle answers it alone.
+                if let id = try? CustodyAck(parsing: r.value).bundleID, !observer.inboxHas(id) {
+                    violations.add("custody ack for \(Hex.encode(id.prefix(4))) before its message was committed")
+                }
+            case .custodyAcks:
+                for id in (try? SummaryVector(parsing: r.value))?.bundleIDs ?? [] where !observer.inboxHas(id) {
+                    violations.add("listed ack for \(Hex.encode(id.prefix(4))) before its message was committed")
+                }
+            case .bundle:
+                if let e = try? YaokWire.Bundle(parsing: r.value).envelope { receipts.add(Hex.encode(e.bundleID)) }
+            default: break
+            }
+        }
+        let session = try attachBob(hub)
+        defer { session.stop() }
+        try Wait.until(timeout: 10, "the session's announcement") {
+            hub.frames(.custodyAcks).first?.value == CustodyAcks.announcement.value
+        }
+        // The session reads one link's frames in order: the announcement before the burst.
+        try hub.send(CustodyAcks.announcement)
+        for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
+        func acknowledged() -> Set<[UInt8]> {
+            hub.acked.union(hub.frames(.custodyAcks).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] })
+        }
+        try Wait.until(timeout: 30, "all 300 acknowledged") { acknowledged().count == incoming.count }
+        XCTAssertEqual(acknowledged(), Set(incoming.map(\.envelope.bundleID)))
+        XCTAssertEqual(violations.all, [])
+        let lists = hub.frames(.custodyAcks).count - 1, singles = hub.frames(.custodyAck).count
+        XCTAssertGreaterThan(lists, 0)
+        XCTAssertLessThan(lists + singles, incoming.count / 4, "300 acks in \(lists) lists and \(singles) single acks")
+        print("300 bundles acknowledged to a hub that reads lists: \(lists) lists, \(singles) single acks")
+
+        // The hub takes the receipts with lists of its own: whatever arrived since its last list
+        // (the session sends at most its window before it hears back).
+        var taken = Set<String>()
+        try Wait.until(timeout: 30, "all 300 receipts sent and taken") {
+            let fresh = Set(receipts.all).subtracting(taken)
+            if !fresh.isEmpty {
+                let ids = try fresh.map { try XCTUnwrap(Hex.decode($0)) }
+                try hub.send(TLVRecord(.custodyAcks, value: try SummaryVector(bundleIDs: ids).encoded))
+                taken.formUnion(fresh)
+            }
+            return taken.count == incoming.count
+        }
+        try Wait.until(timeout: 10, "receipts handed over") {
+            try bob.store.outbox(states: [.pending]).isEmpty
+        }
+    }
+
     /// A group whose commit fails (one message's store change fails half-way, poisoning the
     /// group) is rolled back whole and none of its answers leave; the rest are unaffected, and
     /// when the hub sends again everything is stored exactly once.

@@ -55,6 +55,8 @@ enum ComputedVectors {
             ("custodyAckFrame", Hex.encode(ack.frame)),
             ("custodyRefusalFrame", Hex.encode(refusal.frame)),
             ("summaryFrame", Hex.encode(summary.frame())),
+            ("custodyAcksFrame", Hex.encode(summary.frame(.custodyAcks))),
+            ("custodyAcksAnnouncement", Hex.encode(try SummaryVector(bundleIDs: []).frame(.custodyAcks))),
             ("attachmentFrame", Hex.encode(attachment.frame)),
             ("linkHelloFrame", Hex.encode(hello)),
             ("linkReplyFrame", Hex.encode(reply)),

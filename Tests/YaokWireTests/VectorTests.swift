@@ -30,6 +30,7 @@ extension VectorTests {
             "receiptAcknowledgedBundleID": Vectors.receiptAcknowledgedBundleID,
             "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
             "custodyRefusalFrame": Vectors.custodyRefusalFrame, "summaryFrame": Vectors.summaryFrame,
+            "custodyAcksFrame": Vectors.custodyAcksFrame, "custodyAcksAnnouncement": Vectors.custodyAcksAnnouncement,
             "attachmentFrame": Vectors.attachmentFrame,
             "linkHelloFrame": Vectors.linkHelloFrame, "linkReplyFrame": Vectors.linkReplyFrame,
             "linkIdentityFrame": Vectors.linkIdentityFrame, "linkHandshakeHash": Vectors.linkHandshakeHash,

@@ -8,7 +8,10 @@
 // Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
 //   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]
 //          ble-phone ADAPTER scan SECONDS        (lists Ya OK hubs heard, with BLEScanner)
+// PHONE_STALL_MS: stop reading that long after sending the ping (a busy phone) while the hub
+// streams the pong; PHONE_RECEIVE_QUEUE: the ATT socket's receive queue in bytes.
 import CSodium
+import Foundation
 import Glibc
 import YaokPluginKit
 import YaokTransportBLE
@@ -66,7 +69,10 @@ func nowMs() -> Double {
 }
 do {
     let t0 = nowMs()
-    let client = try BLEHubClient(adapter: args[1], hub: hub, mtu: mtu)
+    let env = ProcessInfo.processInfo.environment
+    let stallMs = env["PHONE_STALL_MS"].flatMap { UInt32($0) } ?? 0
+    let queue = env["PHONE_RECEIVE_QUEUE"].flatMap { Int($0) } ?? BLEHubClient.defaultReceiveQueueBytes
+    let client = try BLEHubClient(adapter: args[1], hub: hub, mtu: mtu, receiveQueueBytes: queue)
     let tConnected = nowMs()
     print("connected: ATT MTU \(client.mtu), handles \(client.handles)")
     print("identity characteristic: \(hex(client.advertisedIdentity))")
@@ -85,6 +91,7 @@ do {
         try client.send(frame)
         let sent = client.traffic
         let tSent = nowMs()
+        if stallMs > 0 { usleep(stallMs * 1000) }
         // The hub may send other frames first (e.g. attachment announcements); skip them.
         var answered = false
         for _ in 0..<20 {

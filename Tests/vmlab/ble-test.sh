@@ -222,6 +222,19 @@ for m in 23 185 517; do
   wait_for 30 "links 0" links_are 0
 done
 
+step "a phone that stops reading for 3 s while the hub streams a 10 KB frame at ATT MTU 23 (~660 notifications)"
+# Notifications are not flow controlled: what does not fit the phone's receive queue the
+# kernel drops. The client's 4 MB queue holds the whole frame; with an 8 KB queue the loss
+# is reported by name (SO_RXQ_OVFL), not as a frame that never completes.
+PHONE_STALL_MS=3000 "$PHONE" hci1 "$A0" 0 23 10500 > /tmp/stall.log 2>&1
+grep -E 'PING|ERROR' /tmp/stall.log
+check "the 4 MB receive queue holds the whole frame through the stall" grep -q "PING_OK 10500 bytes at ATT MTU 23" /tmp/stall.log
+wait_for 30 "links 0" links_are 0
+PHONE_STALL_MS=3000 PHONE_RECEIVE_QUEUE=8192 "$PHONE" hci1 "$A0" 0 23 10500 > /tmp/stall-small.log 2>&1
+grep -E 'PING|ERROR' /tmp/stall-small.log
+check "with an 8 KB queue the phone names the kernel's drops" grep -q "PHONE_ERROR: the kernel dropped [0-9]* notification" /tmp/stall-small.log
+wait_for 30 "links 0" links_are 0
+
 step "a central that never authenticates is dropped after the 30 s handshake timeout"
 l2test -n -V le_public -J 4 -i hci1 "$A0" > /tmp/silent.log 2>&1 &
 SILENT=$!

@@ -16,6 +16,8 @@ public enum BLEClientError: Error, Equatable, Sendable, CustomStringConvertible 
     case protocolViolation(String)
     case notAYaokHub(String)
     case handshake(String)
+    /// The kernel dropped notifications because this process read its ATT socket too slowly.
+    case notificationsDropped(Int)
 
     public var description: String {
         switch self {
@@ -29,6 +31,8 @@ public enum BLEClientError: Error, Equatable, Sendable, CustomStringConvertible 
         case .protocolViolation(let what): return "unexpected ATT reply: \(what)"
         case .notAYaokHub(let what): return "not a Ya OK hub: \(what)"
         case .handshake(let what): return "link handshake failed: \(what)"
+        case .notificationsDropped(let count):
+            return "the kernel dropped \(count) notification(s) from the hub because this process read its ATT socket too slowly (receive queue full); the frame in progress is lost, so reconnect"
         }
     }
 }
@@ -77,11 +81,17 @@ public final class BLEHubClient {
     /// Notifications that were not sealed for this session (dropped).
     public private(set) var refusedFrames = 0
     private var buffer = [UInt8](repeating: 0, count: 1024)
+    /// Room for one SO_RXQ_OVFL control message (header plus a 32-bit counter, aligned).
+    private var control = [UInt8](repeating: 0, count: 64)
+    /// The socket's drop counter as last reported by the kernel.
+    private var kernelDrops: UInt32 = 0
 
     /// Connects from adapter `adapter` (e.g. "hci0") to the hub at `hub` (public LE address by
     /// default; `randomAddress` for a static random one), then exchanges MTU and discovers handles.
+    /// `receiveQueueBytes` sizes the socket's receive queue (see ``prepareReceiveQueue``).
     public init(adapter: String, hub: BluetoothAddress, randomAddress: Bool = false,
-                mtu requestedMTU: Int = 517, timeoutSeconds: Int = 10) throws {
+                mtu requestedMTU: Int = 517, timeoutSeconds: Int = 10,
+                receiveQueueBytes: Int = BLEHubClient.defaultReceiveQueueBytes) throws {
         guard let index = BLEConfig.parseAdapterIndex(adapter) else {
             throw BLEClientError.unavailable(.noAdapter(adapter: adapter, present: BluetoothKernel.presentAdapters()))
         }
@@ -98,6 +108,7 @@ public final class BLEHubClient {
         case .failure(let e): throw BLEClientError.unavailable(BLEAdapterProbe.classifySocketError(e, operation: "open an L2CAP socket", capability: "CAP_NET_RAW"))
         }
         fd = s
+        Self.prepareReceiveQueue(fd, bytes: Int32(clamping: receiveQueueBytes))
         var source = BluetoothKernel.l2capAddress(local.address, cid: BluetoothKernel.attFixedChannel, type: BluetoothKernel.addressTypeLEPublic)
         var target = BluetoothKernel.l2capAddress(hub, cid: BluetoothKernel.attFixedChannel,
                                                   type: randomAddress ? BluetoothKernel.addressTypeLERandom : BluetoothKernel.addressTypeLEPublic)
@@ -182,6 +193,7 @@ public final class BLEHubClient {
         var fds = [pollfd(fd: fd, events: Int16(POLLIN), revents: 0), pollfd(fd: wake, events: Int16(POLLIN), revents: 0)]
         let rc = poll(&fds, wake >= 0 ? 2 : 1, timeoutMs)
         if rc < 0 && errno != EINTR { throw BLEClientError.io("poll", Errno(errno)) }
+        if rc == 0, let dropped = newKernelDrops() { throw BLEClientError.notificationsDropped(dropped) }
         guard rc > 0, fds[0].revents != 0 else { return nil }
         // Readable (or hung up: recv reports it). Take whatever PDUs are already queued.
         let pdu = try readPDU(waitingFor: "a TX notification")
@@ -341,20 +353,101 @@ public final class BLEHubClient {
         traffic.bytesSent += n
     }
 
+    /// Notifications are not flow controlled: a hub streams a frame's chunks back to back, and
+    /// when this socket's receive queue is full the kernel drops the rest (basic-mode L2CAP has
+    /// no way to hold them back). A 10 KB frame at ATT MTU 23 is ~660 notifications, each
+    /// costing about 1 KB of queue, so the default 208 KB queue overflows whenever this process
+    /// falls ~200 notifications behind (a loaded machine, a slow VM). Make room for several whole
+    /// frames (SO_RCVBUFFORCE needs CAP_NET_ADMIN; SO_RCVBUF is capped by net.core.rmem_max),
+    /// and ask the kernel to report drops, so a lost chunk is an immediate, named error rather
+    /// than a frame that never completes.
+    public static let defaultReceiveQueueBytes = 4 << 20
+
+    private static func prepareReceiveQueue(_ fd: Int32, bytes: Int32) {
+        var value = bytes
+        let size = socklen_t(MemoryLayout<Int32>.size)
+        if setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &value, size) != 0 {
+            PosixSocket.setOption(fd, SOL_SOCKET, SO_RCVBUF, bytes)
+        }
+        PosixSocket.setOption(fd, SOL_SOCKET, SO_RXQ_OVFL, 1)
+    }
+
+    /// How often a wait for a PDU looks at the socket's drop counter: a notification the
+    /// kernel dropped is lost, so waiting out the whole timeout for it would only hide why.
+    private static let dropCheckMs: Int32 = 250
+
     private func readPDU(waitingFor what: String) throws -> [UInt8] {
         var p = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+        var waited: Int32 = 0
         while true {
-            let rc = poll(&p, 1, timeoutMs)
+            let slice = min(Self.dropCheckMs, timeoutMs - waited)
+            let rc = poll(&p, 1, slice)
             if rc < 0 && errno == EINTR { continue }
-            guard rc > 0 else { throw BLEClientError.timeout(what) }
-            break
+            if rc > 0 { break }
+            if let dropped = newKernelDrops() { throw BLEClientError.notificationsDropped(dropped) }
+            waited += slice
+            guard waited < timeoutMs else { throw BLEClientError.timeout(what) }
         }
-        let n = recv(fd, &buffer, buffer.count, 0)
+        let (n, dropped) = receiveWithDropCount()
+        if dropped > 0 { throw BLEClientError.notificationsDropped(dropped) }
         if n == 0 { throw BLEClientError.closed }
         guard n > 0 else { throw BLEClientError.io("recv", Errno(errno)) }
         traffic.pdusReceived += 1
         traffic.bytesReceived += n
         return Array(buffer[0..<n])
+    }
+
+    /// PDUs the kernel dropped on this socket since we last looked (SO_MEMINFO), or nil for none.
+    /// SO_RXQ_OVFL (below) reports drops only on a PDU queued after them; this finds them
+    /// when nothing more comes, e.g. the rest of a frame streamed while this process was busy.
+    private func newKernelDrops() -> Int? {
+        var info = [UInt32](repeating: 0, count: 16)
+        var size = socklen_t(info.count * 4)
+        guard getsockopt(fd, SOL_SOCKET, SO_MEMINFO, &info, &size) == 0, size >= 9 * 4 else { return nil }
+        return noteKernelDrops(info[8])   // SK_MEMINFO_DROPS
+    }
+
+    /// Records the socket's drop counter; returns how many are new, or nil for none.
+    private func noteKernelDrops(_ total: UInt32) -> Int? {
+        guard total != kernelDrops else { return nil }
+        let lost = Int(total &- kernelDrops)
+        kernelDrops = total
+        return lost
+    }
+
+    /// recvmsg into `buffer`; reads the SO_RXQ_OVFL counter the kernel attaches (the socket's
+    /// total drops so far). Returns recvmsg's result and how many PDUs were dropped since the last call.
+    private func receiveWithDropCount() -> (Int, Int) {
+        let bufferCount = buffer.count, controlCount = control.count
+        var reported: UInt32?
+        let n = buffer.withUnsafeMutableBytes { data -> Int in
+            control.withUnsafeMutableBytes { cmsgs -> Int in
+                var iov = iovec(iov_base: data.baseAddress, iov_len: bufferCount)
+                return withUnsafeMutablePointer(to: &iov) { iovp -> Int in
+                    var msg = msghdr()
+                    msg.msg_iov = iovp
+                    msg.msg_iovlen = 1
+                    msg.msg_control = cmsgs.baseAddress
+                    msg.msg_controllen = controlCount
+                    let n = recvmsg(fd, &msg, 0)
+                    guard n >= 0 else { return n }
+                    // Walk the control messages (CMSG_* are macros Swift cannot import).
+                    let headerSize = MemoryLayout<cmsghdr>.size
+                    var offset = 0
+                    while offset + headerSize <= Int(msg.msg_controllen) {
+                        let header = cmsgs.load(fromByteOffset: offset, as: cmsghdr.self)
+                        let length = Int(header.cmsg_len)
+                        guard length >= headerSize, offset + length <= Int(msg.msg_controllen) else { break }
+                        if header.cmsg_level == SOL_SOCKET, header.cmsg_type == SO_RXQ_OVFL, length >= headerSize + 4 {
+                            reported = cmsgs.loadUnaligned(fromByteOffset: offset + headerSize, as: UInt32.self)
+                        }
+                        offset += (length + 7) & ~7
+                    }
+                    return n
+                }
+            }
+        }
+        return (n, reported.flatMap(noteKernelDrops) ?? 0)
     }
 
     private func le16(_ v: UInt16) -> [UInt8] { [UInt8(v & 0xFF), UInt8(v >> 8)] }

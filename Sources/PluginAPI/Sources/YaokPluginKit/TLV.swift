@@ -68,6 +68,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case held = 0x09
     /// Set reconciliation between hubs: one message of an exchange (Docs/protocol.md, reconcile).
     case reconcile = 0x0A
+    /// Many custody acks in one frame (same layout as ``summary``); empty, it announces that
+    /// the sender reads them. Sent only to a peer that announced.
+    case custodyAcks = 0x0B
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
