@@ -482,17 +482,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), custodyTimeoutMs: settings.custodyTimeoutMs)
         links[key] = link
-        // We read ack lists (the relay plugin speaks its own protocol and is not told).
-        if info.peerRole != .relay { _ = send(CustodyAcks.announcement, on: link) }
         logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
+        // We read ack lists (Docs/protocol.md, custodyAcks): said to phones and hubs (a hub's
+        // certificate still goes first); the relay plugin speaks its own protocol and is not told.
         switch info.peerRole {
         case .endpoint:
+            _ = send(CustodyAcks.announcement, on: link)
             pushPending(to: link)
             announceAttachments()
         case .hub:
             link.listed = settings.trust.trustedHubs.contains(info.peerSigningKey)
             // Our certificate goes first, so a peer in network mode can trust us before it offers.
             if let cert = settings.ownCertificate { _ = send(TLVRecord(.hubCertificate, value: cert), on: link) }
+            _ = send(CustodyAcks.announcement, on: link)
             if mayExchange(with: link) {
                 startSync(with: link)
                 sendAttachmentAnnouncement(to: link)

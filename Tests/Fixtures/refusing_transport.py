@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
 """A transport program for the router's tests (Docs/plugin-protocol.md over fd 3): on start it
 reports one link to an endpoint whose keys its section names (`peer_key`, `peer_kx`, hex),
-and it answers every `send` with the code its section names (`send_code`, the ABI's
-yaok_send_result: 2 queue full, 3 no link, 4 too large, 1 failed). Its status counts the
-sends it was asked for. Python standard library only."""
+and it answers every `send` of a bundle with the code its section names (`send_code`, the
+ABI's yaok_send_result: 2 queue full, 3 no link, 4 too large, 1 failed); other frames are
+taken. Its status counts the bundle sends it was asked for. Python standard library only."""
 
 import json
 import socket
@@ -49,6 +49,11 @@ def main():
             running = False
             reply(request, 0)
         elif kind == SEND:
+            # Bundles only (TLV type 1 after the u32 request and u64 link): the hub's other
+            # frames, such as its custodyAcks announcement at link up, go through.
+            if body[12:13] != b"\x01":
+                reply(request, 0)
+                continue
             sends += 1
             reply(request, int(config.get("send_code", 1)), "refused on purpose")
         elif kind == STATUS:
