@@ -22,10 +22,9 @@ struct CustodyPacing: Sendable, Equatable {
     static let initialWindow = 32
     /// Never fewer in flight than this, however lossy the link.
     static let minWindow = 8
-    /// At most this many in flight: a quarter of the receiving hub's per-link queue
-    /// (`FrameAdmission.maxBacklog`, 256 frames), which also holds the acknowledgements, offers
-    /// and requests of both directions. Measured: with 128, a line of four hubs under a
-    /// 20,000-bundle backlog had hundreds of frames dropped there (Docs/performance.md).
+    /// At most this many in flight: a quarter of the receiving hub's per-link queue of bundles
+    /// (`FrameAdmission.maxBacklog`, 256 frames). Measured: with 128, a line of four hubs under
+    /// a 20,000-bundle backlog had hundreds of frames dropped there (Docs/performance.md).
     static let maxWindow = 64
     /// The shortest wait for a custody answer. The router's tick runs once a second, and a
     /// loaded hub answers custody after its queue and a group commit: in a line of four hubs

@@ -431,11 +431,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// router's queue or delay other links.
     public func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {
         let key = LinkKey(transport: transport.name, link: link)
-        switch admission.admit(key) {
+        let kind: FrameAdmission.Kind = frame.first == FrameType.bundle.rawValue ? .bundle : .other
+        switch admission.admit(key, kind) {
         case .admitted:
             let arrived = DispatchTime.now().uptimeNanoseconds
             work {
-                self.admission.done(key)
+                self.admission.done(key, kind)
                 self.frameArrivedNs = arrived
                 self.handleFrame(frame, key: key)
             }
@@ -1658,15 +1659,28 @@ public struct RouterStatus: Sendable, Codable, Equatable {
 }
 
 /// Per-link admission of received frames, before they are queued to the router: a token
-/// bucket of `framesPerSecond` (burst of one second's worth) and at most
-/// ``maxBacklog`` frames waiting in the router queue per link. Called on plugin threads.
+/// bucket of `framesPerSecond` (burst of one second's worth) and at most ``maxBacklog``
+/// bundles and, apart, ``maxBacklog`` other frames waiting in the router queue per link.
+/// Apart, because a backlog of bundles must not crowd out the small frames that move it: a
+/// dropped bundle is resent after the link's custody wait (seconds), but a dropped offer or
+/// request is repeated only after `custody_timeout_s` (30 s by default; a 27 s stall on the
+/// line of four in session 13). Called on plugin threads.
 // @unchecked: the per-link entries and drop counters only under `lock`.
 final class FrameAdmission: @unchecked Sendable {
     enum Decision { case admitted, rateLimited, backlogFull }
-    /// Frames one link may have waiting in the router's queue.
+    /// Which backlog a frame waits in: bundles, or everything else (answers, offers, keep-alives).
+    enum Kind { case bundle, other }
+    /// Frames of one kind one link may have waiting in the router's queue.
     static let maxBacklog = 256
 
-    private struct Entry { var bucket: TokenBucket; var backlog: Int }
+    private struct Entry {
+        var bucket: TokenBucket
+        var backlog: (bundles: Int, other: Int) = (0, 0)
+        subscript(_ kind: Kind) -> Int {
+            get { kind == .bundle ? backlog.bundles : backlog.other }
+            set { if kind == .bundle { backlog.bundles = newValue } else { backlog.other = newValue } }
+        }
+    }
     private let lock = NSLock()
     private var rate: Double
     private var entries: [LinkKey: Entry] = [:]
@@ -1676,21 +1690,21 @@ final class FrameAdmission: @unchecked Sendable {
 
     func setRate(_ framesPerSecond: Int) { lock.withLock { rate = Double(max(1, framesPerSecond)) } }
 
-    func admit(_ key: LinkKey) -> Decision {
+    func admit(_ key: LinkKey, _ kind: Kind = .bundle) -> Decision {
         let nowNs = Int64(DispatchTime.now().uptimeNanoseconds)
         return lock.withLock {
-            var e = entries[key] ?? Entry(bucket: TokenBucket(capacity: rate, nowNs: nowNs), backlog: 0)
+            var e = entries[key] ?? Entry(bucket: TokenBucket(capacity: rate, nowNs: nowNs))
             e.bucket.refill(capacity: rate, perSecond: rate, nowNs: nowNs)
             let decision: Decision
             if e.bucket.tokens < 1 {
                 droppedRate += 1
                 decision = .rateLimited
-            } else if e.backlog >= Self.maxBacklog {
+            } else if e[kind] >= Self.maxBacklog {
                 droppedBacklog += 1
                 decision = .backlogFull
             } else {
                 e.bucket.tokens -= 1
-                e.backlog += 1
+                e[kind] += 1
                 decision = .admitted
             }
             entries[key] = e
@@ -1699,8 +1713,8 @@ final class FrameAdmission: @unchecked Sendable {
     }
 
     /// A queued frame was taken off the router queue.
-    func done(_ key: LinkKey) {
-        lock.withLock { if entries[key] != nil { entries[key]!.backlog = max(0, entries[key]!.backlog - 1) } }
+    func done(_ key: LinkKey, _ kind: Kind = .bundle) {
+        lock.withLock { if entries[key] != nil { entries[key]![kind] = max(0, entries[key]![kind] - 1) } }
     }
 
     /// The link is gone; frames still queued for it are dropped by the router.

@@ -22,8 +22,15 @@ final class RouterRefusalTests: XCTestCase {
         XCTAssertEqual(fast.admit(key), .backlogFull)
         fast.done(key)
         XCTAssertEqual(fast.admit(key), .admitted)
+        // A full backlog of bundles leaves room for the answers and offers that move them.
+        for _ in 0..<FrameAdmission.maxBacklog { XCTAssertEqual(fast.admit(key, .other), .admitted) }
+        XCTAssertEqual(fast.admit(key, .other), .backlogFull)
+        XCTAssertEqual(fast.admit(key, .bundle), .backlogFull)
+        fast.done(key, .other)
+        XCTAssertEqual(fast.admit(key, .other), .admitted)
+        XCTAssertEqual(fast.admit(key, .bundle), .backlogFull, "an answer taken off the queue frees no room for a bundle")
         XCTAssertEqual(a.dropped.rateLimited, 1)
-        XCTAssertEqual(fast.dropped.backlogFull, 1)
+        XCTAssertEqual(fast.dropped.backlogFull, 4)
     }
 
     func testRefusalsAreSpecificAndCounted() throws {
