@@ -58,6 +58,12 @@ extension Hub {
         metric("yaok_router_frames_dropped_total", "counter", "frames dropped before the router queue, by why", [
             ("why=\"rate\"", Double(c.framesRateLimited)), ("why=\"backlog\"", Double(c.framesQueueFull)),
         ])
+        metric("yaok_router_answers_dropped_total", "counter",
+               "of the frames dropped at a full backlog, those that were not bundles (offers, requests, answers)",
+               [("", Double(c.framesQueueFullOther))])
+        metric("yaok_router_custody_ack_lists_total", "counter", "custodyAcks lists, by direction", [
+            ("direction=\"sent\"", Double(c.ackListsSent)), ("direction=\"received\"", Double(c.ackListsReceived)),
+        ])
         metric("yaok_router_offers_dropped_total", "counter", "offered bundle IDs dropped at a full per-link backlog",
                [("", Double(c.offersDropped))])
         metric("yaok_router_attachments_refused_total", "counter", "attachment announcements refused", [("", Double(c.attachmentsRefused))])

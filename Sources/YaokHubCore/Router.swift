@@ -84,8 +84,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var alreadyDelivered = 0
         /// Receipts that named no bundle we hold from the signer's correspondent: carried, suppress nothing.
         public var receiptsUnverified = 0
-        /// Frames dropped before the router queue because the link had too many waiting.
+        /// Frames dropped before the router queue because the link had too many waiting, and
+        /// of those, frames other than bundles (offers, requests, answers, keep-alives).
         public var framesQueueFull = 0
+        public var framesQueueFullOther = 0
         /// Offered IDs dropped because the link's offer backlog was full.
         public var offersDropped = 0
         /// Offers received from hubs, and `held` answers sent and received (IDs).
@@ -1577,6 +1579,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let dropped = admission.dropped
         c.framesRateLimited += dropped.rateLimited
         c.framesQueueFull += dropped.backlogFull
+        c.framesQueueFullOther += dropped.backlogFullOther
         c.hopLatencySamples = hopLatency.samples
         c.hopLatencyP50Us = hopLatency.percentileUs(0.5)
         c.hopLatencyP99Us = hopLatency.percentileUs(0.99)
@@ -1684,7 +1687,7 @@ final class FrameAdmission: @unchecked Sendable {
     private let lock = NSLock()
     private var rate: Double
     private var entries: [LinkKey: Entry] = [:]
-    private var droppedRate = 0, droppedBacklog = 0
+    private var droppedRate = 0, droppedBacklog = 0, droppedBacklogOther = 0
 
     init(framesPerSecond: Int) { rate = Double(max(1, framesPerSecond)) }
 
@@ -1701,6 +1704,7 @@ final class FrameAdmission: @unchecked Sendable {
                 decision = .rateLimited
             } else if e[kind] >= Self.maxBacklog {
                 droppedBacklog += 1
+                if kind == .other { droppedBacklogOther += 1 }
                 decision = .backlogFull
             } else {
                 e.bucket.tokens -= 1
@@ -1720,5 +1724,7 @@ final class FrameAdmission: @unchecked Sendable {
     /// The link is gone; frames still queued for it are dropped by the router.
     func forget(_ key: LinkKey) { lock.withLock { _ = entries.removeValue(forKey: key) } }
 
-    var dropped: (rateLimited: Int, backlogFull: Int) { lock.withLock { (droppedRate, droppedBacklog) } }
+    var dropped: (rateLimited: Int, backlogFull: Int, backlogFullOther: Int) {
+        lock.withLock { (droppedRate, droppedBacklog, droppedBacklogOther) }
+    }
 }

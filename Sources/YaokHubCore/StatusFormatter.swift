@@ -40,7 +40,7 @@ public enum StatusFormatter {
         let why = refused.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
         if !why.isEmpty { out.append("  refused: " + why.joined(separator: ", ")) }
         let defended: [(String, Int)] = [
-            ("frames over a link's rate", c.framesRateLimited), ("frames over a link's backlog", c.framesQueueFull),
+            ("frames over a link's rate", c.framesRateLimited), ("frames over a link's backlog", c.framesQueueFull), ("of them not bundles", c.framesQueueFullOther),
             ("offered IDs dropped", c.offersDropped), ("unverified receipts", c.receiptsUnverified),
             ("attachments refused", c.attachmentsRefused), ("already delivered", c.alreadyDelivered),
             ("links refused for their claimed role", c.rolesRefused),

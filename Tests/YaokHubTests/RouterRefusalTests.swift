@@ -31,6 +31,7 @@ final class RouterRefusalTests: XCTestCase {
         XCTAssertEqual(fast.admit(key, .bundle), .backlogFull, "an answer taken off the queue frees no room for a bundle")
         XCTAssertEqual(a.dropped.rateLimited, 1)
         XCTAssertEqual(fast.dropped.backlogFull, 4)
+        XCTAssertEqual(fast.dropped.backlogFullOther, 1)
     }
 
     func testRefusalsAreSpecificAndCounted() throws {
