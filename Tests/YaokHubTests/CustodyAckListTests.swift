@@ -12,30 +12,9 @@ import YaokTesting
 final class CustodyAckListTests: XCTestCase {
     func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
 
-    /// Every bundle ID a peer has been acknowledged, from single acks and lists.
-    func acknowledged(_ peer: RawPeer) -> Set<[UInt8]> {
-        var ids = Set(peer.frames(.custodyAck).map(\.value))
-        for r in peer.frames(.custodyAcks) { ids.formUnion((try? SummaryVector(parsing: r.value).bundleIDs) ?? []) }
-        return ids
-    }
-
     /// Lists with at least one ID (the announcement is the empty one).
     func lists(_ peer: RawPeer) -> [SummaryVector] {
         peer.frames(.custodyAcks).compactMap { try? SummaryVector(parsing: $0.value) }.filter { !$0.bundleIDs.isEmpty }
-    }
-
-    /// Sends the envelopes, resending those not yet acknowledged every 2 s (UDP may drop).
-    func sendUntilAcknowledged(_ envelopes: [Envelope], via peer: RawPeer) throws {
-        var lastSend = Date.distantPast
-        try Wait.until(timeout: 60, "\(envelopes.count) custody answers") {
-            let have = acknowledged(peer)
-            if Date().timeIntervalSince(lastSend) > 2 {
-                for e in envelopes where !have.contains(e.bundleID) { try peer.send(e) }
-                lastSend = Date()
-            }
-            return have.isSuperset(of: envelopes.map(\.bundleID))
-        }
-        XCTAssertTrue(peer.frames(.custodyRefused).isEmpty)
     }
 
     func testAPeerThatAnnouncedGetsOneListPerCommitAndAnOlderPeerSingleAcks() throws {
@@ -57,7 +36,7 @@ final class CustodyAckListTests: XCTestCase {
             old.frames(.custodyAcks).contains { $0.value == CustodyAcks.announcement.value }
         }
         let fromOld = try (0..<n).map { try seal("old \($0)", from: alice, to: bob) }
-        try sendUntilAcknowledged(fromOld, via: old)
+        try old.sendUntilAcknowledged(fromOld)
         XCTAssertEqual(lists(old).count, 0, "no list goes to a peer that did not announce")
         XCTAssertEqual(Set(old.frames(.custodyAck).map(\.value)), Set(fromOld.map(\.bundleID)))
 
@@ -67,7 +46,7 @@ final class CustodyAckListTests: XCTestCase {
         try new.send(CustodyAcks.announcement)
         let before = try counters(hub)
         let fromNew = try (0..<n).map { try seal("new \($0)", from: carol, to: bob) }
-        try sendUntilAcknowledged(fromNew, via: new)
+        try new.sendUntilAcknowledged(fromNew)
         let received = lists(new)
         XCTAssertGreaterThan(received.count, 0, "a burst from a peer that reads lists is answered with lists")
         let answerFrames = received.count + new.frames(.custodyAck).count
@@ -86,7 +65,7 @@ final class CustodyAckListTests: XCTestCase {
         let bobPhone = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
         let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port)
         let envelopes = try (0..<5).map { try seal("to bob \($0)", from: s.alice, to: s.bob) }
-        try sendUntilAcknowledged(envelopes, via: alicePhone)
+        try alicePhone.sendUntilAcknowledged(envelopes)
         try Wait.until(timeout: 20, "five bundles at Bob") { Set(bobPhone.receivedEnvelopes.map(\.bundleID)).count == 5 }
         let ids = try SummaryVector(bundleIDs: envelopes.map(\.bundleID))
         let start = try counters(s.hub)

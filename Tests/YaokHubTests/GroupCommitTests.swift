@@ -12,22 +12,6 @@ import YaokTesting
 final class GroupCommitTests: XCTestCase {
     func counters(_ hub: HubProcess) throws -> Router.Counters { try hub.status().router.counters }
 
-    /// Sends every envelope, then re-sends those not yet acknowledged every 2 s (UDP may drop
-    /// either way, as a phone's session would), until all are acknowledged.
-    func sendUntilAcked(_ envelopes: [Envelope], via phone: RawPeer) throws {
-        func acked() -> Set<[UInt8]> { Set(phone.frames(.custodyAck).map { Array($0.value.prefix(16)) }) }
-        var lastSend = Date.distantPast
-        try Wait.until(timeout: 60, "\(envelopes.count) custody acks") {
-            let have = acked()
-            if Date().timeIntervalSince(lastSend) > 2 {
-                for e in envelopes where !have.contains(e.bundleID) { try phone.send(e) }
-                lastSend = Date()
-            }
-            return have.count >= envelopes.count
-        }
-        XCTAssertTrue(phone.frames(.custodyRefused).isEmpty)
-    }
-
     func testEveryAckedBundleSurvivesASIGKILLRightAfterTheAcksAndBurstsShareCommits() throws {
         let dir = try TestSupport.temporaryDirectory(self)
         let port = HubProcessTests.freePort()
@@ -43,7 +27,7 @@ final class GroupCommitTests: XCTestCase {
         let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
         let n = 300
         let envelopes = try (0..<n).map { try seal("burst \($0)", from: alice, to: bob) }
-        try sendUntilAcked(envelopes, via: phone)
+        try phone.sendUntilAcknowledged(envelopes)
         // The moment the last ack is in: no clean shutdown, no chance to flush anything.
         hub.signal(SIGKILL)
         XCTAssertNotNil(hub.waitExit(timeout: 10))
@@ -71,7 +55,7 @@ final class GroupCommitTests: XCTestCase {
         let alicePhone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
         XCTAssertEqual(try counters(hub).hopLatencySamples, 0)
         let envelopes = try (0..<5).map { try seal("timed \($0)", from: alice, to: bob) }
-        try sendUntilAcked(envelopes, via: alicePhone)
+        try alicePhone.sendUntilAcknowledged(envelopes)
         try Wait.until(timeout: 30, "five bundles at Bob") { bobPhone.frames(.bundle).count >= 5 }
         let c = try counters(hub)
         XCTAssertEqual(c.hopLatencySamples, 5, "each bundle counted once, on its first onward send")
@@ -86,7 +70,7 @@ final class GroupCommitTests: XCTestCase {
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         let start = try counters(s.hub)
         let n = 300
-        try sendUntilAcked(try (0..<n).map { try seal("burst \($0)", from: s.alice, to: s.bob) }, via: phone)
+        try phone.sendUntilAcknowledged(try (0..<n).map { try seal("burst \($0)", from: s.alice, to: s.bob) })
         let after = try counters(s.hub)
         let commits = after.groupCommits - start.groupCommits
         XCTAssertGreaterThan(commits, 0)

@@ -223,6 +223,28 @@ final class RawPeer: Sendable {
     /// Frames of one type received so far.
     func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
 
+    /// Every bundle ID the hub has acknowledged so far, by single acks and by lists.
+    var acknowledged: Set<[UInt8]> {
+        var ids = Set(frames(.custodyAck).map(\.value))
+        for r in frames(.custodyAcks) { ids.formUnion((try? SummaryVector(parsing: r.value).bundleIDs) ?? []) }
+        return ids
+    }
+
+    /// Sends every envelope, then re-sends those not yet acknowledged every 2 s (UDP may drop
+    /// either way, as a phone's session would), until all are acknowledged; none may be refused.
+    func sendUntilAcknowledged(_ envelopes: [Envelope]) throws {
+        var lastSend = Date.distantPast
+        try Wait.until(timeout: 60, "\(envelopes.count) custody acks") {
+            let have = acknowledged
+            if Date().timeIntervalSince(lastSend) > 2 {
+                for e in envelopes where !have.contains(e.bundleID) { try send(e) }
+                lastSend = Date()
+            }
+            return have.isSuperset(of: envelopes.map(\.bundleID))
+        }
+        XCTAssertTrue(frames(.custodyRefused).isEmpty)
+    }
+
     deinit { engine.stop() }
 }
 
