@@ -997,10 +997,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         for id in fresh where link.offeredAtMs.count < Self.maxOfferedMemory { link.offeredAtMs[id] = t }
         ids = fresh
-        for chunk in stride(from: 0, to: ids.count, by: SummaryVector.maxCount) {
-            let part = Array(ids[chunk..<min(ids.count, chunk + SummaryVector.maxCount)])
-            guard let vector = try? SummaryVector(bundleIDs: part) else { continue }
-            counters.idsOffered += part.count
+        for vector in SummaryVector.chunked(ids) {
+            counters.idsOffered += vector.bundleIDs.count
             _ = send(TLVRecord(.summary, value: vector.encoded), on: link)
         }
     }

@@ -30,10 +30,7 @@ public enum CustodyAcks {
         guard peerReadsLists, bundleIDs.count > 1 else {
             return bundleIDs.map { TLVRecord(.custodyAck, value: CustodyAck(bundleID: $0).encoded) }
         }
-        return stride(from: 0, to: bundleIDs.count, by: SummaryVector.maxCount).compactMap { start in
-            let slice = Array(bundleIDs[start..<min(start + SummaryVector.maxCount, bundleIDs.count)])
-            return (try? SummaryVector(bundleIDs: slice)).map { TLVRecord(.custodyAcks, value: $0.encoded) }
-        }
+        return SummaryVector.chunked(bundleIDs).map { TLVRecord(.custodyAcks, value: $0.encoded) }
     }
 }
 
@@ -130,6 +127,14 @@ public struct SummaryVector: Sendable, Equatable {
         w.u16(UInt16(bundleIDs.count))
         for id in bundleIDs { w.raw(id) }
         return w.bytes
+    }
+
+    /// `bundleIDs` (16 bytes each) in order, as lists of at most ``maxCount``: what one frame
+    /// can carry. An ID of another length drops its whole list (callers pass bundle IDs).
+    public static func chunked(_ bundleIDs: [[UInt8]]) -> [SummaryVector] {
+        stride(from: 0, to: bundleIDs.count, by: maxCount).compactMap { start in
+            try? SummaryVector(bundleIDs: Array(bundleIDs[start..<min(start + maxCount, bundleIDs.count)]))
+        }
     }
 
     /// The whole TLV frame, as an offer (``YaokPluginKit/FrameType/summary``) or a ``YaokPluginKit/FrameType/request``.
