@@ -158,6 +158,9 @@ public final class EndpointStore: @unchecked Sendable {
         return try db.commitGroup()
     }
 
+    /// Whether the open group has changed anything yet (call it from the owner's queue).
+    var groupHasChanges: Bool { db.groupHasChanges }
+
     /// Whether the caller is inside its own open group (its changes are not durable yet).
     var callerInGroup: Bool { gate.callerOwnsGroup }
 

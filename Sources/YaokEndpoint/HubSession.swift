@@ -347,6 +347,7 @@ public final class HubSession: @unchecked Sendable {
             queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_ENDPOINT_COMMIT_SPACING_US"),
             maxItems: maxGroupItems, closesAfterSpacing: true, testDelayUs: testCommitDelayUs,
             begin: { try $0.endpoint.store.beginGroup(owner: ObjectIdentifier($0)) },
+            hasChanges: { $0.endpoint.store.groupHasChanges },
             beginFailed: { _, error in
                 // Each change then commits alone, and what depends on it leaves at once.
                 FileHandle.standardError.write(Data("store: cannot open a group transaction: \(error)\n".utf8))

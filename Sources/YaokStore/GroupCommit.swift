@@ -28,6 +28,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     private let closesAfterSpacing: Bool
     private let testDelayUs: UInt32
     private let begin: (Owner) throws -> Void
+    private let hasChanges: (Owner) -> Bool
     private let beginFailed: (Owner, any Error) -> Void
     private let commitStore: (Owner) throws -> Bool
     private let committed: (Owner, _ items: Int, _ openNs: UInt64) -> Void
@@ -40,6 +41,8 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///     (otherwise its commit waits only for the spacing after the previous one).
     ///   - testDelayUs: tests only: holds every group that much longer before its commit.
     ///   - begin: opens the store's group transaction.
+    ///   - hasChanges: whether the open group has changed the store yet. One that has not costs
+    ///     nothing to commit, so it commits without waiting for the spacing, and does not move it.
     ///   - beginFailed: no group could open (each change then commits alone, what depends on it leaves at once).
     ///   - commit: commits the group durably, or rolls it back whole and throws; whether it changed anything.
     ///   - committed: a group that changed the store committed: the work items it covered, and how
@@ -49,6 +52,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///   - release: after a commit, or when none was open: what waited, in order, to send or report.
     public init(queue: DispatchQueue, spacing: CommitSpacing, maxItems: Int, closesAfterSpacing: Bool, testDelayUs: UInt32,
                 begin: @escaping (Owner) throws -> Void,
+                hasChanges: @escaping (Owner) -> Bool,
                 beginFailed: @escaping (Owner, any Error) -> Void,
                 commit: @escaping (Owner) throws -> Bool,
                 committed: @escaping (Owner, _ items: Int, _ openNs: UInt64) -> Void,
@@ -60,6 +64,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
         self.closesAfterSpacing = closesAfterSpacing
         self.testDelayUs = testDelayUs
         self.begin = begin
+        self.hasChanges = hasChanges
         self.beginFailed = beginFailed
         self.commitStore = commit
         self.committed = committed
@@ -97,10 +102,11 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     }
 
     /// Commits now, or later by the ``CommitSpacing`` (a group stays open at most about the
-    /// spacing, the extra latency an answer can see).
+    /// spacing, the extra latency an answer can see). A group that has changed nothing only
+    /// read: its commit syncs nothing, so what waits on it leaves now.
     private func commitWhenSpaced(_ owner: Owner) {
         guard commitQueued else { return }
-        if items < maxItems, let due = spacing.deferredUntil() {
+        if items < maxItems, hasChanges(owner), let due = spacing.deferredUntil() {
             queue.asyncAfter(deadline: due) { self.commitWhenSpaced(owner) }
             return
         }
@@ -119,8 +125,11 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
             do {
                 let changed = try commitStore(owner)
                 let end = DispatchTime.now().uptimeNanoseconds
-                spacing.committed(now: end)
-                if changed { committed(owner, covered, end &- openedNs) }
+                // Only a commit that synced spaces the next one.
+                if changed {
+                    spacing.committed(now: end)
+                    committed(owner, covered, end &- openedNs)
+                }
             } catch {
                 spacing.committed()
                 let dropped = waiting.count

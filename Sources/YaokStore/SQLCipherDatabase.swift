@@ -362,6 +362,12 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     /// Whether a group transaction is open.
     public var inGroup: Bool { lock.withLock { transactionDepth > 0 } }
 
+    /// Whether the open group has changed any row yet: its commit would write and sync (a
+    /// group that only read commits at no cost, so it need not wait for the commit spacing).
+    public var groupHasChanges: Bool {
+        lock.withLock { groupDepth == 1 && (handle.map { sqlite3_total_changes($0) } ?? 0) != groupChangesAtBegin }
+    }
+
     private func rollback(depth: Int, savepoint: String) throws {
         if depth == 0 {
             // A failed COMMIT may already have rolled back; only roll back if still open.
