@@ -130,12 +130,19 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// Bundles the router declined to send to an endpoint they are not addressed to.
         public var endpointMisroutesPrevented = 0
         /// The hub's added latency per bundle since start, in µs (``HopLatency``'s buckets): from its
-        /// frame reaching the router to its first onward send, after the commit that made it
-        /// durable. Bundles with no link at hand wait in the store and are not counted.
+        /// frame reaching the router to its first onward send (which does not wait for the commit;
+        /// between hubs it includes the neighbour's offer/request round trip). Bundles with no
+        /// link at hand wait in the store and are not counted.
         public var hopLatencySamples = 0
         public var hopLatencyP50Us = 0
         public var hopLatencyP99Us = 0
         public var hopLatencyMaxUs = 0
+        /// From a frame reaching the router to its custody answer (ack or refusal) leaving, after
+        /// the commit that made the bundle durable, in µs: how long the sender keeps custody.
+        public var custodyLatencySamples = 0
+        public var custodyLatencyP50Us = 0
+        public var custodyLatencyP99Us = 0
+        public var custodyLatencyMaxUs = 0
         /// `custodyAcks` lists sent and received, and the acks they carried.
         public var ackListsSent = 0
         public var acksInListsSent = 0
@@ -187,6 +194,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var untrustedHolds = Set<[UInt8]>()
         /// When each ID was last offered on this link (bounded by ``Router/maxOfferedMemory``).
         var offeredAtMs: [[UInt8]: Int64] = [:]
+        /// IDs to offer, sent as lists once the router's queue has drained (``Router/flushOffers()``).
+        var offersToSend: [[UInt8]] = []
         /// Hub links: the reconciliation exchange under way (offers to the link wait for it),
         /// and when it gives up and falls back to listing offers.
         var sync: SyncPhase?
@@ -243,12 +252,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var timer: DispatchSourceTimer?
     /// Group commit: the open transaction, the frames waiting for it, the items it covers.
     private let group: GroupCommit<Router, WaitingFrame>
-    private typealias WaitingFrame = (record: TLVRecord, link: Link, onFailure: (() -> Void)?, arrivedNs: UInt64?)
+    /// A custody answer held for the open group's commit, and when the frame it answers arrived.
+    private typealias WaitingFrame = (record: TLVRecord, link: Link, arrivedNs: UInt64)
     /// When the frame being handled reached the router (monotonic ns), and when each bundle it
     /// stored arrived, until the bundle first leaves: the hub's added latency (``HopLatency``).
     private var frameArrivedNs: UInt64 = 0
     private var arrivedNs: [[UInt8]: UInt64] = [:]
     private var hopLatency = HopLatency()
+    /// A ``flushOffers()`` is queued.
+    private var offerFlushQueued = false
+    /// From a bundle's arrival to its custody answer (ack or refusal), which waits for the commit.
+    private var custodyLatency = HopLatency()
     /// Where the next tick's page of due bundles starts (nil: from the oldest).
     private var dueCursor: StoredBundle?
     static let duePage = 500
@@ -260,6 +274,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let maxOfferedMemory = 100_000
     /// A group closes after this many work items even if more are queued.
     static let maxGroupItems = 1024
+    /// Commits at least this far apart while work keeps coming. Only custody answers wait for
+    /// a commit, so this is what they wait at most, never what a forwarded bundle waits; 5 ms
+    /// rather than 2 cut the hub's CPU per message by about a third at 250 msg/s offered
+    /// (Docs/performance.md, session 14).
+    static let commitSpacingUs: UInt64 = 5_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
     private let now: @Sendable () -> Int64
@@ -315,9 +334,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Every state change the router makes joins one transaction, opened by the first work item
     /// after a commit. The commit is queued behind whatever work is already waiting, so it covers
-    /// all of it: one fsync for a burst of frames from every link, none when idle. Frames that
-    /// depend on the changes (custody acks, refusals, bundles marked in flight, everything) are
-    /// held until the commit returns: custody is acknowledged only once durably taken.
+    /// all of it: one fsync for a burst of frames from every link, none when idle. Custody
+    /// answers (acks, refusals) are held until the commit returns: custody is acknowledged only
+    /// once durably taken. Other frames leave at once (``sendAfterCommit(_:on:)``).
     private func grouped(_ body: () -> Void) {
         group.run(self, body)
     }
@@ -331,9 +350,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// waited go only on links still up.
     private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<Router, WaitingFrame> {
         GroupCommit(
-            queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US"),
+            queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US", defaultUs: commitSpacingUs),
             maxItems: maxGroupItems, closesAfterSpacing: false, testDelayUs: testCommitDelayUs,
             begin: { try $0.store.database.beginGroup() },
+            hasChanges: { $0.store.database.groupHasChanges },
             beginFailed: { router, error in
                 router.logger.error("store: cannot open a group transaction, each change commits alone: \(error)")
             },
@@ -349,11 +369,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             release: { router, waited in
                 // Acks to a peer that reads lists wait for the end of the release: one frame each.
                 var acks: [ObjectIdentifier: (link: Link, ids: [[UInt8]])] = [:]
-                for (record, link, onFailure, arrived) in waited where router.links[link.key] === link {
+                let releasedNs = DispatchTime.now().uptimeNanoseconds
+                for (record, link, arrived) in waited where router.links[link.key] === link {
+                    router.custodyLatency.record(nanoseconds: releasedNs &- arrived)
                     if record.type == FrameType.custodyAck.rawValue, link.peerReadsAckLists {
                         acks[ObjectIdentifier(link), default: (link, [])].ids.append(record.value)
-                    } else if !router.sendNow(record, on: link, arrivedNs: arrived) {
-                        onFailure?()
+                    } else {
+                        router.send(record, on: link)
                     }
                 }
                 for (link, ids) in acks.values { router.sendAcks(ids, on: link) }
@@ -490,14 +512,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // certificate still goes first); the relay plugin speaks its own protocol and is not told.
         switch info.peerRole {
         case .endpoint:
-            _ = send(CustodyAcks.announcement, on: link)
+            send(CustodyAcks.announcement, on: link)
             pushPending(to: link)
             announceAttachments()
         case .hub:
             link.listed = settings.trust.trustedHubs.contains(info.peerSigningKey)
             // Our certificate goes first, so a peer in network mode can trust us before it offers.
-            if let cert = settings.ownCertificate { _ = send(TLVRecord(.hubCertificate, value: cert), on: link) }
-            _ = send(CustodyAcks.announcement, on: link)
+            if let cert = settings.ownCertificate { send(TLVRecord(.hubCertificate, value: cert), on: link) }
+            send(CustodyAcks.announcement, on: link)
             if mayExchange(with: link) {
                 startSync(with: link)
                 sendAttachmentAnnouncement(to: link)
@@ -506,7 +528,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
         case .relay:
             for endpoint in links.values where endpoint.info.peerRole == .endpoint {
-                if let r = registrations[endpoint.peerID] { _ = send(TLVRecord(.registration, value: r), on: link) }
+                if let r = registrations[endpoint.peerID] { send(TLVRecord(.registration, value: r), on: link) }
             }
             pushForwardable(to: link)
         }
@@ -521,7 +543,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         registrations[link.peerID] = value
         if registrations.count > 10_000 { registrations.removeAll() }
         for relay in links.values where relay.info.peerRole == .relay {
-            _ = send(TLVRecord(.registration, value: value), on: relay)
+            send(TLVRecord(.registration, value: value), on: relay)
         }
     }
 
@@ -539,28 +561,32 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         onChange?()
     }
 
-    /// Sends a frame on a link: after the open group commits, if one is open (always, on the
-    /// router queue). `onFailure` runs if the transport refuses it then.
-    @discardableResult
-    private func send(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil, onFailure: (() -> Void)? = nil) -> Bool {
+    /// Sends a custody answer (an ack or a refusal) on a link: after the open group commits, if
+    /// one is open (always, on the router queue). It says what the store now holds, so it may
+    /// leave only once that is durable. Every other frame (offers, requests, bundles) says
+    /// nothing about our store and leaves at once with ``send(_:on:arrivedNs:)``: a bundle
+    /// forwarded before its own commit stays in the upstream's custody until this ack.
+    private func sendAfterCommit(_ record: TLVRecord, on link: Link) {
         guard group.isOpen else {
-            if !sendNow(record, on: link, arrivedNs: arrivedNs) { onFailure?(); return false }
-            return true
+            custodyLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- frameArrivedNs)
+            send(record, on: link)
+            return
         }
-        group.hold((record, link, onFailure, arrivedNs))
-        return true
+        group.hold((record, link, frameArrivedNs))
     }
 
     /// Custody acks for one link: one frame per list if the peer reads lists (``CustodyAcks``).
     private func sendAcks(_ ids: [[UInt8]], on link: Link) {
         for record in CustodyAcks.records(for: ids, peerReadsLists: link.peerReadsAckLists) {
-            guard sendNow(record, on: link), record.type == FrameType.custodyAcks.rawValue else { continue }
+            guard send(record, on: link), record.type == FrameType.custodyAcks.rawValue else { continue }
             counters.ackListsSent += 1
             counters.acksInListsSent += (record.value.count - 2) / 16
         }
     }
 
-    private func sendNow(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
+    /// Sends a frame on a link now; false if the transport refused it.
+    @discardableResult
+    private func send(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
         do {
             let frame = record.encoded
             try link.transport.send(frame, to: link.info.id)
@@ -595,7 +621,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if !mayExchange(with: link) {
             // An untrusted hub under list/network trust: keep-alives only, until it proves itself.
             switch FrameType(rawValue: record.type) {
-            case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
+            case .ping: send(TLVRecord(.pong, value: record.value), on: link)
             case .pong, .linkClose, .custodyAck, .custodyRefused: break
             case .custodyAcks: if record.value == CustodyAcks.announcement.value { link.peerReadsAckLists = true }
             case .attachment: counters.attachmentsRefused += 1
@@ -614,7 +640,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
-        case .ping: _ = send(TLVRecord(.pong, value: record.value), on: link)
+        case .ping: send(TLVRecord(.pong, value: record.value), on: link)
         case .pong, .linkClose, .hubCertificate: break
         case .linkIdentity, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
             // Link-session records never reach the host: a transport handing one up is broken.
@@ -625,7 +651,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func refuse(_ id: [UInt8]?, _ reason: CustodyRefusal.Reason, to link: Link) {
         guard let id, id.count == 16 else { return }
-        _ = send(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded), on: link)
+        sendAfterCommit(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded), on: link)
     }
 
     private func acceptBundle(_ bytes: [UInt8], from link: Link) {
@@ -721,15 +747,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if arrivedNs.count >= 4_096 { arrivedNs.removeAll(keepingCapacity: true) }
             arrivedNs[id] = frameArrivedNs
             logger.debug("stored bundle \(Self.shortID(id)) from \(link.key)")
-            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+            sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
             if envelope.kind != .message { handleReceipt(envelope) }
             route(StoredBundle(accepted: newBundle, nowMs: t))
         case .duplicate:
             counters.duplicates += 1
-            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+            sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
         case .alreadyDelivered:
             counters.alreadyDelivered += 1
-            _ = send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+            sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
         case .conflict:
             counters.refusedConflict += 1
             logger.warning("bundle \(Self.shortID(id)) from \(link.key): another envelope holds this bundle ID; refused")
@@ -926,18 +952,18 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         for id in unknown {
             // Asked another neighbour for it already and that request is still live.
             if links.values.contains(where: { $0.requested[id].map { $0 > t } ?? false }) { continue }
-            link.requested[id] = t + settings.custodyTimeoutMs
+            link.requested[id] = t + link.pacing.timeoutMs()
             wanted.append(id)
         }
         if !wanted.isEmpty, let vector = try? SummaryVector(bundleIDs: wanted) {
-            _ = send(TLVRecord(.request, value: vector.encoded), on: link)
+            send(TLVRecord(.request, value: vector.encoded), on: link)
         }
         // Say which ones we hold, so the neighbour stops offering them.
         let unknownSet = Set(unknown)
         let held = slice.filter { !unknownSet.contains($0) }
         if !held.isEmpty, mayExchange(with: link), let vector = try? SummaryVector(bundleIDs: held) {
             counters.heldSent += vector.bundleIDs.count
-            _ = send(TLVRecord(.held, value: vector.encoded), on: link)
+            send(TLVRecord(.held, value: vector.encoded), on: link)
         }
         if !link.offered.isEmpty {
             link.drainingOffers = true
@@ -986,20 +1012,38 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard link.sync == nil else { return }
         var ids = ids
         if let holdings = link.peerHoldings { ids.removeAll { holdings.peerHolds($0) } }
-        // The same ID to the same link at most once per custody timeout, whatever the answer.
-        let t = now()
+        // The same ID to the same link at most once per custody timeout learnt for the link
+        // (at most `custody_timeout_s`), whatever the answer: an offer or its request lost to
+        // a full backlog costs that long, not the configured ceiling.
+        let t = now(), window = link.pacing.timeoutMs()
         let fresh = ids.filter { id in
-            if let at = link.offeredAtMs[id], t - at < settings.custodyTimeoutMs { counters.reoffersSuppressed += 1; return false }
+            if let at = link.offeredAtMs[id], t - at < window { counters.reoffersSuppressed += 1; return false }
             return true
         }
         if link.offeredAtMs.count + fresh.count > Self.maxOfferedMemory {
-            link.offeredAtMs = link.offeredAtMs.filter { t - $0.value < settings.custodyTimeoutMs }
+            link.offeredAtMs = link.offeredAtMs.filter { t - $0.value < window }
         }
         for id in fresh where link.offeredAtMs.count < Self.maxOfferedMemory { link.offeredAtMs[id] = t }
-        ids = fresh
-        for vector in SummaryVector.chunked(ids) {
-            counters.idsOffered += vector.bundleIDs.count
-            _ = send(TLVRecord(.summary, value: vector.encoded), on: link)
+        guard !fresh.isEmpty else { return }
+        link.offersToSend += fresh
+        if !offerFlushQueued {
+            offerFlushQueued = true
+            queue.async { self.flushOffers() }
+        }
+    }
+
+    /// Sends the offers collected since the last flush, as few lists per link as fit: queued
+    /// behind the work waiting when the first was collected, so a burst of bundles is offered
+    /// in one frame (one request back, one admission slot each way) and a lone bundle at once.
+    private func flushOffers() {
+        offerFlushQueued = false
+        for link in links.values where !link.offersToSend.isEmpty {
+            let ids = link.offersToSend
+            link.offersToSend.removeAll()
+            for vector in SummaryVector.chunked(ids) {
+                counters.idsOffered += vector.bundleIDs.count
+                send(TLVRecord(.summary, value: vector.encoded), on: link)
+            }
         }
     }
 
@@ -1107,10 +1151,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let resends = link.resends[b.bundleID] ?? 0
         if resends == 0 { link.firstSentMs[b.bundleID] = t }
         link.inFlight[b.bundleID] = t + link.pacing.timeoutMs(resends: resends)
-        send(TLVRecord(.bundle, value: outgoing), on: link, arrivedNs: arrivedNs.removeValue(forKey: b.bundleID)) { [weak self, weak link] in
-            guard let self, let link else { return }
+        if !send(TLVRecord(.bundle, value: outgoing), on: link, arrivedNs: arrivedNs.removeValue(forKey: b.bundleID)) {
             link.endFlight(b.bundleID)
-            self.failAttemptIfStillInFlight(b.bundleID, nowMs: t)
+            failAttemptIfStillInFlight(b.bundleID, nowMs: t)
         }
         return true
     }
@@ -1146,13 +1189,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func sendAttachmentAnnouncement(to link: Link) {
         guard let a = makeAnnouncement() else { return }
-        _ = send(TLVRecord(.attachment, value: a.encoded), on: link)
+        send(TLVRecord(.attachment, value: a.encoded), on: link)
     }
 
     private func announceAttachments() {
         guard let a = makeAnnouncement() else { return }
         for link in links.values where link.info.peerRole == .hub && mayExchange(with: link) {
-            _ = send(TLVRecord(.attachment, value: a.encoded), on: link)
+            send(TLVRecord(.attachment, value: a.encoded), on: link)
         }
     }
 
@@ -1363,7 +1406,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         for message in messages {
             let bytes = message.encoded
             counters.reconcileBytesOut += bytes.count
-            _ = send(TLVRecord(.reconcile, value: bytes), on: link)
+            send(TLVRecord(.reconcile, value: bytes), on: link)
         }
     }
 
@@ -1582,6 +1625,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         c.hopLatencyP50Us = hopLatency.percentileUs(0.5)
         c.hopLatencyP99Us = hopLatency.percentileUs(0.99)
         c.hopLatencyMaxUs = hopLatency.maxUs
+        c.custodyLatencySamples = custodyLatency.samples
+        c.custodyLatencyP50Us = custodyLatency.percentileUs(0.5)
+        c.custodyLatencyP99Us = custodyLatency.percentileUs(0.99)
+        c.custodyLatencyMaxUs = custodyLatency.maxUs
         return c
     }
 
