@@ -153,8 +153,10 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
 }
 
 /// Runs a hub session until `done` says stop or `timeout` passes.
+/// `during`, if given, runs once attached (on this thread); it returns whether it is already done.
 func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil, timeout: Double, json: Bool,
-                    done: @escaping @Sendable (HubSession.Event) -> Bool) throws -> Bool {
+                    done: @escaping @Sendable (HubSession.Event) -> Bool,
+                    during: ((HubSession) throws -> Bool)? = nil) throws -> Bool {
     let address = try P2PHubJoin.hubAddress(hub) { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
     let finished = DispatchSemaphore(value: 0)
     let session = HubSession(endpoint: endpoint, address: address) { event in
@@ -164,7 +166,8 @@ func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil,
     session.relayKey = relayKey
     try session.start()
     defer { session.stop() }
-    let ok = finished.wait(timeout: .now() + timeout) == .success
+    let deadline = DispatchTime.now() + timeout
+    let ok = try during?(session) == true || finished.wait(timeout: deadline) == .success
     // Let receipts this session produced reach the hub before leaving.
     session.drain(timeout: 3)
     return ok
@@ -211,6 +214,8 @@ struct Send: ParsableCommand {
     @Flag(help: "Also wait for the recipient's delivery receipt.") var waitDelivered = false
     @Option(help: ArgumentHelp("Queue this many messages (load tests); {n} in the text becomes each one's number, zero-padded to the width of the count.", valueName: "count"))
     var `repeat`: Int = 1
+    @Option(help: ArgumentHelp("With --repeat and --hub: attach first, then compose the messages one at a time at this many per second, each sent at once (an offered load; without it all are composed first, a backlog).", valueName: "per-second"))
+    var rate: Int?
     @Flag var json = false
 
     /// Messages composed per store transaction with --repeat (bounds memory and transaction size).
@@ -218,6 +223,10 @@ struct Send: ParsableCommand {
 
     func validate() throws {
         guard (1...1_000_000).contains(`repeat`) else { throw ValidationError("--repeat must be 1 to 1000000, got \(`repeat`)") }
+        if let rate {
+            guard (1...100_000).contains(rate) else { throw ValidationError("--rate must be 1 to 100000 messages per second, got \(rate)") }
+            guard attach.hub != nil else { throw ValidationError("--rate needs --hub (it paces messages while attached)") }
+        }
     }
 
     /// The text of message `n` (1-based) of a --repeat batch.
@@ -230,42 +239,85 @@ struct Send: ParsableCommand {
     func run() throws {
         let e = try home.open()
         let c = try e.resolveContact(contact)
-        var ids = Set<[UInt8]>()
-        if `repeat` == 1 {
-            let id = try e.compose(to: c, text: text).messageID
-            ids.insert(id)
-            json ? printJSON(["event": "queued", "id": hex(id)]) : print("queued \(hex(id).prefix(8)) for \(c.name)")
-        } else {
-            let width = String(`repeat`).count
-            for start in stride(from: 1, through: `repeat`, by: Self.batchSize) {
-                let texts = (start...min(`repeat`, start + Self.batchSize - 1)).map { Self.numbered(text, $0, width: width) }
-                for item in try e.compose(to: c, texts: texts) {
-                    ids.insert(item.messageID)
-                    if json { printJSON(["event": "queued", "id": hex(item.messageID)]) }
+        let waiting = Waiting(expecting: `repeat`)
+        func queued(_ id: [UInt8]) -> Bool {
+            if json { printJSON(["event": "queued", "id": hex(id)]) }
+            return waiting.expect(id)
+        }
+        if rate == nil {
+            if `repeat` == 1 {
+                let id = try e.compose(to: c, text: text).messageID
+                _ = queued(id)
+                if !json { print("queued \(hex(id).prefix(8)) for \(c.name)") }
+            } else {
+                let width = String(`repeat`).count
+                for start in stride(from: 1, through: `repeat`, by: Self.batchSize) {
+                    let texts = (start...min(`repeat`, start + Self.batchSize - 1)).map { Self.numbered(text, $0, width: width) }
+                    for item in try e.compose(to: c, texts: texts) { _ = queued(item.messageID) }
                 }
+                if !json { print("queued \(`repeat`) messages for \(c.name)") }
             }
-            if !json { print("queued \(`repeat`) messages for \(c.name)") }
         }
         // Without --hub or --relay the messages wait in the outbox for the next session.
         guard attach.isSet else { return }
         let waitDelivered = self.waitDelivered
-        // @unchecked: `ids` only under `lock`.
-        final class Waiting: @unchecked Sendable {
-            var ids: Set<[UInt8]>
-            let lock = NSLock()
-            init(_ ids: Set<[UInt8]>) { self.ids = ids }
-            /// Crosses `id` off; true when none is left.
-            func done(_ id: [UInt8]) -> Bool { lock.withLock { ids.remove(id); return ids.isEmpty } }
-        }
-        let waiting = Waiting(ids)
-        let ok = try withSession(e, attach, timeout: timeout, json: json) { event in
+        let attached = DispatchSemaphore(value: 0)
+        let done: @Sendable (HubSession.Event) -> Bool = { event in
             switch event {
+            case .connected: attached.signal(); return false
             case .handedOver(let acked) where !waitDelivered: return waiting.done(acked)
             case .incoming(.receipt(_, let ref)) where waitDelivered: return waiting.done(ref)
             default: return false
             }
         }
+        let ok: Bool
+        if let rate, let hub = attach.hub {
+            // An offered load: attached first, then one message every 1/rate s, each pushed at once.
+            let text = self.text, count = `repeat`, width = String(`repeat`).count
+            ok = try withHubSession(e, hub: hub, relayKey: attach.key(), timeout: timeout, json: json, done: done) { session in
+                // The pace starts once attached (bounded by --timeout).
+                guard attached.wait(timeout: .now() + timeout) == .success else { return false }
+                let start = Date()
+                var finished = false
+                for n in 1...count {
+                    let wait = start.addingTimeInterval(Double(n - 1) / Double(rate)).timeIntervalSinceNow
+                    if wait > 0 { usleep(UInt32(wait * 1e6)) }
+                    finished = queued(try e.compose(to: c, text: Self.numbered(text, n, width: width)).messageID)
+                    session.flush()
+                }
+                if !json { print(String(format: "composed %d messages for %@ in %.2f s (offered %d/s)", count, c.name, Date().timeIntervalSince(start), rate)) }
+                return finished
+            }
+        } else {
+            ok = try withSession(e, attach, timeout: timeout, json: json, done: done)
+        }
         guard ok else { throw ValidationError("timed out after \(timeout) s; the message stays in the outbox and goes with the next session") }
+    }
+
+    /// The messages this run sent, crossed off as their custody acks (or receipts) arrive. An
+    /// answer can come before its ID is registered (a paced send pushes as it composes).
+    // @unchecked: every field only under `lock`.
+    final class Waiting: @unchecked Sendable {
+        private let lock = NSLock()
+        private var outstanding = Set<[UInt8]>(), answeredEarly = Set<[UInt8]>()
+        private var toRegister: Int
+        init(expecting count: Int) { toRegister = count }
+        private var finished: Bool { toRegister == 0 && outstanding.isEmpty }
+        /// Registers one of ours; true when all are registered and answered.
+        func expect(_ id: [UInt8]) -> Bool {
+            lock.withLock {
+                toRegister -= 1
+                if answeredEarly.remove(id) == nil { outstanding.insert(id) }
+                return finished
+            }
+        }
+        /// Crosses `id` off; true when all are registered and answered.
+        func done(_ id: [UInt8]) -> Bool {
+            lock.withLock {
+                if outstanding.remove(id) == nil, toRegister > 0 { answeredEarly.insert(id) }
+                return finished
+            }
+        }
     }
 }
 

@@ -7,6 +7,7 @@
 #   sudo Plugins/Mesh/Tests/netns/bench-line.sh
 #   env: N=10000   messages in the throughput phase
 #        M=100     messages per recipient in the latency phase (sent one at a time)
+#        P=5000 RATE=500  messages in the load phase and their offered rate per second
 #        SAMPLE_S=60  seconds between samples of the throughput phase (messages at D,
 #                  each hub's CPU, and its store size)
 #        BIN=<products dir>  (default .build-release/release; build yaok-hub, yaok,
@@ -16,6 +17,10 @@
 #                  older release build when the current one cannot be built in release.
 #
 # Phases:
+#   load        P messages from A to dave at D, composed and sent at RATE per second while
+#               attached (`yaok send --rate`): created -> stored at D, and each hub's own
+#               added latency per bundle from its router counters (hopLatency*: in -> out on
+#               the next link, the commit and the next hub's offer/request included), receipts too.
 #   latency     M messages, one `yaok send --hub` at A after another, to bob listening at
 #               B (1 hub-to-hub hop), then M to carol at C (2 hops), then M to dave at D
 #               (3 hops): created (composed at A) → stored at the recipient, no backlog.
@@ -32,6 +37,8 @@ export BIN=${BIN:-$REPO/.build-release/release}
 source "$(dirname "$0")/lib.sh"
 N=${N:-10000}
 M=${M:-100}
+P=${P:-5000}
+RATE=${RATE:-500}
 HUB=udp://127.0.0.1:7811
 BENCH_PIDS=()
 
@@ -71,6 +78,8 @@ CFG
 now_ms() { date +%s%3N; }
 # cpu_ticks PID: utime + stime of a process, in clock ticks.
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+# busy_ticks: the machine's non-idle CPU time so far (all cores), in clock ticks.
+busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 # peak_rss_kib PID: VmHWM in KiB.
 peak_rss_kib() { awk '/^VmHWM:/ { print $2 }' "/proc/$1/status"; }
 # percentile FILE P: the P-th percentile (0–100, nearest rank) of the numbers in FILE, one a line.
@@ -124,6 +133,27 @@ wait_dave() {
 inbox_since() {
     "$BIN/yaok" inbox --home "$WORK/${2:-dave}" --json | jq -r --argjson t "$1" 'select(.received_ms >= $t) | "\(.created_ms) \(.received_ms)"'
 }
+
+# --- load: P messages offered at RATE/s from A to D, first, so each hub's added-latency
+# histogram (router counters hopLatency*: a bundle in -> out on its next link, its commit and
+# the next hub's offer/request round trip included) holds this phase alone.
+listen_at_d "$P" "$WORK/load-listen.json"
+declare -A LOAD_CPU0=()
+for n in A B C D; do LOAD_CPU0[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
+busy0=$(busy_ticks)
+t_load=$(now_ms)
+yaok_in A alice send Dave "$(template "$P")" --repeat "$P" --rate "$RATE" --hub "$HUB" --timeout 120 > /dev/null || fail "the paced send of $P messages failed"
+wait_dave 120
+load_busy=$(echo "($(busy_ticks) - $busy0) / $(getconf CLK_TCK) / (($(now_ms) - $t_load) / 1000) / $(nproc) * 100" | bc -l)
+load_hubs_ms=0
+for n in A B C D; do load_hubs_ms=$(echo "$load_hubs_ms + ($(cpu_ticks "${HUBPID[$n]}") - ${LOAD_CPU0[$n]}) * 1000 / $(getconf CLK_TCK) / $P" | bc -l); done
+inbox_since "$t_load" > "$WORK/load.txt"
+[[ $(wc -l < "$WORK/load.txt") == "$P" ]] || fail "load phase: dave has $(wc -l < "$WORK/load.txt") of $P messages"
+awk '{ print $2 - $1 }' "$WORK/load.txt" > "$WORK/load-ms.txt"
+LOAD_HOPS=()
+for n in A B C D; do
+    LOAD_HOPS+=("$(hub_status "$n" | jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \(.custodyLatencyP50Us / 1000) / \(.custodyLatencyP99Us / 1000) ms (p50 / p99)"')")
+done
 
 # --- latency: one message at a time, no backlog, to recipients 1, 2 and 3 hub-to-hub hops away.
 declare -A LAT50=() LAT99=()
@@ -187,6 +217,11 @@ awk -v t0="$t0" '{ print $2 - t0 }' "$WORK/throughput.txt" > "$WORK/backlog-ms.t
 tick=$(getconf CLK_TCK)
 echo
 echo "== line A-B-C-D, 200-byte messages, endpoint at A (UDP) -> 3 mesh hops -> endpoint at D (UDP)"
+printf 'load phase: %d messages offered at %d/s, created at A -> stored at D: p50 %s ms  p99 %s ms\n' \
+    "$P" "$RATE" "$(percentile "$WORK/load-ms.txt" 50)" "$(percentile "$WORK/load-ms.txt" 99)"
+printf '  the machine was %.0f%% busy over the phase; the four hubs used %.2f ms of CPU per message together (plugin processes not counted)\n' "$load_busy" "$load_hubs_ms"
+echo "  per hop, each hub's added latency per bundle (in -> out on the next link, receipts included):"
+printf '%s\n' "${LOAD_HOPS[@]}"
 printf 'latency phase (%d messages each, one at a time), created at A -> stored at the recipient:\n' "$M"
 for hops in 1 2 3; do
     printf '  %d hub-to-hub hop(s) (recipient at %s): p50 %s ms  p99 %s ms\n' "$hops" "$(cut -d' ' -f"$hops" <<< "B C D")" "${LAT50[$hops]}" "${LAT99[$hops]}"
