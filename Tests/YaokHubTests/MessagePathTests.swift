@@ -89,6 +89,33 @@ final class MessagePathTests: XCTestCase {
         XCTAssertNil(storeBytes.range(of: Data("ok, noon".utf8)))
     }
 
+    /// `yaok send --rate`: attached first, then composed and sent at the offered rate; it returns
+    /// once the hub has taken custody of every one, each composed after the last was paced.
+    func testAPacedSendComposesWhileAttachedAndWaitsForEveryCustodyAck() throws {
+        let (hub, port) = try startHub()
+        defer { hub.stop() }
+        let (alice, bob) = try Self.initPair(try TestSupport.temporaryDirectory(self))
+        let url = "udp://127.0.0.1:\(port)"
+        let started = Date()
+        let sent = try Self.yaok(alice, ["send", "Bob", "paced {n}", "--repeat", "40", "--rate", "100", "--hub", url, "--json", "--timeout", "30"])
+        let elapsed = Date().timeIntervalSince(started)
+        let queued = Set(sent.filter { $0["event"] as? String == "queued" }.compactMap { $0["id"] as? String })
+        let handed = Set(sent.filter { $0["event"] as? String == "handed_over" }.compactMap { $0["id"] as? String })
+        XCTAssertEqual(queued.count, 40)
+        XCTAssertEqual(handed, queued, "every paced message was taken by the hub before the command returned")
+        XCTAssertGreaterThanOrEqual(elapsed, 0.39, "40 messages at 100/s take at least 0.39 s to compose")
+        XCTAssertEqual(try hub.status().router.queue.queued, 40)
+        let got = try Self.yaok(bob, ["listen", "--hub", url, "--count", "40", "--json", "--timeout", "20"])
+        let texts = Set(got.filter { $0["event"] as? String == "message" }.compactMap { $0["text"] as? String })
+        XCTAssertEqual(texts, Set((1...40).map { "paced " + String(format: "%02d", $0) }))
+
+        // --rate paces a session: without --hub there is none, and the command says so.
+        let exe = try TestSupport.product("yaok")
+        let refused = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "x", "--repeat", "2", "--rate", "10"])
+        XCTAssertNotEqual(refused.status, 0)
+        XCTAssertTrue(refused.output.contains("--rate needs --hub"), refused.output)
+    }
+
     func testMessagesFromNonContactsAreRejectedAndRecordedWithoutContent() throws {
         let (hub, port) = try startHub()
         defer { hub.stop() }
