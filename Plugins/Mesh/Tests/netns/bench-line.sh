@@ -152,7 +152,7 @@ inbox_since "$t_load" > "$WORK/load.txt"
 awk '{ print $2 - $1 }' "$WORK/load.txt" > "$WORK/load-ms.txt"
 LOAD_HOPS=()
 for n in A B C D; do
-    LOAD_HOPS+=("$(hub_status "$n" | jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \(.custodyLatencyP50Us / 1000) / \(.custodyLatencyP99Us / 1000) ms (p50 / p99)"')")
+    LOAD_HOPS+=("$(hub_status "$n" | jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \((.custodyLatencyP50Us // 0) / 1000) / \((.custodyLatencyP99Us // 0) / 1000) ms (p50 / p99)"')")
 done
 
 # --- latency: one message at a time, no backlog, to recipients 1, 2 and 3 hub-to-hub hops away.
