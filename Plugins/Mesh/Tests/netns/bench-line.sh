@@ -30,8 +30,8 @@
 #               without --hub only composes), dave listens at D, then `yaok listen` at A
 #               attaches and pushes them all: messages per second from attach to the last
 #               one stored at D.
-# Each hub's CPU time (utime+stime from /proc/<pid>/stat) is counted over the
-# throughput phase; peak RSS is VmHWM at the end. Exit 0 = all arrived, 77 = skipped.
+# Each hub's CPU time (utime+stime from /proc/<pid>/stat) and disk writes (write_bytes from
+# /proc/<pid>/io) are counted over the throughput phase; peak RSS is VmHWM at the end. Exit 0 = all arrived, 77 = skipped.
 REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
 export BIN=${BIN:-$REPO/.build-release/release}
 source "$(dirname "$0")/lib.sh"
@@ -78,6 +78,8 @@ CFG
 now_ms() { date +%s%3N; }
 # cpu_ticks PID: utime + stime of a process, in clock ticks.
 cpu_ticks() { awk '{ sub(/.*\) /, ""); print $12 + $13 }' "/proc/$1/stat"; }
+# write_bytes PID: bytes the process has caused to be written to storage (what wears an SD card).
+write_bytes() { awk '/^write_bytes:/ { print $2 }' "/proc/$1/io"; }
 # busy_ticks: the machine's non-idle CPU time so far (all cores), in clock ticks.
 busy_ticks() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
 # peak_rss_kib PID: VmHWM in KiB.
@@ -179,8 +181,8 @@ q0=$(now_ms)
 "${YAOK_QUEUE:-$BIN/yaok}" send --home "$WORK/alice" Dave "$(template "$N")" --repeat "$N" > /dev/null || fail "queueing $N messages failed"
 echo "queued $N messages in alice's outbox in $(( $(now_ms) - q0 )) ms (one yaok send --repeat)"
 listen_at_d "$N" "$WORK/throughput-listen.json"
-declare -A CPU0=()
-for n in A B C D; do CPU0[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
+declare -A CPU0=() WRITES0=()
+for n in A B C D; do CPU0[$n]=$(cpu_ticks "${HUBPID[$n]}"); WRITES0[$n]=$(write_bytes "${HUBPID[$n]}"); done
 t0=$(now_ms)
 # Not through yaok_in: a backgrounded shell function would give the subshell's pid, not yaok's.
 ip netns exec "$TAG-A" "$BIN/yaok" listen --home "$WORK/alice" --hub "$HUB" --json --timeout 900 > "$WORK/alice-listen.json" &
@@ -203,8 +205,8 @@ while kill -0 "$DAVE_PID" 2>/dev/null; do
 done
 wait_dave 1
 t_done=$(now_ms)
-declare -A CPU1=()
-for n in A B C D; do CPU1[$n]=$(cpu_ticks "${HUBPID[$n]}"); done
+declare -A CPU1=() WRITES1=()
+for n in A B C D; do CPU1[$n]=$(cpu_ticks "${HUBPID[$n]}"); WRITES1[$n]=$(write_bytes "${HUBPID[$n]}"); done
 inbox_since "$t0" > "$WORK/throughput.txt"
 got=$(wc -l < "$WORK/throughput.txt")
 [[ $got == "$N" ]] || fail "throughput phase: dave has $got of $N messages"
@@ -243,8 +245,8 @@ printf '  rate until half arrived %.1f msg/s, until 90%% arrived %.1f msg/s (an 
     "$(echo "$got * 0.5 * 1000 / ($b50 + 1)" | bc -l)" "$(echo "$got * 0.9 * 1000 / ($b90 + 1)" | bc -l)"
 for n in A B C D; do
     cpu_s=$(echo "(${CPU1[$n]} - ${CPU0[$n]}) / $tick" | bc -l)
-    printf '  hub %s: CPU %.2f s in the phase (%.3f ms per message), peak RSS %d KiB (%.1f MB)\n' \
-        "$n" "$cpu_s" "$(echo "$cpu_s * 1000 / $got" | bc -l)" \
+    printf '  hub %s: CPU %.2f s in the phase (%.3f ms per message), disk writes %.1f KB per message, peak RSS %d KiB (%.1f MB)\n' \
+        "$n" "$cpu_s" "$(echo "$cpu_s * 1000 / $got" | bc -l)" "$(echo "(${WRITES1[$n]} - ${WRITES0[$n]}) / 1000 / $got" | bc -l)" \
         "$(peak_rss_kib "${HUBPID[$n]}")" "$(echo "$(peak_rss_kib "${HUBPID[$n]}") / 1024" | bc -l)"
 done
 echo "(dave's delivery receipts travel back D -> A during the phase; the hubs carry them too)"
