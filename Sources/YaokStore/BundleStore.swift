@@ -87,7 +87,7 @@ public final class BundleStore: @unchecked Sendable {
             if b.kind == Envelope.Kind.message.rawValue,
                try database.scalar(SQL.deliveryReceiptHeld, [.blob(b.bundleID), .blob(b.destination)],
                                    purpose: "looking for a held delivery receipt") != nil {
-                try insert(b, state: .delivered, bytes: nil, nowMs: nowMs)
+                try insert(b, state: .delivered, bytes: nil, reference: nil, nowMs: nowMs)
                 try recordDelivery(to: b.destination, nowMs: nowMs)
                 return .alreadyDelivered
             }
@@ -99,7 +99,6 @@ public final class BundleStore: @unchecked Sendable {
                     return .rejectedOverShare
                 }
                 for v in plan.victims {
-                    try database.execute(SQL.deletePeersOfBundle, [.blob(v.id)], purpose: "forgetting an evicted bundle's holders")
                     try database.execute(SQL.deleteBundle, [.blob(v.id)], purpose: "evicting a bundle")
                 }
                 let freed = plan.victims.reduce(Int64(0)) { $0 + $1.size }
@@ -112,7 +111,16 @@ public final class BundleStore: @unchecked Sendable {
                 statsDelta.evictedHeaviestSender = plan.bySender
                 statsDelta.evictedHeaviestOrigin = plan.byOrigin
             }
-            try insert(b, state: .queued, bytes: b.bytes, nowMs: nowMs)
+            // A delivery receipt keeps the ID it acknowledges (indexed, so the message finds it
+            // on arrival) only while that message is not held. Once it is, every later copy
+            // of the message is a duplicate and the reference is never read: leaving it out
+            // spares a random page of `bundles_by_ref` per receipt (schema version 6).
+            var reference = b.kind == Envelope.Kind.deliveryReceipt.rawValue ? b.acknowledgedBundleID : nil
+            if let ref = reference,
+               try database.scalar(SQL.exists, [.blob(ref)], purpose: "looking up an acknowledged bundle") != nil {
+                reference = nil
+            }
+            try insert(b, state: .queued, bytes: b.bytes, reference: reference, nowMs: nowMs)
             if let hop = b.previousHop {
                 try database.execute(SQL.recordPeer, [.blob(b.bundleID), .blob(hop)],
                                      purpose: "recording the peer that holds a bundle")
@@ -123,13 +131,13 @@ public final class BundleStore: @unchecked Sendable {
         return result
     }
 
-    private func insert(_ b: NewBundle, state: BundleState, bytes: [UInt8]?, nowMs: Int64) throws {
+    private func insert(_ b: NewBundle, state: BundleState, bytes: [UInt8]?, reference: [UInt8]?, nowMs: Int64) throws {
         try database.execute(SQL.insert, [
             .blob(b.bundleID), .blob(b.destination), .int(Int(b.kind)), .blob(b.sourceUserID),
             .int(b.hopCount), .int(b.hopLimit), .optionalBlob(b.previousHop),
             .integer(b.createdMs), .integer(b.expiresMs), .optionalBlob(bytes), .integer(Int64(b.bytes.count)),
             .optionalText(b.receivedFrom), .int(state.rawValue),
-            .integer(nowMs), .integer(nowMs), .optionalText(b.origin), .optionalBlob(b.acknowledgedBundleID),
+            .integer(nowMs), .integer(nowMs), .optionalText(b.origin), .optionalBlob(reference),
         ], purpose: "storing a bundle")
     }
 
@@ -457,7 +465,6 @@ public final class BundleStore: @unchecked Sendable {
     @discardableResult
     public func expire(nowMs: Int64) throws -> Int {
         let expired: Int = try database.transaction {
-            try database.execute(SQL.deletePeersOfOldTombstones, [.integer(nowMs)], purpose: "forgetting old tombstones' holders")
             try database.execute(SQL.deleteTombstones, [.integer(nowMs)], purpose: "deleting old tombstones")
             let n: Int = try database.withExclusiveAccess {
                 try database.execute(SQL.expireCarried, [.int(BundleState.expired.rawValue), .integer(nowMs)],
@@ -606,12 +613,8 @@ public final class BundleStore: @unchecked Sendable {
             SELECT bundle_id, size, source_user, origin FROM bundles WHERE state IN (0, 2) AND origin = ? \
             ORDER BY expires_ms, id LIMIT ?
             """
+        /// A deleted bundle's holders go with it (trigger `bundles_forget_holders`).
         static let deleteBundle = "DELETE FROM bundles WHERE bundle_id = ?"
-        /// The cascade of bundle_peers' foreign key, done by hand (enforcement is off).
-        static let deletePeersOfBundle = "DELETE FROM bundle_peers WHERE bundle_id = ?"
-        static let deletePeersOfOldTombstones = """
-            DELETE FROM bundle_peers WHERE bundle_id IN (SELECT bundle_id FROM bundles WHERE state IN (3, 4) AND expires_ms <= ?)
-            """
         static let selectByID = "SELECT \(columns) FROM bundles WHERE bundle_id = ?"
         /// The same columns with NULL in place of the bundle bytes.
         static let columnsWithoutBytes = """
@@ -647,7 +650,7 @@ public final class BundleStore: @unchecked Sendable {
         private static func forwardableExcludingSQL(_ c: String) -> String {
             """
             SELECT \(c) FROM bundles b WHERE state IN (0, 2) AND NOT EXISTS \
-            (SELECT 1 FROM bundle_peers p WHERE p.bundle_id = b.bundle_id AND p.peer = ?1) \
+            (SELECT 1 FROM bundle_holders h WHERE h.bundle_row = b.id AND h.peer = ?1) \
             ORDER BY accepted_ms, id LIMIT ?2
             """
         }
@@ -666,12 +669,9 @@ public final class BundleStore: @unchecked Sendable {
         // page by page (it was 5 % of the router thread; Docs/performance.md).
         static let recordDelivery = "INSERT OR IGNORE INTO deliveries (destination, at_ms) VALUES (?1, ?2)"
         static let updateDelivery = "UPDATE OR FAIL deliveries SET at_ms = ?2 WHERE destination = ?1"
-        static let recordPeer = """
-            INSERT OR IGNORE INTO bundle_peers (bundle_id, peer) \
-            SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM bundles WHERE bundle_id = ?1)
-            """
-        static let peerHas = "SELECT 1 FROM bundle_peers WHERE bundle_id = ? AND peer = ?"
-        static let peersHolding = "SELECT count(*) FROM bundle_peers WHERE bundle_id = ?"
+        static let recordPeer = "INSERT OR IGNORE INTO bundle_holders (bundle_row, peer) SELECT id, ?2 FROM bundles WHERE bundle_id = ?1"
+        static let peerHas = "SELECT 1 FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?) AND peer = ?"
+        static let peersHolding = "SELECT count(*) FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?)"
         static let requeue = "UPDATE OR FAIL bundles SET state = ?, next_attempt_ms = ? WHERE state = ?"
         static let deleteTombstones = "DELETE FROM bundles WHERE state IN (3, 4) AND expires_ms <= ?"
         static let expireCarried = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE state IN (0, 1, 2) AND expires_ms <= ?"
@@ -756,6 +756,34 @@ enum BundleSchema {
             DROP INDEX bundles_by_origin;
             CREATE INDEX bundles_evictable_by_sender ON bundles (source_user, expires_ms, id) WHERE state IN (0, 2);
             CREATE INDEX bundles_evictable_by_origin ON bundles (origin, expires_ms, id) WHERE state IN (0, 2);
+            """),
+        // Version 6: fewer pages per commit (Tests/bench/store-pages.py broke a line hub's
+        // writes down by b-tree; Docs/performance.md, session 15).
+        // - A bundle's holders are keyed by its row, which follows acceptance order, instead
+        //   of its random bundle ID: a relay records a holder for nearly every bundle, and
+        //   each cost a random leaf page (27-30 % of a middle hub's pages). Deleting a bundle
+        //   deletes its holders in the same statement (a trigger), so a row number reused
+        //   after the newest row is deleted never inherits them.
+        // - `bundles_by_due` holds queued rows only, and `bundles_by_expiry` leads with the
+        //   expiry: before, `state` led both keys, so every state change moved the row's
+        //   entries to another part of both indexes.
+        Migration(version: 6, script: """
+            CREATE TABLE bundle_holders (
+                bundle_row INTEGER NOT NULL,   -- bundles.id
+                peer BLOB NOT NULL,
+                PRIMARY KEY (bundle_row, peer)
+            ) WITHOUT ROWID;
+            INSERT OR IGNORE INTO bundle_holders (bundle_row, peer)
+                SELECT b.id, p.peer FROM bundle_peers p JOIN bundles b ON b.bundle_id = p.bundle_id;
+            DROP TABLE bundle_peers;
+            CREATE TRIGGER bundles_forget_holders AFTER DELETE ON bundles
+            BEGIN
+                DELETE FROM bundle_holders WHERE bundle_row = OLD.id;
+            END;
+            DROP INDEX bundles_by_due;
+            CREATE INDEX bundles_queued_by_due ON bundles (next_attempt_ms) WHERE state = 0;
+            DROP INDEX bundles_by_expiry;
+            CREATE INDEX bundles_by_expiry ON bundles (expires_ms, state);
             """),
     ]
 

@@ -199,7 +199,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         try execute("PRAGMA journal_size_limit = 67108864", purpose: "setting journal_size_limit")
         // Off: an enforced foreign key makes every insert into a child table keep a statement
         // journal, and SQLCipher encrypts each page journalled (about 2× the statement's cost,
-        // measured). The one cascade (bundle_peers → bundles) is done by BundleStore's deletes.
+        // measured). The one cascade (a bundle's holders) is a trigger in BundleStore's schema.
         try execute("PRAGMA foreign_keys = OFF", purpose: "disabling foreign key enforcement")
         // Decrypted pages stay cached: every miss costs a read plus an AES and HMAC of the page.
         // 8 MB (the default is 2 MB) holds the working set of a hub carrying thousands of bundles.

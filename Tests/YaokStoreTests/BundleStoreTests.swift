@@ -120,6 +120,27 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(3, destination: 1), nowMs: 30), .stored)
     }
 
+    /// Schema 6: a delivery receipt keeps (and indexes) the ID it acknowledges only while that
+    /// message is not held; a receipt arriving after its message, the usual order, writes
+    /// nothing to `bundles_by_ref`, and the message is still delivered once.
+    func testOnlyAReceiptAheadOfItsMessageKeepsItsReference() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        func references() throws -> Int {
+            try store.database.scalar("SELECT count(*) FROM bundles WHERE ref_bundle IS NOT NULL")?.intValue ?? -1
+        }
+        XCTAssertEqual(try store.accept(makeBundle(1, destination: 1), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(51, destination: 9, sender: 1, kind: 2, acknowledging: bundleID(1)), nowMs: 10), .stored)
+        XCTAssertEqual(try references(), 0, "the message was held: nothing will look the receipt up")
+        XCTAssertEqual(try store.accept(makeBundle(1, destination: 1), nowMs: 20), .duplicate)
+        // Ahead of its message: kept, and the message is delivered on arrival.
+        XCTAssertEqual(try store.accept(makeBundle(52, destination: 9, sender: 1, kind: 2, acknowledging: bundleID(2)), nowMs: 30), .stored)
+        XCTAssertEqual(try references(), 1)
+        XCTAssertEqual(try store.accept(makeBundle(2, destination: 1), nowMs: 40), .alreadyDelivered)
+        // A read receipt is never looked up by reference.
+        XCTAssertEqual(try store.accept(makeBundle(53, destination: 9, sender: 1, kind: 3, acknowledging: bundleID(4)), nowMs: 50), .stored)
+        XCTAssertEqual(try references(), 1)
+    }
+
     func testSameBundleIDWithOtherContentIsAConflict() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, marker: "real"), nowMs: 0), .stored)
@@ -319,12 +340,12 @@ final class BundleStoreTests: XCTestCase {
     }
 
     /// Foreign keys are not enforced (an enforced one makes each holder insert keep an
-    /// encrypted statement journal), so the store forgets a bundle's holders itself when the
-    /// bundle goes: evicted, or an expired tombstone swept.
+    /// encrypted statement journal), so the store forgets a bundle's holders itself (a
+    /// trigger) when the bundle goes: evicted, or an expired tombstone swept.
     func testHoldersGoWithTheirBundleOnEvictionAndSweep() throws {
         let store = try openStore(try makeTempDirectory(self), sizeCap: 300)
         func holderRows() throws -> Int {
-            try store.database.scalar("SELECT count(*) FROM bundle_peers")?.intValue ?? -1
+            try store.database.scalar("SELECT count(*) FROM bundle_holders")?.intValue ?? -1
         }
         XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 5_000, sender: 1, origin: "a"), nowMs: 0), .stored)
         XCTAssertEqual(try store.accept(makeBundle(2, expiresMs: 50_000, sender: 1, origin: "a"), nowMs: 0), .stored)
@@ -346,11 +367,62 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.peerHas(bundleID(3), peer: userID(7)))
     }
 
+    /// Holders are keyed by the bundle's row number. SQLite hands the number of a deleted
+    /// newest row to the next insert, so a holder left behind would be inherited by an
+    /// unrelated bundle, which would then never be offered to that peer: a lost message.
+    func testANewBundleOnAReusedRowNumberInheritsNoHolders() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, expiresMs: 50_000), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(2, expiresMs: 5_000), nowMs: 0), .stored)
+        let row = try store.database.scalar("SELECT id FROM bundles WHERE bundle_id = ?", [.blob(bundleID(2))])?.int64Value
+        try store.recordPeerHas(bundleID(2), peer: userID(7))
+        XCTAssertTrue(try store.peerHas(bundleID(2), peer: userID(7)))
+        try store.markDelivered(bundleID(2), nowMs: 10)
+        XCTAssertEqual(try store.expire(nowMs: 6_000), 0)
+        XCTAssertNil(try store.bundle(bundleID(2)), "the newest row was deleted")
+        XCTAssertEqual(try store.accept(makeBundle(3, expiresMs: 50_000), nowMs: 7_000), .stored)
+        let reused = try store.database.scalar("SELECT id FROM bundles WHERE bundle_id = ?", [.blob(bundleID(3))])?.int64Value
+        XCTAssertEqual(reused, row, "SQLite reused the row number (the case this test is about)")
+        XCTAssertFalse(try store.peerHas(bundleID(3), peer: userID(7)))
+        XCTAssertEqual(try store.peersHolding(bundleID(3)), 0)
+        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(7)).map(\.bundleID), [bundleID(1), bundleID(3)])
+    }
+
+    /// A version-5 store (holders keyed by bundle ID, state-led due and expiry indexes) opens
+    /// as version 6 with every holder kept under its bundle's row.
+    func testVersionFiveStoreMigratesItsHoldersAndIndexes() throws {
+        let dir = try makeTempDirectory(self)
+        do {
+            let db = try SQLCipherDatabase(path: dir + "/hub.db", key: testKey)
+            XCTAssertEqual(try db.migrate(component: BundleStore.schemaComponent, Array(BundleSchema.migrations.prefix(5))), 5)
+            for n in 1...3 {
+                try db.execute("""
+                    INSERT INTO bundles (bundle_id, destination, kind, source_user, hop_count, hop_limit, created_ms, expires_ms, \
+                    bytes, size, state, next_attempt_ms, accepted_ms) VALUES (?, ?, 1, ?, 0, 8, 0, 90000, ?, 3, 0, 0, ?)
+                    """, [.blob(bundleID(n)), .blob(userID(1)), .blob(userID(9)), .blob([1, 2, 3]), .int(n)])
+            }
+            try db.execute("INSERT INTO bundle_peers (bundle_id, peer) VALUES (?, ?)", [.blob(bundleID(2)), .blob(userID(5))])
+            try db.execute("INSERT INTO bundle_peers (bundle_id, peer) VALUES (?, ?)", [.blob(bundleID(2)), .blob(userID(6))])
+            try db.execute("INSERT INTO bundle_peers (bundle_id, peer) VALUES (?, ?)", [.blob(bundleID(3)), .blob(userID(5))])
+            db.close()
+        }
+        let store = try openStore(dir)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 6)
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
+        XCTAssertEqual(try store.peersHolding(bundleID(2)), 2)
+        XCTAssertTrue(try store.peerHas(bundleID(3), peer: userID(5)))
+        XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(5)).map(\.bundleID), [bundleID(1)])
+        let tables = try store.database.query("SELECT name FROM sqlite_master").compactMap { $0[0].textValue }
+        XCTAssertFalse(tables.contains("bundle_peers") || tables.contains("bundles_by_due"), "\(tables)")
+        XCTAssertTrue(tables.contains("bundles_queued_by_due") && tables.contains("bundles_forget_holders"), "\(tables)")
+        XCTAssertEqual(try store.due(nowMs: 1, limit: 10).map(\.bundleID), [1, 2, 3].map(bundleID))
+    }
+
     /// Schema 5: eviction reads its victims from the partial indexes of evictable rows, in
     /// their order (no sort), and the old state-keyed indexes are gone.
     func testEvictionVictimsComeFromThePartialIndexesInTheirOrder() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 5)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 6)
         for (sql, index) in [(BundleStore.SQL.victimsOfSender, "bundles_evictable_by_sender"),
                              (BundleStore.SQL.victimsOfOrigin, "bundles_evictable_by_origin")] {
             let plan = try store.database.query("EXPLAIN QUERY PLAN " + sql, [.blob([UInt8](repeating: 1, count: 32)), .int(5)])
