@@ -289,11 +289,11 @@ public final class SQLCipherDatabase: @unchecked Sendable {
                 // Directly inside a group: no savepoint (SQLCipher encrypts every page a
                 // savepoint journals, which cost more than the statements). A body that throws
                 // after changing rows poisons the group: it is rolled back, never half-committed.
-                let before = handle.map { sqlite3_total_changes($0) } ?? 0
+                let before = totalChanges
                 do {
                     return try body()
                 } catch {
-                    if (handle.map { sqlite3_total_changes($0) } ?? 0) != before { groupPoisoned = true }
+                    if totalChanges != before { groupPoisoned = true }
                     throw error
                 }
             }
@@ -330,7 +330,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             transactionDepth = 1
             groupDepth = 1
             groupPoisoned = false
-            groupChangesAtBegin = handle.map { sqlite3_total_changes($0) } ?? 0
+            groupChangesAtBegin = totalChanges
         }
     }
 
@@ -343,7 +343,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             guard groupDepth == 1 else { return false }
             transactionDepth = 0
             groupDepth = 0
-            let changed = (handle.map { sqlite3_total_changes($0) } ?? 0) != groupChangesAtBegin
+            let changed = totalChanges != groupChangesAtBegin
             if groupPoisoned {
                 try? rollback(depth: 0, savepoint: "")
                 throw StoreError.sqlite(code: SQLITE_ABORT, message: "a change in the group failed half-way; the whole group was rolled back",
@@ -365,8 +365,12 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     /// Whether the open group has changed any row yet: its commit would write and sync (a
     /// group that only read commits at no cost, so it need not wait for the commit spacing).
     public var groupHasChanges: Bool {
-        lock.withLock { groupDepth == 1 && (handle.map { sqlite3_total_changes($0) } ?? 0) != groupChangesAtBegin }
+        lock.withLock { groupDepth == 1 && totalChanges != groupChangesAtBegin }
     }
+
+    /// Rows changed on this connection since it opened (call with `lock` held): a group
+    /// changed something when this moved after ``beginGroup()``.
+    private var totalChanges: Int32 { handle.map { sqlite3_total_changes($0) } ?? 0 }
 
     private func rollback(depth: Int, savepoint: String) throws {
         if depth == 0 {
