@@ -749,7 +749,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.debug("stored bundle \(Self.shortID(id)) from \(link.key)")
             sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
             if envelope.kind != .message { handleReceipt(envelope) }
-            route(StoredBundle(accepted: newBundle, nowMs: t))
+            route(StoredBundle(accepted: newBundle, nowMs: t), justAccepted: true)
         case .duplicate:
             counters.duplicates += 1
             sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
@@ -1006,10 +1006,12 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         link.wanted.removeFirst(sent)
     }
 
-    private func offer(_ ids: [[UInt8]], to link: Link) {
+    private func offer(_ ids: [[UInt8]], to link: Link, duringSync: Bool = false) {
         guard mayExchange(with: link) else { return }
-        // An exchange is under way: it ends with offerAll, which covers these.
-        guard link.sync == nil else { return }
+        // While an exchange is pending or under way the backlog waits: it ends with offerAll,
+        // which lists what the neighbour lacks. Bundles accepted meanwhile go at once, or
+        // they would wait out the 5 s first wait or a 2 s "busy" retry (protocol.md, reconcile).
+        guard link.sync == nil || duringSync else { return }
         var ids = ids
         if let holdings = link.peerHoldings { ids.removeAll { holdings.peerHolds($0) } }
         // The same ID to the same link at most once per custody timeout learnt for the link
@@ -1090,7 +1092,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     /// Routes one stored bundle: directly to its recipient if attached, else per policy.
-    private func route(_ b: StoredBundle) {
+    /// `justAccepted`: the bundle arrived now (live traffic, offered even while a
+    /// reconciliation with the neighbour is pending), not from the walk of the queue.
+    private func route(_ b: StoredBundle, justAccepted: Bool = false) {
         guard b.state == .queued || b.state == .handedOver else { return }
         if let direct = endpointLinks(for: b.destination).first {
             if direct.inFlight[b.bundleID] == nil { transmit(b, on: direct) }
@@ -1099,7 +1103,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         for key in chosenHops(for: b) {
             guard let link = links[key] else { continue }
             switch link.info.peerRole {
-            case .hub: offer([b.bundleID], to: link)
+            case .hub: offer([b.bundleID], to: link, duringSync: justAccepted)
             case .relay: transmit(b, on: link)
             case .endpoint: break
             }

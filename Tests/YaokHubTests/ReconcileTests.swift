@@ -148,6 +148,39 @@ final class ReconcileTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(a.heldSent, Self.shared, "A says which it holds, as before")
     }
 
+    /// A bundle accepted while an exchange with the neighbour is still pending is offered to
+    /// it at once. B plays a hub from before reconciliation, so A's exchange stays pending
+    /// (5 s, or 10 s when A waits for B's estimate first) until A falls back to listing; the
+    /// bundle must cross before that fallback. Before session 15 it waited for it: live
+    /// traffic sat out the first wait and every "busy" retry (the line of four's stalls).
+    func testABundleAcceptedWhileAnExchangeWaitsIsOfferedAtOnce() throws {
+        let exe = try TestSupport.product("yaok-hub")
+        let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000")
+        let hubB = try HubProcess(dir: hubs.dirB, config: hubs.configB, executable: exe,
+                                  extraEnvironment: ["YAOK_TEST_NO_RECONCILE": "1"])
+        addTeardownBlock { hubB.stop() }
+        try hubB.waitReady()
+        let hubA = try HubProcess(dir: hubs.dirA, config: hubs.configA, executable: exe)
+        addTeardownBlock { hubA.stop() }
+        try hubA.waitReady()
+        try Wait.until(timeout: 30, "A's link to B") { try hubA.status().router.links.count == 1 }
+        XCTAssertEqual(try counters(hubA).reconcileFallbacks, 0, "the exchange is pending")
+        let alice = Identity.generate(), bob = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: hubs.portA)
+        let e = try seal("live traffic", from: alice, to: bob)
+        try phone.send(e)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: e.bundleID, timeout: 10)))
+        try Wait.until(timeout: 30, "B took the bundle") { try counters(hubB).accepted == 1 }
+        let a = try counters(hubA)
+        XCTAssertEqual(a.reconcileFallbacks, 0, "B took it while A's exchange was still pending, not from the fallback listing")
+        XCTAssertEqual(a.reconciled, 0)
+        // The fallback listing comes later and offers nothing new: the bundle was offered
+        // within the re-offer window, and B holds it.
+        try Wait.until(timeout: 30, "A fell back to listing") { try counters(hubA).reconcileFallbacks == 1 }
+        XCTAssertEqual(try counters(hubB).accepted, 1)
+        XCTAssertEqual(try counters(hubB).duplicates, 0, "the bundle crossed once")
+    }
+
     /// A stranger posing as a hub (open trust, so it may exchange) sends hostile `reconcile`
     /// records: random bytes, truncations of a real estimate, parts of tables nobody asked
     /// for, then a real estimate (answered with a table) and at once another (answered busy).
