@@ -32,6 +32,7 @@
 #               one stored at D.
 # Each hub's CPU time (utime+stime from /proc/<pid>/stat) and disk writes (write_bytes from
 # /proc/<pid>/io) are counted over the throughput phase; peak RSS is VmHWM at the end. Exit 0 = all arrived, 77 = skipped.
+# KEEP=1 keeps the work directory: hub logs and stores, and status-after-load-<hub>.json.
 REPO=$(cd "$(dirname "$0")/../../../.." && pwd)
 export BIN=${BIN:-$REPO/.build-release/release}
 source "$(dirname "$0")/lib.sh"
@@ -152,6 +153,9 @@ for n in A B C D; do load_hubs_ms=$(echo "$load_hubs_ms + ($(cpu_ticks "${HUBPID
 inbox_since "$t_load" > "$WORK/load.txt"
 [[ $(wc -l < "$WORK/load.txt") == "$P" ]] || fail "load phase: dave has $(wc -l < "$WORK/load.txt") of $P messages"
 awk '{ print $2 - $1 }' "$WORK/load.txt" > "$WORK/load-ms.txt"
+# Every hub's full status after the phase, for a look behind the figures (KEEP=1 keeps $WORK):
+# e.g. reconcileRefused and duplicates showed the link-up stall that session 15 removed.
+for n in A B C D; do hub_status "$n" > "$WORK/status-after-load-$n.json"; done
 LOAD_HOPS=()
 for n in A B C D; do
     LOAD_HOPS+=("$(hub_status "$n" | jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \((.custodyLatencyP50Us // 0) / 1000) / \((.custodyLatencyP99Us // 0) / 1000) ms (p50 / p99)"')")
