@@ -9,6 +9,7 @@ committed WAL frames over the main file, asks plain SQLite's `dbstat` who owns e
 and then counts, for every commit still in the WAL, the pages it wrote per b-tree.
 
     Tests/bench/store-pages.py DATA_DIR [MESSAGES_IN_THOSE_COMMITS]
+    DB=endpoint.db Tests/bench/store-pages.py ENDPOINT_HOME     (a `yaok` endpoint's store)
 
 Copy store.db-wal before store.db if the hub is running (a checkpoint rewrites the main
 file; frames after the last complete commit are ignored). The HMACs are not checked: this
@@ -63,16 +64,17 @@ def main():
     if len(key.strip()) == 64:
         key = bytes.fromhex(key.strip().decode())
     assert len(key) == 32, "store.key: expected 32 raw bytes or 64 hex digits"
-    main_file = open(os.path.join(d, "store.db"), "rb").read()
+    db_name = os.environ.get("DB", "store.db")
+    main_file = open(os.path.join(d, db_name), "rb").read()
     global RESERVE
     for RESERVE in (48, 80):
         header = decrypt(key, 1, main_file[:PAGE])
         if header[16:18] == b"\x10\x00" and header[20] == RESERVE:
             break
     else:
-        sys.exit("store.db: page 1 does not decrypt with store.key (wrong key or layout)")
+        sys.exit(f"{db_name}: page 1 does not decrypt with store.key (wrong key or layout)")
     image = {n + 1: main_file[n * PAGE:(n + 1) * PAGE] for n in range(len(main_file) // PAGE)}
-    commits = wal_commits(os.path.join(d, "store.db-wal"))
+    commits = wal_commits(os.path.join(d, db_name + "-wal"))
     if commits:
         image.update(commits[-1][1])                # the newest committed version of each page
     with tempfile.NamedTemporaryFile(suffix=".db") as plain:
