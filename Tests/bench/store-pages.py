@@ -19,27 +19,27 @@ import collections, os, sqlite3, struct, sys, tempfile
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
 PAGE, IV = 4096, 16
-RESERVE = 48                                        # set by main() from page 1
 
 
-def decrypt(key, pageno, raw):
+def decrypt(key, reserve, pageno, raw):
     skip = 16 if pageno == 1 else 0                 # page 1 starts with the file's salt
-    iv = raw[PAGE - RESERVE:PAGE - RESERVE + IV]
+    iv = raw[PAGE - reserve:PAGE - reserve + IV]
     d = Cipher(algorithms.AES(key), modes.CBC(iv)).decryptor()
-    body = d.update(raw[skip:PAGE - RESERVE]) + d.finalize()
+    body = d.update(raw[skip:PAGE - reserve]) + d.finalize()
     head = b"SQLite format 3\0" if pageno == 1 else b""
-    return head + body + bytes(RESERVE)
+    return head + body + bytes(reserve)
 
 
 def wal_commits(path):
-    """[(set of page numbers, {pageno: raw})] per complete commit, oldest first."""
-    commits, pages, frames = [], set(), {}
+    """The page numbers each complete commit wrote (oldest first), and the newest committed
+    version of every page in the WAL."""
+    commits, pages, frames, committed = [], set(), {}, {}
     try:
         data = open(path, "rb").read()
     except FileNotFoundError:
-        return commits
+        return commits, committed
     if len(data) < 32:
-        return commits
+        return commits, committed
     salt = data[16:24]
     off = 32
     while off + 24 + PAGE <= len(data):
@@ -49,10 +49,11 @@ def wal_commits(path):
         frames[pgno] = data[off + 24:off + 24 + PAGE]
         pages.add(pgno)
         if size_after:                              # the commit frame
-            commits.append((pages, dict(frames)))
-            pages = set()
+            commits.append(pages)
+            committed.update(frames)
+            pages, frames = set(), {}
         off += 24 + PAGE
-    return commits
+    return commits, committed
 
 
 def main():
@@ -66,43 +67,41 @@ def main():
     assert len(key) == 32, "store.key: expected 32 raw bytes or 64 hex digits"
     db_name = os.environ.get("DB", "store.db")
     main_file = open(os.path.join(d, db_name), "rb").read()
-    global RESERVE
-    for RESERVE in (48, 80):
-        header = decrypt(key, 1, main_file[:PAGE])
-        if header[16:18] == b"\x10\x00" and header[20] == RESERVE:
+    for reserve in (48, 80):
+        header = decrypt(key, reserve, 1, main_file[:PAGE])
+        if header[16:18] == b"\x10\x00" and header[20] == reserve:
             break
     else:
         sys.exit(f"{db_name}: page 1 does not decrypt with store.key (wrong key or layout)")
+    commits, committed = wal_commits(os.path.join(d, db_name + "-wal"))
+    if not commits:
+        sys.exit("no complete commit in the WAL")
     image = {n + 1: main_file[n * PAGE:(n + 1) * PAGE] for n in range(len(main_file) // PAGE)}
-    commits = wal_commits(os.path.join(d, db_name + "-wal"))
-    if commits:
-        image.update(commits[-1][1])                # the newest committed version of each page
+    image.update(committed)
     with tempfile.NamedTemporaryFile(suffix=".db") as plain:
         for n in range(1, max(image) + 1):
             raw = image.get(n, bytes(PAGE))
-            plain.write(decrypt(key, n, raw) if any(raw) else raw)
+            plain.write(decrypt(key, reserve, n, raw) if any(raw) else raw)
         plain.flush()
         db = sqlite3.connect(plain.name)
         owner = {p: name for name, p in db.execute("SELECT name, pageno FROM dbstat")}
-        first = db.execute("PRAGMA freelist_count").fetchone()[0]
+        free_pages = db.execute("PRAGMA freelist_count").fetchone()[0]
         db.close()
-    usable = PAGE - RESERVE
-    per_map = usable // 5
+    # Auto-vacuum's pointer-map pages: page 2, then one before every (usable size / 5) pages.
+    per_map = (PAGE - reserve) // 5
     def who(p):
         if p in owner:
             return owner[p]
-        if p == 2 or (p > 2 and (p - 2) % (per_map + 1) == 0):
+        if p >= 2 and (p - 2) % (per_map + 1) == 0:
             return "(pointer map)"
         return "(free list or freed)"
     totals = collections.Counter()
-    for pages, _ in commits:
+    for pages in commits:
         totals.update(who(p) for p in pages)
     n = len(commits)
-    if n == 0:
-        sys.exit("no complete commit in the WAL")
-    frames = sum(len(p) for p, _ in commits)
+    frames = sum(len(p) for p in commits)
     print(f"{n} commits in the WAL, {frames} pages written ({frames / n:.1f} per commit); "
-          f"the file has {max(image)} pages, {first} on the free list")
+          f"the file has {max(image)} pages, {free_pages} on the free list")
     print(f"{'b-tree':40} {'pages/commit':>13} {'share':>7}" + ("  pages/message" if messages else ""))
     for name, c in totals.most_common():
         line = f"{name:40} {c / n:13.2f} {c / frames:7.1%}"
