@@ -158,7 +158,7 @@ awk '{ print $2 - $1 }' "$WORK/load.txt" > "$WORK/load-ms.txt"
 for n in A B C D; do hub_status "$n" > "$WORK/status-after-load-$n.json"; done
 LOAD_HOPS=()
 for n in A B C D; do
-    LOAD_HOPS+=("$(hub_status "$n" | jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \((.custodyLatencyP50Us // 0) / 1000) / \((.custodyLatencyP99Us // 0) / 1000) ms (p50 / p99)"')")
+    LOAD_HOPS+=("$(jq -r --arg n "$n" '.router.counters | "  hub \($n): p50 \(.hopLatencyP50Us / 1000) ms  p99 \(.hopLatencyP99Us / 1000) ms  max \(.hopLatencyMaxUs / 1000) ms  (\(.hopLatencySamples) bundles); custody ack after \((.custodyLatencyP50Us // 0) / 1000) / \((.custodyLatencyP99Us // 0) / 1000) ms (p50 / p99)"' "$WORK/status-after-load-$n.json")")
 done
 
 # --- latency: one message at a time, no backlog, to recipients 1, 2 and 3 hub-to-hub hops away.
