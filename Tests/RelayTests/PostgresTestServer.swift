@@ -81,8 +81,10 @@ final class PostgresTestServer {
         let command = asPostgres ? ["/usr/sbin/runuser", "-u", "postgres", "--", exe] + args : [exe] + args
         // Through a shell that closes every descriptor above 2 first: the server pg_ctl leaves
         // running must not inherit this process's descriptors (Foundation's Process then
-        // never reports pg_ctl's exit).
-        let script = #"for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@""#
+        // never reports pg_ctl's exit). It also starts from `/`: as `postgres`, the checkout
+        // may be a directory it cannot enter (a `mktemp -d` clone is mode 0700), and PostgreSQL
+        // programs refuse to run from a working directory they cannot open.
+        let script = #"cd / || exit 1; for f in /proc/$$/fd/*; do n=${f##*/}; [ "$n" -gt 2 ] 2>/dev/null && eval "exec $n>&-"; done; exec "$@""#
         let (rc, out) = try runTool("/bin/bash", ["-c", script, "bash"] + command, timeout: timeout)
         guard rc == 0 else { throw failure("\(program) \(args.joined(separator: " ")) exited \(rc): \(out)") }
         return out

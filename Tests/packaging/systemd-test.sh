@@ -39,6 +39,9 @@ root=$(mktemp -d "$work/sdroot.XXXXXX")
 nspawn_pid=""
 pg_dir=""
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -t/ -k5 -n | tail -1)
+# PostgreSQL's programs as `postgres`, from `/`: they refuse a working directory they cannot
+# enter, and the checkout may be one (a `mktemp -d` clone is mode 0700).
+as_postgres() { (cd / && runuser -u postgres -- "$@"); }
 cleanup() {
   if [ -n "$nspawn_pid" ] && kill -0 "$nspawn_pid" 2>/dev/null; then
     kill -TERM "$nspawn_pid"   # nspawn asks the container's systemd to power off
@@ -47,7 +50,7 @@ cleanup() {
   fi
   rm -rf --one-file-system "$root"
   if [ -n "$pg_dir" ]; then
-    [ -f "$pg_dir/data/postmaster.pid" ] && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -w -t 30 stop >/dev/null 2>&1
+    [ -f "$pg_dir/data/postmaster.pid" ] && as_postgres "$pg_bin/pg_ctl" -D "$pg_dir/data" -m immediate -w -t 30 stop >/dev/null 2>&1
     rm -rf "$pg_dir"
   fi
 }
@@ -86,12 +89,12 @@ if [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && id postgres >/dev/null 2>&1; t
   chown postgres:postgres "$pg_dir" "$pg_dir/sock"
   chmod 0711 "$pg_dir"
   pg_password=$(head -c 18 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  if runuser -u postgres -- "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync -E UTF8 --locale=C >"$pg_dir/initdb.log" 2>&1 \
+  if as_postgres "$pg_bin/initdb" -D "$pg_dir/data" -U postgres -A trust --no-sync -E UTF8 --locale=C >"$pg_dir/initdb.log" 2>&1 \
      && printf 'local yaok_relay yaok_relay scram-sha-256\nlocal all postgres trust\n' > "$pg_dir/data/pg_hba.conf" \
-     && runuser -u postgres -- "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 30 \
+     && as_postgres "$pg_bin/pg_ctl" -D "$pg_dir/data" -l "$pg_dir/server.log" -w -t 30 \
           -o "-c listen_addresses='' -c unix_socket_directories='$pg_dir/sock' -c fsync=off" start >/dev/null \
      && printf "CREATE ROLE yaok_relay LOGIN PASSWORD '%s';\nCREATE DATABASE yaok_relay OWNER yaok_relay;\n" "$pg_password" \
-          | runuser -u postgres -- "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$pg_dir/sock" -U postgres -d postgres -f - >/dev/null; then
+          | as_postgres "$pg_bin/psql" -X -q -v ON_ERROR_STOP=1 -h "$pg_dir/sock" -U postgres -d postgres -f - >/dev/null; then
     pg_bind=(--bind="$pg_dir/sock:/run/postgresql")
   else
     echo "note: could not start PostgreSQL here ($pg_dir/*.log); the cluster node is checked without a database"
@@ -99,7 +102,7 @@ if [ -n "$pg_bin" ] && [ -x "$pg_bin/initdb" ] && id postgres >/dev/null 2>&1; t
 else
   echo "note: no PostgreSQL on this machine; the cluster node is checked without a database"
 fi
-pg_sql() { runuser -u postgres -- "$pg_bin/psql" -X -A -t -h "$pg_dir/sock" -U postgres -d yaok_relay -c "$1" 2>&1; }
+pg_sql() { as_postgres "$pg_bin/psql" -X -A -t -h "$pg_dir/sock" -U postgres -d yaok_relay -c "$1" 2>&1; }
 
 step "boot"
 systemd-nspawn -q -D "$root" --boot --private-network --register=no --keep-unit --console=passive "${pg_bind[@]}" \
