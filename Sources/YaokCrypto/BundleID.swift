@@ -2,7 +2,7 @@ import CSodium
 
 /// The identity of a bundle everywhere IDs are compared: in summaries, requests, custody
 /// acknowledgements and refusals, in the hub's and the relay's stores, in the endpoint's
-/// seen list.
+/// inbox.
 ///
 /// `BLAKE2b-128("yaok-bundle-id-v1" ‖ sender user ID(32) ‖ message ID(16))`
 /// (`crypto_generichash`, 16-byte output, no key).

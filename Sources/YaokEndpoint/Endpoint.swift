@@ -188,9 +188,10 @@ public final class Endpoint: @unchecked Sendable {
     /// Verifies, stores and acknowledges an incoming bundle; answers name its bundle ID.
     ///
     /// Identity is the bundle ID (sender key + message ID), so a non-contact's bundle under a
-    /// contact's message ID is a different bundle and cannot make the real one look seen. A
-    /// new message, its seen mark and its delivery receipt are stored in one transaction: a
-    /// crash leaves either all three or none (then the hub sends it again).
+    /// contact's message ID is a different bundle and cannot make the real one look received.
+    /// A new message and its delivery receipt are stored in one transaction: a crash leaves
+    /// both or neither (then the hub sends it again, and the inbox row makes a second copy a
+    /// duplicate). A receipt counts once per kind, and only from the item's recipient.
     public func receive(bundle bytes: [UInt8]) -> (Incoming, Answer) {
         let t = now()
         let bundle: YaokWire.Bundle
@@ -218,12 +219,13 @@ public final class Endpoint: @unchecked Sendable {
             // bundle ID is bound to its own key, so nothing of a contact's is marked.
             return reject(.nonContact, nil)
         }
-        if (try? store.hasSeen(id)) == true {
+        func duplicate() -> (Incoming, Answer) {
             try? store.record(SecurityEvent(atMs: t, kind: .duplicate, sender: sender, messageID: e.messageID))
             return (.duplicate(e.messageID), .custody(id))
         }
         switch e.kind {
         case .message:
+            if (try? store.hasMessage(bundleID: id)) == true { return duplicate() }
             let plaintext: [UInt8]
             do {
                 plaintext = try e.decryptVerified(with: identity)   // verified above
@@ -235,21 +237,21 @@ public final class Endpoint: @unchecked Sendable {
             do {
                 let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: e.messageID, originalSenderUserID: e.senderUserID,
                                                    from: identity, createdMs: t)
-                try store.receive(message, bundleID: id, expiresMs: e.expiresMs, receipt: Self.outboxItem(receipt))
+                try store.receive(message, bundleID: id, receipt: Self.outboxItem(receipt))
                 if !store.callerInGroup { Self.faultAfterReceive?() }
             } catch {
                 return (.malformed("store: \(error)"), .refuse(id, .storeFull))
             }
             return (.message(message), .custody(id))
         case .deliveryReceipt, .readReceipt:
-            // Only the message's recipient may acknowledge it.
-            guard let original = try? store.outboxItem(e.refID), original.recipientUserID == e.senderUserID else {
-                return reject(.forgedReceipt, nil)
+            // Only the message's recipient may acknowledge it. A receipt is dated by its
+            // signer: the same lifetime rules as any envelope apply (above).
+            switch try? store.applyReceipt(read: e.kind == .readReceipt, for: e.refID, signer: e.senderUserID) {
+            case .applied?: return (.receipt(kind: e.kind, for: e.refID), .custody(id))
+            case .duplicate?: return duplicate()
+            case .notFromItsRecipient?: return reject(.forgedReceipt, nil)
+            case nil: return (.malformed("store: cannot record the receipt"), .refuse(id, .storeFull))
             }
-            // A receipt is dated by its signer: the same lifetime rules as any envelope apply (above).
-            try? store.markSeen(id, expiresMs: e.expiresMs)
-            try? store.advance(original.messageID, to: e.kind == .readReceipt ? .read : .delivered)
-            return (.receipt(kind: e.kind, for: e.refID), .custody(id))
         }
     }
 }

@@ -130,7 +130,12 @@ final class GroupGate: @unchecked Sendable {
     }
 }
 
-/// The endpoint's SQLCipher database: contacts, inbox, outbox, seen IDs, security events.
+/// The endpoint's SQLCipher database: contacts, inbox, outbox, security events.
+///
+/// What was already received is known from the rows a bundle leaves, not from a list of seen
+/// IDs: a message is in the inbox under its bundle ID, and a receipt has set its bit in the
+/// outbox row of the message it acknowledges. (A separate seen list keyed by the random
+/// bundle ID cost a b-tree page per bundle per commit: about a third of a sender's writes.)
 ///
 /// Every write carries a conflict clause (OR FAIL / OR IGNORE / OR REPLACE): with SQLite's
 /// default (ABORT) a statement inside a transaction keeps a statement journal, and SQLCipher
@@ -178,12 +183,14 @@ public final class EndpointStore: @unchecked Sendable {
             CREATE TABLE IF NOT EXISTS inbox_messages (bundle_id BLOB PRIMARY KEY, message_id BLOB NOT NULL, sender BLOB NOT NULL,
                 created_ms INTEGER NOT NULL, received_ms INTEGER NOT NULL, text TEXT NOT NULL);
             """)
+        // receipts_seen: one bit per receipt kind that arrived for this item (ReceiptKindBit).
         try db.execute("""
             CREATE TABLE IF NOT EXISTS outbox (message_id BLOB PRIMARY KEY, recipient BLOB NOT NULL, kind INTEGER NOT NULL,
-                created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL);
+                created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL,
+                receipts_seen INTEGER NOT NULL DEFAULT 0);
             """)
-        try db.execute("CREATE TABLE IF NOT EXISTS seen_bundles (bundle_id BLOB PRIMARY KEY, expires_ms INTEGER NOT NULL);")
         try migrateMessageIDTables()
+        try migrateSeenListToReceiptBits()
         // The session asks for the oldest pending items after every acknowledgement: without
         // this index each ask read (and decrypted) the whole outbox, bundles and all.
         try db.execute("CREATE INDEX IF NOT EXISTS outbox_by_state ON outbox (state, created_ms);")
@@ -259,7 +266,6 @@ public final class EndpointStore: @unchecked Sendable {
                         INSERT OR IGNORE INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) \
                         VALUES (?, ?, ?, ?, ?, ?)
                         """, [.blob(id), .blob(m), .blob(s), r[2], r[3], r[4]])
-                    try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(id), .integer(Int64.max)])
                 }
                 try db.execute("DROP TABLE inbox")
             }
@@ -268,34 +274,81 @@ public final class EndpointStore: @unchecked Sendable {
         }
     }
 
-    // MARK: Inbox and seen IDs
-
-    /// Whether a bundle ID was already received (duplicate or replay).
-    public func hasSeen(_ bundleID: [UInt8]) throws -> Bool {
-        try gate.run {
-            try !db.query("SELECT 1 FROM seen_bundles WHERE bundle_id = ?", [.blob(bundleID)]).isEmpty
+    /// Stores made before receipts left a bit in the outbox kept a list of seen bundle IDs:
+    /// set the bits the items' states imply, once, and drop the list. Every message on it is
+    /// in the inbox under the same ID; a receipt on it moved its item to `delivered` or `read`.
+    private func migrateSeenListToReceiptBits() throws {
+        // PRAGMA, not pragma_table_info(): this SQLCipher's SQLite predates table-valued pragmas.
+        let columns = Set(try db.query("PRAGMA table_info(outbox)").compactMap { $0.count > 1 ? $0[1].textValue : nil })
+        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
+        guard !columns.contains("receipts_seen") || tables.contains("seen_bundles") else { return }
+        try db.transaction {
+            if !columns.contains("receipts_seen") {
+                try db.execute("ALTER TABLE outbox ADD COLUMN receipts_seen INTEGER NOT NULL DEFAULT 0")
+            }
+            // A read item may or may not have had its delivery receipt: either way a later one
+            // changes nothing, so both bits.
+            try db.execute("UPDATE OR FAIL outbox SET receipts_seen = CASE state WHEN ? THEN ? WHEN ? THEN ? ELSE 0 END",
+                           [.text(OutboxItem.State.delivered.rawValue), .integer(ReceiptKindBit.delivery),
+                            .text(OutboxItem.State.read.rawValue), .integer(ReceiptKindBit.delivery | ReceiptKindBit.read)])
+            try db.execute("DROP TABLE IF EXISTS seen_bundles")
         }
     }
 
-    /// Stores a received message, marks its bundle ID seen and queues its delivery receipt,
-    /// in one durable transaction (inside a session's group: all three or none, durable with
-    /// the group's commit).
-    public func receive(_ m: InboxMessage, bundleID: [UInt8], expiresMs: Int64, receipt: OutboxItem) throws {
+    // MARK: Inbox and receipts
+
+    /// Whether a message with this bundle ID is already in the inbox (a duplicate or a replay).
+    public func hasMessage(bundleID: [UInt8]) throws -> Bool {
+        try gate.run {
+            try !db.query("SELECT 1 FROM inbox_messages WHERE bundle_id = ?", [.blob(bundleID)]).isEmpty
+        }
+    }
+
+    /// Stores a received message and queues its delivery receipt, in one durable transaction
+    /// (inside a session's group: both or neither, durable with the group's commit). The
+    /// inbox row is what makes a second copy a duplicate.
+    public func receive(_ m: InboxMessage, bundleID: [UInt8], receipt: OutboxItem) throws {
         try gate.run {
             try db.transaction {
                 try db.execute("""
                     INSERT OR FAIL INTO inbox_messages (bundle_id, message_id, sender, created_ms, received_ms, text) VALUES (?, ?, ?, ?, ?, ?)
                     """, [.blob(bundleID), .blob(m.messageID), .blob(m.senderUserID), .integer(m.createdMs), .integer(m.receivedMs), .text(m.text)])
-                try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
                 try enqueue(receipt)
             }
         }
     }
 
-    /// Marks a bundle ID seen without storing content (receipts).
-    public func markSeen(_ bundleID: [UInt8], expiresMs: Int64) throws {
-        try gate.run {
-            try db.execute("INSERT OR IGNORE INTO seen_bundles (bundle_id, expires_ms) VALUES (?, ?)", [.blob(bundleID), .integer(expiresMs)])
+    /// The bit an outbox item's `receipts_seen` keeps for each receipt kind.
+    enum ReceiptKindBit {
+        static let delivery: Int64 = 1
+        static let read: Int64 = 2
+    }
+
+    /// What a verified receipt did to the item it acknowledges.
+    public enum ReceiptOutcome: Sendable, Equatable {
+        /// It moved the item forward (or found it already further on) and is now recorded.
+        case applied
+        /// A receipt of this kind for this item arrived before: nothing changed.
+        case duplicate
+        /// No item of ours with that message ID went to the receipt's signer.
+        case notFromItsRecipient
+    }
+
+    /// Applies a receipt of `kind` signed by `signer` to our item `messageID`, in one
+    /// statement: sets the kind's bit and moves the state forward (never backwards).
+    public func applyReceipt(read: Bool, for messageID: [UInt8], signer: [UInt8]) throws -> ReceiptOutcome {
+        let bit = read ? ReceiptKindBit.read : ReceiptKindBit.delivery
+        let target: OutboxItem.State = read ? .read : .delivered
+        guard let b = Self.stateOrder.firstIndex(of: target) else { return .notFromItsRecipient }
+        let earlier = Self.stateOrder[..<b].map { SQLValue.text($0.rawValue) }
+        return try gate.run {
+            guard let row = try db.query("SELECT recipient, receipts_seen FROM outbox WHERE message_id = ?", [.blob(messageID)]).first,
+                  row[0].blobValue == signer else { return .notFromItsRecipient }
+            guard (row[1].int64Value ?? 0) & bit == 0 else { return .duplicate }
+            try db.execute("UPDATE OR FAIL outbox SET receipts_seen = receipts_seen | ?, state = CASE WHEN state IN ("
+                           + earlier.map { _ in "?" }.joined(separator: ", ") + ") THEN ? ELSE state END WHERE message_id = ?",
+                           [.integer(bit)] + earlier + [.text(target.rawValue), .blob(messageID)])
+            return .applied
         }
     }
 

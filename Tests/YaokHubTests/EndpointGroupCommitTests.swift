@@ -241,10 +241,11 @@ final class EndpointGroupCommitTests: XCTestCase {
         let violations = Violations()
         let incoming = try bundles(120)
         let trapped = incoming[60].envelope.bundleID
-        // The seen mark for one bundle fails after its inbox row was written: the store
-        // change throws half-way (a full disk or an I/O error would do the same).
+        // One bundle's store change fails after its inbox row was written (RAISE(FAIL) keeps
+        // what the statement did so far): it throws half-way, as a full disk or an I/O error
+        // would.
         try observer.db.execute("""
-            CREATE TRIGGER fail_one BEFORE INSERT ON seen_bundles WHEN NEW.bundle_id = x'\(Hex.encode(trapped))'
+            CREATE TRIGGER fail_one AFTER INSERT ON inbox_messages WHEN NEW.bundle_id = x'\(Hex.encode(trapped))'
             BEGIN SELECT RAISE(FAIL, 'injected failure'); END
             """)
         hub.inspect = { r in
