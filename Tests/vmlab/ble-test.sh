@@ -119,13 +119,14 @@ fi
 step "unavailable: no capabilities (hub as nobody, hci0 down)"
 mkdir -p $W/nobody; chown 65534:65534 $W/nobody; chmod 700 $W/nobody
 # nobody may not be able to enter the checkout (a `mktemp -d` clone is mode 0700), and the
-# hub re-executes itself for each plugin's probe: give it a copy it can run.
-install -m 0755 "$HUB" $W/yaok-hub-unprivileged
+# hub re-executes itself for each plugin's probe and process: give it a copy it can run, named
+# yaok-hub (a binary of another name looks for the plugin host as yaok-hub beside it).
+install -D -m 0755 "$HUB" $W/unprivileged/yaok-hub
 hub_config hci0 vm-test-hub $W/nobody
 sed -i "s|control_socket: .*|control_socket: $W/nobody/control.sock|" $W/hub.yaml
 chmod 644 $W/hub.yaml
 setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all --bounding-set=-all \
-  $W/yaok-hub-unprivileged run --config $W/hub.yaml > $W/hub.log 2>&1 &
+  $W/unprivileged/yaok-hub run --config $W/hub.yaml > $W/hub.log 2>&1 &
 HUB_PID=$!
 wait_for 60 "the hub's control socket" test -S $W/nobody/control.sock || cat $W/hub.log
 wait_for 30 "ble status unavailable" ble_state_is unavailable
@@ -137,7 +138,7 @@ check "hci0 stayed down" sh -c "hciconfig hci0 | grep -q DOWN"
 step "unavailable: CAP_NET_ADMIN only (can bring hci0 up, cannot send raw HCI commands)"
 rm -f $W/nobody/control.sock
 setpriv --reuid=65534 --regid=65534 --clear-groups --inh-caps=-all,+net_admin --ambient-caps=-all,+net_admin \
-  --bounding-set=-all,+net_admin $W/yaok-hub-unprivileged run --config $W/hub.yaml > $W/hub.log 2>&1 &
+  --bounding-set=-all,+net_admin $W/unprivileged/yaok-hub run --config $W/hub.yaml > $W/hub.log 2>&1 &
 HUB_PID=$!
 wait_for 60 "the hub's control socket" test -S $W/nobody/control.sock || cat $W/hub.log
 wait_for 30 "ble status unavailable" ble_state_is unavailable
