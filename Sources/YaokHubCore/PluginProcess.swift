@@ -67,6 +67,17 @@ final class PluginProcess: @unchecked Sendable {
     private let postCredits = DispatchSemaphore(value: PluginProcess.postWindow)
     /// Sends in flight to one process at once.
     static let postWindow = 256
+    /// Held sends (``sendFrame(_:to:timeout:held:)``) waiting for ``flushHeldSends()``, and
+    /// their encoded size. Under `lock`; taken and written under `writeOrder`.
+    private var heldSends: [PluginSend] = []
+    private var heldBytes = 0
+    /// Held sends are written at the latest when this many bytes wait (with one more frame,
+    /// at most 65,511 bytes, a message stays under ``PluginMessage/maxLength``) or this many
+    /// frames: the first of a long pass does not wait for the whole pass.
+    static let heldSendsFlushBytes = 60 * 1024
+    static let heldSendsFlushCount = 32
+    /// Keeps held sends and later requests on the socket in the order they were made.
+    private let writeOrder = NSLock()
     private var stderrTail: [String] = []
     private var ended = false
     private var exitStatus: Exit?
@@ -145,6 +156,7 @@ final class PluginProcess: @unchecked Sendable {
 
     /// Sends a request and waits for its reply; throws when the process is gone or the wait runs out.
     func call(timeout: Double, _ make: (UInt32) -> PluginMessage) throws -> (code: Int32, text: String) {
+        flushHeldSends()
         let w = Waiter()
         let (r, socket): (UInt32, Int32) = try lock.withLock {
             guard !ended, self.fd >= 0 else { throw TransportError.notRunning }
@@ -169,33 +181,81 @@ final class PluginProcess: @unchecked Sendable {
     /// is sealed here and passed on; any other is a `send` request whose answer comes later
     /// (a refusal through ``Events/sendFailed``). At most ``postWindow`` wait for answers; when
     /// that many do, this waits up to `timeout` for room and then throws ``PluginProcessError/timedOut(seconds:)``.
-    func sendFrame(_ frame: [UInt8], to link: LinkID, timeout: Double) throws {
-        guard carriers.isCarrier(link) else { return try post(frame, to: link, timeout: timeout) }
+    ///
+    /// `held`: the caller has more to send in this pass (the router, while its queue has work)
+    /// and will call ``flushHeldSends()`` when done. The hub's own plugin host then gets the
+    /// pass's sends in one message (``PluginMessage/sends(_:)``): one system call and one
+    /// wake-up on each side for the lot instead of one per frame. Returns whether the frame
+    /// was held; a `command:` program and a carrier get every frame at once.
+    @discardableResult
+    func sendFrame(_ frame: [UInt8], to link: LinkID, timeout: Double, held: Bool = false) throws -> Bool {
+        guard carriers.isCarrier(link) else { return try post(frame, to: link, timeout: timeout, held: held && command == nil) }
         let message = try carriers.seal(frame, on: link)
         guard let socket = lock.withLock({ ended ? nil : fd }), socket >= 0 else { throw TransportError.notRunning }
         // Never block the router on a program that stopped reading: a full socket is back-pressure.
         guard write(message, to: socket, blocking: false) else {
             throw TransportError.failed(errno == EAGAIN ? "the program is not reading (its socket buffer is full)" : "the program is gone")
         }
+        return false
     }
 
-    private func post(_ frame: [UInt8], to link: LinkID, timeout: Double) throws {
-        guard postCredits.wait(timeout: .now() + timeout) == .success else { throw PluginProcessError.timedOut(seconds: timeout) }
-        let (r, socket): (UInt32, Int32) = try lock.withLock {
+    private func post(_ frame: [UInt8], to link: LinkID, timeout: Double, held: Bool) throws -> Bool {
+        // Room is taken per frame, held or not: a full window still blocks here, and a held
+        // frame counts as posted (its answer, or the process's end, gives the room back).
+        guard postCredits.wait(timeout: .now() + timeout) == .success else {
+            flushHeldSends()
+            throw PluginProcessError.timedOut(seconds: timeout)
+        }
+        let (r, socket, full): (UInt32, Int32, Bool) = try lock.withLock {
             guard !ended, self.fd >= 0 else { postCredits.signal(); throw TransportError.notRunning }
             let r = nextRequest
             nextRequest &+= 1
             posted[r] = (frame, link, DispatchTime.now().uptimeNanoseconds)
-            return (r, self.fd)
+            if held {
+                let send = PluginSend(request: r, link: link, frame: frame)
+                heldSends.append(send)
+                heldBytes += send.encodedLength
+            }
+            return (r, self.fd, heldBytes >= Self.heldSendsFlushBytes || heldSends.count >= Self.heldSendsFlushCount)
         }
-        guard write(.send(request: r, link: link, frame: frame), to: socket) else {
+        if held {
+            if full { flushHeldSends() }
+            return true
+        }
+        flushHeldSends()
+        let written = writeOrder.withLock { write(.send(request: r, link: link, frame: frame), to: socket) }
+        guard written else {
             if lock.withLock({ posted.removeValue(forKey: r) }) != nil { postCredits.signal() }
             throw TransportError.failed("the plugin process is gone")
         }
+        return false
     }
 
-    /// Sends written and not yet answered.
+    /// Writes the held sends as one message (a lone one as a plain `send`). If the process is
+    /// gone they are refused as failed (``Events/sendFailed``), as a refusal from the plugin
+    /// would be: the router takes each bundle out of flight there.
+    func flushHeldSends() {
+        writeOrder.withLock {
+            let (sends, socket): ([PluginSend], Int32) = lock.withLock {
+                defer { heldSends.removeAll(keepingCapacity: true); heldBytes = 0 }
+                return (heldSends, fd)
+            }
+            guard let first = sends.first else { return }
+            let message: PluginMessage = sends.count == 1 ? .send(request: first.request, link: first.link, frame: first.frame) : .sends(sends)
+            guard socket < 0 || !write(message, to: socket) else { return }
+            let refused: [PluginSend] = lock.withLock { sends.filter { posted.removeValue(forKey: $0.request) != nil } }
+            for s in refused {
+                postCredits.signal()
+                events.sendFailed(s.frame, s.link, .failed, "the plugin process is gone")
+            }
+        }
+    }
+
+    /// Sends posted (written or held) and not yet answered.
     var unansweredSends: Int { lock.withLock { posted.count } }
+
+    /// Sends held for ``flushHeldSends()``.
+    var heldSendCount: Int { lock.withLock { heldSends.count } }
 
     /// How long the oldest unanswered send has waited, seconds (0: none waits).
     var oldestSendWait: Double {
@@ -287,6 +347,8 @@ final class PluginProcess: @unchecked Sendable {
             // Senders waiting for room wake up and find the process gone.
             for _ in posted { postCredits.signal() }
             posted.removeAll()
+            heldSends.removeAll()
+            heldBytes = 0
             return (upLinks.sorted(), Array(waiters.values), stderrTail)
         }
         lock.withLock { helloWaiter }.signal()
@@ -337,7 +399,7 @@ final class PluginProcess: @unchecked Sendable {
         case .statusChanged: events.statusChanged()
         case .carrierUp(let info): perform(carriers.up(info), fd: fd)
         case .carrierRecord(let id, let record): perform(carriers.record(record, on: id), fd: fd)
-        case .create, .start, .stop, .send, .status, .signature, .carrierSend, .carrierClose:
+        case .create, .start, .stop, .send, .sends, .status, .signature, .carrierSend, .carrierClose:
             events.log(4, "the plugin process sent a hub-to-plugin message; ignored")
         }
     }

@@ -133,22 +133,9 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
                 send(.reply(request: r, code: 0, text: lock.withLock({ driver })?.statusJSON() ?? ""))
             }
         case .send(let r, let link, let frame):
-            lock.withLock { sendsQueued += 1 }
-            data.async { [self] in
-                do {
-                    guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
-                    try d.send(frame, to: link)
-                    succeeded.append(r)
-                } catch {
-                    replyFailure(to: r, error)
-                }
-                // The burst is over (nothing else queued) or big: answer for it at once.
-                let idle = lock.withLock { sendsQueued -= 1; return sendsQueued == 0 }
-                if !succeeded.isEmpty && (idle || succeeded.count >= 64) {
-                    send(.sent(requests: succeeded))
-                    succeeded.removeAll(keepingCapacity: true)
-                }
-            }
+            perform([PluginSend(request: r, link: link, frame: frame)])
+        case .sends(let sends):
+            perform(sends)
         case .signature(let r, let sig):
             lock.withLock {
                 guard let (semaphore, _) = signWaiters[r] else { return }
@@ -157,6 +144,29 @@ private final class ChildChannel: PluginCallbacks, @unchecked Sendable {
             }
         default:
             break // a message only the hub receives: ignored
+        }
+    }
+
+    /// Hands `sends` to the plugin in order, on the send queue, in one block; answers each
+    /// failure on its own and the successes together when the burst is over (or every 64).
+    private func perform(_ sends: [PluginSend]) {
+        lock.withLock { sendsQueued += sends.count }
+        data.async { [self] in
+            for s in sends {
+                do {
+                    guard let d = lock.withLock({ driver }) else { throw TransportError.notRunning }
+                    try d.send(s.frame, to: s.link)
+                    succeeded.append(s.request)
+                } catch {
+                    replyFailure(to: s.request, error)
+                }
+                // The burst is over (nothing else queued) or big: answer for it at once.
+                let idle = lock.withLock { sendsQueued -= 1; return sendsQueued == 0 }
+                if !succeeded.isEmpty && (idle || succeeded.count >= 64) {
+                    send(.sent(requests: succeeded))
+                    succeeded.removeAll(keepingCapacity: true)
+                }
+            }
         }
     }
 

@@ -19,6 +19,10 @@ public enum PluginMessage: Equatable, Sendable {
     case carrierSend(link: UInt64, record: [UInt8])
     /// The hub ends a carrier (a failed handshake, a refused peer): close the connection.
     case carrierClose(link: UInt64, reason: String)
+    /// Several ``send(request:link:frame:)`` requests in one message: what the router sent in
+    /// one pass over its queue. Only to the hub's own plugin host (`yaok-hub plugin-host
+    /// --plugin`), never to a `command:` program.
+    case sends([PluginSend])
 
     // Plugin process → hub
     /// First message after the plugin file was opened and checked.
@@ -47,7 +51,7 @@ public enum PluginMessage: Equatable, Sendable {
 
     enum Tag: UInt8 {
         case create = 0x01, start = 0x02, stop = 0x03, send = 0x04, status = 0x05, signature = 0x06
-        case carrierSend = 0x07, carrierClose = 0x08
+        case carrierSend = 0x07, carrierClose = 0x08, sends = 0x09
         case hello = 0x80, reply = 0x81, log = 0x82, sign = 0x83, metric = 0x84, linkUp = 0x85, linkDown = 0x86
         case frame = 0x87, statusChanged = 0x88, carrierUp = 0x89, carrierRecord = 0x8A, sent = 0x8B
     }
@@ -77,6 +81,9 @@ public enum PluginMessage: Equatable, Sendable {
         case .statusChanged: w.u8(Tag.statusChanged.rawValue)
         case .carrierSend(let link, let record): w.u8(Tag.carrierSend.rawValue); w.u64(link); w.raw(record)
         case .carrierClose(let link, let reason): w.u8(Tag.carrierClose.rawValue); w.u64(link); w.raw(Array(reason.utf8))
+        case .sends(let sends):
+            w.u8(Tag.sends.rawValue)
+            for s in sends { w.u32(s.request); w.u64(s.link); w.u32(UInt32(s.frame.count)); w.raw(s.frame) }
         case .carrierUp(let c):
             w.u8(Tag.carrierUp.rawValue); w.u64(c.id); w.u8(c.dialled ? 1 : 0); w.u32(UInt32(clamping: c.mtu)); w.u32(UInt32(clamping: c.cost))
             str(c.kind); str(c.remote ?? "")
@@ -124,6 +131,16 @@ public enum PluginMessage: Equatable, Sendable {
         case .statusChanged: self = .statusChanged
         case .carrierSend: self = .carrierSend(link: try r.u64(), record: try rest())
         case .carrierClose: self = .carrierClose(link: try r.u64(), reason: String(decoding: try rest(), as: UTF8.self))
+        case .sends:
+            var sends: [PluginSend] = []
+            repeat {
+                let request = try r.u32(), link = try r.u64(), n = Int(try r.u32())
+                guard n <= r.remaining else {
+                    throw WireError.badLength(what: "plugin-process sends", detail: "a frame of \(n) bytes, \(r.remaining) left")
+                }
+                sends.append(PluginSend(request: request, link: link, frame: try r.take(n)))
+            } while r.remaining > 0
+            self = .sends(sends)
         case .carrierUp:
             let id = try r.u64(), dialled = try r.u8()
             guard dialled <= 1 else { throw WireError.badLength(what: "plugin-process carrierUp", detail: "dialled flag \(dialled), not 0 or 1") }
@@ -141,6 +158,20 @@ public enum PluginMessage: Equatable, Sendable {
         }
         try r.expectEnd()
     }
+}
+
+/// One `send` request inside a ``PluginMessage/sends(_:)`` message.
+public struct PluginSend: Equatable, Sendable {
+    public var request: UInt32
+    public var link: UInt64
+    public var frame: [UInt8]
+
+    public init(request: UInt32, link: UInt64, frame: [UInt8]) {
+        self.request = request; self.link = link; self.frame = frame
+    }
+
+    /// Bytes it adds to a ``PluginMessage/sends(_:)`` message.
+    var encodedLength: Int { 16 + frame.count }
 }
 
 /// A carrier: a connection a standalone program made or accepted, over which the hub runs the

@@ -261,6 +261,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var hopLatency = HopLatency()
     /// A ``flushOffers()`` is queued.
     private var offerFlushQueued = false
+    /// Transports holding frames for ``flushHeldSends()`` (queued when the first was held),
+    /// and when each held bundle arrived (its hop latency ends when it is written).
+    private var transportsHoldingSends: [ObjectIdentifier: TransportHost] = [:]
+    private var heldArrivals: [UInt64] = []
     /// From a bundle's arrival to its custody answer (ack or refusal), which waits for the commit.
     private var custodyLatency = HopLatency()
     /// Where the next tick's page of due bundles starts (nil: from the oldest).
@@ -322,7 +326,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     public func stop() {
         timer?.cancel()
         timer = nil
-        queue.sync { commitGroup() }
+        queue.sync { commitGroup(); flushHeldSends() }
     }
 
     // MARK: Group commit
@@ -584,20 +588,39 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
-    /// Sends a frame on a link now; false if the transport refused it.
+    /// Sends a frame on a link; false if the transport refused it. The plugin process may
+    /// hold it until the work queued now is done (``flushHeldSends()``): the frames of one
+    /// pass over the queue cross the process boundary in one message. A refusal after that
+    /// comes back through ``sendFailed(_:link:result:reason:on:)``.
     @discardableResult
     private func send(_ record: TLVRecord, on link: Link, arrivedNs: UInt64? = nil) -> Bool {
         do {
             let frame = record.encoded
-            try link.transport.send(frame, to: link.info.id)
+            let held = try link.transport.send(frame, to: link.info.id, held: true)
             link.framesOut += 1
             link.bytesOut += frame.count
-            if let arrivedNs { hopLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- arrivedNs) }
+            if held {
+                if let arrivedNs { heldArrivals.append(arrivedNs) }
+                if transportsHoldingSends.isEmpty { queue.async { self.flushHeldSends() } }
+                transportsHoldingSends[ObjectIdentifier(link.transport)] = link.transport
+            } else if let arrivedNs {
+                hopLatency.record(nanoseconds: DispatchTime.now().uptimeNanoseconds &- arrivedNs)
+            }
             return true
         } catch {
             logger.warning("send on \(link.key) failed: \(error)")
             return false
         }
+    }
+
+    /// Writes what the transports held during the pass just done.
+    private func flushHeldSends() {
+        let transports = transportsHoldingSends.values
+        transportsHoldingSends.removeAll(keepingCapacity: true)
+        for t in transports { t.flushHeldSends() }
+        let written = DispatchTime.now().uptimeNanoseconds
+        for arrived in heldArrivals { hopLatency.record(nanoseconds: written &- arrived) }
+        heldArrivals.removeAll(keepingCapacity: true)
     }
 
     // MARK: Frames

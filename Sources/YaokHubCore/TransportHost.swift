@@ -296,15 +296,26 @@ public final class TransportHost: @unchecked Sendable {
     /// Sends a frame on a link. The plugin's answer is not awaited (sends are pipelined across
     /// the process boundary): a refusal reaches the handler's `sendFailed`; a plugin that leaves
     /// a send unanswered for ``sendTimeout`` is killed.
-    public func send(_ frame: [UInt8], to link: LinkID) throws {
+    ///
+    /// `held`: more sends follow in this pass; the frame may wait for ``flushHeldSends()``
+    /// (``PluginProcess/sendFrame(_:to:timeout:held:)``). Returns whether it waits.
+    @discardableResult
+    public func send(_ frame: [UInt8], to link: LinkID, held: Bool = false) throws -> Bool {
         guard let p = lock.withLock({ process }) else { throw TransportError.notRunning }
+        let waits: Bool
         do {
-            try p.sendFrame(frame, to: link, timeout: Self.sendTimeout)
+            waits = try p.sendFrame(frame, to: link, timeout: Self.sendTimeout, held: held)
         } catch PluginProcessError.timedOut {
             kill(p, because: "send did not return within \(Self.sendTimeout) s")
             throw TransportError.failed("transport \(name) did not take the frame within \(Self.sendTimeout) s")
         }
         watchSends(p, after: Self.sendTimeout)
+        return waits
+    }
+
+    /// Writes the frames held by ``send(_:to:held:)`` to the plugin process, in one message.
+    public func flushHeldSends() {
+        lock.withLock { process }?.flushHeldSends()
     }
 
     /// One timer at a time checks that the oldest unanswered send is younger than
