@@ -334,8 +334,9 @@ public final class EndpointStore: @unchecked Sendable {
         case notFromItsRecipient
     }
 
-    /// Applies a receipt of `kind` signed by `signer` to our item `messageID`, in one
-    /// statement: sets the kind's bit and moves the state forward (never backwards).
+    /// Applies a receipt (a read receipt if `read`, else a delivery receipt) signed by `signer`
+    /// to our item `messageID`, in one statement: sets the kind's bit and moves the state
+    /// forward (never backwards).
     public func applyReceipt(read: Bool, for messageID: [UInt8], signer: [UInt8]) throws -> ReceiptOutcome {
         let bit = read ? ReceiptKindBit.read : ReceiptKindBit.delivery
         let target: OutboxItem.State = read ? .read : .delivered

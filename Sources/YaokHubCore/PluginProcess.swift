@@ -61,8 +61,9 @@ final class PluginProcess: @unchecked Sendable {
     private var helloWaiter = DispatchSemaphore(value: 0)
     private var hello: (kind: String, version: String)?
     private var upLinks = Set<LinkID>()
-    /// Sends written and not yet answered: the frame (handed back if refused) and when it went.
-    private var posted: [UInt32: (frame: [UInt8], link: LinkID, at: UInt64)] = [:]
+    /// Sends posted and not yet answered: the frame (handed back if refused) and when it was
+    /// written (nil while held: the send watchdog times only what the process could answer).
+    private var posted: [UInt32: (frame: [UInt8], link: LinkID, at: UInt64?)] = [:]
     /// Room for pipelined sends: a plugin that stops answering blocks its sender at most ``sendTimeout``.
     private let postCredits = DispatchSemaphore(value: PluginProcess.postWindow)
     /// Sends in flight to one process at once.
@@ -210,7 +211,7 @@ final class PluginProcess: @unchecked Sendable {
             guard !ended, self.fd >= 0 else { postCredits.signal(); throw TransportError.notRunning }
             let r = nextRequest
             nextRequest &+= 1
-            posted[r] = (frame, link, DispatchTime.now().uptimeNanoseconds)
+            posted[r] = (frame, link, held ? nil : DispatchTime.now().uptimeNanoseconds)
             if held {
                 let send = PluginSend(request: r, link: link, frame: frame)
                 heldSends.append(send)
@@ -242,7 +243,11 @@ final class PluginProcess: @unchecked Sendable {
             }
             guard let first = sends.first else { return }
             let message: PluginMessage = sends.count == 1 ? .send(request: first.request, link: first.link, frame: first.frame) : .sends(sends)
-            guard socket < 0 || !write(message, to: socket) else { return }
+            guard socket < 0 || !write(message, to: socket) else {
+                let written = DispatchTime.now().uptimeNanoseconds
+                lock.withLock { for s in sends { posted[s.request]?.at = written } }
+                return
+            }
             let refused: [PluginSend] = lock.withLock { sends.filter { posted.removeValue(forKey: $0.request) != nil } }
             for s in refused {
                 postCredits.signal()
@@ -260,7 +265,7 @@ final class PluginProcess: @unchecked Sendable {
     /// How long the oldest unanswered send has waited, seconds (0: none waits).
     var oldestSendWait: Double {
         lock.withLock {
-            guard let oldest = posted.values.map(\.at).min() else { return 0 }
+            guard let oldest = posted.values.compactMap(\.at).min() else { return 0 }
             return Double(DispatchTime.now().uptimeNanoseconds - oldest) / 1e9
         }
     }
