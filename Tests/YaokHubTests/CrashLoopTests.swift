@@ -17,10 +17,7 @@ final class CrashLoopTests: XCTestCase {
             .replacingOccurrences(of: "custody_timeout_s: 5", with: "custody_timeout_s: 10\n  link_frames_per_second: 100000\n  sender_envelopes_per_minute: 1000000")
             .replacingOccurrences(of: "log_level: debug", with: "log_level: info")
 
-        let alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
-        let bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
-        let bobContact = try alice.addContact(uri: bob.contactCode())
-        try bob.addContact(uri: alice.contactCode())
+        let (alice, bob, bobContact) = try TestSupport.aliceAndBob(in: dir)
         let texts = (0..<count).map { "crash-loop message \($0)" }
         let composeStart = Date()
         for chunk in stride(from: 0, to: count, by: 1000) {

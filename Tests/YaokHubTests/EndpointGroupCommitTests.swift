@@ -104,10 +104,7 @@ final class EndpointGroupCommitTests: XCTestCase {
 
     override func setUpWithError() throws {
         dir = try TestSupport.temporaryDirectory(self)
-        alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
-        bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
-        _ = try alice.addContact(uri: bob.contactCode())
-        try bob.addContact(uri: alice.contactCode())
+        (alice, bob, _) = try TestSupport.aliceAndBob(in: dir)
     }
 
     func bundles(_ n: Int, prefix: String = "m") throws -> [YaokWire.Bundle] {

@@ -16,10 +16,7 @@ final class EndpointReceiptTests: XCTestCase {
 
     override func setUpWithError() throws {
         dir = try TestSupport.temporaryDirectory(self)
-        alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
-        bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
-        bobContact = try alice.addContact(uri: bob.contactCode())
-        try bob.addContact(uri: alice.contactCode())
+        (alice, bob, bobContact) = try TestSupport.aliceAndBob(in: dir)
     }
 
     func receipt(_ kind: Envelope.Kind, for item: OutboxItem) throws -> [UInt8] {

@@ -13,10 +13,7 @@ final class EndpointSecurityTests: XCTestCase {
 
     override func setUpWithError() throws {
         let dir = try TestSupport.temporaryDirectory(self)
-        alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
-        bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
-        bobContact = try alice.addContact(uri: bob.contactCode())
-        try bob.addContact(uri: alice.contactCode())
+        (alice, bob, bobContact) = try TestSupport.aliceAndBob(in: dir)
     }
 
     func bundle(_ text: String, created: Int64? = nil) throws -> [UInt8] {

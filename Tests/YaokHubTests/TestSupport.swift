@@ -4,6 +4,7 @@ import YaokTransportUDP
 import YaokPluginKit
 import YaokWire
 import YaokCrypto
+import YaokEndpoint
 import XCTest
 import YaokTesting
 
@@ -33,6 +34,16 @@ enum TestSupport {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         test.addTeardownBlock { try? FileManager.default.removeItem(atPath: path) }
         return path
+    }
+
+    /// Alice and Bob, new endpoints in `dir`/alice and `dir`/bob, each the other's contact;
+    /// `bobContact` is Bob as Alice knows him (what she composes to).
+    static func aliceAndBob(in dir: String) throws -> (alice: Endpoint, bob: Endpoint, bobContact: Contact) {
+        let alice = try Endpoint.initialize(home: dir + "/alice", name: "Alice")
+        let bob = try Endpoint.initialize(home: dir + "/bob", name: "Bob")
+        let bobContact = try alice.addContact(uri: bob.contactCode())
+        try bob.addContact(uri: alice.contactCode())
+        return (alice, bob, bobContact)
     }
 
     /// A loopback port of `type` (SOCK_DGRAM or SOCK_STREAM) that was free a moment ago.
