@@ -189,8 +189,9 @@ public final class EndpointStore: @unchecked Sendable {
                 created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL,
                 receipts_seen INTEGER NOT NULL DEFAULT 0);
             """)
-        try migrateMessageIDTables()
-        try migrateSeenListToReceiptBits()
+        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
+        try migrateMessageIDTables(tables)
+        try migrateSeenListToReceiptBits(tables)
         // The session asks for the oldest pending items after every acknowledgement: without
         // this index each ask read (and decrypted) the whole outbox, bundles and all.
         try db.execute("CREATE INDEX IF NOT EXISTS outbox_by_state ON outbox (state, created_ms);")
@@ -254,8 +255,7 @@ public final class EndpointStore: @unchecked Sendable {
 
     /// Files written before bundle IDs kept the inbox and seen list by message ID: move them
     /// over once (the bundle ID is computed from the stored sender and message ID).
-    private func migrateMessageIDTables() throws {
-        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
+    private func migrateMessageIDTables(_ tables: Set<String>) throws {
         guard tables.contains("inbox") || tables.contains("seen") else { return }
         try db.transaction {
             if tables.contains("inbox") {
@@ -277,10 +277,9 @@ public final class EndpointStore: @unchecked Sendable {
     /// Stores made before receipts left a bit in the outbox kept a list of seen bundle IDs:
     /// set the bits the items' states imply, once, and drop the list. Every message on it is
     /// in the inbox under the same ID; a receipt on it moved its item to `delivered` or `read`.
-    private func migrateSeenListToReceiptBits() throws {
+    private func migrateSeenListToReceiptBits(_ tables: Set<String>) throws {
         // PRAGMA, not pragma_table_info(): this SQLCipher's SQLite predates table-valued pragmas.
         let columns = Set(try db.query("PRAGMA table_info(outbox)").compactMap { $0.count > 1 ? $0[1].textValue : nil })
-        let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
         guard !columns.contains("receipts_seen") || tables.contains("seen_bundles") else { return }
         try db.transaction {
             if !columns.contains("receipts_seen") {
@@ -340,8 +339,7 @@ public final class EndpointStore: @unchecked Sendable {
     public func applyReceipt(read: Bool, for messageID: [UInt8], signer: [UInt8]) throws -> ReceiptOutcome {
         let bit = read ? ReceiptKindBit.read : ReceiptKindBit.delivery
         let target: OutboxItem.State = read ? .read : .delivered
-        guard let b = Self.stateOrder.firstIndex(of: target) else { return .notFromItsRecipient }
-        let earlier = Self.stateOrder[..<b].map { SQLValue.text($0.rawValue) }
+        let earlier = Self.states(before: target).map { SQLValue.text($0.rawValue) }
         return try gate.run {
             guard let row = try db.query("SELECT recipient, receipts_seen FROM outbox WHERE message_id = ?", [.blob(messageID)]).first,
                   row[0].blobValue == signer else { return .notFromItsRecipient }
@@ -422,8 +420,8 @@ public final class EndpointStore: @unchecked Sendable {
     /// Moves an outbox item forward; never backwards (a late custody ack does not undo delivery).
     /// One statement: the state it may move from is in its WHERE clause.
     public func advance(_ id: [UInt8], to state: OutboxItem.State) throws {
-        guard let b = Self.stateOrder.firstIndex(of: state), b > 0 else { return }
-        let earlier = Self.stateOrder[..<b]
+        let earlier = Self.states(before: state)
+        guard !earlier.isEmpty else { return }
         try gate.run {
             try db.execute("UPDATE OR FAIL outbox SET state = ? WHERE message_id = ? AND state IN (" + earlier.map { _ in "?" }.joined(separator: ", ") + ")",
                            [.text(state.rawValue), .blob(id)] + earlier.map { .text($0.rawValue) })
@@ -432,6 +430,11 @@ public final class EndpointStore: @unchecked Sendable {
 
     /// Outbox states in the order an item moves through them.
     static let stateOrder: [OutboxItem.State] = [.pending, .refused, .handedOver, .delivered, .read]
+
+    /// The states an item may move to `state` from (every earlier one in ``stateOrder``).
+    static func states(before state: OutboxItem.State) -> ArraySlice<OutboxItem.State> {
+        Self.stateOrder.prefix { $0 != state }
+    }
 
     // MARK: Security events
 

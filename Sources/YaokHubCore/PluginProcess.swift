@@ -243,7 +243,7 @@ final class PluginProcess: @unchecked Sendable {
             }
             guard let first = sends.first else { return }
             let message: PluginMessage = sends.count == 1 ? .send(request: first.request, link: first.link, frame: first.frame) : .sends(sends)
-            guard socket < 0 || !write(message, to: socket) else {
+            if socket >= 0, write(message, to: socket) {
                 let written = DispatchTime.now().uptimeNanoseconds
                 lock.withLock { for s in sends { posted[s.request]?.at = written } }
                 return
