@@ -190,22 +190,37 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
     }
 
+    /// The timers `tick` serves are seconds long, so under a stream of datagrams it runs at
+    /// most this often: it walks every session, which per datagram would cost O(sessions) each.
+    static let tickIntervalMs: Int64 = 100
+    /// Datagrams taken per wake-up before polling again: one `poll` per burst, not per datagram.
+    static let receiveBurst = 64
+
     private func run(_ fd: Int32) {
         var buffer = [UInt8](repeating: 0, count: 65_536)
+        var lastTickMs: Int64?
         while lock.withLock({ running }) {
-            tick(fd)
+            let now = clock()
+            if lastTickMs.map({ now - $0 >= Self.tickIntervalMs || now < $0 }) ?? true {
+                tick(fd)
+                lastTickMs = now
+            }
             var pfd = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
             let ready = poll(&pfd, 1, 250)
             if ready <= 0 { continue }
-            var from = sockaddr_in()
-            var fromLen = socklen_t(MemoryLayout<sockaddr_in>.size)
-            let n = buffer.withUnsafeMutableBytes { buf in
-                withUnsafeMutablePointer(to: &from) { f in
-                    f.withMemoryRebound(to: sockaddr.self, capacity: 1) { recvfrom(fd, buf.baseAddress, buf.count, 0, $0, &fromLen) }
+            for _ in 0..<Self.receiveBurst {
+                var from = sockaddr_in()
+                var fromLen = socklen_t(MemoryLayout<sockaddr_in>.size)
+                let n = buffer.withUnsafeMutableBytes { buf in
+                    withUnsafeMutablePointer(to: &from) { f in
+                        f.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                            recvfrom(fd, buf.baseAddress, buf.count, Int32(MSG_DONTWAIT), $0, &fromLen)
+                        }
+                    }
                 }
+                if n < 0 { break } // drained (EAGAIN), or an error the next poll reports
+                if n > 0 { receive(Array(buffer[0..<n]), from: IPEndpoint(from), fd: fd) }
             }
-            if n <= 0 { continue }
-            receive(Array(buffer[0..<n]), from: IPEndpoint(from), fd: fd)
         }
     }
 

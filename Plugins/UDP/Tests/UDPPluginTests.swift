@@ -19,22 +19,31 @@ final class UDPPluginTests: XCTestCase {
         return host
     }
 
-    func testTwoHubsLinkWithProvenKeysAndCarryFramesBothWays() throws {
+    /// Two started instances, B configured with A as its peer, once both report the link up:
+    /// each link's ID, and what each side learnt of the other (key, role) from the handshake.
+    func linkedPair() throws -> (a: PluginTestHost, b: PluginTestHost, linkA: UInt64, linkB: UInt64,
+                                 keyAtA: [UInt8], keyAtB: [UInt8], roleAtB: UInt32) {
         let (portA, portB) = (Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))), Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))))
         let a = try hub(port: portA)
         let markA = a.mark
         let b = try hub(port: portB, extra: ["peers": ["127.0.0.1:\(portA)"]])
-        // Each side learns the other's identity from the handshake, never from a claim.
         let (linkB, roleB, keyB) = try b.wait("B's link to A", after: 0) { e -> (UInt64, UInt32, [UInt8])? in
             if case .linkUp(let id, let role, let key, _) = e { return (id, role, key) }
             return nil
         }
-        XCTAssertEqual(keyB, a.identity.signingKey)
-        XCTAssertEqual(roleB, YAOK_PEER_HUB.rawValue)
         let (linkA, keyA) = try a.wait("A's link to B", after: markA) { e -> (UInt64, [UInt8])? in
             if case .linkUp(let id, _, let key, _) = e { return (id, key) }
             return nil
         }
+        return (a, b, linkA, linkB, keyA, keyB, roleB)
+    }
+
+    func testTwoHubsLinkWithProvenKeysAndCarryFramesBothWays() throws {
+        let (a, b, linkA, linkB, keyA, keyB, roleB) = try linkedPair()
+        let markA = a.mark
+        // Each side learns the other's identity from the handshake, never from a claim.
+        XCTAssertEqual(keyB, a.identity.signingKey)
+        XCTAssertEqual(roleB, YAOK_PEER_HUB.rawValue)
         XCTAssertEqual(keyA, b.identity.signingKey)
 
         let hello = TLVRecord(.summary, value: Array("from B".utf8)).encoded
@@ -58,6 +67,23 @@ final class UDPPluginTests: XCTestCase {
         // Over the link's MTU: refused as too large, so the router never offers it there again.
         let huge = TLVRecord(.summary, value: [UInt8](repeating: 1, count: 65_000)).encoded
         XCTAssertEqual(a.sendWithResult(huge, link: linkA).code, Int32(YAOK_SEND_TOO_LARGE.rawValue))
+    }
+
+    /// A burst several times larger than one wake-up's take (`receiveBurst`) arrives whole and
+    /// in order: the receive loop drains what is queued before it polls again, and what it
+    /// leaves for the next wake-up is not lost.
+    func testABurstLargerThanOneWakeUpArrivesWholeAndInOrder() throws {
+        let (a, b, linkA, linkB, _, _, _) = try linkedPair()
+        let markA = a.mark
+        let count = 3 * 64 + 7
+        for i in 0..<count { XCTAssertNil(b.send(TLVRecord(.summary, value: Array("frame \(i)".utf8)).encoded, link: linkB)) }
+        var arrived: [String] = []
+        _ = try a.wait("the burst's last frame", after: markA) { e -> Bool? in
+            guard case .frame(let id, let bytes) = e, id == linkA, let r = try? TLVRecord(parsing: bytes) else { return nil }
+            arrived.append(String(decoding: r.value, as: UTF8.self))
+            return arrived.count == count ? true : nil
+        }
+        XCTAssertEqual(arrived, (0..<count).map { "frame \($0)" })
     }
 
     func testEveryKitErrorHasItsABICodeAndUnknownCodesMeanFailed() {
