@@ -806,12 +806,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleReceipt(_ receipt: Envelope) {
         counters.receiptsSeen += 1
         guard receipt.kind == .deliveryReceipt, let ref = receipt.acknowledgedBundleID else { return }
-        guard let original = storeCall("bundle", { try store.bundle(ref) }), original.kind == Envelope.Kind.message.rawValue,
-              original.destination == receipt.senderUserID else {
-            counters.receiptsUnverified += 1
-            return
-        }
-        if original.state != .delivered { storeCall("markDelivered", { try store.markDelivered(ref, nowMs: now()) }) }
+        let counted = storeCall("deliveryReceipt") { try store.deliveryReceipt(for: ref, signedBy: receipt.senderUserID, nowMs: now()) }
+        if counted != true { counters.receiptsUnverified += 1 }
     }
 
     private func allowSender(_ key: [UInt8], nowMs: Int64) -> Bool {

@@ -392,6 +392,26 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
+    /// A verified delivery receipt, signed by `recipient`, acknowledges the bundle `id`. It counts
+    /// only for a message held here whose destination is `recipient`: that message becomes a
+    /// delivered tombstone (it may be one already). One read of the row, in one transaction.
+    /// - Returns: whether it counted; false when no such message is held, or it is addressed
+    ///   to somebody else.
+    public func deliveryReceipt(for id: [UInt8], signedBy recipient: [UInt8], nowMs: Int64) throws -> Bool {
+        try database.transaction {
+            guard let row = try database.query(SQL.receiptTarget, [.blob(id)], purpose: "reading an acknowledged bundle").first else {
+                return false
+            }
+            guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue,
+                  let kind = row[2].intValue else {
+                throw StoreError.corruptRow(table: "bundles", column: "state")
+            }
+            guard kind == Int(Envelope.Kind.message.rawValue), destination == recipient else { return false }
+            try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
+            return true
+        }
+    }
+
     /// The latest delivery to `destination` (inside the caller's transaction): one update,
     /// and an insert only for a recipient's first delivery.
     private func recordDelivery(to destination: [UInt8], nowMs: Int64) throws {
@@ -661,6 +681,7 @@ public final class BundleStore: @unchecked Sendable {
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
         static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
         static let stateAndDestination = "SELECT state, destination FROM bundles WHERE bundle_id = ?"
+        static let receiptTarget = "SELECT state, destination, kind FROM bundles WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"
         static let setRetry = "UPDATE OR FAIL bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE bundle_id = ?"
         static let tombstone = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE bundle_id = ?"

@@ -47,6 +47,27 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.peersHolding(bundleID(1)), 1, "a trusted offer is")
     }
 
+    /// A receipt counts only for a message held here, and only when its signer is that
+    /// message's recipient; then the message becomes a tombstone, once.
+    func testADeliveryReceiptCountsOnlyForItsRecipientsMessage() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, destination: 1), nowMs: 0), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(2, destination: 2, kind: 2, acknowledging: bundleID(7)), nowMs: 0), .stored)
+        XCTAssertFalse(try store.deliveryReceipt(for: bundleID(1), signedBy: userID(2), nowMs: 10), "signed by somebody else")
+        XCTAssertFalse(try store.deliveryReceipt(for: bundleID(2), signedBy: userID(2), nowMs: 10), "a receipt is not a message")
+        XCTAssertFalse(try store.deliveryReceipt(for: bundleID(3), signedBy: userID(1), nowMs: 10), "not held")
+        XCTAssertEqual(try store.bundle(bundleID(1))?.state, .queued)
+        XCTAssertEqual(try store.bundle(bundleID(2))?.state, .queued)
+        XCTAssertTrue(try store.lastDelivery().isEmpty)
+
+        XCTAssertTrue(try store.deliveryReceipt(for: bundleID(1), signedBy: userID(1), nowMs: 20))
+        let tomb = try XCTUnwrap(try store.bundle(bundleID(1)))
+        XCTAssertEqual(tomb.state, .delivered)
+        XCTAssertEqual(tomb.bytes, .dropped)
+        XCTAssertTrue(try store.deliveryReceipt(for: bundleID(1), signedBy: userID(1), nowMs: 30), "a second copy still counts")
+        XCTAssertEqual(try store.lastDelivery().map(\.atMs), [20], "the tombstone is not delivered twice")
+    }
+
     func testReopenKeepsBundlesAndStatistics() throws {
         let dir = try makeTempDirectory(self)
         do {
