@@ -1089,12 +1089,16 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             .sorted { ($0.upAtMs, -$0.info.cost) > ($1.upAtMs, -$1.info.cost) }
     }
 
-    private func chosenHops(for b: StoredBundle) -> [LinkKey] {
+    /// - Parameter justAccepted: `b` was stored by this work item, so the one holder the store
+    ///   knows is its previous hop (``BundleStore/accept(_:nowMs:onTheWire:)`` records it with
+    ///   the row): that is checked here instead of asking the store once per link.
+    private func chosenHops(for b: StoredBundle, justAccepted: Bool = false) -> [LinkKey] {
         let attachedHub = announcements.first { $0.value.users.contains(b.destination) }?.key
         let candidates: [NeighbourCandidate] = links.values.compactMap { link in
             guard link.info.peerRole != .endpoint, mayExchange(with: link) else { return nil }
-            let holds = link.untrustedHolds.contains(b.bundleID) || (link.peerHoldings?.peerHolds(b.bundleID) ?? false)
-                || ((storeCall("peerHas", { try store.peerHas(b.bundleID, peer: link.peerID) })) ?? false)
+            let recorded = justAccepted ? b.previousHop == link.peerID
+                : (storeCall("peerHas", { try store.peerHas(b.bundleID, peer: link.peerID) }) ?? false)
+            let holds = link.untrustedHolds.contains(b.bundleID) || (link.peerHoldings?.peerHolds(b.bundleID) ?? false) || recorded
             return NeighbourCandidate(key: link.key, role: link.info.peerRole, peerID: link.peerID, cost: link.info.cost,
                                       holdsBundle: holds || link.inFlight[b.bundleID] != nil,
                                       isRecipientAttachment: attachedHub == link.peerID)
@@ -1119,7 +1123,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if direct.inFlight[b.bundleID] == nil { transmit(b, on: direct) }
             return
         }
-        for key in chosenHops(for: b) {
+        for key in chosenHops(for: b, justAccepted: justAccepted) {
             guard let link = links[key] else { continue }
             switch link.info.peerRole {
             case .hub: offer([b.bundleID], to: link, duringSync: justAccepted)
