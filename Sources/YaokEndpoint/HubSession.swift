@@ -343,8 +343,8 @@ public final class HubSession: @unchecked Sendable {
     /// The session's group commit: groups close after ``maxGroupItems`` frames or once open for
     /// the spacing; a failed commit undoes the acks we took, so the outbox is pushed again.
     /// The spacing: 4 ms (2 ms until session 17). Under a backlog, a commit then covers about 20
-    /// frames instead of 13, and both ends together spend about a sixth less CPU per message;
-    /// a lone message commits at once either way (Docs/performance.md, "Group commit").
+    /// frames instead of 13, and each end spends a tenth to a sixth less CPU per message; a
+    /// lone message commits at once either way (Docs/performance.md, "Group commit").
     static let commitSpacingUs: UInt64 = 4_000
 
     private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<HubSession, Deferred> {

@@ -806,8 +806,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func handleReceipt(_ receipt: Envelope) {
         counters.receiptsSeen += 1
         guard receipt.kind == .deliveryReceipt, let ref = receipt.acknowledgedBundleID else { return }
+        // A store failure (nil) is counted as one, not as an unverified receipt.
         let counted = storeCall("deliveryReceipt") { try store.deliveryReceipt(for: ref, signedBy: receipt.senderUserID, nowMs: now()) }
-        if counted != true { counters.receiptsUnverified += 1 }
+        if counted == false { counters.receiptsUnverified += 1 }
     }
 
     private func allowSender(_ key: [UInt8], nowMs: Int64) -> Bool {
