@@ -353,7 +353,7 @@ public final class BundleStore: @unchecked Sendable {
     /// Nil when the store does not hold the bundle (evicted or expired meanwhile).
     public func custodyTaken(_ id: [UInt8], by peer: [UInt8], peerIsEndpoint: Bool, nowMs: Int64) throws -> CustodyTaken? {
         try database.transaction {
-            guard let (state, destination) = try stateAndDestination(id) else { return nil }
+            guard let (state, destination, _) = try stateDestinationAndKind(id) else { return nil }
             if peerIsEndpoint && destination == peer {
                 try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
                 return .delivered
@@ -369,12 +369,14 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
-    private func stateAndDestination(_ id: [UInt8]) throws -> (BundleState, [UInt8])? {
-        guard let row = try database.query(SQL.stateAndDestination, [.blob(id)], purpose: "reading a bundle").first else { return nil }
-        guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue else {
+    /// What deciding a delivery needs of a row, without its bytes; nil when it is not held.
+    private func stateDestinationAndKind(_ id: [UInt8]) throws -> (BundleState, [UInt8], Int)? {
+        guard let row = try database.query(SQL.stateDestinationAndKind, [.blob(id)], purpose: "reading a bundle").first else { return nil }
+        guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue,
+              let kind = row[2].intValue else {
             throw StoreError.corruptRow(table: "bundles", column: "state")
         }
-        return (state, destination)
+        return (state, destination, kind)
     }
 
     private func tombstoneDelivered(_ id: [UInt8], state: BundleState, destination: [UInt8], nowMs: Int64) throws {
@@ -387,7 +389,7 @@ public final class BundleStore: @unchecked Sendable {
     /// expiry) stays until expiry so that copies still travelling are dropped as duplicates.
     public func markDelivered(_ id: [UInt8], nowMs: Int64) throws {
         try database.transaction {
-            guard let (state, destination) = try stateAndDestination(id) else { throw StoreError.bundleNotFound }
+            guard let (state, destination, _) = try stateDestinationAndKind(id) else { throw StoreError.bundleNotFound }
             try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
         }
     }
@@ -399,14 +401,8 @@ public final class BundleStore: @unchecked Sendable {
     ///   to somebody else.
     public func deliveryReceipt(for id: [UInt8], signedBy recipient: [UInt8], nowMs: Int64) throws -> Bool {
         try database.transaction {
-            guard let row = try database.query(SQL.receiptTarget, [.blob(id)], purpose: "reading an acknowledged bundle").first else {
-                return false
-            }
-            guard let raw = row[0].intValue, let state = BundleState(rawValue: raw), let destination = row[1].blobValue,
-                  let kind = row[2].intValue else {
-                throw StoreError.corruptRow(table: "bundles", column: "state")
-            }
-            guard kind == Int(Envelope.Kind.message.rawValue), destination == recipient else { return false }
+            guard let (state, destination, kind) = try stateDestinationAndKind(id),
+                  kind == Int(Envelope.Kind.message.rawValue), destination == recipient else { return false }
             try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
             return true
         }
@@ -680,8 +676,7 @@ public final class BundleStore: @unchecked Sendable {
             + Array(repeating: "?", count: queuedAmongSize).joined(separator: ",") + ")"
         static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
         static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
-        static let stateAndDestination = "SELECT state, destination FROM bundles WHERE bundle_id = ?"
-        static let receiptTarget = "SELECT state, destination, kind FROM bundles WHERE bundle_id = ?"
+        static let stateDestinationAndKind = "SELECT state, destination, kind FROM bundles WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"
         static let setRetry = "UPDATE OR FAIL bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE bundle_id = ?"
         static let tombstone = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE bundle_id = ?"
