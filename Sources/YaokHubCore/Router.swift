@@ -283,6 +283,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// rather than 2 cut the hub's CPU per message by about a third at 250 msg/s offered
     /// (Docs/performance.md, session 14).
     static let commitSpacingUs: UInt64 = 5_000
+    /// A group that holds no custody answer commits at most this long after it opened, or with
+    /// the first answer held in it. What such a group changes (a peer took custody, a holder
+    /// learnt, a retry scheduled, a sweep) is safe to lose in a crash: after a restart those
+    /// bundles are queued again, resent, and the peer answers that it holds them. So at light
+    /// load those changes share the next answer's fsync instead of costing one of their own
+    /// (Docs/performance.md, session 18).
+    static let unwaitedCommitBoundUs: UInt64 = 1_000_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
     private let now: @Sendable () -> Int64
@@ -355,7 +362,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<Router, WaitingFrame> {
         GroupCommit(
             queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US", defaultUs: commitSpacingUs),
-            maxItems: maxGroupItems, closesAfterSpacing: false, testDelayUs: testCommitDelayUs,
+            maxItems: maxGroupItems, closesAfterSpacing: false, unwaitedCommitBoundUs: unwaitedCommitBoundUs,
+            testDelayUs: testCommitDelayUs,
             begin: { try $0.store.database.beginGroup() },
             hasChanges: { $0.store.database.groupHasChanges },
             beginFailed: { router, error in

@@ -20,12 +20,17 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     private var items = 0
     private var commitQueued = false
     private var openedNs: UInt64 = 0
+    /// Counts the groups opened, so a deferred commit (``unwaitedBoundNs``) finds its own group.
+    private var opened: UInt64 = 0
+    /// The group whose deferred commit is scheduled.
+    private var deferredCommitFor: UInt64?
     private var spacing: CommitSpacing
     private var waiting: [Waiting] = []
 
     private let queue: DispatchQueue
     private let maxItems: Int
     private let closesAfterSpacing: Bool
+    private let unwaitedBoundNs: UInt64?
     private let testDelayUs: UInt32
     private let begin: (Owner) throws -> Void
     private let hasChanges: (Owner) -> Bool
@@ -39,6 +44,12 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///   - maxItems: a group commits after this many work items even if more are queued.
     ///   - closesAfterSpacing: a group also commits at once when it has been open for the spacing
     ///     (otherwise its commit waits only for the spacing after the previous one).
+    ///   - unwaitedCommitBoundUs: nil, or how long a group that changed the store but holds
+    ///     nothing (``hold(_:)``) may stay open: it commits that long after it opened, or with the
+    ///     first thing held in it, whichever comes first. For owners whose unheld changes are
+    ///     safe to lose in a crash (the hub: what its peers acknowledged is resent after a
+    ///     restart and found a duplicate), so they share the fsync of the next group that
+    ///     holds an answer instead of costing one each.
     ///   - testDelayUs: tests only: holds every group that much longer before its commit.
     ///   - begin: opens the store's group transaction.
     ///   - hasChanges: whether the open group has changed the store yet. One that has not costs
@@ -50,7 +61,8 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///   - failed: the commit failed and was rolled back: the items it covered, how many things
     ///     that waited for it are dropped, and why.
     ///   - release: after a commit, or when none was open: what waited, in order, to send or report.
-    public init(queue: DispatchQueue, spacing: CommitSpacing, maxItems: Int, closesAfterSpacing: Bool, testDelayUs: UInt32,
+    public init(queue: DispatchQueue, spacing: CommitSpacing, maxItems: Int, closesAfterSpacing: Bool,
+                unwaitedCommitBoundUs: UInt64? = nil, testDelayUs: UInt32,
                 begin: @escaping (Owner) throws -> Void,
                 hasChanges: @escaping (Owner) -> Bool,
                 beginFailed: @escaping (Owner, any Error) -> Void,
@@ -62,6 +74,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
         self.spacing = spacing
         self.maxItems = maxItems
         self.closesAfterSpacing = closesAfterSpacing
+        self.unwaitedBoundNs = unwaitedCommitBoundUs.map { $0 * 1_000 }
         self.testDelayUs = testDelayUs
         self.begin = begin
         self.hasChanges = hasChanges
@@ -85,6 +98,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
             do {
                 try begin(owner)
                 isOpen = true
+                opened &+= 1
                 openedNs = DispatchTime.now().uptimeNanoseconds
             } catch {
                 beginFailed(owner, error)
@@ -95,10 +109,24 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
         items += 1
         if items >= maxItems || (closesAfterSpacing && DispatchTime.now().uptimeNanoseconds &- openedNs >= spacing.spacingNs) {
             commit(owner)
-        } else if !commitQueued {
+        } else if commitQueued {
+            return
+        } else if let bound = unwaitedBoundNs, waiting.isEmpty, hasChanges(owner) {
+            guard deferredCommitFor != opened else { return }
+            deferredCommitFor = opened
+            let group = opened
+            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: openedNs &+ bound)) { self.commitDeferred(owner, group: group) }
+        } else {
             commitQueued = true
             queue.async { self.commitWhenSpaced(owner) }
         }
+    }
+
+    /// The deferred commit of a group nothing was held in (``unwaitedBoundNs``), if that group
+    /// is still open and no commit is queued for it.
+    private func commitDeferred(_ owner: Owner, group: UInt64) {
+        guard isOpen, opened == group, !commitQueued else { return }
+        commit(owner)
     }
 
     /// Commits now, or later by the ``CommitSpacing`` (a group stays open at most about the

@@ -6,7 +6,8 @@ import YaokTesting
 
 /// ``GroupCommit`` on a real SQLCipher file: a group that changed rows waits for the commit
 /// spacing after the previous commit; a group that only read commits (and releases what waited
-/// on it) at once, and does not move the spacing.
+/// on it) at once, and does not move the spacing; with a bound for unwaited groups (the hub's),
+/// a group nothing is held in stays open until an answer is held in it or the bound runs out.
 final class GroupCommitTests: XCTestCase {
     /// The group's owner: a database, and what the group released, in order.
     final class Owner: @unchecked Sendable {
@@ -16,11 +17,11 @@ final class GroupCommitTests: XCTestCase {
         init(_ db: SQLCipherDatabase) { self.db = db }
     }
 
-    private func makeGroup(_ queue: DispatchQueue) -> GroupCommit<Owner, String> {
+    private func makeGroup(_ queue: DispatchQueue, unwaitedCommitBoundUs: UInt64? = nil) -> GroupCommit<Owner, String> {
         // An unset variable: the default spacing, 20 ms (the most CommitSpacing allows), so
         // "deferred" and "at once" are far apart.
         GroupCommit(queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_TEST_UNSET_SPACING", defaultUs: 20_000),
-                    maxItems: 1024, closesAfterSpacing: false, testDelayUs: 0,
+                    maxItems: 1024, closesAfterSpacing: false, unwaitedCommitBoundUs: unwaitedCommitBoundUs, testDelayUs: 0,
                     begin: { try $0.db.beginGroup() }, hasChanges: { $0.db.groupHasChanges },
                     beginFailed: { _, error in XCTFail("begin failed: \(error)") },
                     commit: { try $0.db.commitGroup() },
@@ -72,5 +73,44 @@ final class GroupCommitTests: XCTestCase {
         try Wait.until(timeout: 5, "the deferred commit") { queue.sync { owner.released.count == 3 } }
         XCTAssertEqual(queue.sync { owner.commits }, 2)
         XCTAssertEqual(try db.scalar("SELECT count(*) FROM t", purpose: "count")?.int64Value, 2)
+    }
+
+    func testAGroupNothingIsHeldInCommitsWithTheNextAnswerOrWhenItsBoundRunsOut() throws {
+        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
+        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
+        let owner = Owner(db)
+        let queue = DispatchQueue(label: "group-commit-test")
+        let boundUs: UInt64 = 400_000
+        let group = makeGroup(queue, unwaitedCommitBoundUs: boundUs)
+        func item(hold name: String?) {
+            queue.async {
+                group.run(owner) {
+                    try? owner.db.execute("INSERT OR FAIL INTO t (v) VALUES (1)", purpose: "test insert")
+                    if let name { group.hold(name) }
+                }
+            }
+        }
+        // A change nothing waits on: the group stays open (no fsync of its own)...
+        item(hold: nil)
+        queue.sync {}
+        queue.sync {}
+        XCTAssertEqual(queue.sync { owner.commits }, 0, "a group nothing is held in does not commit at once")
+        XCTAssertTrue(queue.sync { group.isOpen })
+        // ...until an answer is held in it: then it commits as any group would (the first
+        // change after a quiet spell: at once), covering both changes, and releases the answer.
+        item(hold: "answer")
+        try Wait.until(timeout: 5, "the answer's commit") { queue.sync { owner.released == ["answer"] } }
+        XCTAssertEqual(queue.sync { owner.commits }, 1)
+        XCTAssertFalse(queue.sync { group.isOpen })
+
+        // A lone unwaited change commits by itself once the bound has run out, not before.
+        let start = DispatchTime.now().uptimeNanoseconds
+        item(hold: nil)
+        try Wait.until(timeout: 5, "the deferred commit") { queue.sync { owner.commits == 2 } }
+        let waitedNs = DispatchTime.now().uptimeNanoseconds - start
+        XCTAssertGreaterThanOrEqual(waitedNs, boundUs * 1_000, "committed before its bound ran out")
+        XCTAssertFalse(queue.sync { group.isOpen })
+        XCTAssertEqual(queue.sync { owner.released }, ["answer"])
+        XCTAssertEqual(try queue.sync { try db.scalar("SELECT count(*) FROM t", purpose: "count")?.int64Value }, 3)
     }
 }
