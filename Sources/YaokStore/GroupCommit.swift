@@ -109,14 +109,9 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
         items += 1
         if items >= maxItems || (closesAfterSpacing && DispatchTime.now().uptimeNanoseconds &- openedNs >= spacing.spacingNs) {
             commit(owner)
-        } else if commitQueued {
-            return
-        } else if let bound = unwaitedBoundNs, waiting.isEmpty, hasChanges(owner) {
-            guard deferredCommitFor != opened else { return }
-            deferredCommitFor = opened
-            let group = opened
-            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: openedNs &+ bound)) { self.commitDeferred(owner, group: group) }
-        } else {
+        } else if !commitQueued && (deferredCommitFor != opened || !waiting.isEmpty) {
+            // (A group whose commit was deferred for want of anything held queues it again
+            // once something is.)
             commitQueued = true
             queue.async { self.commitWhenSpaced(owner) }
         }
@@ -134,6 +129,16 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     /// read: its commit syncs nothing, so what waits on it leaves now.
     private func commitWhenSpaced(_ owner: Owner) {
         guard commitQueued else { return }
+        if let bound = unwaitedBoundNs, waiting.isEmpty, items < maxItems, hasChanges(owner) {
+            // Nothing waits on this group once the work queued before its commit is done: it
+            // stays open for the next thing held in it, or until the bound runs out.
+            commitQueued = false
+            guard deferredCommitFor != opened else { return }
+            deferredCommitFor = opened
+            let group = opened
+            queue.asyncAfter(deadline: DispatchTime(uptimeNanoseconds: openedNs &+ bound)) { self.commitDeferred(owner, group: group) }
+            return
+        }
         if items < maxItems, hasChanges(owner), let due = spacing.deferredUntil() {
             queue.asyncAfter(deadline: due) { self.commitWhenSpaced(owner) }
             return
