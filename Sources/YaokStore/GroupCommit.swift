@@ -44,9 +44,9 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///   - maxItems: a group commits after this many work items even if more are queued.
     ///   - closesAfterSpacing: a group also commits at once when it has been open for the spacing
     ///     (otherwise its commit waits only for the spacing after the previous one).
-    ///   - unwaitedCommitBoundUs: nil, or how long a group that changed the store but holds
-    ///     nothing (``hold(_:)``) may stay open: it commits that long after it opened, or with the
-    ///     first thing held in it, whichever comes first. For owners whose unheld changes are
+    ///   - unwaitedCommitBoundUs: nil, or how long a small group that changed the store but
+    ///     holds nothing (``hold(_:)``) may stay open: it commits that long after it opened, or
+    ///     with the first thing held in it, whichever comes first. For owners whose unheld changes are
     ///     safe to lose in a crash (the hub: what its peers acknowledged is resent after a
     ///     restart and found a duplicate), so they share the fsync of the next group that
     ///     holds an answer instead of costing one each.
@@ -117,6 +117,12 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
         }
     }
 
+    /// The most work items a group nothing is held in may cover and still wait (``unwaitedBoundNs``):
+    /// a light load's group covers a frame or two. A bigger one means frames are coming fast,
+    /// so its commit runs as before: deferring it under a backlog saved commits but cost the
+    /// hub CPU per message in the single-hub bench (Docs/performance.md, session 18).
+    static var unwaitedMaxItems: Int { 4 }
+
     /// The deferred commit of a group nothing was held in (``unwaitedBoundNs``), if that group
     /// is still open and no commit is queued for it.
     private func commitDeferred(_ owner: Owner, group: UInt64) {
@@ -129,9 +135,9 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     /// read: its commit syncs nothing, so what waits on it leaves now.
     private func commitWhenSpaced(_ owner: Owner) {
         guard commitQueued else { return }
-        if let bound = unwaitedBoundNs, waiting.isEmpty, items < maxItems, hasChanges(owner) {
-            // Nothing waits on this group once the work queued before its commit is done: it
-            // stays open for the next thing held in it, or until the bound runs out.
+        if let bound = unwaitedBoundNs, waiting.isEmpty, items <= Self.unwaitedMaxItems, hasChanges(owner) {
+            // Nothing waits on this small group once the work queued before its commit is
+            // done: it stays open for the next thing held in it, or until the bound runs out.
             commitQueued = false
             guard deferredCommitFor != opened else { return }
             deferredCommitFor = opened
