@@ -283,8 +283,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// rather than 2 cut the hub's CPU per message by about a third at 250 msg/s offered
     /// (Docs/performance.md, session 14).
     static let commitSpacingUs: UInt64 = 5_000
-    /// A group that holds no custody answer commits at most this long after it opened, or with
-    /// the first answer held in it. What such a group changes (a peer took custody, a holder
+    /// A small group (``GroupCommit``'s `unwaitedMaxItems`, a light load's frame or two) that
+    /// holds no custody answer when its commit comes up commits at most this long after it
+    /// opened, or with the first answer held in it. What such a group changes (a peer took custody, a holder
     /// learnt, a retry scheduled, a sweep) is safe to lose in a crash: after a restart those
     /// bundles are queued again, resent, and the peer answers that it holds them. So at light
     /// load those changes share the next answer's fsync instead of costing one of their own

@@ -44,12 +44,13 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     ///   - maxItems: a group commits after this many work items even if more are queued.
     ///   - closesAfterSpacing: a group also commits at once when it has been open for the spacing
     ///     (otherwise its commit waits only for the spacing after the previous one).
-    ///   - unwaitedCommitBoundUs: nil, or how long a small group that changed the store but
-    ///     holds nothing (``hold(_:)``) may stay open: it commits that long after it opened, or
-    ///     with the first thing held in it, whichever comes first. For owners whose unheld changes are
-    ///     safe to lose in a crash (the hub: what its peers acknowledged is resent after a
-    ///     restart and found a duplicate), so they share the fsync of the next group that
-    ///     holds an answer instead of costing one each.
+    ///   - unwaitedCommitBoundUs: nil, or how long a small group (``unwaitedMaxItems``) that
+    ///     changed the store but holds nothing (``hold(_:)``) when its commit comes up may stay
+    ///     open: it commits that long after it opened, or with the first thing held in it,
+    ///     whichever comes first. For owners whose unheld changes are safe to lose in a crash
+    ///     (the hub: what its peers acknowledged is resent after a restart and found a
+    ///     duplicate), so they share the fsync of the next group that holds an answer instead
+    ///     of costing one each.
     ///   - testDelayUs: tests only: holds every group that much longer before its commit.
     ///   - begin: opens the store's group transaction.
     ///   - hasChanges: whether the open group has changed the store yet. One that has not costs

@@ -113,4 +113,23 @@ final class GroupCommitTests: XCTestCase {
         XCTAssertEqual(queue.sync { owner.released }, ["answer"])
         XCTAssertEqual(try queue.sync { try db.scalar("SELECT count(*) FROM t", purpose: "count")?.int64Value }, 3)
     }
+
+    func testABiggerGroupNothingIsHeldInCommitsByTheSpacingAsBefore() throws {
+        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
+        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
+        let owner = Owner(db)
+        let queue = DispatchQueue(label: "group-commit-test")
+        // A bound far beyond the wait below: a deferred commit could not be seen in time.
+        let group = makeGroup(queue, unwaitedCommitBoundUs: 60_000_000)
+        let count = GroupCommit<Owner, String>.unwaitedMaxItems + 1
+        // One block runs them all, so the commit queued by the first comes up after the last.
+        queue.async {
+            for _ in 0..<count {
+                group.run(owner) { try? owner.db.execute("INSERT OR FAIL INTO t (v) VALUES (1)", purpose: "test insert") }
+            }
+        }
+        try Wait.until(timeout: 5, "the commit of a group of \(count) items") { queue.sync { owner.commits == 1 } }
+        XCTAssertFalse(queue.sync { group.isOpen })
+        XCTAssertEqual(try queue.sync { try db.scalar("SELECT count(*) FROM t", purpose: "count")?.int64Value }, Int64(count))
+    }
 }
