@@ -285,11 +285,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let commitSpacingUs: UInt64 = 5_000
     /// A small group (``GroupCommit``'s `unwaitedMaxItems`, a light load's frame or two) that
     /// holds no custody answer when its commit comes up commits at most this long after it
-    /// opened, or with the first answer held in it. What such a group changes (a peer took custody, a holder
-    /// learnt, a retry scheduled, a sweep) is safe to lose in a crash: after a restart those
-    /// bundles are queued again, resent, and the peer answers that it holds them. So at light
-    /// load those changes share the next answer's fsync instead of costing one of their own
-    /// (Docs/performance.md, session 18).
+    /// opened, or with the first answer held in it. What such a group changes (a peer took
+    /// custody, a holder learnt, a retry scheduled, a sweep) is safe to lose in a crash: after
+    /// a restart those bundles are queued again, resent, and the peer answers that it holds
+    /// them. So at light load those changes share the next answer's fsync instead of costing
+    /// one of their own (Docs/performance.md, session 18).
     static let unwaitedCommitBoundUs: UInt64 = 1_000_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0

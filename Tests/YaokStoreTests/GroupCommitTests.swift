@@ -17,6 +17,13 @@ final class GroupCommitTests: XCTestCase {
         init(_ db: SQLCipherDatabase) { self.db = db }
     }
 
+    /// A fresh store with one table `t (v)`, its owner, and the queue the group runs on.
+    private func makeStore() throws -> (SQLCipherDatabase, Owner, DispatchQueue) {
+        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
+        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
+        return (db, Owner(db), DispatchQueue(label: "group-commit-test"))
+    }
+
     private func makeGroup(_ queue: DispatchQueue, unwaitedCommitBoundUs: UInt64? = nil) -> GroupCommit<Owner, String> {
         // An unset variable: the default spacing, 20 ms (the most CommitSpacing allows), so
         // "deferred" and "at once" are far apart.
@@ -31,10 +38,7 @@ final class GroupCommitTests: XCTestCase {
     }
 
     func testAReadOnlyGroupReleasesAtOnceAndAChangingOneWaitsForTheSpacing() throws {
-        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
-        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
-        let owner = Owner(db)
-        let queue = DispatchQueue(label: "group-commit-test")
+        let (db, owner, queue) = try makeStore()
         let group = makeGroup(queue)
         func item(_ name: String, writes: Bool) {
             queue.async {
@@ -76,10 +80,7 @@ final class GroupCommitTests: XCTestCase {
     }
 
     func testAGroupNothingIsHeldInCommitsWithTheNextAnswerOrWhenItsBoundRunsOut() throws {
-        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
-        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
-        let owner = Owner(db)
-        let queue = DispatchQueue(label: "group-commit-test")
+        let (db, owner, queue) = try makeStore()
         let boundUs: UInt64 = 400_000
         let group = makeGroup(queue, unwaitedCommitBoundUs: boundUs)
         func item(hold name: String?) {
@@ -115,10 +116,7 @@ final class GroupCommitTests: XCTestCase {
     }
 
     func testABiggerGroupNothingIsHeldInCommitsByTheSpacingAsBefore() throws {
-        let db = try SQLCipherDatabase(path: try makeTempDirectory(self) + "/group.db", key: testKey)
-        try db.execute("CREATE TABLE t (v INTEGER NOT NULL)", purpose: "test table")
-        let owner = Owner(db)
-        let queue = DispatchQueue(label: "group-commit-test")
+        let (db, owner, queue) = try makeStore()
         // A bound far beyond the wait below: a deferred commit could not be seen in time.
         let group = makeGroup(queue, unwaitedCommitBoundUs: 60_000_000)
         let count = GroupCommit<Owner, String>.unwaitedMaxItems + 1
