@@ -3,6 +3,7 @@ import XCTest
 import YaokEndpoint
 @testable import YaokHubCore
 import YaokTesting
+import YaokWire
 
 /// SIGKILL the hub over and over during a large transfer: no message may be lost and
 /// none may reach the recipient twice.
@@ -75,5 +76,81 @@ final class CrashLoopTests: XCTestCase {
         try Wait.until(timeout: 60, "alice's outbox drained") {
             try alice.store.outbox(states: [.pending], limit: 1).isEmpty
         }
+    }
+
+    /// The light-load attack on the deferred commit (Docs/protocol.md §4, "Forgotten
+    /// handovers"): one message at a time, and each time the hub has handed the delivery receipt
+    /// to Alice (her custody ack taken, in a group that holds no answer and so waits up to 1 s
+    /// for the next one), SIGKILL it. That handover is lost with the group; the hub must resend
+    /// the receipt after its restart, Alice must find it a duplicate, and nothing may be lost or
+    /// reach Bob twice.
+    func testKill9InsideADeferredCommitResendsTheForgottenHandoverAndLosesNothing() throws {
+        let rounds = 5
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try TestSupport.pluginDirectory(self)
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: port)
+        let (alice, bob, bobContact) = try TestSupport.aliceAndBob(in: dir)
+        var hub = try HubProcess(dir: dir, config: config, executable: hubExe)
+        try hub.waitReady()
+        let hubAddress = try HubSession.parseHub("udp://127.0.0.1:\(port)")
+        // Both phones attach again after each restart, as an app does when it reopens; left to
+        // themselves they would notice the restart only by their 10 s keepalive.
+        var sessions: [HubSession] = []
+        func attach() throws {
+            sessions.forEach { $0.stop() }
+            sessions = [HubSession(endpoint: alice, hub: hubAddress) { _ in }, HubSession(endpoint: bob, hub: hubAddress) { _ in }]
+            try sessions.forEach { try $0.start() }
+        }
+        try attach()
+        defer {
+            sessions.forEach { $0.stop() }
+            hub.stop()
+        }
+        func duplicates(at endpoint: Endpoint) throws -> Int {
+            try endpoint.store.securityEvents().filter { $0.kind == .duplicate }.count
+        }
+        func receiptBundleIDs() throws -> Set<[UInt8]> {
+            Set(try bob.store.outbox().filter { $0.kind != Envelope.Kind.message.rawValue }.map { bob.bundleID(of: $0) })
+        }
+
+        var texts: [String] = []
+        var resent = 0
+        for round in 0..<rounds {
+            let before = try receiptBundleIDs()
+            let text = "deferred-commit message \(round)"
+            texts.append(text)
+            _ = try alice.compose(to: bobContact, texts: [text])
+            sessions[0].flush()
+            // Bob's receipt for it, then the hub's record that Alice took it: that record is what
+            // the deferred group holds.
+            var receipt: [UInt8] = []
+            try Wait.until(timeout: 30, "Bob's receipt for message \(round)") {
+                guard let new = try receiptBundleIDs().subtracting(before).first else { return false }
+                receipt = new
+                return true
+            }
+            let handedOver = "delivered \(Router.shortID(receipt)) to \(Router.shortID(alice.identity.userID))"
+            try Wait.until(timeout: 30, "the hub's log line `\(handedOver)`") { hub.log.contains(handedOver) }
+            let duplicatesBefore = try duplicates(at: alice)
+            hub.signal(SIGKILL)
+            XCTAssertNotNil(hub.waitExit(timeout: 10))
+            hub = try HubProcess(dir: dir, config: config, executable: hubExe)
+            try hub.waitReady()
+            try attach()
+            // The forgotten handover is resent and Alice answers it as a duplicate. (Had the kill
+            // come after the group committed, on a machine over 1 s late, nothing would be.)
+            if Wait.poll(timeout: 10, { try duplicates(at: alice) > duplicatesBefore }) { resent += 1 }
+        }
+        try Wait.until(timeout: 30, "every message at Bob, and every receipt at Alice") {
+            try bob.store.inbox().count >= rounds && alice.store.outbox(states: [.pending, .handedOver]).isEmpty
+        }
+        let inbox = try bob.store.inbox()
+        print("deferred-commit kills: \(rounds) SIGKILLs, \(resent) forgotten handovers resent; Bob's inbox \(inbox.count), duplicates at Bob \(try duplicates(at: bob)), at Alice \(try duplicates(at: alice))")
+        XCTAssertGreaterThan(resent, 0, "no kill landed inside a deferred commit: the attack was not made")
+        XCTAssertEqual(inbox.count, rounds, "delivered twice or lost")
+        XCTAssertEqual(Set(inbox.map(\.text)), Set(texts))
+        XCTAssertEqual(try alice.store.outbox(states: [.delivered]).count, rounds, "every message's receipt reached Alice")
     }
 }
