@@ -10,7 +10,8 @@ import YaokWire
 /// update of the row and five or six of its index entries per bundle (issue 16). Bundle bytes
 /// are opaque. Times are milliseconds since the Unix epoch, passed in by the caller so that
 /// tests (and the router) control the clock.
-// @unchecked: its state is the database (serialised by its lock) and `cachedStatistics`, under `statsLock`.
+// @unchecked: its state is the database (serialised by its lock), and `cachedStatistics` and
+// `unpersistedDeliveries`, under `statsLock`.
 public final class BundleStore: @unchecked Sendable {
     /// The database component name under which this store's schema version is kept.
     public static let schemaComponent = "bundles"
@@ -23,6 +24,10 @@ public final class BundleStore: @unchecked Sendable {
 
     private let statsLock = RecursiveLock()
     private var cachedStatistics = StoreStatistics()
+    /// Deliveries newer than their recipient's persisted one by less than
+    /// ``deliveryPersistenceMs``, by recipient (under `statsLock`): at most the recipients
+    /// delivered to in the last minute.
+    private var unpersistedDeliveries: [[UInt8]: Int64] = [:]
 
     /// Running counters (persisted; loaded when the store is opened).
     public var statistics: StoreStatistics {
@@ -39,6 +44,7 @@ public final class BundleStore: @unchecked Sendable {
         self.sizeCapBytes = sizeCapBytes
         self.backoffMs = backoffMs
         try database.migrate(component: Self.schemaComponent, BundleSchema.migrations)
+        try database.executeScript(BundleSchema.carriedBytesInMemory, purpose: "counting the carried bytes")
         cachedStatistics = try readStatistics()
     }
 
@@ -91,7 +97,7 @@ public final class BundleStore: @unchecked Sendable {
                 try recordDelivery(to: b.destination, nowMs: nowMs)
                 return .alreadyDelivered
             }
-            let carried = try counter("carried_bytes")
+            let carried = try carriedBytes()
             if carried + size > sizeCapBytes {
                 guard let plan = try fairEvictionPlan(needed: carried + size - sizeCapBytes, for: b, onTheWire: onTheWire) else {
                     try bumpCounter("refused_over_share", by: 1)
@@ -303,17 +309,27 @@ public final class BundleStore: @unchecked Sendable {
 
     /// Bytes of bundles currently carried (what the size cap applies to).
     public func totalBytes() throws -> Int64 {
-        try counter("carried_bytes")
+        try carriedBytes()
+    }
+
+    private func carriedBytes() throws -> Int64 {
+        try database.scalar(SQL.carriedBytes, purpose: "reading the carried bytes")?.int64Value ?? 0
     }
 
     /// For each recipient that had something delivered, the latest delivery time, newest first.
+    /// Since this store was opened it is exact; what was persisted before is exact to
+    /// ``deliveryPersistenceMs``.
     public func lastDelivery() throws -> [(destination: [UInt8], atMs: Int64)] {
-        try database.query(SQL.lastDelivery, purpose: "listing deliveries").map { row in
+        var latest: [[UInt8]: Int64] = [:]
+        for row in try database.query(SQL.lastDelivery, purpose: "listing deliveries") {
             guard let d = row[0].blobValue, let at = row[1].int64Value else {
                 throw StoreError.corruptRow(table: "deliveries", column: "destination")
             }
-            return (d, at)
+            latest[d] = at
         }
+        latest.merge(statsLock.withLock { unpersistedDeliveries }) { max($0, $1) }
+        return latest.map { (destination: $0.key, atMs: $0.value) }
+            .sorted { $0.atMs != $1.atMs ? $0.atMs > $1.atMs : $0.destination.lexicographicallyPrecedes($1.destination) }
     }
 
     // MARK: State changes
@@ -408,15 +424,34 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
-    /// The latest delivery to `destination` (inside the caller's transaction): one update,
-    /// and an insert only for a recipient's first delivery.
+    /// How stale a recipient's persisted last delivery may get: a delivery within this long of
+    /// the persisted one is kept in memory only (``lastDelivery()`` still shows it). Written on
+    /// every delivery, `deliveries` cost a page of every light-load commit, about a tenth of
+    /// the hub's disk writes per message (Docs/performance.md, session 19); after a crash the
+    /// status shows a delivery up to this much older than the last one.
+    static let deliveryPersistenceMs: Int64 = 60_000
+
+    /// The latest delivery to `destination` (inside the caller's transaction). The row is
+    /// written only when it is ``deliveryPersistenceMs`` older than this delivery (one
+    /// update), or absent (an insert, for a recipient's first delivery); otherwise the time is
+    /// kept in ``unpersistedDeliveries``.
     private func recordDelivery(to destination: [UInt8], nowMs: Int64) throws {
-        let values: [SQLValue] = [.blob(destination), .integer(nowMs)]
+        let values: [SQLValue] = [.blob(destination), .integer(nowMs), .integer(nowMs - Self.deliveryPersistenceMs)]
         let updated = try database.withExclusiveAccess {
             try database.execute(SQL.updateDelivery, values, purpose: "recording a delivery")
             return database.changes
         }
-        if updated == 0 { try database.execute(SQL.recordDelivery, values, purpose: "recording a delivery") }
+        let inserted = try updated > 0 ? 0 : database.withExclusiveAccess {
+            try database.execute(SQL.recordDelivery, Array(values.prefix(2)), purpose: "recording a delivery")
+            return database.changes
+        }
+        statsLock.withLock {
+            if updated + inserted > 0 {
+                unpersistedDeliveries[destination] = nil
+            } else {
+                unpersistedDeliveries[destination] = max(nowMs, unpersistedDeliveries[destination] ?? nowMs)
+            }
+        }
     }
 
     /// Remembers that `peer` holds the bundle (it offered it, or told us in a summary), so it
@@ -674,7 +709,7 @@ public final class BundleStore: @unchecked Sendable {
         static let queuedAmongSize = 64
         static let queuedAmong = "SELECT count(*) FROM bundles WHERE state = 0 AND bundle_id IN ("
             + Array(repeating: "?", count: queuedAmongSize).joined(separator: ",") + ")"
-        static let lastDelivery = "SELECT destination, at_ms FROM deliveries ORDER BY at_ms DESC, destination"
+        static let lastDelivery = "SELECT destination, at_ms FROM deliveries"
         static let stateAndAttempts = "SELECT state, attempts FROM bundles WHERE bundle_id = ?"
         static let stateDestinationAndKind = "SELECT state, destination, kind FROM bundles WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"
@@ -684,13 +719,14 @@ public final class BundleStore: @unchecked Sendable {
         // abort halfway, so SQLite opens a statement journal for it, which SQLCipher encrypts
         // page by page (it was 5 % of the router thread; Docs/performance.md).
         static let recordDelivery = "INSERT OR IGNORE INTO deliveries (destination, at_ms) VALUES (?1, ?2)"
-        static let updateDelivery = "UPDATE OR FAIL deliveries SET at_ms = ?2 WHERE destination = ?1"
+        static let updateDelivery = "UPDATE OR FAIL deliveries SET at_ms = ?2 WHERE destination = ?1 AND at_ms <= ?3"
         static let recordPeer = "INSERT OR IGNORE INTO bundle_holders (bundle_row, peer) SELECT id, ?2 FROM bundles WHERE bundle_id = ?1"
         static let peerHas = "SELECT 1 FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?) AND peer = ?"
         static let peersHolding = "SELECT count(*) FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?)"
         static let requeue = "UPDATE OR FAIL bundles SET state = ?, next_attempt_ms = ? WHERE state = ?"
         static let deleteTombstones = "DELETE FROM bundles WHERE state IN (3, 4) AND expires_ms <= ?"
         static let expireCarried = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE state IN (0, 1, 2) AND expires_ms <= ?"
+        static let carriedBytes = "SELECT bytes FROM temp.carried"
         static let readCounter = "SELECT value FROM bundle_counters WHERE name = ?"
         static let bumpCounter = "UPDATE OR FAIL bundle_counters SET value = value + ? WHERE name = ?"
         static let setCounter = "INSERT OR REPLACE INTO bundle_counters (name, value) VALUES (?, ?)"
@@ -801,7 +837,45 @@ enum BundleSchema {
             DROP INDEX bundles_by_expiry;
             CREATE INDEX bundles_by_expiry ON bundles (expires_ms, state);
             """),
+        // Version 7: the carried bytes are counted in memory (``carriedBytesInMemory``), not in
+        // `bundle_counters`: the persisted counter row cost a page of nearly every commit, as
+        // every message changes it twice (Docs/performance.md, session 19). The carried index
+        // takes `size`, so counting them at open reads only that index.
+        Migration(version: 7, script: """
+            DROP TRIGGER bundles_carried_insert;
+            DROP TRIGGER bundles_carried_update;
+            DROP TRIGGER bundles_carried_delete;
+            DELETE FROM bundle_counters WHERE name = 'carried_bytes';
+            DROP INDEX bundles_carried_by_destination;
+            CREATE INDEX bundles_carried_by_destination ON bundles (destination, accepted_ms, id, size) WHERE state IN (0, 1, 2);
+            """),
     ]
+
+    /// The carried bytes (what the size cap applies to), run at every open: counted from the
+    /// carried index (carried rows, in states 0-2, are exactly those that hold bytes), then
+    /// kept by triggers in a table of this connection's in-memory temp database. Those
+    /// changes are part of the same transactions as the rows', so a rollback undoes both,
+    /// and they never reach the disk.
+    static let carriedBytesInMemory = """
+        CREATE TEMP TABLE IF NOT EXISTS carried (bytes INTEGER NOT NULL);
+        DELETE FROM temp.carried;
+        INSERT INTO temp.carried (bytes)
+            SELECT coalesce(sum(size), 0) FROM main.bundles INDEXED BY bundles_carried_by_destination WHERE state IN (0, 1, 2);
+        CREATE TEMP TRIGGER IF NOT EXISTS carried_insert AFTER INSERT ON main.bundles WHEN NEW.bytes IS NOT NULL
+        BEGIN
+            UPDATE carried SET bytes = bytes + NEW.size;
+        END;
+        CREATE TEMP TRIGGER IF NOT EXISTS carried_update AFTER UPDATE OF bytes ON main.bundles
+        BEGIN
+            UPDATE carried
+            SET bytes = bytes - (CASE WHEN OLD.bytes IS NULL THEN 0 ELSE OLD.size END)
+                              + (CASE WHEN NEW.bytes IS NULL THEN 0 ELSE NEW.size END);
+        END;
+        CREATE TEMP TRIGGER IF NOT EXISTS carried_delete AFTER DELETE ON main.bundles WHEN OLD.bytes IS NOT NULL
+        BEGIN
+            UPDATE carried SET bytes = bytes - OLD.size;
+        END;
+        """
 
     static let tablesV2 = """
         CREATE TABLE bundles (
@@ -828,8 +902,9 @@ enum BundleSchema {
         );
         """
 
-    /// carried_bytes follows the rows that still hold bytes, in the same transaction (the
-    /// same triggers in every version; version 2 re-creates them on its new table).
+    /// carried_bytes followed the rows that still hold bytes, in the same transaction (the
+    /// same triggers in versions 1-6; version 2 re-creates them on its new table, version 7
+    /// drops them for ``carriedBytesInMemory``).
     static let carriedBytesTriggers = """
         CREATE TRIGGER bundles_carried_insert AFTER INSERT ON bundles WHEN NEW.bytes IS NOT NULL
         BEGIN

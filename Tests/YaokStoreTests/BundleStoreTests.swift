@@ -409,8 +409,9 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(7)).map(\.bundleID), [bundleID(1), bundleID(3)])
     }
 
-    /// A version-5 store (holders keyed by bundle ID, state-led due and expiry indexes) opens
-    /// as version 6 with every holder kept under its bundle's row.
+    /// A version-5 store (holders keyed by bundle ID, state-led due and expiry indexes, carried
+    /// bytes in a persisted counter) opens as version 7 with every holder kept under its
+    /// bundle's row, and its carried bytes counted from the rows.
     func testVersionFiveStoreMigratesItsHoldersAndIndexes() throws {
         let dir = try makeTempDirectory(self)
         do {
@@ -428,7 +429,8 @@ final class BundleStoreTests: XCTestCase {
             db.close()
         }
         let store = try openStore(dir)
-        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 6)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 7)
+        XCTAssertEqual(try store.totalBytes(), 9)
         XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
         XCTAssertEqual(try store.peersHolding(bundleID(2)), 2)
         XCTAssertTrue(try store.peerHas(bundleID(3), peer: userID(5)))
@@ -436,6 +438,7 @@ final class BundleStoreTests: XCTestCase {
         let tables = try store.database.query("SELECT name FROM sqlite_master").compactMap { $0[0].textValue }
         XCTAssertFalse(tables.contains("bundle_peers") || tables.contains("bundles_by_due"), "\(tables)")
         XCTAssertTrue(tables.contains("bundles_queued_by_due") && tables.contains("bundles_forget_holders"), "\(tables)")
+        XCTAssertFalse(tables.contains { $0.hasPrefix("bundles_carried_") && $0 != "bundles_carried_by_destination" }, "persisted counter triggers left: \(tables)")
         XCTAssertEqual(try store.due(nowMs: 1, limit: 10).map(\.bundleID), [1, 2, 3].map(bundleID))
     }
 
@@ -443,7 +446,7 @@ final class BundleStoreTests: XCTestCase {
     /// their order (no sort), and the old state-keyed indexes are gone.
     func testEvictionVictimsComeFromThePartialIndexesInTheirOrder() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 6)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 7)
         for (sql, index) in [(BundleStore.SQL.victimsOfSender, "bundles_evictable_by_sender"),
                              (BundleStore.SQL.victimsOfOrigin, "bundles_evictable_by_origin")] {
             let plan = try store.database.query("EXPLAIN QUERY PLAN " + sql, [.blob([UInt8](repeating: 1, count: 32)), .int(5)])
@@ -561,6 +564,76 @@ final class BundleStoreTests: XCTestCase {
         let last = try store.lastDelivery()
         XCTAssertEqual(last.map(\.destination), [userID(1), userID(2)])
         XCTAssertEqual(last.map(\.atMs), [300, 200])
+    }
+
+    /// A delivery within a minute of its recipient's persisted one is kept in memory only (it
+    /// would cost a page of every light-load commit): shown at once, persisted a minute later.
+    func testALastDeliveryIsPersistedAtMostOnceAMinutePerRecipientAndShownAtOnce() throws {
+        let dir = try makeTempDirectory(self)
+        do {
+            let store = try openStore(dir)
+            for n in 1...4 { XCTAssertEqual(try store.accept(makeBundle(n, destination: 1), nowMs: 0), .stored) }
+            XCTAssertEqual(try store.accept(makeBundle(5, destination: 2), nowMs: 0), .stored)
+            try store.markDelivered(bundleID(1), nowMs: 1_000)
+            try store.markDelivered(bundleID(2), nowMs: 30_000)
+            try store.markDelivered(bundleID(5), nowMs: 40_000)
+            XCTAssertEqual(try store.lastDelivery().map(\.atMs), [40_000, 30_000], "the newest delivery shows at once")
+            XCTAssertEqual(try store.lastDelivery().map(\.destination), [userID(2), userID(1)])
+        }
+        do {
+            let store = try openStore(dir)
+            XCTAssertEqual(try store.lastDelivery().map(\.atMs), [40_000, 1_000], "30 s after the persisted one: not written")
+            try store.markDelivered(bundleID(3), nowMs: 61_000)
+            try store.markDelivered(bundleID(4), nowMs: 62_000)
+        }
+        let store = try openStore(dir)
+        XCTAssertEqual(try store.lastDelivery().map(\.atMs), [61_000, 40_000], "a minute after the persisted one: written")
+    }
+
+    /// The carried bytes live in memory (a temp table kept by triggers, counted from the carried
+    /// index at open; schema version 7): they must equal the rows' own sum after every kind of
+    /// change, after a group that was rolled back, and after a reopen.
+    func testCarriedBytesInMemoryMatchTheRowsThroughChangesRollbackAndReopen() throws {
+        let dir = try makeTempDirectory(self)
+        var store = try openStore(dir, sizeCap: 8_000)
+        func summed() throws -> Int64 {
+            try XCTUnwrap(try store.database.scalar("SELECT coalesce(sum(size), 0) FROM bundles WHERE bytes IS NOT NULL",
+                                                    purpose: "summing the rows")?.int64Value)
+        }
+        for n in 1...6 {
+            XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: n <= 2 ? 2_000 : 100_000, size: 1_000 + n), nowMs: 0), .stored)
+        }
+        XCTAssertEqual(try store.totalBytes(), 6_021)
+        try store.markDelivered(bundleID(3), nowMs: 10)
+        XCTAssertEqual(try store.expire(nowMs: 2_000), 2)
+        XCTAssertEqual(try store.totalBytes(), 3_015)
+        XCTAssertEqual(try store.totalBytes(), try summed())
+
+        // A group whose commit fails is rolled back whole, its count with it.
+        try store.database.beginGroup()
+        XCTAssertEqual(try store.accept(makeBundle(20, size: 500), nowMs: 0), .stored)
+        XCTAssertEqual(try store.totalBytes(), 3_515)
+        struct HalfWay: Error {}
+        XCTAssertThrowsError(try store.database.transaction {
+            try store.database.execute("DELETE FROM bundles WHERE bundle_id = ?", [.blob(bundleID(4))], purpose: "poisoning the group")
+            throw HalfWay()
+        })
+        XCTAssertThrowsError(try store.database.commitGroup())
+        XCTAssertEqual(try store.totalBytes(), 3_015)
+        XCTAssertNil(try store.bundle(bundleID(20)))
+
+        // Eviction under the cap (8,000): a heavier sender loses bundles to a newcomer.
+        for n in 30...33 { XCTAssertEqual(try store.accept(makeBundle(n, size: 1_200, sender: 2), nowMs: 0), .stored) }
+        XCTAssertEqual(try store.accept(makeBundle(40, size: 1_000, sender: 3), nowMs: 0), .stored)
+        XCTAssertGreaterThan(store.statistics.evicted, 0)
+        let carried = try store.totalBytes()
+        XCTAssertLessThanOrEqual(carried, 8_000)
+        XCTAssertEqual(carried, try summed())
+
+        store = try openStore(dir, sizeCap: 8_000)
+        XCTAssertEqual(try store.totalBytes(), carried, "counted again at open")
+        XCTAssertEqual(try store.database.scalar("SELECT count(*) FROM bundle_counters WHERE name = 'carried_bytes'", purpose: "test")?.int64Value, 0,
+                       "no persisted counter is left to go stale")
     }
 
     func testVacuumReturnsFreePages() throws {
