@@ -61,6 +61,8 @@ public final class Hub: @unchecked Sendable {
         let key = try DatabaseKey.load(keyFile: Paths.resolve(config.store.keyFile, in: dataDir))
         database = try SQLCipherDatabase(path: Paths.resolve("store.db", in: dataDir), key: key)
         store = try BundleStore(database: database, sizeCapBytes: config.store.sizeCapBytes)
+        // The page size is what the `sqlcipher` CLI must be told to open the file (key rotation).
+        logger.notice("store \(database.path): pages of \(database.pageSize) bytes")
         metrics = MetricsRegistry()
         let certificate = Self.ownCertificate(config, identity: identity, dataDirectory: dataDir, logger: logger)
         router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config, certificate: certificate),

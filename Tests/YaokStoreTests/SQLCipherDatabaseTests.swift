@@ -21,36 +21,40 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.pragma("journal_mode")?.textValue?.lowercased(), "wal")
         XCTAssertEqual(try db.pragma("synchronous")?.int64Value, 2, "synchronous must be FULL (2)")
         XCTAssertEqual(try db.pragma("foreign_keys")?.int64Value, 0, "off: BundleStore cascades by hand (statement journals are encrypted)")
-        XCTAssertEqual(db.pageSize, 4096, "a new store uses 4 KB pages")
+        XCTAssertEqual(db.pageSize, 2048, "a new store uses 2 KB pages")
         XCTAssertEqual(try db.pragma("temp_store")?.int64Value, 2, "temp_store must be MEMORY (2)")
         XCTAssertEqual(try db.pragma("auto_vacuum")?.int64Value, 2, "new files use incremental auto-vacuum")
         XCTAssertEqual(try db.pragma("journal_size_limit")?.int64Value, 67_108_864)
     }
 
-    /// Stores made before issue 16 have SQLCipher 3's 1 KB pages; they still open (a wrong
-    /// page size reads like a wrong key, so 4 KB is tried first and 1 KB next), keep their page
-    /// size, and a wrong key is still named as such.
-    func testALegacyOneKilobytePageStoreOpensAndKeepsItsPageSize() throws {
+    /// Stores made before issue 16 have SQLCipher 3's 1 KB pages, and stores made before its
+    /// session 19 have 4 KB pages; both still open (a wrong page size reads like a wrong key, so
+    /// 2 KB is tried first, then 4 KB and 1 KB), keep their page size, and a wrong key is still
+    /// named as such.
+    func testOlderPageSizeStoresOpenAndKeepTheirPageSize() throws {
         let dir = try makeTempDirectory(self)
-        let path = dir + "/legacy.db"
-        do {
-            var raw: OpaquePointer?
-            XCTAssertEqual(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil), SQLITE_OK)
-            let keyText = Array(SQLCipherDatabase.rawKeyLiteral(testKey))
-            XCTAssertEqual(keyText.withUnsafeBytes { sqlite3_key(raw, $0.baseAddress, Int32($0.count)) }, SQLITE_OK)
-            XCTAssertEqual(sqlite3_exec(raw, "PRAGMA cipher_page_size = 1024; CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('old');", nil, nil, nil), SQLITE_OK)
-            sqlite3_close_v2(raw)
-        }
-        let db = try SQLCipherDatabase(path: path, key: testKey)
-        XCTAssertEqual(db.pageSize, 1024)
-        XCTAssertEqual(try db.query("SELECT x FROM t").first?.first?.textValue, "old")
-        try db.execute("INSERT INTO t VALUES ('new')")
-        db.close()
-        let again = try SQLCipherDatabase(path: path, key: testKey)
-        XCTAssertEqual(try again.scalar("SELECT count(*) FROM t")?.intValue, 2)
-        again.close()
-        XCTAssertThrowsError(try SQLCipherDatabase(path: path, key: otherKey)) { error in
-            guard case StoreError.wrongKey = error else { return XCTFail("expected wrongKey, got \(error)") }
+        for size in [1024, 4096] {
+            let path = dir + "/legacy-\(size).db"
+            do {
+                var raw: OpaquePointer?
+                XCTAssertEqual(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil), SQLITE_OK)
+                let keyText = Array(SQLCipherDatabase.rawKeyLiteral(testKey))
+                XCTAssertEqual(keyText.withUnsafeBytes { sqlite3_key(raw, $0.baseAddress, Int32($0.count)) }, SQLITE_OK)
+                XCTAssertEqual(sqlite3_exec(raw, "PRAGMA cipher_page_size = \(size); CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('old');", nil, nil, nil), SQLITE_OK)
+                sqlite3_close_v2(raw)
+            }
+            let db = try SQLCipherDatabase(path: path, key: testKey)
+            XCTAssertEqual(db.pageSize, size)
+            XCTAssertEqual(try db.query("SELECT x FROM t").first?.first?.textValue, "old")
+            try db.execute("INSERT INTO t VALUES ('new')")
+            db.close()
+            let again = try SQLCipherDatabase(path: path, key: testKey)
+            XCTAssertEqual(again.pageSize, size)
+            XCTAssertEqual(try again.scalar("SELECT count(*) FROM t")?.intValue, 2)
+            again.close()
+            XCTAssertThrowsError(try SQLCipherDatabase(path: path, key: otherKey)) { error in
+                guard case StoreError.wrongKey = error else { return XCTFail("expected wrongKey, got \(error)") }
+            }
         }
     }
 
@@ -331,16 +335,18 @@ final class SQLCipherCLIInteropTests: XCTestCase {
         try RequiredTool.require(cli, package: "sqlcipher")
         let dir = try makeTempDirectory(self)
         let path = dir + "/a.db"
+        let pageSize: Int
         do {
             let db = try SQLCipherDatabase(path: path, key: testKey)
             try db.execute("CREATE TABLE t (x TEXT)")
             try db.execute("INSERT INTO t VALUES (?)", [.text("interop-ok")])
+            pageSize = db.pageSize
         }
         func run(_ key: [UInt8]) throws -> String {
             let hex = key.map { String(format: "%02x", $0) }.joined()
             let p = Process()
             p.executableURL = URL(fileURLWithPath: cli)
-            p.arguments = [path, "PRAGMA key = \"x'\(hex)'\"; PRAGMA cipher_page_size = 4096; SELECT x FROM t;"]
+            p.arguments = [path, "PRAGMA key = \"x'\(hex)'\"; PRAGMA cipher_page_size = \(pageSize); SELECT x FROM t;"]
             let out = Pipe()
             p.standardOutput = out
             p.standardError = out

@@ -18,7 +18,7 @@ reads a store, it does not trust one.
 import collections, os, sqlite3, struct, sys, tempfile
 from cryptography.hazmat.primitives.ciphers import Cipher, algorithms, modes
 
-PAGE, IV = 4096, 16
+PAGE, IV = 4096, 16      # PAGE: the store's page size, read from its WAL's header in main()
 
 
 def decrypt(key, reserve, pageno, raw):
@@ -67,9 +67,14 @@ def main():
     assert len(key) == 32, "store.key: expected 32 raw bytes or 64 hex digits"
     db_name = os.environ.get("DB", "store.db")
     main_file = open(os.path.join(d, db_name), "rb").read()
+    global PAGE
+    try:
+        PAGE = struct.unpack(">I", open(os.path.join(d, db_name + "-wal"), "rb").read(12)[8:12])[0]
+    except (FileNotFoundError, struct.error):
+        sys.exit("no WAL to read")
     for reserve in (48, 80):
         header = decrypt(key, reserve, 1, main_file[:PAGE])
-        if header[16:18] == b"\x10\x00" and header[20] == reserve:
+        if int.from_bytes(header[16:18], "big") == PAGE and header[20] == reserve:
             break
     else:
         sys.exit(f"{db_name}: page 1 does not decrypt with store.key (wrong key or layout)")

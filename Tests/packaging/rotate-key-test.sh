@@ -53,6 +53,9 @@ stop_hub || fail "hub did not stop cleanly"
 [ -f "$dir/data/store.db" ] || fail "no store.db"
 [ "$(stat -c %s "$dir/db.key")" = 32 ] || fail "db.key is not 32 bytes"
 cp "$dir/db.key" "$dir/old.key"
+# The page size the hub logs at start, as the procedure reads it.
+page_size=$(grep -o 'pages of [0-9]* bytes' "$dir/hub.log" | head -n 1 | awk '{print $3}')
+[ -n "$page_size" ] || fail "the hub did not log its store's page size"
 
 # The documented procedure (Docs/operations.md, "Rotate the database key").
 hex() { od -An -tx1 -v "$1" | tr -d ' \n'; }
@@ -60,7 +63,7 @@ new=$(mktemp "$dir/.db.key.new.XXXXXXXX")
 head -c 32 /dev/urandom > "$new"
 sqlcipher "$dir/data/store.db" > "$dir/sqlcipher.out" 2>&1 <<EOF || fail "sqlcipher rekey: $(cat "$dir/sqlcipher.out")"
 PRAGMA key = "x'$(hex "$dir/db.key")'";
-PRAGMA cipher_page_size = 4096;
+PRAGMA cipher_page_size = $page_size;
 PRAGMA wal_checkpoint(TRUNCATE);
 PRAGMA journal_mode = DELETE;
 PRAGMA rekey = "x'$(hex "$new")'";
