@@ -25,8 +25,8 @@ public final class BundleStore: @unchecked Sendable {
     private let statsLock = RecursiveLock()
     private var cachedStatistics = StoreStatistics()
     /// Deliveries newer than their recipient's persisted one by less than
-    /// ``deliveryPersistenceMs``, by recipient (under `statsLock`): at most the recipients
-    /// delivered to in the last minute.
+    /// ``deliveryPersistenceMs``, by recipient (under `statsLock`): at most
+    /// ``unpersistedDeliveriesLimit`` recipients.
     private var unpersistedDeliveries: [[UInt8]: Int64] = [:]
 
     /// Running counters (persisted; loaded when the store is opened).
@@ -430,13 +430,21 @@ public final class BundleStore: @unchecked Sendable {
     /// the hub's disk writes per message (Docs/performance.md, session 19); after a crash the
     /// status shows a delivery up to this much older than the last one.
     static let deliveryPersistenceMs: Int64 = 60_000
+    /// The most recipients whose last delivery is kept in memory only. Anyone who can make
+    /// identities can be many recipients; past this, a new recipient's delivery is written.
+    static let unpersistedDeliveriesLimit = 4_096
 
     /// The latest delivery to `destination` (inside the caller's transaction). The row is
     /// written only when it is ``deliveryPersistenceMs`` older than this delivery (one
-    /// update), or absent (an insert, for a recipient's first delivery); otherwise the time is
-    /// kept in ``unpersistedDeliveries``.
+    /// update), or absent (an insert, for a recipient's first delivery), or memory holds
+    /// ``unpersistedDeliveriesLimit`` others; otherwise the time is kept in
+    /// ``unpersistedDeliveries``.
     private func recordDelivery(to destination: [UInt8], nowMs: Int64) throws {
-        let values: [SQLValue] = [.blob(destination), .integer(nowMs), .integer(nowMs - Self.deliveryPersistenceMs)]
+        let roomInMemory = statsLock.withLock {
+            unpersistedDeliveries.count < Self.unpersistedDeliveriesLimit || unpersistedDeliveries[destination] != nil
+        }
+        let writeIfBefore = roomInMemory ? nowMs - Self.deliveryPersistenceMs : Int64.max
+        let values: [SQLValue] = [.blob(destination), .integer(nowMs), .integer(writeIfBefore)]
         let updated = try database.withExclusiveAccess {
             try database.execute(SQL.updateDelivery, values, purpose: "recording a delivery")
             return database.changes

@@ -590,6 +590,39 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.lastDelivery().map(\.atMs), [61_000, 40_000], "a minute after the persisted one: written")
     }
 
+    /// Memory keeps at most ``BundleStore/unpersistedDeliveriesLimit`` recipients' unpersisted
+    /// deliveries (anyone who can make keys can be many recipients); past it, a delivery to
+    /// another recipient is written at once, and one already kept in memory stays there.
+    func testUnpersistedDeliveriesAreBoundedAndOverflowIsWritten() throws {
+        let dir = try makeTempDirectory(self)
+        let limit = BundleStore.unpersistedDeliveriesLimit
+        func recipient(_ i: Int) -> [UInt8] { [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 7, count: 30) }
+        func message(_ n: Int, to i: Int) -> NewBundle {
+            var b = makeBundle(n)
+            b = NewBundle(bundleID: bundleID(n), destination: recipient(i), kind: 1, sourceUserID: b.sourceUserID,
+                          hopCount: 1, hopLimit: 8, previousHop: nil, createdMs: 1_000, expiresMs: b.expiresMs,
+                          bytes: b.bytes, receivedFrom: "test", origin: nil, acknowledgedBundleID: nil)
+            return b
+        }
+        do {
+            let store = try openStore(dir)
+            // Each of limit + 1 recipients gets a persisted delivery at 1 s, then one 10 s later
+            // (in one group transaction: one fsync, not thousands).
+            try store.database.beginGroup()
+            for i in 0...limit {
+                XCTAssertEqual(try store.accept(message(2 * i + 1, to: i), nowMs: 0), .stored)
+                XCTAssertEqual(try store.accept(message(2 * i + 2, to: i), nowMs: 0), .stored)
+                try store.markDelivered(bundleID(2 * i + 1), nowMs: 1_000)
+            }
+            for i in 0...limit { try store.markDelivered(bundleID(2 * i + 2), nowMs: 11_000) }
+            try store.database.commitGroup()
+            XCTAssertEqual(Set(try store.lastDelivery().map(\.atMs)), [11_000], "every delivery shows at once")
+        }
+        let reopened = try openStore(dir).lastDelivery()
+        XCTAssertEqual(reopened.filter { $0.atMs == 11_000 }.map(\.destination), [recipient(limit)], "the one past the limit was written")
+        XCTAssertEqual(reopened.filter { $0.atMs == 1_000 }.count, limit, "the rest waited in memory")
+    }
+
     /// The carried bytes live in memory (a temp table kept by triggers, counted from the carried
     /// index at open; schema version 7): they must equal the rows' own sum after every kind of
     /// change, after a group that was rolled back, and after a reopen.
