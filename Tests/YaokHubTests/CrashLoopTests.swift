@@ -65,7 +65,7 @@ final class CrashLoopTests: XCTestCase {
         let ids = Set(inbox.map(\.messageID))
         let lost = Set(texts).subtracting(inbox.map(\.text)).count
         let duplicatedAtRecipient = inbox.count - ids.count
-        let redelivered = try bob.store.securityEvents().filter { $0.kind == .duplicate }.count
+        let redelivered = try Self.duplicates(at: bob)
         print("crash loop: \(count) messages, \(kills) SIGKILLs, \(String(format: "%.1f", elapsed)) s; lost \(lost), delivered twice \(duplicatedAtRecipient), redeliveries suppressed by the endpoint \(redelivered)")
         XCTAssertGreaterThan(kills, 0, "the hub must have been killed at least once mid-transfer")
         XCTAssertEqual(lost, 0)
@@ -108,9 +108,6 @@ final class CrashLoopTests: XCTestCase {
             sessions.forEach { $0.stop() }
             hub.stop()
         }
-        func duplicates(at endpoint: Endpoint) throws -> Int {
-            try endpoint.store.securityEvents().filter { $0.kind == .duplicate }.count
-        }
         func receiptBundleIDs() throws -> Set<[UInt8]> {
             Set(try bob.store.outbox().filter { $0.kind != Envelope.Kind.message.rawValue }.map { bob.bundleID(of: $0) })
         }
@@ -133,7 +130,7 @@ final class CrashLoopTests: XCTestCase {
             }
             let handedOver = "delivered \(Router.shortID(receipt)) to \(Router.shortID(alice.identity.userID))"
             try Wait.until(timeout: 30, "the hub's log line `\(handedOver)`") { hub.log.contains(handedOver) }
-            let duplicatesBefore = try duplicates(at: alice)
+            let duplicatesBefore = try Self.duplicates(at: alice)
             hub.signal(SIGKILL)
             XCTAssertNotNil(hub.waitExit(timeout: 10))
             hub = try HubProcess(dir: dir, config: config, executable: hubExe)
@@ -141,16 +138,21 @@ final class CrashLoopTests: XCTestCase {
             try attach()
             // The forgotten handover is resent and Alice answers it as a duplicate. (Had the kill
             // come after the group committed, on a machine over 1 s late, nothing would be.)
-            if Wait.poll(timeout: 10, { try duplicates(at: alice) > duplicatesBefore }) { resent += 1 }
+            if Wait.poll(timeout: 10, { try Self.duplicates(at: alice) > duplicatesBefore }) { resent += 1 }
         }
         try Wait.until(timeout: 30, "every message at Bob, and every receipt at Alice") {
             try bob.store.inbox().count >= rounds && alice.store.outbox(states: [.pending, .handedOver]).isEmpty
         }
         let inbox = try bob.store.inbox()
-        print("deferred-commit kills: \(rounds) SIGKILLs, \(resent) forgotten handovers resent; Bob's inbox \(inbox.count), duplicates at Bob \(try duplicates(at: bob)), at Alice \(try duplicates(at: alice))")
+        print("deferred-commit kills: \(rounds) SIGKILLs, \(resent) forgotten handovers resent; Bob's inbox \(inbox.count), duplicates at Bob \(try Self.duplicates(at: bob)), at Alice \(try Self.duplicates(at: alice))")
         XCTAssertGreaterThan(resent, 0, "no kill landed inside a deferred commit: the attack was not made")
         XCTAssertEqual(inbox.count, rounds, "delivered twice or lost")
         XCTAssertEqual(Set(inbox.map(\.text)), Set(texts))
         XCTAssertEqual(try alice.store.outbox(states: [.delivered]).count, rounds, "every message's receipt reached Alice")
+    }
+
+    /// Copies an endpoint received again and answered as duplicates (each is a security event).
+    private static func duplicates(at endpoint: Endpoint) throws -> Int {
+        try endpoint.store.securityEvents().filter { $0.kind == .duplicate }.count
     }
 }

@@ -599,9 +599,7 @@ final class BundleStoreTests: XCTestCase {
         func recipient(_ i: Int) -> [UInt8] { [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 7, count: 30) }
         func message(_ n: Int, to i: Int) -> NewBundle {
             var b = makeBundle(n)
-            b = NewBundle(bundleID: bundleID(n), destination: recipient(i), kind: 1, sourceUserID: b.sourceUserID,
-                          hopCount: 1, hopLimit: 8, previousHop: nil, createdMs: 1_000, expiresMs: b.expiresMs,
-                          bytes: b.bytes, receivedFrom: "test", origin: nil, acknowledgedBundleID: nil)
+            b.destination = recipient(i)
             return b
         }
         do {

@@ -69,8 +69,10 @@ kill "$HUB_PID"; wait "$HUB_PID" 2>/dev/null || true
 t0=$(date +%s.%N)
 "$BIN/yaok-hub" run --config "$WORK/hub.yaml" 2>> "$WORK/hub.log" &
 HUB_PID=$!
-until "$BIN/yaok-hub" status --config "$WORK/hub.yaml" > /dev/null 2>&1; do
+for _ in $(seq 1200); do   # at most a minute
+    "$BIN/yaok-hub" status --config "$WORK/hub.yaml" > /dev/null 2>&1 && break
     kill -0 "$HUB_PID" 2>/dev/null || { cat "$WORK/hub.log"; echo "the hub did not restart" >&2; exit 1; }
     sleep 0.05
 done
+"$BIN/yaok-hub" status --config "$WORK/hub.yaml" > /dev/null 2>&1 || { echo "the hub did not answer within a minute" >&2; exit 1; }
 echo "hub restarted with $N bundles queued: status answered after $(echo "$(date +%s.%N) - $t0" | bc) s"
