@@ -20,6 +20,9 @@ public final class Hub: @unchecked Sendable {
     public let startedAtMs: Int64
 
     private let logger: Logger
+    /// Held for the process's life: no second hub, and no `yaok-hub store` command, works on
+    /// this data directory meanwhile.
+    private let dataDirectoryLock: DataDirectoryLock
     private let database: SQLCipherDatabase
     private let store: BundleStore
     public let router: Router
@@ -56,10 +59,15 @@ public final class Hub: @unchecked Sendable {
         self.dataDirectory = dataDir
         try Paths.ensureDirectory(dataDir, mode: 0o700)
         self.controlSocketPath = Paths.controlSocket(configured: config.controlSocket, dataDirectory: dataDir)
+        dataDirectoryLock = try DataDirectoryLock(dataDirectory: dataDir)
 
         identity = try IdentityFile.loadOrCreate(path: Paths.resolve(config.identityFile, in: dataDir))
         let key = try DatabaseKey.load(keyFile: Paths.resolve(config.store.keyFile, in: dataDir))
-        database = try SQLCipherDatabase(path: Paths.resolve("store.db", in: dataDir), key: key)
+        let storePath = Paths.storeFile(dataDirectory: dataDir)
+        // An interrupted `yaok-hub store rewrite` may have left its half-built copy, as big as
+        // the store; with the lock held, no rewrite is running.
+        SQLCipherDatabase.removeRewriteLeftovers(for: storePath)
+        database = try SQLCipherDatabase(path: storePath, key: key)
         store = try BundleStore(database: database, sizeCapBytes: config.store.sizeCapBytes)
         // The page size is what the `sqlcipher` CLI must be told to open the file (key rotation).
         logger.notice("store \(database.path): pages of \(database.pageSize) bytes")

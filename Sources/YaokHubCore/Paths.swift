@@ -31,6 +31,9 @@ public enum Paths {
         return dataDirectory + "/control.sock"
     }
 
+    /// The hub's SQLCipher store inside its data directory.
+    public static func storeFile(dataDirectory: String) -> String { resolve("store.db", in: dataDirectory) }
+
     /// Resolves `path` against `base` unless it is absolute.
     public static func resolve(_ path: String, in base: String) -> String {
         path.hasPrefix("/") ? path : (base as NSString).appendingPathComponent(path)

@@ -26,8 +26,10 @@ public enum DatabaseKey {
     ///   - credentialName: the systemd credential's name.
     ///   - keyFile: the fallback key file; its directory must exist.
     ///   - environment: where to look up `CREDENTIALS_DIRECTORY` (tests pass their own).
+    ///   - createIfMissing: false for tools that work on an existing store: a missing key
+    ///     file is then `StoreError.fileError(ENOENT)`, not a new key that opens nothing.
     public static func load(credentialName: String = "yaok-db-key", keyFile: String,
-                            environment: [String: String]? = nil) throws -> [UInt8] {
+                            environment: [String: String]? = nil, createIfMissing: Bool = true) throws -> [UInt8] {
         let credentialsDirectory: String?
         if let environment {
             credentialsDirectory = environment["CREDENTIALS_DIRECTORY"]
@@ -40,7 +42,7 @@ public enum DatabaseKey {
                 return try read(credential, requirePrivate: false)
             }
         }
-        if access(keyFile, F_OK) == 0 {
+        if access(keyFile, F_OK) == 0 || !createIfMissing {
             return try read(keyFile, requirePrivate: true)
         }
         return try create(keyFile)

@@ -57,7 +57,15 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     ///   - busyTimeoutMs: how long a statement waits for a lock held by another process.
     /// - Throws: `StoreError.invalidKeyLength`, `.fileError`, `.openFailed`, `.notSQLCipher`,
     ///   `.wrongKey`, `.sqlite`.
-    public init(path: String, key: [UInt8], busyTimeoutMs: Int32 = 5_000) throws {
+    public convenience init(path: String, key: [UInt8], busyTimeoutMs: Int32 = 5_000) throws {
+        try self.init(path: path, key: key, busyTimeoutMs: busyTimeoutMs, exclusive: false)
+    }
+
+    /// - Parameter exclusive: take SQLite's exclusive lock on the file at the first read and
+    ///   hold it until closed (`locking_mode = EXCLUSIVE` before the WAL is opened). Opening
+    ///   then fails with `SQLITE_BUSY` while any other connection has the file open, and no
+    ///   other connection can open it meanwhile: for offline maintenance (``rewrite``).
+    init(path: String, key: [UInt8], busyTimeoutMs: Int32, exclusive: Bool) throws {
         guard key.count == 32 else { throw StoreError.invalidKeyLength(key.count) }
         self.path = path
         try Self.prepareFile(path)
@@ -78,6 +86,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             handle = db
             do {
                 try applyKey(key)
+                if exclusive { try execute("PRAGMA locking_mode = EXCLUSIVE", purpose: "taking the store for maintenance") }
                 try execute("PRAGMA cipher_page_size = \(size)", purpose: "setting the page size")
                 try checkCipher()
                 try verifyKey()

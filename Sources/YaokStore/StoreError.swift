@@ -33,6 +33,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
     case schemaTooNew(component: String, found: Int, known: Int)
     /// The database was closed.
     case closed
+    /// A page size a store cannot be rewritten to (the hub would not find it at open).
+    case unsupportedPageSize(Int, supported: [Int])
+    /// Offline maintenance found another connection (a running hub) holding the file.
+    case databaseInUse(path: String)
+    /// A rewritten copy did not match its original; the original was left as it was.
+    case rewriteCheckFailed(path: String, reason: String)
 
     public var description: String {
         switch self {
@@ -66,6 +72,12 @@ public enum StoreError: Error, Sendable, Equatable, CustomStringConvertible {
             return "database schema for \(component) is version \(found), newer than this program's \(known); refusing to touch it"
         case .closed:
             return "the database is closed"
+        case .unsupportedPageSize(let size, let supported):
+            return "a store cannot have pages of \(size) bytes; use one of \(supported.map(String.init).joined(separator: ", "))"
+        case .databaseInUse(let path):
+            return "database \(path) is open in another process (is yaok-hub running? stop it first)"
+        case .rewriteCheckFailed(let path, let reason):
+            return "rewriting \(path) failed its check (\(reason)); the store was left as it was"
         }
     }
 }
