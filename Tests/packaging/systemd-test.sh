@@ -318,6 +318,30 @@ check "the switched config survived the upgrade (dpkg keeps a changed conffile)"
 check "and is still yaok-hub's, 644" test "$(in_ct stat -c '%U:%G %a' $conf)" = "yaok-hub:yaok-hub 644"
 check "/etc/yaok-hub still root:yaok-hub 1775 after the upgrade" test "$(in_ct stat -c '%U:%G %a' /etc/yaok-hub)" = "root:yaok-hub 1775"
 
+step "store rewrite (Docs/operations.md, \"Move an older store to 2 KB pages\"), as documented"
+last_pages() { in_ct journalctl -u yaok-hub --no-pager -o cat | grep -o 'pages of [0-9]* bytes' | tail -n 1; }
+rewrite_store() { in_ct yaok-hub store rewrite --config $conf --key-file /etc/yaok-hub/db.key "$@" > "$work/rewrite.out" 2>&1; }
+check "the store was made with 2 KB pages ($(last_pages))" test "$(last_pages)" = "pages of 2048 bytes"
+check "refused while the hub runs" sh -c "! nsenter -t $init_pid -a yaok-hub store rewrite --config $conf --key-file /etc/yaok-hub/db.key > $work/rewrite.out 2>&1"
+check "and says why ($(tail -n 1 "$work/rewrite.out"))" grep -q 'hub.lock is held by another process' "$work/rewrite.out"
+in_ct systemctl stop yaok-hub
+check "rewrite to 4 KB pages, as root" rewrite_store --page-size 4096
+check "prints what it did ($(tail -n 1 "$work/rewrite.out"))" grep -q 'pages of 2048 -> 4096 bytes' "$work/rewrite.out"
+check "store.db still yaok-hub's, 600" test "$(in_ct stat -c '%U:%G %a' /var/lib/yaok-hub/store.db)" = "yaok-hub:yaok-hub 600"
+check "no copy left behind" test ! -e "$root/var/lib/yaok-hub/store.db.rewrite"
+in_ct systemctl start yaok-hub
+check "the hub starts on it" wait_active
+check "and logs its page size ($(last_pages))" test "$(last_pages)" = "pages of 4096 bytes"
+check "same identity" test "$(in_ct yaok-hub identity | grep fingerprint)" = "$fingerprint"
+in_ct systemctl stop yaok-hub
+check "the documented command (2 KB, the default)" rewrite_store
+check "prints what it did ($(tail -n 1 "$work/rewrite.out"))" grep -q 'pages of 4096 -> 2048 bytes' "$work/rewrite.out"
+in_ct systemctl start yaok-hub
+check "the hub starts again" wait_active
+check "on 2 KB pages ($(last_pages))" test "$(last_pages)" = "pages of 2048 bytes"
+check "yaok-hub status answers after the rewrites" sh -c "nsenter -t $init_pid -a yaok-hub status | head -1"
+main_pid=$(in_ct systemctl show -P MainPID yaok-hub)
+
 step "relay"
 check "dpkg -i yaok-relay" in_ct sh -c 'dpkg -i /root/debs/yaok-relay_*.deb'
 relay_up=0
