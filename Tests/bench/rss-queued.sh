@@ -3,6 +3,7 @@
 # queued for a recipient who never attaches (issue 16: "RSS with 100,000 bundles queued").
 # One release `yaok-hub` on loopback UDP; alice's `yaok` composes N 200-byte messages first
 # (`send --repeat`, no hub), then attaches and pushes them all; bob never attaches.
+# Then restarts it with the store full, and rewrites the store to 4 KB pages and back.
 # Usage: BIN=.build/release N=100000 Tests/bench/rss-queued.sh
 set -euo pipefail
 BIN=${BIN:-.build-release/release}
@@ -76,3 +77,11 @@ for _ in $(seq 1200); do   # at most a minute
 done
 "$BIN/yaok-hub" status --config "$WORK/hub.yaml" > /dev/null 2>&1 || { echo "the hub did not answer within a minute" >&2; exit 1; }
 echo "hub restarted with $N bundles queued: status answered after $(echo "$(date +%s.%N) - $t0" | bc) s"
+# Moving that full store to another page size and back (`yaok-hub store rewrite`, hub
+# stopped): what an operator waits, and the file before and after.
+kill "$HUB_PID"; wait "$HUB_PID" 2>/dev/null || true; HUB_PID=""
+for size in 4096 2048; do
+    t0=$(date +%s.%N)
+    out=$("$BIN/yaok-hub" store rewrite --config "$WORK/hub.yaml" --page-size "$size" | tail -n 1)
+    echo "store rewrite to $size-byte pages: $(echo "$(date +%s.%N) - $t0" | bc) s ($out)"
+done
