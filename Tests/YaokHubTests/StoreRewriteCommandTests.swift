@@ -99,6 +99,16 @@ final class StoreRewriteCommandTests: XCTestCase {
         let before = try fingerprint()
         XCTAssertEqual(before.first, .integer(50_000))
 
+        // A full disk while copying (a file size limit stands in for it: the copy cannot
+        // grow past 2 MB): a clear error, the store as it was, no copy left.
+        let full = try TestSupport.run("/bin/bash", ["-c", "trap '' XFSZ; ulimit -f 2048; exec \"$0\" store rewrite --config \"$1\" --page-size 4096",
+                                                      hubExe, hub.configPath])
+        XCTAssertEqual(full.status, 1, full.output)
+        XCTAssertTrue(full.output.contains("yaok-hub: store rewrite: database error while copying the store into the new file"), full.output)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: SQLCipherDatabase.rewriteFile(for: store)), "the partial copy was removed")
+        XCTAssertEqual(try fingerprint(), before)
+        XCTAssertEqual(try SQLCipherDatabase(path: store, key: key).pageSize, 2048)
+
         var pageSize = 2048
         var interruptedCopies = 0
         for (round, step) in ["copying", "copied and checked", "copying", "copied and checked"].enumerated() {
@@ -143,6 +153,7 @@ final class StoreRewriteCommandTests: XCTestCase {
         try hub.waitReady()
         XCTAssertFalse(FileManager.default.fileExists(atPath: SQLCipherDatabase.rewriteFile(for: store)), "the hub removed the leftover")
         XCTAssertTrue(hub.log.contains("pages of \(pageSize) bytes"), hub.log)
+        XCTAssertEqual(hub.log.contains("run `yaok-hub store rewrite`"), pageSize != 2048, "the hub suggests the rewrite only for other page sizes")
         hub.stop()
         XCTAssertEqual(try fingerprint(), before)
         let finished = try rewrite(hub, pageSize: 2048)
