@@ -87,16 +87,18 @@ extension SQLCipherDatabase {
         }
 
         progress("copied and checked \(counted.rows) rows in \(counted.tables) tables; replacing \(path)")
-        let mode = try source.query("PRAGMA journal_mode = DELETE", purpose: "checkpointing the old file and deleting its WAL")
-        guard mode.first?.first?.textValue?.lowercased() == "delete", fileSize(path + "-wal") == 0 else {
+        do {
+            let mode = try source.query("PRAGMA main.journal_mode = DELETE", purpose: "checkpointing the old file and deleting its WAL")
+            guard mode.first?.first?.textValue?.lowercased() == "delete", fileSize(path + "-wal") == 0 else {
+                throw StoreError.rewriteCheckFailed(path: path, reason: "the old file's WAL could not be checkpointed and removed")
+            }
+            unlink(path + "-shm")
+            guard rename(target, path) == 0 else {
+                throw StoreError.fileError(path: path, operation: "rename \(target) over", errno: errno)
+            }
+        } catch {
             removeRewriteLeftovers(for: path)
-            throw StoreError.rewriteCheckFailed(path: path, reason: "the old file's WAL could not be checkpointed and removed")
-        }
-        unlink(path + "-shm")
-        guard rename(target, path) == 0 else {
-            let e = errno
-            removeRewriteLeftovers(for: path)
-            throw StoreError.fileError(path: path, operation: "rename \(target) over", errno: e)
+            throw error
         }
         PrivateFile.syncDirectory(of: path)
         return StoreRewriteReport(oldPageSize: source.pageSize, newPageSize: pageSize, tables: counted.tables,
