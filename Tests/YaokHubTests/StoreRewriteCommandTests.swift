@@ -147,7 +147,7 @@ final class StoreRewriteCommandTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(interruptedCopies, 2, "the kills while copying left half-built copies")
 
         // The hub removes what the last kill left and runs on the store.
-        FileManager.default.createFile(atPath: SQLCipherDatabase.rewriteFile(for: store), contents: Data("half".utf8))
+        XCTAssertTrue(FileManager.default.createFile(atPath: SQLCipherDatabase.rewriteFile(for: store), contents: Data("half".utf8)))
         hub = try HubProcess(dir: dir, config: config, executable: hubExe)
         defer { hub.stop() }
         try hub.waitReady()
