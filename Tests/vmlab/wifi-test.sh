@@ -161,6 +161,8 @@ transports:
 CFG
 "$BIN/yaok-hub" run --config "$H/hub.yaml" > "$W/daemon-hub.log" 2>&1 &
 DAEMON_PID=$!
+# What the daemon and its wpa_supplicant saw, for a failure in its phase (fail() shows phase 1's).
+daemon_logs() { echo "-- daemon-hub.log"; tail -30 "$W/daemon-hub.log"; echo "-- the daemon's wpa_supplicant"; tail -20 "$H/run/wpa_supplicant.log" 2>/dev/null; }
 wifi_status() { "$BIN/yaok-hub" status --json --socket "$H/control.sock" | jq -c '.transports[] | select(.name == "wifi-direct") | .status'; }
 daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
 wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
@@ -175,7 +177,7 @@ P2P_HUB="p2p://wlan1?ctrl=/run/wpa-phone&pin=12345670"
 # The phone is still a client of phase 1's group, or was until the plugin stopped: yaok leaves
 # any group that is not the hub's before joining.
 ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub "$P2P_HUB" --json --timeout 30 \
-  > "$W/daemon-send.json" 2> "$W/phone-p2p-send.err" || { cat "$W/daemon-send.json" "$W/phone-p2p-send.err"; fail "yaok send from the phone"; }
+  > "$W/daemon-send.json" 2> "$W/phone-p2p-send.err" || { cat "$W/daemon-send.json" "$W/phone-p2p-send.err"; daemon_logs; fail "yaok send from the phone"; }
 cat "$W/phone-p2p-send.err"
 grep -q "p2p: joining with PIN" "$W/phone-p2p-send.err" || fail "yaok did not join the daemon's group itself"
 grep -q "hub at 192.168.49.1:7814" "$W/phone-p2p-send.err" || fail "yaok did not find the group owner at 192.168.49.1:7814"
