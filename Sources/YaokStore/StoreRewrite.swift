@@ -20,9 +20,6 @@ public struct StoreRewriteReport: Sendable, Equatable {
 }
 
 extension SQLCipherDatabase {
-    /// The page sizes a file may be rewritten to: the ones ``init(path:key:busyTimeoutMs:)``
-    /// tries, so the hub can open the result.
-    public static var supportedPageSizes: [Int] { pageSizes }
     /// The page size new files get.
     public static var defaultPageSize: Int { pageSizes[0] }
 
@@ -48,7 +45,8 @@ extension SQLCipherDatabase {
     /// 4. `rename(2)` puts the new file in place; the directory is fsynced.
     ///
     /// - Parameters:
-    ///   - pageSize: one of ``supportedPageSizes``.
+    ///   - pageSize: one of the sizes ``init(path:key:busyTimeoutMs:)`` tries (2048, 4096,
+    ///     1024), so the hub can open the result.
     ///   - progress: called with a short line before each long step.
     /// - Throws: `StoreError.unsupportedPageSize`, `.fileError` (no file at `path`),
     ///   `.wrongKey`, `.databaseInUse`, `.rewriteCheckFailed`, `.sqlite`.

@@ -46,11 +46,7 @@ struct ConsolePasswordCommand: ParsableCommand {
 /// The config a console verb works on (the embedded default without `--config`; a bad one
 /// exits with EX_CONFIG) and its data directory, made 0700 if absent.
 func consoleConfig(_ path: String?) throws -> (HubConfig, String) {
-    let cfg: HubConfig
-    do { cfg = try path.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load() } catch {
-        FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
-        throw ExitCode(exitConfigError)
-    }
+    let cfg = try loadConfigOrExit(path)
     let dataDir = Paths.dataDirectory(configured: cfg.dataDir)
     try Paths.ensureDirectory(dataDir, mode: 0o700)
     return (cfg, dataDir)

@@ -27,13 +27,7 @@ struct StoreCommand: ParsableCommand {
         var keyFile: String?
 
         func run() throws {
-            let config: HubConfig
-            do {
-                config = try options.load()
-            } catch {
-                FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
-                throw ExitCode(exitConfigError)
-            }
+            let config = try options.loadOrExit()
             let dataDir = Paths.dataDirectory(configured: config.dataDir)
             let storePath = Paths.storeFile(dataDirectory: dataDir)
             do {

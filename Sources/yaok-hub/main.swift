@@ -21,9 +21,18 @@ struct ConfigOption: ParsableArguments {
     @Option(name: .shortAndLong, help: "Config file (default: the embedded default config).")
     var config: String?
 
-    func load() throws -> HubConfig {
-        if let config { return try HubConfig.load(path: config) }
-        return try DefaultConfig.load()
+    /// The config, or exit with EX_CONFIG and the reason on stderr.
+    func loadOrExit() throws -> HubConfig { try loadConfigOrExit(config) }
+}
+
+/// The config at `path` (the embedded default without one), or exit with EX_CONFIG and the
+/// reason on stderr: what every command that works on a hub's files does with a bad config.
+func loadConfigOrExit(_ path: String?) throws -> HubConfig {
+    do {
+        return try path.map { try HubConfig.load(path: $0) } ?? DefaultConfig.load()
+    } catch {
+        FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
+        throw ExitCode(exitConfigError)
     }
 }
 
@@ -41,13 +50,7 @@ struct Run: ParsableCommand {
     @OptionGroup var options: ConfigOption
 
     func run() throws {
-        let config: HubConfig
-        do {
-            config = try options.load()
-        } catch {
-            FileHandle.standardError.write(Data("yaok-hub: bad config: \(error)\n".utf8))
-            throw ExitCode(exitConfigError)
-        }
+        let config = try options.loadOrExit()
         let logger = makeLogger(level: config.logLevel)
         let hub: Hub
         do {

@@ -35,14 +35,7 @@ final class SQLCipherDatabaseTests: XCTestCase {
         let dir = try makeTempDirectory(self)
         for size in [1024, 4096] {
             let path = dir + "/legacy-\(size).db"
-            do {
-                var raw: OpaquePointer?
-                XCTAssertEqual(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil), SQLITE_OK)
-                let keyText = Array(SQLCipherDatabase.rawKeyLiteral(testKey))
-                XCTAssertEqual(keyText.withUnsafeBytes { sqlite3_key(raw, $0.baseAddress, Int32($0.count)) }, SQLITE_OK)
-                XCTAssertEqual(sqlite3_exec(raw, "PRAGMA cipher_page_size = \(size); CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('old');", nil, nil, nil), SQLITE_OK)
-                sqlite3_close_v2(raw)
-            }
+            makeLegacyFile(path, pageSize: size, sql: "CREATE TABLE t (x TEXT); INSERT INTO t VALUES ('old');")
             let db = try SQLCipherDatabase(path: path, key: testKey)
             XCTAssertEqual(db.pageSize, size)
             XCTAssertEqual(try db.query("SELECT x FROM t").first?.first?.textValue, "old")

@@ -7,21 +7,11 @@ import Glibc
 
 /// `SQLCipherDatabase.rewrite`: moving a store to another page size on real SQLCipher files.
 final class StoreRewriteTests: XCTestCase {
-    /// A file made with `pageSize` pages (as stores made before 2 KB pages were), holding one
-    /// marker table; the bundle schema is added by opening it as a store.
-    func makeLegacyFile(_ path: String, pageSize: Int) {
-        var raw: OpaquePointer?
-        XCTAssertEqual(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil), SQLITE_OK)
-        let keyText = SQLCipherDatabase.rawKeyLiteral(testKey)
-        XCTAssertEqual(keyText.withUnsafeBytes { sqlite3_key(raw, $0.baseAddress, Int32($0.count)) }, SQLITE_OK)
-        XCTAssertEqual(sqlite3_exec(raw, "PRAGMA cipher_page_size = \(pageSize); PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; CREATE TABLE marker (x TEXT); INSERT INTO marker VALUES ('kept');", nil, nil, nil), SQLITE_OK)
-        sqlite3_close_v2(raw)
-    }
-
     func testA4KStoreMovesTo2KPagesWithEveryBundleAndItsSchema() throws {
         let dir = try makeTempDirectory(self)
         let path = dir + "/store.db"
-        makeLegacyFile(path, pageSize: 4096)
+        // As stores made before 2 KB pages were; the bundle schema is added by opening it as a store.
+        makeLegacyFile(path, pageSize: 4096, sql: "PRAGMA auto_vacuum = INCREMENTAL; PRAGMA journal_mode = WAL; CREATE TABLE marker (x TEXT); INSERT INTO marker VALUES ('kept');")
         let ids: [[UInt8]]
         do {
             let db = try SQLCipherDatabase(path: path, key: testKey)

@@ -1,4 +1,5 @@
 import XCTest
+import CSQLCipher
 @testable import YaokStore
 #if canImport(Glibc)
 import Glibc
@@ -49,6 +50,17 @@ func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
         i += 1
     }
     return false
+}
+
+/// A store file as made before the current page size: `pageSize` pages, keyed with `testKey`,
+/// holding whatever `sql` creates (opened and closed with the raw C API, not the store's).
+func makeLegacyFile(_ path: String, pageSize: Int, sql: String) {
+    var raw: OpaquePointer?
+    XCTAssertEqual(sqlite3_open_v2(path, &raw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nil), SQLITE_OK)
+    let keyText = SQLCipherDatabase.rawKeyLiteral(testKey)
+    XCTAssertEqual(keyText.withUnsafeBytes { sqlite3_key(raw, $0.baseAddress, Int32($0.count)) }, SQLITE_OK)
+    XCTAssertEqual(sqlite3_exec(raw, "PRAGMA cipher_page_size = \(pageSize); " + sql, nil, nil, nil), SQLITE_OK)
+    sqlite3_close_v2(raw)
 }
 
 let testKey: [UInt8] = (0..<32).map { UInt8($0 &* 7 &+ 3) }
