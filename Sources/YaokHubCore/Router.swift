@@ -472,10 +472,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         switch admission.admit(key, kind) {
         case .admitted:
             let arrived = DispatchTime.now().uptimeNanoseconds
+            // Parsed and its signature checked here, beside the router's serial queue: the
+            // check is the one per-bundle cost that must stay (issue 16).
+            let bundle = kind == .bundle ? ReceivedBundleFrame(frame) : nil
             work {
                 self.admission.done(key, kind)
                 self.frameArrivedNs = arrived
-                self.handleFrame(frame, key: key)
+                self.handleFrame(frame, key: key, bundle: bundle)
             }
         case .rateLimited, .backlogFull:
             break  // counted by the admission itself; queueing even a counter update would let the flood in
@@ -634,13 +637,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Frames
 
-    private func handleFrame(_ frame: [UInt8], key: LinkKey) {
+    private func handleFrame(_ frame: [UInt8], key: LinkKey, bundle: ReceivedBundleFrame?) {
         guard let link = links[key] else { return }
         link.framesIn += 1
         link.bytesIn += frame.count
         let record: TLVRecord
         do {
-            record = try TLVRecord(parsing: frame)
+            record = try bundle?.record ?? TLVRecord(parsing: frame)
         } catch {
             counters.refusedMalformed += 1
             logger.debug("malformed frame on \(key): \(error)")
@@ -662,7 +665,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return
         }
         switch FrameType(rawValue: record.type) {
-        case .bundle: acceptBundle(record.value, from: link)
+        case .bundle: acceptBundle(record.value, from: link, checked: bundle?.checked)
         case .custodyAck: handleCustodyAck(record.value, from: link)
         case .custodyAcks: handleCustodyAcks(record.value, from: link)
         case .custodyRefused: handleCustodyRefusal(record.value, from: link)
@@ -686,11 +689,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         sendAfterCommit(TLVRecord(.custodyRefused, value: CustodyRefusal(bundleID: id, reason: reason).encoded), on: link)
     }
 
-    private func acceptBundle(_ bytes: [UInt8], from link: Link) {
+    /// `checked`: the bundle as parsed and verified on the receiving thread
+    /// (``ReceivedBundleFrame``); nil if it did not parse there, when it is parsed again here
+    /// for the reason it is refused.
+    private func acceptBundle(_ bytes: [UInt8], from link: Link, checked: ReceivedBundleFrame.Checked?) {
         let t = now()
         let bundle: YaokWire.Bundle
         do {
-            bundle = try YaokWire.Bundle(parsing: bytes)
+            bundle = try checked?.bundle ?? YaokWire.Bundle(parsing: bytes)
         } catch WireError.hopLimitReached {
             counters.refusedHopLimit += 1
             refuse(BundleID.of(bundle: bytes), .hopLimit, to: link)
@@ -703,7 +709,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let envelope = bundle.envelope
         let id = envelope.bundleID
-        guard envelope.verifySignature() else {
+        guard checked?.signatureValid ?? envelope.verifySignature() else {
             counters.refusedSignature += 1
             logger.warning("bundle \(Self.shortID(id)) from \(link.key) has a bad signature; refused")
             refuse(id, .badSignature, to: link)
@@ -1741,6 +1747,33 @@ public struct RouterStatus: Sendable, Codable, Equatable {
     public var counters: Router.Counters
     public var links: [LinkView]
     public var lastDelivery: [Delivery]
+}
+
+/// A bundle frame as the receiving plugin thread leaves it for the router: its record, and
+/// the bundle parsed with its sender's signature checked. Checking there runs the
+/// verification, the costliest step of taking a bundle, in parallel with the router's serial
+/// queue (on the plugin's thread, one per transport). It costs no more than before for
+/// a forged flood: admission has already bounded the frames of each link, and an endpoint
+/// link, which anyone may open, already had every bundle it sent verified.
+struct ReceivedBundleFrame: Sendable {
+    struct Checked: Sendable {
+        let bundle: YaokWire.Bundle
+        let signatureValid: Bool
+    }
+    let record: TLVRecord
+    /// nil when the record is not a well-formed bundle: the router parses it again for the reason.
+    let checked: Checked?
+
+    /// nil when the frame is not a TLV record at all (the router counts it as malformed).
+    init?(_ frame: [UInt8]) {
+        guard let record = try? TLVRecord(parsing: frame) else { return nil }
+        self.record = record
+        if record.type == FrameType.bundle.rawValue, let bundle = try? YaokWire.Bundle(parsing: record.value) {
+            checked = Checked(bundle: bundle, signatureValid: bundle.envelope.verifySignature())
+        } else {
+            checked = nil
+        }
+    }
 }
 
 /// Per-link admission of received frames, before they are queued to the router: a token
