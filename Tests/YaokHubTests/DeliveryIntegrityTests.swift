@@ -213,6 +213,66 @@ final class DeliveryIntegrityTests: XCTestCase {
         return Int(line.split(separator: " ").dropFirst().first ?? "0") ?? 0
     }
 
+    // MARK: 4b. Forged-bundle flood
+
+    /// Anyone may attach as a phone. Mallory sends bundles that claim alice as sender, each
+    /// with a fresh message ID the signature does not cover, as fast as his link lets him for
+    /// 5 s: every one costs the hub a signature check, on the receiving thread since session
+    /// 21. None may be stored or carried, and alice's messages to bob keep flowing meanwhile.
+    func testForgedBundleFloodIsRefusedAndAliceStillGetsThrough() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        let template = YaokWire.Bundle(envelope: try seal("a real one of alice's", from: s.alice, to: s.bob)).encoded
+        let idRange = (HopHeader.length + 2)..<(HopHeader.length + 18)
+
+        final class Flood: Sendable { let stop = Mutex(false); let sent = Mutex(0) }
+        let flood = Flood()
+        let thread = Thread {
+            var attempts = 0
+            while !flood.stop.withLock({ $0 }) {
+                var forged = template
+                forged.replaceSubrange(idRange, with: Random.bytes(16))
+                if (try? mallory.send(TLVRecord(.bundle, value: forged))) != nil { flood.sent.withLock { $0 += 1 } }
+                attempts += 1
+                if attempts % 64 == 0 { usleep(1_000) }   // within the kernel's socket buffer, not the hub's limits
+            }
+        }
+        thread.start()
+        var legit: [[UInt8]] = []
+        var latencies: [Double] = []
+        let end = Date().addingTimeInterval(5)
+        while Date() < end {
+            let e = try seal("during the flood", from: s.alice, to: s.bob)
+            let t0 = Date()
+            try phone.send(e)
+            try Wait.until(timeout: 30, "alice's message delivered during the flood") {
+                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
+            }
+            latencies.append(Date().timeIntervalSince(t0) * 1000)
+            legit.append(e.bundleID)
+            try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+            usleep(100_000)
+        }
+        flood.stop.withLock { $0 = true }
+        while !thread.isFinished { usleep(10_000) }
+        let sent = flood.sent.withLock { $0 }
+        try Wait.until(timeout: 20, "a refusal for some of mallory's forgeries") {
+            mallory.frames(.custodyRefused).contains { RawPeer.refusal($0) == .badSignature }
+        }
+        let c = try s.hub.status().router.counters
+        latencies.sort()
+        print(String(format: "forged flood: %d sent, %d refused for their signature, %d over the link's limits; %d of alice's delivered meanwhile, p50 %.1f ms, max %.1f ms",
+                     sent, c.refusedSignature, c.framesRateLimited + c.framesQueueFull, legit.count, latencies[latencies.count / 2], latencies.last ?? 0))
+        XCTAssertGreaterThanOrEqual(legit.count, 5, "alice's messages kept flowing")
+        XCTAssertGreaterThan(c.refusedSignature, 100, "the hub checked the forgeries")
+        XCTAssertEqual(c.accepted, legit.count, "only alice's own bundles were stored")
+        XCTAssertTrue(mallory.acknowledged.isEmpty, "no forgery was taken into custody")
+        XCTAssertEqual(Set(bob.receivedEnvelopes.map(\.bundleID)), Set(legit), "bob got alice's messages and no forgery")
+    }
+
     // MARK: 5. Attachment-table poisoning
 
     func testPoisonedAttachmentAnnouncementsAreRefused() throws {
