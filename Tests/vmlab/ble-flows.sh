@@ -308,7 +308,7 @@ for j in 1 2 3 4; do
   l2test -r -V le_public -J 4 -i hci$((6 + j)) > $W/spare-$j.log 2>&1 &
   HOLDERS+=($!)
 done
-sleep 1
+for j in 1 2 3 4; do wait_for 10 "spare hci$((6 + j)) listening" grep -qi 'waiting for connection' $W/spare-$j.log; done
 for k in 2 3 4 5; do
   for j in $(seq 1 $((k - 1))); do
     d=hci$((6 + j))
