@@ -172,21 +172,10 @@ final class DeliveryIntegrityTests: XCTestCase {
             }
         }
         flood.start()
-        var latencies: [Double] = []
         var peakRSS = rssBefore
         let floodStart = Date()
-        let floodEnd = floodStart.addingTimeInterval(10)
-        while Date() < floodEnd {
-            let e = try seal("during the flood", from: s.alice, to: s.bob)
-            let t0 = Date()
-            try phone.send(e)
-            try Wait.until(timeout: 30, "message delivered during the flood") {
-                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
-            }
-            latencies.append(Date().timeIntervalSince(t0) * 1000)
-            try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+        let (_, latencies) = try aliceSendsDuringAFlood(s, phone: phone, bob: bob, seconds: 10, pauseMicroseconds: 200_000) {
             peakRSS = max(peakRSS, Self.rssKiB(pid))
-            usleep(200_000)
         }
         stop.flag.withLock { $0 = true }
         // The hub answers its control socket promptly after the flood.
@@ -194,7 +183,6 @@ final class DeliveryIntegrityTests: XCTestCase {
         let status = try s.hub.status().router
         let statusMs = Date().timeIntervalSince(t0) * 1000
         let requested = flooder.frames(.request).reduce(0) { $0 + ((try? SummaryVector(parsing: $1.value))?.bundleIDs.count ?? 0) }
-        latencies.sort()
         print(String(format: "summary flood: %d messages delivered meanwhile, latency p50 %.1f ms, max %.1f ms; hub RSS %d → peak %d KiB; "
                      + "status answered in %.0f ms; %d offered IDs dropped, %d frames over the link's limits; %d IDs requested from the flooder",
                      latencies.count, latencies[latencies.count / 2], latencies.last ?? 0, rssBefore, peakRSS, statusMs,
@@ -205,6 +193,30 @@ final class DeliveryIntegrityTests: XCTestCase {
         let rounds = Int(Date().timeIntervalSince(floodStart) / 5) + 1
         XCTAssertLessThanOrEqual(requested, rounds * Router.maxRequestedPerLink, "per-link request state is bounded")
         XCTAssertGreaterThan(status.counters.offersDropped, 0, "the flood was cut at the link's backlog")
+    }
+
+    /// While a flood runs: alice sends bob one message at a time for `seconds`, each waited for
+    /// (30 s at most) and acknowledged by bob as a phone would, `pauseMicroseconds` apart.
+    /// Returns their bundle IDs, in order, and their delivery latencies in ms, sorted.
+    private func aliceSendsDuringAFlood(_ s: UDPHubSetup, phone: RawPeer, bob: RawPeer, seconds: TimeInterval,
+                                        pauseMicroseconds: useconds_t, afterEach: () -> Void = {}) throws -> (ids: [[UInt8]], latencies: [Double]) {
+        var ids: [[UInt8]] = []
+        var latencies: [Double] = []
+        let end = Date().addingTimeInterval(seconds)
+        while Date() < end {
+            let e = try seal("during the flood", from: s.alice, to: s.bob)
+            let t0 = Date()
+            try phone.send(e)
+            try Wait.until(timeout: 30, "alice's message delivered during the flood") {
+                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
+            }
+            latencies.append(Date().timeIntervalSince(t0) * 1000)
+            ids.append(e.bundleID)
+            try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+            afterEach()
+            usleep(pauseMicroseconds)
+        }
+        return (ids, latencies.sorted())
     }
 
     static func rssKiB(_ pid: Int32) -> Int {
@@ -241,21 +253,7 @@ final class DeliveryIntegrityTests: XCTestCase {
             }
         }
         thread.start()
-        var legit: [[UInt8]] = []
-        var latencies: [Double] = []
-        let end = Date().addingTimeInterval(5)
-        while Date() < end {
-            let e = try seal("during the flood", from: s.alice, to: s.bob)
-            let t0 = Date()
-            try phone.send(e)
-            try Wait.until(timeout: 30, "alice's message delivered during the flood") {
-                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
-            }
-            latencies.append(Date().timeIntervalSince(t0) * 1000)
-            legit.append(e.bundleID)
-            try bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
-            usleep(100_000)
-        }
+        let (legit, latencies) = try aliceSendsDuringAFlood(s, phone: phone, bob: bob, seconds: 5, pauseMicroseconds: 100_000)
         flood.stop.withLock { $0 = true }
         while !thread.isFinished { usleep(10_000) }
         let sent = flood.sent.withLock { $0 }
@@ -263,7 +261,6 @@ final class DeliveryIntegrityTests: XCTestCase {
             mallory.frames(.custodyRefused).contains { RawPeer.refusal($0) == .badSignature }
         }
         let c = try s.hub.status().router.counters
-        latencies.sort()
         print(String(format: "forged flood: %d sent, %d refused for their signature, %d over the link's limits; %d of alice's delivered meanwhile, p50 %.1f ms, max %.1f ms",
                      sent, c.refusedSignature, c.framesRateLimited + c.framesQueueFull, legit.count, latencies[latencies.count / 2], latencies.last ?? 0))
         XCTAssertGreaterThanOrEqual(legit.count, 5, "alice's messages kept flowing")
