@@ -162,7 +162,17 @@ CFG
 "$BIN/yaok-hub" run --config "$H/hub.yaml" > "$W/daemon-hub.log" 2>&1 &
 DAEMON_PID=$!
 # What the daemon and its wpa_supplicant saw, for a failure in its phase (fail() shows phase 1's).
-daemon_logs() { echo "-- daemon-hub.log"; tail -30 "$W/daemon-hub.log"; echo "-- the daemon's wpa_supplicant"; tail -20 "$H/run/wpa_supplicant.log" 2>/dev/null; }
+# The phone's side of service discovery: its supplicant's find, scans, queries sent, answers
+# and timeouts (its -dd log is far too long to print whole).
+phone_sd_log() {
+  grep -E "Control interface command 'P2P_(SERV_DISC|FIND|STOP_FIND)|Scan completed|BSS: Add new|Start Service Discovery|Service Discovery Query TX callback|GAS Initial Response|Timeout \(state=SD_DURING_FIND|Too many SD|Do not start Service|P2P-GROUP-|P2P-DEVICE-LOST|Failed to send Action" \
+    "$W/phone-wpa.log" | tail -n "${1:-50}" | cut -c1-200
+}
+daemon_logs() {
+  echo "-- daemon-hub.log"; tail -30 "$W/daemon-hub.log"
+  echo "-- the daemon's wpa_supplicant"; tail -20 "$H/run/wpa_supplicant.log" 2>/dev/null
+  echo "-- the phone's wpa_supplicant (service discovery)"; phone_sd_log 50
+}
 wifi_status() { "$BIN/yaok-hub" status --json --socket "$H/control.sock" | jq -c '.transports[] | select(.name == "wifi-direct") | .status'; }
 daemon_running() { [ "$(wifi_status | jq -r .state)" = running ]; }
 wait_for 90 "the daemon's Wi-Fi Direct group" daemon_running || { wifi_status; tail -20 "$W/daemon-hub.log"; fail "daemon: no group"; }
