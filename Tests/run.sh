@@ -39,6 +39,10 @@ pkg_log=$(mktemp)
 pkg_t0=$SECONDS
 nice -n 19 ionice -c 3 swift build -c release --scratch-path .build-pkg > "$pkg_log" 2>&1 &
 pkg_pid=$!
+# Their Debian roots too (debootstrap and apt-get: mostly waiting on the network).
+roots_log=$(mktemp)
+nice -n 19 ionice -c 3 bash Tests/packaging/debian-roots.sh all > "$roots_log" 2>&1 &
+roots_pid=$!
 
 echo "== swift test"
 swift test --skip-build 2>&1 | tee "$log" | grep -E "^(Test Suite|Test Case .*(failed|skipped))|error:|Executed" | grep -v "^Test Suite '.*' started" | tail -n 80
@@ -66,6 +70,9 @@ tail -n 2 "$pkg_log"
 # A failed background build is built again, in the open, by the packaging suite itself.
 if [ "$pkg_rc" -eq 0 ]; then pkg_build=(env SKIP_BUILD=1); else tail -n 40 "$pkg_log"; pkg_build=(env SKIP_BUILD=0); fi
 rm -f "$pkg_log"
+# A root that could not be made is tried again by its suite, which says why it skips.
+roots_rc=0; wait "$roots_pid" || roots_rc=$?
+echo "== Debian roots for the packaging suites: exit $roots_rc"; tail -n 5 "$roots_log"; rm -f "$roots_log"
 
 # Script suites: each prints its own result and exits non-zero on failure; exit 77 = skipped
 # (with the reason printed by the suite).

@@ -8,7 +8,8 @@
 # Exit 0: pass. 77: skipped (reason printed). 1: fail.
 # Environment: SKIP_BUILD=1 reuses the release build in .build-pkg;
 #              KEEP_ROOT=1 keeps the unpacked root for inspection.
-# The debootstrap root is cached as .build-pkg/rootfs-<hash>.tgz (delete it to refresh).
+# The debootstrap root is cached as .build-pkg/rootfs-<hash>.tgz (Tests/packaging/debian-roots.sh;
+# delete it to refresh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -57,25 +58,9 @@ ls -l "$debs"
 # 2. A clean Debian root, with the runtime libraries the packages depend on (so dpkg -i
 #    can check Depends without network). Cached.
 step "debian root"
-# The runtime libraries and the other packages the .deb files depend on; the cache is
-# keyed by this list, so adding a dependency here makes a fresh root.
-include=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser,procps
-tarball="$work/rootfs-$(echo "$include" | md5sum | cut -c1-8).tgz"
-if [ ! -s "$tarball" ]; then
-  # The first active (not commented) Debian archive URI apt uses, not the security one.
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  fresh="$work/rootfs-new"
-  rm -rf "$fresh"
-  echo "debootstrap from $mirror"
-  debootstrap --variant=minbase \
-    --include="$include" \
-    bookworm "$fresh" "$mirror" > "$work/debootstrap.log" 2>&1 \
-    || { tail -n 20 "$work/debootstrap.log"; skip "debootstrap failed (no Debian mirror reachable?)"; }
-  tar -C "$fresh" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-  rm -rf "$fresh"
-fi
+# Cached; Tests/packaging/debian-roots.sh says what is in it.
+tarball=$(bash Tests/packaging/debian-roots.sh base)
+case $? in 0) ;; 77) skip "no Debian root (above)" ;; *) fail "Tests/packaging/debian-roots.sh base"; exit 1 ;; esac
 tar -C "$root" -xzf "$tarball" || { fail "unpacking $tarball"; exit 1; }
 
 # 3. Install.

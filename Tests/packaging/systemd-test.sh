@@ -15,7 +15,7 @@
 # Exit 0 pass, 77 skipped (reason printed), 1 fail. Needs root, systemd-nspawn
 # (apt-get install systemd-container), and the packages in .build-pkg/debs-test (made by
 # Tests/packaging/install-test.sh) or .build-pkg/debs (packaging/build-debs.sh).
-# The systemd root is cached as .build-pkg/sdroot-rootfs-<hash>.tgz.
+# The systemd root is cached in .build-pkg (Tests/packaging/debian-roots.sh).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 repo=$(pwd)
@@ -32,8 +32,6 @@ command -v systemd-nspawn >/dev/null || skip "systemd-nspawn missing (apt-get in
 debs=""
 for d in "$work/debs-test" "$work/debs"; do ls "$d"/yaok-hub_*.deb >/dev/null 2>&1 && { debs=$d; break; }; done
 [ -n "$debs" ] || skip "no packages; run Tests/packaging/install-test.sh or packaging/build-debs.sh first"
-base=$(ls -t "$work"/rootfs-*.tgz 2>/dev/null | head -1)
-[ -n "$base" ] || skip "no $work/rootfs-*.tgz; run Tests/packaging/install-test.sh first"
 
 root=$(mktemp -d "$work/sdroot.XXXXXX")
 nspawn_pid=""
@@ -58,21 +56,9 @@ trap cleanup EXIT
 trap 'exit 1' INT TERM
 
 step "systemd root"
-# What the container needs beyond the base root: systemd itself, and curl for the console
-# check. The cache is keyed by this list too.
-sd_packages="systemd dbus procps curl"
-tarball="$work/sdroot-$(echo "$sd_packages" | md5sum | cut -c1-8)-$(basename "$base")"
-if [ ! -s "$tarball" ]; then
-  fresh="$work/sdroot-new"
-  rm -rf "$fresh"; mkdir -p "$fresh"
-  tar -C "$fresh" -xzf "$base"
-  cp /etc/resolv.conf "$fresh/etc/resolv.conf"
-  chroot "$fresh" env sd_packages="$sd_packages" sh -c 'apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $sd_packages' \
-    > "$work/sdroot.log" 2>&1 || { rm -rf "$fresh"; skip "cannot install systemd in the root (no Debian mirror?)"; }
-  rm -f "$fresh/etc/resolv.conf"
-  tar -C "$fresh" -czf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
-  rm -rf "$fresh"
-fi
+# The base root plus systemd, dbus, procps and curl (the console check); cached.
+tarball=$(bash Tests/packaging/debian-roots.sh systemd)
+case $? in 0) ;; 77) skip "no Debian root with systemd (above)" ;; *) fail "Tests/packaging/debian-roots.sh systemd"; exit 1 ;; esac
 tar -C "$root" -xzf "$tarball"
 mkdir -p "$root/root/debs"
 cp "$debs"/yaok-swift-runtime_*.deb "$debs"/yaok-hub_*.deb "$debs"/yaok-relay_*.deb "$root/root/debs/"
