@@ -11,6 +11,15 @@ import enum YaokCrypto.PrivateFile
 /// macro expresses as a cast of -1 that Swift cannot import.
 private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
 
+/// Process-wide SQLite settings, applied once before the first connection opens (Swift
+/// initializes a global once, thread-safely). Allocation statistics are off: nothing here
+/// reads them, and they cost a global mutex per allocation (issue 16, session 23). If the
+/// library was initialized earlier by other code, the call is refused and nothing changes
+/// but speed.
+private let sqliteProcessSettings: Void = {
+    _ = yaok_sqlite3_config_memstatus_off()
+}()
+
 /// One encrypted SQLCipher database file, opened on one connection.
 ///
 /// Every call is serialized by an internal recursive lock, so one instance can be shared by
@@ -73,6 +82,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         // A store keeps the page size it was made with (it cannot change without rewriting the
         // file): 2 KB since session 19 of issue 16, 4 KB before, SQLCipher 3's default of 1 KB
         // before issue 16. A wrong page size reads like a wrong key, so the newest is tried first.
+        _ = sqliteProcessSettings
         var lastError: Error = StoreError.wrongKey(path: path)
         for (attempt, size) in Self.pageSizes.enumerated() {
             var db: OpaquePointer?

@@ -27,6 +27,19 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.pragma("journal_size_limit")?.int64Value, 67_108_864)
     }
 
+    /// SQLite's allocation statistics are off for the whole process (each allocation took a
+    /// global mutex, issue 16): they must be switched off before the library initializes, so
+    /// if any path opened a connection first they would still be counting.
+    func testAllocationStatisticsAreOff() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        try db.execute("CREATE TABLE t (x BLOB)", purpose: "test")
+        try db.execute("INSERT INTO t VALUES (zeroblob(100000))", purpose: "test")
+        XCTAssertEqual(try db.scalar("SELECT length(x) FROM t", purpose: "test")?.int64Value, 100_000)
+        XCTAssertEqual(sqlite3_memory_used(), 0, "SQLite still counts its allocations")
+        XCTAssertEqual(sqlite3_memory_highwater(0), 0)
+    }
+
     /// Stores made before issue 16 have SQLCipher 3's 1 KB pages, and stores made before its
     /// session 19 have 4 KB pages; both still open (a wrong page size reads like a wrong key, so
     /// 2 KB is tried first, then 4 KB and 1 KB), keep their page size, and a wrong key is still
