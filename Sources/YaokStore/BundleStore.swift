@@ -546,7 +546,8 @@ public final class BundleStore: @unchecked Sendable {
     /// free. A full `VACUUM` — which rebuilds the file through an in-memory copy, because
     /// temporary files stay in memory for encryption's sake — runs at most daily, and only
     /// when a quarter of the file is free and the live data is at most `fullVacuumMaxBytes`.
-    /// Returns whether anything was done.
+    /// After either it empties the WAL. Returns whether anything was done. Not inside a
+    /// transaction: SQLite refuses `VACUUM` and the checkpoint there.
     @discardableResult
     public func vacuumIfNeeded(nowMs: Int64, fullVacuumMaxBytes: Int64 = 64_000_000) throws -> Bool {
         let last = try counter("last_vacuum_ms")
@@ -569,7 +570,7 @@ public final class BundleStore: @unchecked Sendable {
         }
         if did {
             try setCounter("last_vacuum_ms", nowMs)
-            try database.execute("PRAGMA wal_checkpoint(TRUNCATE)", purpose: "checkpointing after vacuum")
+            try database.emptyWAL()
         }
         return did
     }

@@ -227,6 +227,10 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         // journal, and SQLCipher encrypts each page journalled (about 2× the statement's cost,
         // measured). The one cascade (a bundle's holders) is a trigger in BundleStore's schema.
         try execute("PRAGMA foreign_keys = OFF", purpose: "disabling foreign key enforcement")
+        // A delivered or evicted bundle's envelope is zeroed where it lay, not left in the
+        // page's free space for whoever takes the hub with its key (the key file is on the same
+        // box). Debian's SQLCipher is built with this default; set here so no build can drop it.
+        try execute("PRAGMA secure_delete = ON", purpose: "setting secure_delete")
         // Decrypted pages stay cached: every miss costs a read plus an AES and HMAC of the page.
         // 8 MB (the default is 2 MB) holds the working set of a hub carrying thousands of bundles.
         try execute("PRAGMA cache_size = -8192", purpose: "setting cache_size")
@@ -502,6 +506,23 @@ public final class SQLCipherDatabase: @unchecked Sendable {
             guard back.first?.first?.textValue?.lowercased() == "wal" else {
                 throw StoreError.sqlite(code: SQLITE_ERROR, message: "journal_mode did not return to WAL", purpose: "rekeying")
             }
+        }
+    }
+
+    /// Bytes in the `-wal` file: 0 when it is absent or has been emptied (``emptyWAL()``).
+    public var walFileBytes: Int64 {
+        var st = stat()
+        return stat(path + "-wal", &st) == 0 ? Int64(st.st_size) : 0
+    }
+
+    /// Copies every committed page from the WAL into the database file and truncates the WAL to
+    /// zero bytes (`wal_checkpoint(TRUNCATE)`). Until then the WAL keeps older images of the
+    /// pages it holds, a delivered bundle's envelope among them, whatever `secure_delete` has
+    /// zeroed since. Cannot run inside a transaction.
+    public func emptyWAL() throws {
+        let rows = try query("PRAGMA wal_checkpoint(TRUNCATE)", purpose: "emptying the WAL")
+        if rows.first?.first?.int64Value == 1 {
+            throw StoreError.sqlite(code: SQLITE_BUSY, message: "another connection is reading the WAL", purpose: "emptying the WAL")
         }
     }
 
