@@ -293,6 +293,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let unwaitedCommitBoundUs: UInt64 = 1_000_000
     private var lastSweepMs: Int64 = 0
     private var lastVacuumCheckMs: Int64 = 0
+    /// When a group last committed a change, and when the store's WAL was last emptied.
+    private var lastChangeMs: Int64 = 0
+    private var walEmptiedMs: Int64 = 0
+    private var maintenanceQueued = false
+    /// The WAL keeps older images of the pages it holds (a delivered bundle's envelope among
+    /// them) until it is checkpointed and truncated: whoever takes the hub with its key could
+    /// read them. So it is emptied once the store has changed nothing for this long (a phone
+    /// walked past, the burst is over), and at least every ``walMaxAgeMs`` while it keeps
+    /// changing (Docs/store.md). Tests shorten it with `YAOK_TEST_WAL_QUIET_MS`.
+    static let walQuietMs: Int64 = ProcessInfo.processInfo.environment["YAOK_TEST_WAL_QUIET_MS"].flatMap { Int64($0) }.map { max($0, 100) } ?? 300_000
+    static let walMaxAgeMs: Int64 = 3_600_000
     private let now: @Sendable () -> Int64
 
     /// Called (on the router queue) whenever something status-worthy changes.
@@ -372,6 +383,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             },
             commit: { try $0.store.database.commitGroup() },
             committed: { router, items, _ in
+                router.lastChangeMs = router.now()
                 router.counters.groupCommits += 1
                 router.counters.groupCommitItems += items
             },
@@ -1595,9 +1607,44 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 logger.info("expired \(n) bundles")
             }
         }
-        if t - lastVacuumCheckMs >= 3_600_000 {
-            lastVacuumCheckMs = t
-            do { try store.vacuumIfNeeded(nowMs: t) } catch { logger.warning("store vacuum failed: \(error)") }
+        let vacuumDue = t - lastVacuumCheckMs >= 3_600_000
+        if vacuumDue { lastVacuumCheckMs = t }
+        if !maintenanceQueued, vacuumDue || walEmptyingDue(t) {
+            // This tick runs inside the open group, where SQLite refuses both a VACUUM and a
+            // checkpoint: the maintenance queues behind it and commits the group first.
+            maintenanceQueued = true
+            queue.async { self.maintainStore(vacuum: vacuumDue) }
+        }
+    }
+
+    private func walEmptyingDue(_ t: Int64) -> Bool {
+        (t - lastChangeMs >= Self.walQuietMs || t - walEmptiedMs >= Self.walMaxAgeMs) && store.database.walFileBytes > 0
+    }
+
+    /// The store's maintenance, on the router queue outside any group: the hourly vacuum check
+    /// and emptying the WAL (``walQuietMs``).
+    private func maintainStore(vacuum: Bool) {
+        maintenanceQueued = false
+        commitGroup()
+        var t = now()
+        if vacuum {
+            do {
+                if try store.vacuumIfNeeded(nowMs: t) {
+                    walEmptiedMs = t
+                    logger.info("store: vacuumed, free pages returned and the WAL emptied")
+                }
+            } catch {
+                logger.warning("store vacuum failed: \(error)")
+            }
+        }
+        t = now()
+        guard walEmptyingDue(t) else { return }
+        do {
+            try store.database.emptyWAL()
+            walEmptiedMs = t
+            logger.info("store: WAL emptied, \(t - lastChangeMs >= Self.walQuietMs ? "the store is quiet" : "hourly while it is busy")")
+        } catch {
+            logger.warning("store: cannot empty the WAL: \(error)")
         }
     }
 
