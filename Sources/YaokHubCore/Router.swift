@@ -327,6 +327,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Starts the periodic work: custody timeouts, retries on the backoff schedule, expiry, vacuum.
     public func start() {
         queue.sync {
+            // The WAL a hub starts with (its last run's commits) is history like any other: it
+            // is emptied after the first quiet period, not at once.
+            lastChangeMs = now()
+            walEmptiedMs = lastChangeMs
             do {
                 let requeued = try store.requeueInFlight(nowMs: now())
                 if requeued > 0 { logger.notice("requeued \(requeued) bundles that were in flight at the last shutdown") }

@@ -71,7 +71,7 @@ final class StoreMaintenanceTests: XCTestCase {
         let hub = try startHub(dir, port: port, environment: ["YAOK_TEST_WAL_QUIET_MS": "3000"])
         addTeardownBlock { hub.stop() }
         let wal = dir + "/data/store.db-wal"
-        // What start-up wrote (a new store's schema) is emptied at the first tick.
+        // What start-up wrote (a new store's schema) is emptied after the first quiet period.
         try Wait.until(timeout: 30, "the WAL emptied after start-up") { self.lines(hub, "store: WAL emptied") == 1 }
         XCTAssertEqual(fileBytes(wal), 0)
         let emptiedAtStart = lines(hub, "store: WAL emptied")

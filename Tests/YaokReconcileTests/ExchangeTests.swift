@@ -243,7 +243,10 @@ final class ExchangeTests: XCTestCase {
     func testTablePartsAssembleOnlyForTheSessionAndRefuseDuplicates() {
         var rng = SeededGenerator(seed: 12)
         let common = randomIDs(20_000, &rng), a = randomIDs(1500, &rng), b = randomIDs(1500, &rng)
-        var initiator = ReconcileInitiator(ids: common + a)
+        // A fixed salt: with a random one the first table fails to peel once in a while (the
+        // initiator then asks for a bigger one, which other tests cover), not what this is about.
+        let salt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        var initiator = ReconcileInitiator(ids: common + a, salt: salt)
         var responder = ReconcileResponder(ids: common + b)
         guard case .send(let parts) = responder.receive(bytes: initiator.firstMessage.encoded) else { return XCTFail() }
         XCTAssertGreaterThan(parts.count, 1)
