@@ -20,8 +20,7 @@ final class StoreFailureTests: XCTestCase {
         // Another connection takes the bundles table away under the running hub, as a damaged
         // or foreign-modified file would: the status report's counts and the tick's due walk
         // now fail, again and again.
-        let key = try DatabaseKey.load(keyFile: dir + "/data/store.key")
-        let db = try SQLCipherDatabase(path: dir + "/data/store.db", key: key)
+        let db = try TestSupport.openHubStore(dir)
         try db.execute("ALTER TABLE bundles RENAME TO bundles_away")
         try Wait.until(timeout: 10, "the router to count failing store calls") { try hub.status().router.counters.storeFailures >= 6 }
         let errors = hub.log.components(separatedBy: "\n").filter { $0.contains(" error yaok-hub: ") && $0.contains("] store: ") }

@@ -41,9 +41,8 @@ final class StoreMaintenanceTests: XCTestCase {
 
         // What the hub no longer holds: every row gone, its pages free.
         let storePath = dir + "/data/store.db"
-        let key = try DatabaseKey.load(keyFile: dir + "/data/store.key", environment: [:], createIfMissing: false)
         do {
-            let db = try SQLCipherDatabase(path: storePath, key: key)
+            let db = try TestSupport.openHubStore(dir)
             try db.execute("DELETE FROM bundles")
             try db.emptyWAL()
             let free = try XCTUnwrap(db.pragma("freelist_count")?.int64Value)

@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokWire
 import YaokCrypto
 import YaokEndpoint
+import YaokStore
 import XCTest
 import YaokTesting
 
@@ -34,6 +35,13 @@ enum TestSupport {
         try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         test.addTeardownBlock { try? FileManager.default.removeItem(atPath: path) }
         return path
+    }
+
+    /// The store of the hub whose test directory is `dir` (`data/store.db`), opened with that
+    /// hub's own key file as a connection of the test's: to change the store behind the hub's back.
+    static func openHubStore(_ dir: String) throws -> SQLCipherDatabase {
+        let key = try DatabaseKey.load(keyFile: dir + "/data/store.key", environment: [:], createIfMissing: false)
+        return try SQLCipherDatabase(path: dir + "/data/store.db", key: key)
     }
 
     /// Alice and Bob, new endpoints in `dir`/alice and `dir`/bob, each the other's contact;
