@@ -146,6 +146,8 @@ public enum RelayPostgresError: Error, CustomStringConvertible, Equatable {
     case timedOut(purpose: String, seconds: Int)
     /// The database's schema is newer than this relay knows.
     case schemaTooNew(found: Int, known: Int)
+    /// The store was closed (the relay is stopping); nothing more is read or written.
+    case closed
 
     public var description: String {
         switch self {
@@ -157,6 +159,7 @@ public enum RelayPostgresError: Error, CustomStringConvertible, Equatable {
         case .queryFailed(let p, let r): return "PostgreSQL: \(p) failed: \(r)"
         case .timedOut(let p, let s): return "PostgreSQL: \(p) did not finish within \(s) s"
         case .schemaTooNew(let f, let k): return "the relay database is at schema version \(f); this yaok-relay knows up to \(k): upgrade it"
+        case .closed: return "PostgreSQL: the relay store is closed"
         }
     }
 }

@@ -164,6 +164,10 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     }
 
     private func liveConnection() throws -> PostgresConnection {
+        // After close() the event loop is gone: connecting on it would drop NIO's promise
+        // (a crash in debug builds). A call that arrives late (the engine's queue draining)
+        // fails like any other store error.
+        guard !listenerLock.withLock({ closed }) else { throw RelayPostgresError.closed }
         if let c = connection, !c.isClosed { return c }
         if connection != nil { logger.warning("relay store: PostgreSQL connection lost; reconnecting to \(configuration.location)") }
         connection = nil
@@ -430,13 +434,10 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
         return Int(n) > limit ? (hour + 1) * 3_600_000 - nowMs : nil
     }
 
+    /// Closes the connections and the event loop. Later calls throw ``RelayPostgresError/closed``.
     public func close() {
-        let l: Listener? = listenerLock.withLock {
-            closed = true
-            defer { listener = nil }
-            return listener
-        }
-        l?.stop()
+        listenerLock.withLock { closed = true }
+        stopListening()
         if let c = connection { _ = try? c.close().wait() }
         connection = nil
         try? group.syncShutdownGracefully()
@@ -452,6 +453,16 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
         let l = Listener(store: self, onKeys: onKeys, onReconnect: onReconnect)
         listenerLock.withLock { listener = l }
         l.connect(first: true)
+    }
+
+    /// Stops LISTENing and waits for its connection to close: no `onKeys` or `onReconnect`
+    /// call starts after this returns (the server stops it before draining its engine queue).
+    public func stopListening() {
+        let l: Listener? = listenerLock.withLock {
+            defer { listener = nil }
+            return listener
+        }
+        l?.stop()
     }
 
     /// Whether the LISTEN connection is up (tests, status).

@@ -143,7 +143,8 @@ public final class RelayServer: @unchecked Sendable {
         logger.notice("relay listening on \(Self.hostPort(ch.localAddress)), key \(Hex.encode(engine.identity.signingKey))")
     }
 
-    /// Closes the sockets, stops the timer and waits for the engine queue to drain.
+    /// Closes the sockets, stops the timer and the cluster's LISTEN, and waits for the engine
+    /// queue to drain.
     public func stop() {
         let (ch, mc, ws): (Channel?, Channel?, RelayWebSocketListener?) = lock.withLock {
             defer { channel = nil; metricsChannel = nil; webSocket = nil }
@@ -154,6 +155,8 @@ public final class RelayServer: @unchecked Sendable {
         try? mc?.close().wait()
         timer?.cancel()
         timer = nil
+        // No other node's wake-up may queue engine work once the queue has drained.
+        (engine.store as? RelayPostgresStore)?.stopListening()
         queue.sync {}
         try? group.syncShutdownGracefully()
     }

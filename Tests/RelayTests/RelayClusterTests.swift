@@ -285,6 +285,30 @@ final class RelayClusterTests: XCTestCase {
         XCTAssertEqual(try a.sendAndWait(bundle: messageBundle(from: alice, to: bob)).status, .queued, "node 0 still counted the messages Bob acknowledged on node 1")
     }
 
+    /// A stopped node stops LISTENing before its engine queue drains, and its closed store
+    /// refuses late calls with an error. (Before, a late call reconnected on the event loop
+    /// close() had shut down: NIO dropped the connect's promise and a debug build crashed.)
+    func testAStoppedNodeStopsListeningAndItsClosedStoreRefusesLateCalls() throws {
+        let pg = try PostgresTestServer()
+        cleanup.append { pg.tearDown() }
+        var logger = Logger(label: "relay-cluster-test")
+        logger.logLevel = .warning
+        let store = try RelayPostgresStore(configuration: RelayPostgresConfiguration(url: pg.url, environment: [:]), logger: logger)
+        let engine = try RelayEngine(identity: Identity.generate(), store: store, limits: RelayLimits(), logger: logger, now: { nowMs() })
+        let server = RelayServer(engine: engine, configuration: .init(host: "127.0.0.1", port: 0), logger: logger)
+        try server.start()
+        XCTAssertTrue(Wait.poll(timeout: 10) { store.isListening })
+        server.stop()
+        XCTAssertFalse(store.isListening, "the LISTEN connection outlived the node")
+        XCTAssertEqual(try store.appliedSchemaVersion(), RelayPostgresStore.schemaVersion, "the store stays usable until it is closed")
+        store.close()
+        XCTAssertThrowsError(try store.appliedSchemaVersion()) { error in
+            XCTAssertEqual(error as? RelayPostgresError, .closed, "\(error)")
+        }
+        server.withEngine { $0.tick() }   // the engine's timer work on a closed store: errors, no crash
+        store.close()                      // twice is harmless
+    }
+
     /// Store configuration errors name what is wrong, and no password travels in the URL.
     func testPostgresURLAndPasswordFileErrorsAreSpecific() throws {
         func reason(_ url: String, file: String? = nil) -> String {
