@@ -33,7 +33,11 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
         case closed
     }
 
-    private let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
+    /// NIO's process-wide group, never shut down: a link's own group shut down at close()
+    /// raced the connect in flight (the resolver's late answer, or a connect handed to the
+    /// dead loop, drops NIO's promises: a crash in debug builds). A connection that completes
+    /// after close() is closed when it does.
+    private let group = MultiThreadedEventLoopGroup.singleton
     private let sslContext: NIOSSLContext
     private let condition = NSCondition()
     private var state: State = .idle
@@ -60,9 +64,6 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
             throw RelayProtocolError.tlsFailed("TLS client context: \(error)")
         }
     }
-
-    /// Asynchronous: the last reference may go away on the group's own thread.
-    deinit { group.shutdownGracefully { _ in } }
 
     /// A ``RelayClient/Configuration/makeLink`` that opens this link.
     public static func factory(url: RelayWebSocketURL, spkiSHA256: [UInt8]) -> @Sendable (IPEndpoint) throws -> RelayLink {
@@ -121,7 +122,6 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
             return nil
         }
         channel?.close(promise: nil)
-        group.shutdownGracefully { _ in }
     }
 
     /// Whether a WebSocket connection is up (tests, status).
@@ -173,6 +173,7 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
             case .success(let channel):
                 // Its own weak capture: the outer closure's `self` is a var.
                 channel.closeFuture.whenComplete { [weak self] _ in self?.closed(generation: g) }
+                if self?.isClosed ?? true { channel.close(promise: nil) }   // close() came first
             case .failure(let error):
                 self?.fail(.unreachable("cannot connect to relay \(url): \(error)"), generation: g)
             }
@@ -183,13 +184,16 @@ public final class RelayWebSocketLink: RelayLink, @unchecked Sendable {
         condition.withLock { if generation == g { trustFailure = error } }
     }
 
+    private var isClosed: Bool { condition.withLock { if case .closed = state { return true }; return false } }
+
     private func opened(_ channel: Channel, generation g: Int) {
-        let queued: [[UInt8]] = condition.withLock {
-            guard case .connecting(let cg) = state, cg == g else { return [] }
+        let queued: [[UInt8]]? = condition.withLock {
+            guard case .connecting(let cg) = state, cg == g else { return nil }
             state = .open(channel, generation: g)
             defer { outbox.removeAll() }
             return outbox
         }
+        guard let queued else { channel.close(promise: nil); return }   // closed or superseded meanwhile
         for p in queued { _ = send(p) }
     }
 

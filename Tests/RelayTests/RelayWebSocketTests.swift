@@ -75,6 +75,36 @@ final class RelayWebSocketTests: XCTestCase {
         }
     }
 
+    /// A link closed while another thread's send starts its connect: the connect must not
+    /// be handed to the shut-down event loop (NIO drops its promise; debug builds crash).
+    /// Against a refused port and against the real relay: a connection that completes after
+    /// close() is closed, so the relay ends with no connection open.
+    func testCloseRacingTheFirstSendNeitherCrashesNorLeavesAConnection() throws {
+        let refused = RelayWebSocketURL(host: "127.0.0.1", port: 9)   // discard: nothing listens here
+        var links: [RelayWebSocketLink] = []   // kept: a link's last release would close its connect itself
+        defer { withExtendedLifetime(links) {} }
+        for (target, pin) in [(refused, [UInt8](repeating: 7, count: 32)), (url, self.pin)] {
+            for round in 0..<200 {
+                let link = try RelayWebSocketLink(url: target, spkiSHA256: pin)
+                links.append(link)
+                if round % 2 == 0 {
+                    DispatchQueue.concurrentPerform(iterations: 2) { i in
+                        if i == 0 { _ = link.send([1, 2, 3]) } else { link.close() }
+                    }
+                } else {
+                    _ = link.send([1, 2, 3])   // a connect surely in flight
+                    link.close()
+                }
+                XCTAssertFalse(link.isOpen)
+                XCTAssertNotNil(link.send([4]), "a closed link must refuse to send")
+            }
+        }
+        XCTAssertTrue(Wait.poll(timeout: 10) { (self.relay.server.webSocketCounters?.accepted ?? 0) >= 50 },
+                      "the relay saw too few of the connects: \(String(describing: relay.server.webSocketCounters))")
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.relay.server.metricsText().contains("yaok_relay_websocket_connections 0") },
+                      "connections completed after close() stayed open")
+    }
+
     /// Two users over wss and one over UDP on the same relay: pushed MSG, QUEUED, ACK.
     func testWebSocketAndUDPClientsShareOneEngine() throws {
         let alice = Identity.generate(), bob = Identity.generate(), carol = Identity.generate()
