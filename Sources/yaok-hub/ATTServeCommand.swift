@@ -3,6 +3,7 @@ import Dispatch
 import Foundation
 import Glibc
 import YaokATT
+import YaokProcess
 
 /// `yaok-hub att-serve`: serves a JSON attribute table over a UNIX SOCK_SEQPACKET socket,
 /// one ATT PDU per packet, a fresh table copy per connection. It exercises the same ATT
@@ -55,15 +56,12 @@ struct ATTServeCommand: ParsableCommand {
         }
         server.onDisconnect = { id in Self.log("\(id) disconnected") }
 
-        // Signals are turned into events rather than handled asynchronously, so stop() runs normally.
+        // main installed SignalWaiter's handlers first thing, so a SIGTERM that comes before
+        // this point waits in its pipe. (A dispatch signal source, armed asynchronously after
+        // SIG_IGN, lost one that came in between: the test that stops att-serve hung.)
         let stopRequested = DispatchSemaphore(value: 0)
-        var sources: [DispatchSourceSignal] = []
-        for signalNumber in [SIGINT, SIGTERM] {
-            signal(signalNumber, SIG_IGN)
-            let source = DispatchSource.makeSignalSource(signal: signalNumber, queue: .global())
-            source.setEventHandler { stopRequested.signal() }
-            source.resume()
-            sources.append(source)
+        SignalWaiter.start { signalNumber in
+            if signalNumber == SIGINT || signalNumber == SIGTERM { stopRequested.signal() }
         }
 
         try server.start()
@@ -71,7 +69,6 @@ struct ATTServeCommand: ParsableCommand {
         stopRequested.wait()
         Self.log("stopping")
         server.stop()
-        sources.forEach { $0.cancel() }
     }
 
     private static func hex(_ handle: UInt16) -> String {

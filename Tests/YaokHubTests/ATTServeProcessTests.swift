@@ -41,10 +41,11 @@ final class ATTServeProcessTests: XCTestCase {
         p.arguments = ["att-serve", "--table", table, "--socket", socketPath, "--mtu", "185"]
         p.standardError = FileHandle(forWritingAtPath: "/dev/null")
         try p.run()
-        defer { p.terminate(); p.waitUntilExit() }
-        try Wait.until(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
-
-        let a = try connectSeqpacket(socketPath)
+        defer { XCTAssertTrue(p.terminateWithin(seconds: 10), "att-serve did not stop on SIGTERM") }
+        // The socket file appears at bind(), before listen(): wait for a connection, not the file.
+        var first: Int32 = -1
+        try Wait.until(timeout: 20, "att-serve accepting connections") { first = (try? connectSeqpacket(socketPath)) ?? -1; return first >= 0 }
+        let a = first
         defer { close(a) }
         // Exchange MTU: client 517, server 185 -> response carries 185 (0xB9 0x00).
         XCTAssertEqual(exchange(a, [0x02, 0x05, 0x02]), [0x03, 0xB9, 0x00])
@@ -64,5 +65,32 @@ final class ATTServeProcessTests: XCTestCase {
         let b = try connectSeqpacket(socketPath)
         defer { close(b) }
         XCTAssertEqual(exchange(b, [0x0A, 0x03, 0x00]), [0x0B, 0x48, 0x69])
+    }
+
+    /// A SIGTERM at any moment of start-up stops att-serve: right after launch (before its
+    /// handlers are set up, or while they are) and once it serves. Its old dispatch signal
+    /// source, armed asynchronously after SIGTERM was set to "ignore", lost a SIGTERM that came
+    /// in between, and the test that stops it waited forever.
+    func testSIGTERMDuringStartUpIsNeverLost() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let table = dir + "/table.json"
+        try #"{"attributes": [{"handle": 1, "type": "2800", "permissions": {"read": true}, "value": "0018"}]}"#
+            .write(toFile: table, atomically: true, encoding: .utf8)
+        for round in 0..<12 {
+            let socketPath = dir + "/att\(round).sock"
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: hubExe)
+            p.arguments = ["att-serve", "--table", table, "--socket", socketPath]
+            p.standardError = FileHandle(forWritingAtPath: "/dev/null")
+            try p.run()
+            if round % 3 == 2 {
+                try Wait.until(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
+            } else if round % 3 == 1 {
+                // Somewhere in start-up: once the process has mapped its first thread.
+                _ = Wait.poll(timeout: 5, interval: 0.001) { ((try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(p.processIdentifier)/task"))?.count ?? 0) > 1 }
+            }
+            XCTAssertTrue(p.terminateWithin(seconds: 10), "round \(round): att-serve did not stop on SIGTERM")
+        }
     }
 }

@@ -409,7 +409,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         // Restarted: the hub sends everything it still holds (here: all of it) again.
         hub.lock.withLock { hub.link = nil }
         let again = try listen(delayMs: nil)
-        defer { again.terminate(); again.waitUntilExit() }
+        defer { again.terminateWithin(seconds: 10) }
         try Wait.until(timeout: 20, "yaok linked again") { hub.lock.withLock { hub.link != nil } }
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
         try Wait.until(timeout: 30, "all acknowledged") { hub.acked.count == incoming.count }

@@ -21,7 +21,7 @@ final class RelayPathTests: XCTestCase {
         relay.standardError = FileHandle(forWritingAtPath: relayLog)
         relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
         try relay.run()
-        defer { relay.terminate(); relay.waitUntilExit() }
+        defer { relay.terminateWithin(seconds: 10) }
 
         let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
         let hubDir = dir + "/hub"
