@@ -138,6 +138,15 @@ public final class BundleStore: @unchecked Sendable {
     }
 
     private func insert(_ b: NewBundle, state: BundleState, bytes: [UInt8]?, reference: [UInt8]?, nowMs: Int64) throws {
+        if state.isTombstone {
+            // Born a tombstone (its receipt came first): blanked as SQL.blankedForTombstone.
+            try database.execute(SQL.insert, [
+                .blob(b.bundleID), .blob([]), .int(Int(b.kind)), .blob([]), .int(b.hopCount), .int(b.hopLimit), .null,
+                .integer(0), .integer(b.expiresMs), .null, .integer(Int64(b.bytes.count)), .null, .int(state.rawValue),
+                .integer(0), .integer(0), .null, .null,
+            ], purpose: "storing a tombstone")
+            return
+        }
         try database.execute(SQL.insert, [
             .blob(b.bundleID), .blob(b.destination), .int(Int(b.kind)), .blob(b.sourceUserID),
             .int(b.hopCount), .int(b.hopLimit), .optionalBlob(b.previousHop),
@@ -370,6 +379,10 @@ public final class BundleStore: @unchecked Sendable {
     public func custodyTaken(_ id: [UInt8], by peer: [UInt8], peerIsEndpoint: Bool, nowMs: Int64) throws -> CustodyTaken? {
         try database.transaction {
             guard let (state, destination, _) = try stateDestinationAndKind(id) else { return nil }
+            if state.isTombstone {
+                // Its recipient is blanked; an endpoint is only ever sent its own bundles.
+                return state == .delivered && peerIsEndpoint ? .delivered : .handedOver
+            }
             if peerIsEndpoint && destination == peer {
                 try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
                 return .delivered
@@ -396,7 +409,8 @@ public final class BundleStore: @unchecked Sendable {
     }
 
     private func tombstoneDelivered(_ id: [UInt8], state: BundleState, destination: [UInt8], nowMs: Int64) throws {
-        guard state != .delivered else { return }
+        guard !state.isTombstone else { return }   // its recipient is blanked: nothing to record
+        try database.execute(SQL.forgetHolders, [.blob(id)], purpose: "forgetting a delivered bundle's holders")
         try database.execute(SQL.tombstone, [.int(BundleState.delivered.rawValue), .blob(id)], purpose: "marking a bundle delivered")
         try recordDelivery(to: destination, nowMs: nowMs)
     }
@@ -418,7 +432,10 @@ public final class BundleStore: @unchecked Sendable {
     public func deliveryReceipt(for id: [UInt8], signedBy recipient: [UInt8], nowMs: Int64) throws -> Bool {
         try database.transaction {
             guard let (state, destination, kind) = try stateDestinationAndKind(id),
-                  kind == Int(Envelope.Kind.message.rawValue), destination == recipient else { return false }
+                  kind == Int(Envelope.Kind.message.rawValue) else { return false }
+            // A delivered tombstone's recipient is blanked; the receipt changes nothing there.
+            if state.isTombstone { return state == .delivered }
+            guard destination == recipient else { return false }
             try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
             return true
         }
@@ -525,6 +542,7 @@ public final class BundleStore: @unchecked Sendable {
     public func expire(nowMs: Int64) throws -> Int {
         let expired: Int = try database.transaction {
             try database.execute(SQL.deleteTombstones, [.integer(nowMs)], purpose: "deleting old tombstones")
+            try database.execute(SQL.forgetHoldersOfExpiring, [.integer(nowMs)], purpose: "forgetting expiring bundles' holders")
             let n: Int = try database.withExclusiveAccess {
                 try database.execute(SQL.expireCarried, [.int(BundleState.expired.rawValue), .integer(nowMs)],
                                      purpose: "expiring bundles")
@@ -723,18 +741,34 @@ public final class BundleStore: @unchecked Sendable {
         static let stateDestinationAndKind = "SELECT state, destination, kind FROM bundles WHERE bundle_id = ?"
         static let setState = "UPDATE OR FAIL bundles SET state = ? WHERE bundle_id = ?"
         static let setRetry = "UPDATE OR FAIL bundles SET state = ?, attempts = ?, next_attempt_ms = ? WHERE bundle_id = ?"
-        static let tombstone = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE bundle_id = ?"
+        /// What a tombstone keeps: its ID (for dedupe), kind, state, size and expiry (for the
+        /// sweep). Sender, recipient, times, hops and the link it came in on are blanked, so a
+        /// hub seized with its key does not give up who wrote to whom (Docs/protocol.md §9). A
+        /// receipt that came ahead of its message keeps its signer: `deliveryReceiptHeld`
+        /// matches it against the message when that arrives.
+        static let blankedForTombstone = """
+            bytes = NULL, destination = X'', source_user = CASE WHEN ref_bundle IS NULL THEN X'' ELSE source_user END, \
+            previous_hop = NULL, created_ms = 0, accepted_ms = 0, next_attempt_ms = 0, attempts = 0, \
+            received_from = NULL, last_link = NULL, origin = NULL
+            """
+        /// A tombstone keeps no holders either: they are the hubs it came through.
+        static let forgetHolders = "DELETE FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?)"
+        static let forgetHoldersOfExpiring = """
+            DELETE FROM bundle_holders WHERE bundle_row IN (SELECT id FROM bundles WHERE state IN (0, 1, 2) AND expires_ms <= ?)
+            """
+        static let tombstone = "UPDATE OR FAIL bundles SET state = ?, \(blankedForTombstone) WHERE bundle_id = ?"
         // Two journal-free statements, not `INSERT OR REPLACE`: REPLACE on a NOT NULL table may
         // abort halfway, so SQLite opens a statement journal for it, which SQLCipher encrypts
         // page by page (it was 5 % of the router thread; Docs/performance.md).
         static let recordDelivery = "INSERT OR IGNORE INTO deliveries (destination, at_ms) VALUES (?1, ?2)"
         static let updateDelivery = "UPDATE OR FAIL deliveries SET at_ms = ?2 WHERE destination = ?1 AND at_ms <= ?3"
-        static let recordPeer = "INSERT OR IGNORE INTO bundle_holders (bundle_row, peer) SELECT id, ?2 FROM bundles WHERE bundle_id = ?1"
+        /// Holders of carried bundles only: a tombstone keeps none.
+        static let recordPeer = "INSERT OR IGNORE INTO bundle_holders (bundle_row, peer) SELECT id, ?2 FROM bundles WHERE bundle_id = ?1 AND state IN (0, 1, 2)"
         static let peerHas = "SELECT 1 FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?) AND peer = ?"
         static let peersHolding = "SELECT count(*) FROM bundle_holders WHERE bundle_row = (SELECT id FROM bundles WHERE bundle_id = ?)"
         static let requeue = "UPDATE OR FAIL bundles SET state = ?, next_attempt_ms = ? WHERE state = ?"
         static let deleteTombstones = "DELETE FROM bundles WHERE state IN (3, 4) AND expires_ms <= ?"
-        static let expireCarried = "UPDATE OR FAIL bundles SET state = ?, bytes = NULL WHERE state IN (0, 1, 2) AND expires_ms <= ?"
+        static let expireCarried = "UPDATE OR FAIL bundles SET state = ?, \(blankedForTombstone) WHERE state IN (0, 1, 2) AND expires_ms <= ?"
         static let carriedBytes = "SELECT bytes FROM temp.carried"
         static let readCounter = "SELECT value FROM bundle_counters WHERE name = ?"
         static let bumpCounter = "UPDATE OR FAIL bundle_counters SET value = value + ? WHERE name = ?"
@@ -857,6 +891,17 @@ enum BundleSchema {
             DELETE FROM bundle_counters WHERE name = 'carried_bytes';
             DROP INDEX bundles_carried_by_destination;
             CREATE INDEX bundles_carried_by_destination ON bundles (destination, accepted_ms, id, size) WHERE state IN (0, 1, 2);
+            """),
+        // Tombstones no longer name sender, recipient, times, links or holders
+        // (SQL.blankedForTombstone, written out here so that this version's meaning never
+        // changes); the ones already on disk are blanked now (secure_delete zeroes what they held).
+        Migration(version: 8, script: """
+            UPDATE OR FAIL bundles SET
+                destination = X'', source_user = CASE WHEN ref_bundle IS NULL THEN X'' ELSE source_user END,
+                previous_hop = NULL, created_ms = 0, accepted_ms = 0, next_attempt_ms = 0, attempts = 0,
+                received_from = NULL, last_link = NULL, origin = NULL
+            WHERE state IN (3, 4);
+            DELETE FROM bundle_holders WHERE bundle_row IN (SELECT id FROM bundles WHERE state IN (3, 4));
             """),
     ]
 

@@ -18,6 +18,10 @@ public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// States whose bundle bytes are still held.
     public static let carried: Set<BundleState> = [.queued, .inFlight, .handedOver]
 
+    /// Delivered or expired: only the ID, kind, size and expiry are left (sender, recipient,
+    /// times and links are blanked when a bundle becomes one).
+    public var isTombstone: Bool { self == .delivered || self == .expired }
+
     public var description: String {
         switch self {
         case .queued: return "queued"

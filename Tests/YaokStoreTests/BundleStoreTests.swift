@@ -409,8 +409,92 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.forwardable(limit: 10, excludingPeer: userID(7)).map(\.bundleID), [bundleID(1), bundleID(3)])
     }
 
+    /// The raw row of `n`: what someone reading the file with its key would see.
+    private func rawRow(_ store: BundleStore, _ n: Int) throws -> [SQLValue] {
+        try XCTUnwrap(try store.database.query("""
+            SELECT destination, source_user, previous_hop, created_ms, accepted_ms, next_attempt_ms, received_from, \
+            last_link, origin, expires_ms, size, kind FROM bundles WHERE bundle_id = ?
+            """, [.blob(bundleID(n))]).first)
+    }
+
+    private func assertBlanked(_ row: [SQLValue], keepsSigner: Bool = false, expiresMs: Int64 = 10_000_000,
+                               file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(row[0], .blob([]), "recipient", file: file, line: line)
+        if !keepsSigner { XCTAssertEqual(row[1], .blob([]), "sender", file: file, line: line) }
+        XCTAssertEqual(Array(row[2...8]), [.null, .integer(0), .integer(0), .integer(0), .null, .null, .null],
+                       "previous hop, times, links, origin", file: file, line: line)
+        XCTAssertEqual(row[9], .integer(expiresMs), "the expiry stays for the sweep", file: file, line: line)
+    }
+
+    /// A hub seized with its key must not give up who wrote to whom through its tombstones:
+    /// delivered, expired and born-delivered rows keep only ID, kind, size and expiry. A
+    /// receipt that came ahead of its message keeps its signer, which is what makes the
+    /// message arriving later count as delivered. Tombstones still dedupe, and custody acks and
+    /// receipts for them still answer as before.
+    func testTombstonesKeepNeitherSenderNorRecipientNorTimes() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, destination: 1, previousHop: userID(7), sender: 9, origin: "udp"), nowMs: 5), .stored)
+        XCTAssertEqual(try store.accept(makeBundle(2, destination: 2, expiresMs: 3_000, sender: 9), nowMs: 5), .stored)
+        // Bob (1) acknowledges Alice's (9) message 4 before it got here: his receipt, to Alice.
+        XCTAssertEqual(try store.accept(makeBundle(5, destination: 9, sender: 1, kind: 2, acknowledging: bundleID(4)), nowMs: 5), .stored)
+        let carried = try rawRow(store, 1)
+        XCTAssertEqual(carried[0], .blob(userID(1)), "a carried bundle keeps its routing")
+        XCTAssertEqual(carried[1], .blob(userID(9)))
+
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(1), peerIsEndpoint: true, nowMs: 10), .delivered)
+        assertBlanked(try rawRow(store, 1))
+        XCTAssertEqual(try store.expire(nowMs: 4_000), 1)
+        assertBlanked(try rawRow(store, 2), expiresMs: 3_000)
+        try store.markDelivered(bundleID(5), nowMs: 20)   // the receipt reached Alice
+        let receipt = try rawRow(store, 5)
+        assertBlanked(receipt, keepsSigner: true)
+        XCTAssertEqual(receipt[1], .blob(userID(1)), "the early receipt keeps its signer for its message")
+        XCTAssertEqual(try store.accept(makeBundle(4, destination: 1, sender: 9), nowMs: 30), .alreadyDelivered,
+                       "the message after its receipt is still recognised")
+        assertBlanked(try rawRow(store, 4))
+
+        // Tombstones still dedupe and answer acks and receipts as they did.
+        for n in [1, 4] { XCTAssertEqual(try store.accept(makeBundle(n, destination: 1, sender: 9), nowMs: 40), .duplicate) }
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(1), peerIsEndpoint: true, nowMs: 50), .delivered)
+        XCTAssertEqual(try store.custodyTaken(bundleID(1), by: userID(6), peerIsEndpoint: false, nowMs: 50), .handedOver)
+        XCTAssertEqual(try store.peersHolding(bundleID(1)), 0, "a tombstone records no holders")
+        XCTAssertTrue(try store.deliveryReceipt(for: bundleID(1), signedBy: userID(1), nowMs: 60), "delivered already")
+        XCTAssertFalse(try store.deliveryReceipt(for: bundleID(2), signedBy: userID(2), nowMs: 60), "an expired one stays expired")
+        try store.markDelivered(bundleID(2), nowMs: 70)
+        XCTAssertEqual(try store.bundle(bundleID(2))?.state, .expired)
+        XCTAssertEqual(try store.counts()[.delivered], 3)
+        XCTAssertEqual(Set(try store.lastDelivery().map(\.destination)), [userID(1), userID(9)], "who got something, and when, is kept apart")
+    }
+
+    /// A version-7 store's tombstones are blanked when it opens (schema version 8); its
+    /// carried bundles are untouched.
+    func testVersionSevenTombstonesAreBlankedAtOpen() throws {
+        let dir = try makeTempDirectory(self)
+        do {
+            let db = try SQLCipherDatabase(path: dir + "/hub.db", key: testKey)
+            XCTAssertEqual(try db.migrate(component: BundleStore.schemaComponent, Array(BundleSchema.migrations.prefix(7))), 7)
+            for (n, state) in [(1, 0), (2, 3), (3, 4), (5, 3)] {
+                try db.execute("""
+                    INSERT INTO bundles (bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, created_ms, \
+                    expires_ms, bytes, size, received_from, state, next_attempt_ms, accepted_ms, origin, ref_bundle, last_link) \
+                    VALUES (?, ?, ?, ?, 1, 8, ?, 1000, 10000000, ?, 3, 'udp 10.0.0.7:4000', ?, 2000, 3000, 'udp', ?, 'udp#1')
+                    """, [.blob(bundleID(n)), .blob(userID(1)), .int(n == 5 ? 2 : 1), .blob(userID(9)), .blob(userID(7)),
+                          state == 0 ? .blob([1, 2, 3]) : .null, .int(state), n == 5 ? .blob(bundleID(4)) : .null])
+            }
+            db.close()
+        }
+        let store = try openStore(dir)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 8)
+        XCTAssertEqual(try rawRow(store, 1)[0], .blob(userID(1)), "a carried bundle is untouched")
+        XCTAssertEqual(try rawRow(store, 1)[6], .text("udp 10.0.0.7:4000"))
+        assertBlanked(try rawRow(store, 2))
+        assertBlanked(try rawRow(store, 3))
+        assertBlanked(try rawRow(store, 5), keepsSigner: true)
+        XCTAssertEqual(try rawRow(store, 5)[1], .blob(userID(9)))
+    }
+
     /// A version-5 store (holders keyed by bundle ID, state-led due and expiry indexes, carried
-    /// bytes in a persisted counter) opens as version 7 with every holder kept under its
+    /// bytes in a persisted counter) opens at the current version with every holder kept under its
     /// bundle's row, and its carried bytes counted from the rows.
     func testVersionFiveStoreMigratesItsHoldersAndIndexes() throws {
         let dir = try makeTempDirectory(self)
@@ -429,7 +513,7 @@ final class BundleStoreTests: XCTestCase {
             db.close()
         }
         let store = try openStore(dir)
-        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 7)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 8)
         XCTAssertEqual(try store.totalBytes(), 9)
         XCTAssertEqual(try store.peersHolding(bundleID(1)), 0)
         XCTAssertEqual(try store.peersHolding(bundleID(2)), 2)
@@ -446,7 +530,7 @@ final class BundleStoreTests: XCTestCase {
     /// their order (no sort), and the old state-keyed indexes are gone.
     func testEvictionVictimsComeFromThePartialIndexesInTheirOrder() throws {
         let store = try openStore(try makeTempDirectory(self))
-        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 7)
+        XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 8)
         for (sql, index) in [(BundleStore.SQL.victimsOfSender, "bundles_evictable_by_sender"),
                              (BundleStore.SQL.victimsOfOrigin, "bundles_evictable_by_origin")] {
             let plan = try store.database.query("EXPLAIN QUERY PLAN " + sql, [.blob([UInt8](repeating: 1, count: 32)), .int(5)])

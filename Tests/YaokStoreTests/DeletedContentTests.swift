@@ -7,7 +7,8 @@ import YaokTesting
 /// Whoever holds both can decrypt every page of the store, free space included, without going
 /// through SQLite. A delivered bundle's envelope (sender key, recipient, times, ciphertext) must
 /// not be readable there once the store has checkpointed: `secure_delete` makes SQLite zero the
-/// space a change frees, instead of leaving the old cell behind in the page.
+/// space a change frees, instead of leaving the old cell behind in the page, and the tombstone
+/// left in its place is blanked (no sender, no previous hop).
 final class DeletedContentTests: XCTestCase {
     static let python = "/usr/bin/python3"
 
@@ -61,20 +62,27 @@ final class DeletedContentTests: XCTestCase {
             if !secureDelete { try db.execute("PRAGMA secure_delete = OFF") }
             let store = try BundleStore(database: db)
             for n in 1...20 {
-                XCTAssertEqual(try store.accept(makeBundle(n, size: 300, marker: n == 7 ? marker : nil), nowMs: 0), .stored)
+                // Bundle 7's sender and previous hop appear nowhere else in the store.
+                XCTAssertEqual(try store.accept(makeBundle(n, size: 300, previousHop: n == 7 ? userID(43) : nil,
+                                                           marker: n == 7 ? marker : nil, sender: n == 7 ? 42 : 9), nowMs: 0), .stored)
             }
-            func checkpointedPagesHoldingTheMarker() throws -> Int {
+            func checkpointedPagesHolding(_ needle: [UInt8]) throws -> Int {
                 _ = try db.query("PRAGMA wal_checkpoint(TRUNCATE)")
-                return try pagesHolding(Array(marker.utf8), in: path, key: testKey, pageSize: db.pageSize)
+                return try pagesHolding(needle, in: path, key: testKey, pageSize: db.pageSize)
             }
-            XCTAssertGreaterThan(try checkpointedPagesHoldingTheMarker(), 0, "a held bundle is in the file: the reader works")
+            let needles = [("envelope", Array(marker.utf8)), ("sender", userID(42)), ("previous hop", userID(43))]
+            for (what, needle) in needles {
+                XCTAssertGreaterThan(try checkpointedPagesHolding(needle), 0, "a held bundle's \(what) is in the file: the reader works")
+            }
             try store.markDelivered(bundleID(7), nowMs: 1)
             XCTAssertEqual(try store.bundle(bundleID(7))?.bytes, .dropped)
-            let left = try checkpointedPagesHoldingTheMarker()
-            if secureDelete {
-                XCTAssertEqual(left, 0, "the delivered bundle's envelope is still in the file's free space")
-            } else {
-                XCTAssertGreaterThan(left, 0, "control: without secure_delete the freed cell keeps the envelope")
+            for (what, needle) in needles {
+                let left = try checkpointedPagesHolding(needle)
+                if secureDelete {
+                    XCTAssertEqual(left, 0, "the delivered bundle's \(what) is still in the file (free space or its tombstone)")
+                } else {
+                    XCTAssertGreaterThan(left, 0, "control: without secure_delete the freed cell keeps the \(what)")
+                }
             }
             db.close()
         }
