@@ -57,8 +57,8 @@ struct ATTServeCommand: ParsableCommand {
         server.onDisconnect = { id in Self.log("\(id) disconnected") }
 
         // main installed SignalWaiter's handlers first thing, so a SIGTERM that comes before
-        // this point waits in its pipe. (A dispatch signal source, armed asynchronously after
-        // SIG_IGN, lost one that came in between: the test that stops att-serve hung.)
+        // this point waits in its pipe. (A dispatch source of its own, set up after SIG_IGN,
+        // lost one that came before: the pipe was never read.)
         let stopRequested = DispatchSemaphore(value: 0)
         SignalWaiter.start { signalNumber in
             if signalNumber == SIGINT || signalNumber == SIGTERM { stopRequested.signal() }
