@@ -164,6 +164,15 @@ struct DefaultConfigCommand: ParsableCommand {
     func run() throws { print(DefaultConfig.yaml) }
 }
 
-// Before any thread exists: signals are then only received by the hub's signal thread.
-SignalWaiter.installEarly()
-YaokHubCommand.main()
+// Only the commands that read signals through SignalWaiter install its handlers, before any
+// thread exists (signals then reach only its thread); every other command keeps the default
+// dispositions, so Ctrl-C and SIGTERM stop it (with the handlers installed for all, they were
+// written to a pipe nobody read).
+do {
+    signal(SIGPIPE, SIG_IGN)   // for every command: a closed socket is an error, not a death
+    var command = try YaokHubCommand.parseAsRoot()
+    if command is Run || command is ATTServeCommand { SignalWaiter.installEarly() }
+    try command.run()
+} catch {
+    YaokHubCommand.exit(withError: error)
+}

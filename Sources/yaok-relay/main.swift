@@ -315,6 +315,13 @@ extension YaokRelay {
     }
 }
 
-// Before any thread exists: signals are then only received by the signal thread.
-SignalWaiter.installEarly()
-YaokRelay.main()
+// Only `run` reads signals through SignalWaiter: it installs the handlers before any thread
+// exists; the other commands keep the default dispositions, so Ctrl-C stops them.
+do {
+    signal(SIGPIPE, SIG_IGN)   // for every command: a closed socket is an error, not a death
+    var command = try YaokRelay.parseAsRoot()
+    if command is YaokRelay.Run { SignalWaiter.installEarly() }
+    try command.run()
+} catch {
+    YaokRelay.exit(withError: error)
+}
