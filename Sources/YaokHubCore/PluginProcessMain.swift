@@ -49,6 +49,11 @@ public enum PluginProcessMain {
     public static func run(pluginPath: String, fd: Int32, memoryLimitMB: Int, capabilities: UInt64) -> Never {
         sandbox(memoryLimitMB: memoryLimitMB, capabilities: capabilities)
         signal(SIGPIPE, SIG_IGN)
+        // systemd's stop and a terminal's Ctrl-C or hang-up signal the hub's whole group at
+        // once. The hub ends this process itself, after the plugin's `stop` (where BLE and
+        // Wi-Fi Direct tear down what they set up); if the hub dies, the parent-death signal
+        // (SIGKILL) ends it.
+        for sig in [SIGTERM, SIGINT, SIGHUP] { signal(sig, SIG_IGN) }
         let result = PluginLoader.load(path: pluginPath, existing: [:])
         guard let plugin = result.plugin else {
             FileHandle.standardError.write(Data("refused plugin \(pluginPath): \(result.discovered.reason ?? "unknown reason")\n".utf8))

@@ -178,6 +178,37 @@ final class HubProcessTests: XCTestCase {
         XCTAssertTrue(hub.log.contains("hub stopped"))
     }
 
+    /// systemd's stop (and Ctrl-C in a terminal) signals the hub and its plugin processes at
+    /// once. The plugin processes leave their end to the hub, which stops each transport
+    /// through its `stop` call (where BLE and Wi-Fi Direct tear down what they set up): none
+    /// may die of the signal first and have to be killed.
+    func testSIGTERMToTheWholeProcessGroupStillStopsEveryTransportThroughTheHub() throws {
+        let hubExe = try TestSupport.product("yaok-hub")
+        let plugins = try makePluginDir([])
+        let dir = try TestSupport.temporaryDirectory(self)
+        let hub = try HubProcess(dir: dir, config: Self.config(dir: dir, pluginDirs: [plugins], udpPort: Self.freePort()), executable: hubExe)
+        try hub.waitReady()
+        let hubPID = hub.process.processIdentifier
+        let children = Self.childPIDs(of: hubPID)
+        XCTAssertFalse(children.isEmpty, "the transports run in plugin processes")
+        for pid in [hubPID] + children { kill(pid, SIGTERM) }
+        XCTAssertEqual(hub.waitExit(timeout: 10), 0, "hub did not exit cleanly within 10 s")
+        XCTAssertTrue(hub.log.contains("hub stopped"))
+        XCTAssertFalse(hub.log.contains("did not stop within"), "a plugin process died of the signal: \(hub.log)")
+    }
+
+    /// The processes whose parent is `pid` (from /proc/*/stat).
+    static func childPIDs(of pid: Int32) -> [Int32] {
+        let entries = (try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []
+        return entries.compactMap { name -> Int32? in
+            guard let child = Int32(name), let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
+                  let close = stat.lastIndex(of: ")") else { return nil }
+            // Fields after the command name: state, then the parent's PID.
+            let fields = stat[stat.index(after: close)...].split(separator: " ")
+            return fields.count > 1 && Int32(fields[1]) == pid ? child : nil
+        }
+    }
+
     func testBadConfigExits78AndCheckConfigNamesKeyAndLine() throws {
         let hubExe = try TestSupport.product("yaok-hub")
         let dir = try TestSupport.temporaryDirectory(self)
