@@ -106,7 +106,7 @@ let package = Package(
             .product(name: "NIOSSL", package: "swift-nio-ssl"),
         ]),
         .target(name: "YaokRelayServer", dependencies: [
-            "YaokRelayProtocol", "YaokRelayWebSocket", "YaokStore", .product(name: "YaokPluginKit", package: "PluginAPI"),
+            "YaokRelayProtocol", "YaokRelayWebSocket", "YaokStore", "YaokProcess", .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "Prometheus", package: "swift-prometheus"),
             .product(name: "PostgresNIO", package: "postgres-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -178,7 +178,7 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokTesting"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting"]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C

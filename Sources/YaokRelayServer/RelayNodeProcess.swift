@@ -1,4 +1,5 @@
 import Foundation
+import YaokProcess
 import YaokCrypto
 import enum YaokPluginKit.Hex
 
@@ -137,16 +138,7 @@ public final class RelayNodeProcess: @unchecked Sendable {
 
     /// SIGTERM, then SIGKILL if it has not exited within 10 s. Returns whether SIGTERM was enough.
     @discardableResult
-    public func stop() -> Bool {
-        guard process.isRunning else { return true }
-        process.terminate()
-        let deadline = Date().addingTimeInterval(10)
-        while process.isRunning && Date() < deadline { usleep(20_000) }
-        guard process.isRunning else { return true }
-        kill(pid, SIGKILL)
-        process.waitUntilExit()
-        return false
-    }
+    public func stop() -> Bool { process.terminateWithin(seconds: 10) }
 
     /// A TCP socket connected to 127.0.0.1:`port` with a receive timeout; nil if the connect fails.
     public static func connectLoopbackTCP(port: Int, receiveTimeoutSeconds: Int = 10) -> Int32? {

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import YaokProcess
 import YaokTesting
 
 /// `yaok-hub att-serve` as a real process, driven PDU by PDU over SOCK_SEQPACKET.

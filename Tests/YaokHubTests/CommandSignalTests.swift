@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import YaokProcess
 import YaokTesting
 
 /// Ctrl-C and SIGTERM stop the short `yaok-hub` commands. The daemon's signal handlers (a

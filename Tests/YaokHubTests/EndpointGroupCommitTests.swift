@@ -7,6 +7,7 @@ import YaokPluginKit
 import YaokStore
 import YaokTransportUDP
 import YaokWire
+import YaokProcess
 import YaokTesting
 
 /// The endpoint's group commit (HubSession): a burst of frames shares one durable commit,

@@ -1,6 +1,7 @@
 import Foundation
 import XCTest
 @testable import YaokHubCore
+import YaokProcess
 import YaokTesting
 
 /// A phone attached to a hub reaches an internet user through the relay, and back, with
