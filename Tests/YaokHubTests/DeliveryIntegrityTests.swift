@@ -207,8 +207,17 @@ final class DeliveryIntegrityTests: XCTestCase {
             let e = try seal("during the flood", from: s.alice, to: s.bob)
             let t0 = Date()
             try phone.send(e)
+            // A flood fills the hub's UDP socket buffer, where the kernel drops datagrams
+            // without looking at who sent them; a phone sends a bundle its hub has not taken
+            // into custody again (HubSession does), so alice does too, once a second until bob has it.
+            var lastSend = Date()
             try Wait.until(timeout: 30, "alice's message delivered during the flood") {
-                bob.receivedEnvelopes.contains { $0.bundleID == e.bundleID }
+                if bob.receivedEnvelopes.contains(where: { $0.bundleID == e.bundleID }) { return true }
+                if Date().timeIntervalSince(lastSend) >= 1 {   // a held copy is answered as a duplicate
+                    try phone.send(e)
+                    lastSend = Date()
+                }
+                return false
             }
             latencies.append(Date().timeIntervalSince(t0) * 1000)
             ids.append(e.bundleID)
