@@ -192,6 +192,14 @@ public final class Endpoint: @unchecked Sendable {
     /// A new message and its delivery receipt are stored in one transaction: a crash leaves
     /// both or neither (then the hub sends it again, and the inbox row makes a second copy a
     /// duplicate). A receipt counts once per kind, and only from the item's recipient.
+    /// Whether `e` is a delivery receipt whose proof our own outbox message committed to.
+    private func provedByItsMessage(_ e: Envelope) -> Bool {
+        guard e.kind == .deliveryReceipt, e.recipientUserID == identity.userID,
+              let item = try? store.outboxItem(e.refID), item.kind == Envelope.Kind.message.rawValue,
+              let message = try? YaokWire.Bundle(parsing: item.bundle).envelope else { return false }
+        return e.provesDelivery(of: message)
+    }
+
     public func receive(bundle bytes: [UInt8]) -> (Incoming, Answer) {
         let t = now()
         let bundle: YaokWire.Bundle
@@ -207,7 +215,10 @@ public final class Endpoint: @unchecked Sendable {
             try? store.record(SecurityEvent(atMs: t, kind: kind, sender: sender, messageID: e.messageID))
             return (.rejected(kind, e.messageID), reason.map { .refuse(id, $0) } ?? .custody(id))
         }
-        guard e.verifySignature() else { return reject(.badSignature, .badSignature) }
+        // A delivery receipt that reveals the proof our message committed to needs no
+        // signature check: only the recipient could compute it (Docs/protocol.md, "Receipt
+        // proofs"). Everything else is checked by its signature.
+        guard provedByItsMessage(e) || e.verifySignature() else { return reject(.badSignature, .badSignature) }
         guard e.recipientUserID == identity.userID else { return reject(.wrongRecipient, .malformed) }
         switch Self.lifetime.violation(of: e, nowMs: t) {
         case nil: break
@@ -226,9 +237,9 @@ public final class Endpoint: @unchecked Sendable {
         switch e.kind {
         case .message:
             if (try? store.hasMessage(bundleID: id)) == true { return duplicate() }
-            let plaintext: [UInt8]
+            let plaintext: [UInt8], proof: [UInt8]?
             do {
-                plaintext = try e.decryptVerified(with: identity)   // verified above
+                (plaintext, proof) = try e.decryptVerifiedWithProof(with: identity)   // verified above
             } catch {
                 return reject(.decryptFailed, .malformed)
             }
@@ -236,7 +247,7 @@ public final class Endpoint: @unchecked Sendable {
                                        receivedMs: t, text: String(decoding: plaintext, as: UTF8.self))
             do {
                 let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: e.messageID, originalSenderUserID: e.senderUserID,
-                                                   from: identity, createdMs: t)
+                                                   from: identity, createdMs: t, messageID: proof)
                 try store.receive(message, bundleID: id, receipt: Self.outboxItem(receipt))
                 if !store.callerInGroup { Self.faultAfterReceive?() }
             } catch {

@@ -55,6 +55,10 @@ extension Hub {
         metric("yaok_router_custody_timeouts_total", "counter", "custody acknowledgements that did not come in time", [("", Double(c.custodyTimeouts))])
         metric("yaok_router_receipts_unverified_total", "counter", "delivery receipts that named no held message of theirs (suppressed nothing)",
                [("", Double(c.receiptsUnverified))])
+        metric("yaok_router_receipts_proven_total", "counter", "delivery receipts admitted by the proof their message committed to, without a signature check",
+               [("", Double(c.receiptsProven))])
+        metric("yaok_router_receipts_replaced_total", "counter", "held receipts whose signature failed, replaced by a conflicting copy that verified",
+               [("", Double(c.receiptsReplaced))])
         metric("yaok_router_frames_dropped_total", "counter", "frames dropped before the router queue, by why", [
             ("why=\"rate\"", Double(c.framesRateLimited)), ("why=\"backlog\"", Double(c.framesQueueFull)),
         ])

@@ -84,6 +84,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var alreadyDelivered = 0
         /// Receipts that named no bundle we hold from the signer's correspondent: carried, suppress nothing.
         public var receiptsUnverified = 0
+        /// Delivery receipts admitted by their proof (Docs/protocol.md, "Receipt proofs"), no
+        /// signature checked; and held receipts replaced because their signature failed and a
+        /// conflicting copy's verified.
+        public var receiptsProven = 0
+        public var receiptsReplaced = 0
         /// Frames dropped before the router queue because the link had too many waiting, and
         /// of those, frames other than bundles (offers, requests, answers, keep-alives).
         public var framesQueueFull = 0
@@ -246,6 +251,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var announcements: [[UInt8]: (users: Set<[UInt8]>, atMs: Int64)] = [:]
     /// Per-link admission before the router queue (rate and backlog), on plugin threads.
     private let admission: FrameAdmission
+    /// The receipt commitments of messages stored lately, read on the transports' threads.
+    let receiptCommitments = ReceiptCommitments()
     private var senderWindow: (startMs: Int64, counts: [[UInt8]: Int]) = (0, [:])
     /// The latest relay registration each attached endpoint gave us (the relay checks it).
     private var registrations: [[UInt8]: [UInt8]] = [:]
@@ -490,7 +497,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             let arrived = DispatchTime.now().uptimeNanoseconds
             // Parsed and its signature checked here, beside the router's serial queue: the
             // check is the one per-bundle cost that must stay (issue 16).
-            let bundle = kind == .bundle ? ReceivedBundleFrame(frame) : nil
+            let bundle = kind == .bundle ? ReceivedBundleFrame(frame, commitments: receiptCommitments) : nil
             work {
                 self.admission.done(key, kind)
                 self.frameArrivedNs = arrived
@@ -725,7 +732,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
         let envelope = bundle.envelope
         let id = envelope.bundleID
-        guard checked?.signatureValid ?? envelope.verifySignature() else {
+        let proven = checked?.proven ?? false
+        guard proven || (checked?.signatureValid ?? envelope.verifySignature()) else {
             counters.refusedSignature += 1
             logger.warning("bundle \(Self.shortID(id)) from \(link.key) has a bad signature; refused")
             refuse(id, .badSignature, to: link)
@@ -802,13 +810,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             arrivedNs[id] = frameArrivedNs
             logger.debug("stored bundle \(Self.shortID(id)) from \(link.key)")
             sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
-            if envelope.kind != .message { handleReceipt(envelope) }
+            if envelope.kind == .message { receiptCommitments.record(envelope) } else { handleReceipt(envelope, proven: proven) }
             route(StoredBundle(accepted: newBundle, nowMs: t), justAccepted: true)
         case .duplicate:
             counters.duplicates += 1
             sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
         case .alreadyDelivered:
             counters.alreadyDelivered += 1
+            sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
+        case .conflict where envelope.kind != .message && replaceForgedReceipt(with: newBundle, envelope: envelope):
+            counters.receiptsReplaced += 1
+            logger.warning("receipt \(Self.shortID(id)) from \(link.key) replaced a held copy whose signature failed")
             sendAfterCommit(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: link)
         case .conflict:
             counters.refusedConflict += 1
@@ -834,12 +846,33 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// receipt for a message we do not hold suppresses nothing now; it is stored like any
     /// bundle, and if the message arrives later `accept` finds it (`.alreadyDelivered`).
     /// Anybody else's receipt travels to its addressee and changes nothing here.
-    private func handleReceipt(_ receipt: Envelope) {
+    ///
+    /// `proven`: the receipt revealed the proof its message committed to
+    /// (``ReceiptCommitments``), which only the recipient can compute: it counts without
+    /// its signature having been checked.
+    private func handleReceipt(_ receipt: Envelope, proven: Bool) {
         counters.receiptsSeen += 1
         guard receipt.kind == .deliveryReceipt, let ref = receipt.acknowledgedBundleID else { return }
+        if proven { counters.receiptsProven += 1 }
         // A store failure (nil) is counted as one, not as an unverified receipt.
-        let counted = storeCall("deliveryReceipt") { try store.deliveryReceipt(for: ref, signedBy: receipt.senderUserID, nowMs: now()) }
+        let counted = storeCall("deliveryReceipt") {
+            try store.deliveryReceipt(for: ref, signedBy: proven ? nil : receipt.senderUserID, nowMs: now())
+        }
         if counted == false { counters.receiptsUnverified += 1 }
+    }
+
+    /// A receipt admitted by its proof alone may be a copy of the real one that an on-path
+    /// hub re-dated or re-signed badly; held first, it would make the real one a conflict,
+    /// and hubs that check signatures would refuse it on its way to the sender. So when a
+    /// receipt conflicts with a held one, both signatures are checked (only then: a
+    /// conflict needs someone who saw the proof), and a held copy that fails gives way to
+    /// one that verifies. Whether the held copy was replaced.
+    private func replaceForgedReceipt(with newBundle: NewBundle, envelope: Envelope) -> Bool {
+        guard let held = storeCall("bundle", { try store.bundle(newBundle.bundleID) }),
+              let bytes = held.bytes.held,
+              let heldEnvelope = try? YaokWire.Bundle(parsing: bytes).envelope,
+              !heldEnvelope.verifySignature(), envelope.verifySignature() else { return false }
+        return storeCall("replaceEnvelope", { try store.replaceEnvelope(with: newBundle) }) ?? false
     }
 
     private func allowSender(_ key: [UInt8], nowMs: Int64) -> Bool {
@@ -1810,17 +1843,24 @@ struct ReceivedBundleFrame: Sendable {
     struct Checked: Sendable {
         let bundle: YaokWire.Bundle
         let signatureValid: Bool
+        /// A delivery receipt whose proof matched a recorded commitment: its signature was
+        /// not checked (``signatureValid`` is false) and need not be.
+        let proven: Bool
     }
     let record: TLVRecord
     /// nil when the record is not a well-formed bundle: the router parses it again for the reason.
     let checked: Checked?
 
     /// nil when the frame is not a TLV record at all (the router counts it as malformed).
-    init?(_ frame: [UInt8]) {
+    init?(_ frame: [UInt8], commitments: ReceiptCommitments) {
         guard let record = try? TLVRecord(parsing: frame) else { return nil }
         self.record = record
         if record.type == FrameType.bundle.rawValue, let bundle = try? YaokWire.Bundle(parsing: record.value) {
-            checked = Checked(bundle: bundle, signatureValid: bundle.envelope.verifySignature())
+            if commitments.proves(bundle.envelope) {
+                checked = Checked(bundle: bundle, signatureValid: false, proven: true)
+            } else {
+                checked = Checked(bundle: bundle, signatureValid: bundle.envelope.verifySignature(), proven: false)
+            }
         } else {
             checked = nil
         }

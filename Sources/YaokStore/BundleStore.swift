@@ -427,17 +427,34 @@ public final class BundleStore: @unchecked Sendable {
     /// A verified delivery receipt, signed by `recipient`, acknowledges the bundle `id`. It counts
     /// only for a message held here whose destination is `recipient`: that message becomes a
     /// delivered tombstone (it may be one already). One read of the row, in one transaction.
+    /// `recipient` nil: the caller checked the receipt's proof against this message's
+    /// commitment (Docs/protocol.md, "Receipt proofs"), which only its recipient can answer.
     /// - Returns: whether it counted; false when no such message is held, or it is addressed
     ///   to somebody else.
-    public func deliveryReceipt(for id: [UInt8], signedBy recipient: [UInt8], nowMs: Int64) throws -> Bool {
+    public func deliveryReceipt(for id: [UInt8], signedBy recipient: [UInt8]?, nowMs: Int64) throws -> Bool {
         try database.transaction {
             guard let (state, destination, kind) = try stateDestinationAndKind(id),
                   kind == Int(Envelope.Kind.message.rawValue) else { return false }
             // A delivered tombstone's recipient is blanked; the receipt changes nothing there.
             if state.isTombstone { return state == .delivered }
-            guard destination == recipient else { return false }
+            guard recipient == nil || destination == recipient else { return false }
             try tombstoneDelivered(id, state: state, destination: destination, nowMs: nowMs)
             return true
+        }
+    }
+
+    /// Puts `b`'s envelope in place of the held bundle's under the same bundle ID (its bytes,
+    /// size and times; its state and holders stay). The router does this only when the held
+    /// envelope's signature fails and `b`'s verifies: a delivery receipt admitted by its proof
+    /// alone may be an on-path hub's re-dated copy of the real one (Docs/protocol.md,
+    /// "Receipt proofs"). Whether a held (not tombstoned) bundle was changed.
+    public func replaceEnvelope(with b: NewBundle) throws -> Bool {
+        try Self.validate(b)
+        return try database.transaction {
+            try database.execute(SQL.replaceEnvelope, [.blob(b.bundleID), .blob(b.bytes), .integer(Int64(b.bytes.count)),
+                                                       .integer(b.createdMs), .integer(b.expiresMs)],
+                                 purpose: "replacing a held envelope")
+            return database.changes > 0
         }
     }
 
@@ -672,6 +689,10 @@ public final class BundleStore: @unchecked Sendable {
             """
         static let columnCount = 17
         static let heldBytes = "SELECT bytes FROM bundles WHERE bundle_id = ?"
+        static let replaceEnvelope = """
+            UPDATE bundles SET bytes = ?2, size = ?3, created_ms = ?4, expires_ms = ?5
+            WHERE bundle_id = ?1 AND bytes IS NOT NULL
+            """
         static let exists = "SELECT 1 FROM bundles WHERE bundle_id = ?"
         static let insert = """
             INSERT OR FAIL INTO bundles (bundle_id, destination, kind, source_user, hop_count, hop_limit, previous_hop, \

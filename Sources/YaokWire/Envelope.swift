@@ -9,7 +9,9 @@ import YaokCrypto
 /// receipts carry none. The signature covers every byte before it.
 ///
 /// Hubs only parse (structure), check ``verifySignature()`` and forward ``encoded``;
-/// only the recipient can ``open(with:)`` a message.
+/// only the recipient can ``open(with:)`` a message. A message's nonce begins with its
+/// receipt commitment, and a delivery receipt that reveals the matching proof as its message
+/// ID ``provesDelivery(of:)`` without a signature check.
 public struct Envelope: Sendable, Equatable {
     /// What an envelope carries.
     public enum Kind: UInt8, Sendable, CaseIterable, CustomStringConvertible {
@@ -68,6 +70,22 @@ public struct Envelope: Sendable, Equatable {
 
     /// SHA-256 of the sender's Ed25519 key: the sender's user ID, where receipts go.
     public var senderUserID: [UInt8] { Hash.sha256(senderSigningKey) }
+
+    /// Messages: the receipt commitment `c` (the nonce's first 16 bytes, ``ReceiptChain``).
+    /// A sender that commits makes it from the message key; an older sender's random nonce
+    /// is a commitment nobody can answer, so its receipts are checked by signature only.
+    public var receiptCommitment: ArraySlice<UInt8> { nonce.prefix(ReceiptChain.length) }
+
+    /// Whether this delivery receipt proves, by its revealed delivery proof (its message ID),
+    /// that `message` was delivered: it acknowledges that message (ref ID, addressed to its
+    /// sender), lives at least as long as it, and its message ID hashes to the message's
+    /// commitment. This needs no signature: only the message's recipient (or its sender)
+    /// can compute the proof (Docs/protocol.md, "Receipt proofs").
+    public func provesDelivery(of message: Envelope) -> Bool {
+        kind == .deliveryReceipt && message.kind == .message && refID == message.messageID
+            && recipientUserID == message.senderUserID && expiresMs >= message.expiresMs
+            && ReceiptChain.commitment(deliveryProof: messageID)[...] == message.receiptCommitment
+    }
 
     /// Whether the envelope has expired at `nowMs`.
     public func isExpired(atMs nowMs: Int64) -> Bool { nowMs >= expiresMs }
@@ -173,11 +191,19 @@ public struct Envelope: Sendable, Equatable {
     /// checked with ``verifySignature()`` (a receiver that verifies first, to tell a forgery
     /// from a stranger's message, need not pay for a second Ed25519 verification).
     public func decryptVerified(with identity: Identity) throws -> [UInt8] {
+        try decryptVerifiedWithProof(with: identity).plaintext
+    }
+
+    /// ``decryptVerified(with:)``, and the delivery proof to reveal in the delivery receipt
+    /// when the sender committed to one (nil for an older sender's message).
+    public func decryptVerifiedWithProof(with identity: Identity) throws -> (plaintext: [UInt8], deliveryProof: [UInt8]?) {
         try checkAddressed(to: identity)
         do {
-            return try SealedBox.open(ciphertext: encoded[Self.ciphertextOffset..<(Self.ciphertextOffset + ciphertext.count)],
-                                      additionalData: encoded[0..<Self.associatedDataLength],
-                                      ephemeralPublicKey: ephemeralKey, nonce: nonce, recipient: identity.kxKeyPair)
+            let key = try SealedBox.MessageKey(ephemeralPublicKey: ephemeralKey, recipient: identity.kxKeyPair)
+            let plaintext = try key.open(ciphertext: encoded[Self.ciphertextOffset..<(Self.ciphertextOffset + ciphertext.count)],
+                                         additionalData: encoded[0..<Self.associatedDataLength], nonce: nonce)
+            let proof = key.deliveryProof
+            return (plaintext, ReceiptChain.commitment(deliveryProof: proof)[...] == receiptCommitment ? proof : nil)
         } catch CryptoError.decryptionFailed {
             throw WireError.decryptionFailed
         } catch CryptoError.weakPublicKey {
@@ -192,18 +218,24 @@ public struct Envelope: Sendable, Equatable {
     /// Encrypts and signs a message to the user with Ed25519 key `recipientSigningKey`.
     public static func sealMessage(plaintext: [UInt8], from sender: Identity, toSigningKey recipientSigningKey: [UInt8],
                                    recipientKXKey: [UInt8], createdMs: Int64, ttlMs: Int64 = defaultTTLMilliseconds,
-                                   messageID: [UInt8]? = nil, ephemeral: KXKeyPair? = nil, nonce: [UInt8]? = nil) throws -> Envelope {
+                                   messageID: [UInt8]? = nil, ephemeral: KXKeyPair? = nil, nonce: [UInt8]? = nil,
+                                   nonceTail: [UInt8]? = nil) throws -> Envelope {
         try checkLength(recipientSigningKey, 32, "recipient Ed25519 key")
         return try sealMessage(plaintext: plaintext, from: sender, toUserID: Hash.sha256(recipientSigningKey),
                                recipientKXKey: recipientKXKey, createdMs: createdMs, ttlMs: ttlMs,
-                               messageID: messageID, ephemeral: ephemeral, nonce: nonce)
+                               messageID: messageID, ephemeral: ephemeral, nonce: nonce, nonceTail: nonceTail)
     }
 
     /// Encrypts and signs a message to `recipientUserID`, whose X25519 key is `recipientKXKey`.
-    /// `messageID`, `ephemeral` and `nonce` default to fresh random values; pass them only for test vectors.
+    ///
+    /// The nonce is the message's receipt commitment (16 bytes, ``ReceiptChain``) and 8
+    /// random bytes. `messageID`, `ephemeral` and `nonceTail` (those 8 bytes) default to
+    /// fresh random values; pass them only for test vectors. `nonce` replaces the whole
+    /// nonce, so the message commits to nothing (an older sender's message, for tests).
     public static func sealMessage(plaintext: [UInt8], from sender: Identity, toUserID recipientUserID: [UInt8],
                                    recipientKXKey: [UInt8], createdMs: Int64, ttlMs: Int64 = defaultTTLMilliseconds,
-                                   messageID: [UInt8]? = nil, ephemeral: KXKeyPair? = nil, nonce: [UInt8]? = nil) throws -> Envelope {
+                                   messageID: [UInt8]? = nil, ephemeral: KXKeyPair? = nil, nonce: [UInt8]? = nil,
+                                   nonceTail: [UInt8]? = nil) throws -> Envelope {
         guard plaintext.count <= maxPlaintextLength else {
             throw WireError.plaintextTooLarge(size: plaintext.count, limit: maxPlaintextLength)
         }
@@ -212,7 +244,17 @@ public struct Envelope: Sendable, Equatable {
         let id = messageID ?? Random.uuidV4()
         try checkLength(id, 16, "message ID")
         let eph = ephemeral ?? KXKeyPair.generate()
-        let nonce = nonce ?? SealedBox.randomNonce()
+        let key: SealedBox.MessageKey
+        do {
+            key = try SealedBox.MessageKey(ephemeral: eph, recipientKXKey: recipientKXKey)
+        } catch let error as CryptoError {
+            throw WireError.crypto(error)
+        }
+        // The message key is fresh for every message, so a nonce that is mostly a hash of it
+        // is still never reused under one key.
+        let tail = nonceTail ?? Random.bytes(SealedBox.nonceLength - ReceiptChain.length)
+        try checkLength(tail, SealedBox.nonceLength - ReceiptChain.length, "nonce tail")
+        let nonce = nonce ?? (key.receiptCommitment + tail)
         try checkLength(nonce, SealedBox.nonceLength, "nonce")
         let expires = try expiry(createdMs: createdMs, ttlMs: ttlMs)
 
@@ -221,8 +263,7 @@ public struct Envelope: Sendable, Equatable {
                        ephemeralKey: eph.publicKey, nonce: nonce)
         let ciphertext: [UInt8]
         do {
-            ciphertext = try SealedBox.seal(plaintext: plaintext, additionalData: w.bytes[0..<associatedDataLength],
-                                            recipientKXKey: recipientKXKey, ephemeral: eph, nonce: nonce)
+            ciphertext = try key.seal(plaintext: plaintext, additionalData: w.bytes[0..<associatedDataLength], nonce: nonce)
         } catch let error as CryptoError {
             throw WireError.crypto(error)
         }
@@ -232,6 +273,8 @@ public struct Envelope: Sendable, Equatable {
     }
 
     /// Builds a signed delivery or read receipt for `messageID`, addressed to the original sender.
+    /// A delivery receipt for a message that committed to a proof takes that proof as its
+    /// `messageID` (``decryptVerifiedWithProof(with:)``); any other gets a random one.
     public static func receipt(kind: Kind, for acknowledgedMessageID: [UInt8], originalSenderUserID: [UInt8],
                                from sender: Identity, createdMs: Int64, ttlMs: Int64 = defaultTTLMilliseconds,
                                messageID: [UInt8]? = nil) throws -> Envelope {

@@ -63,6 +63,72 @@ final class DeliveryIntegrityTests: XCTestCase {
         try Wait.until(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered == 1 }
     }
 
+    // MARK: 1b. Receipt proofs
+
+    /// A delivery receipt that reveals the proof its message committed to ends the hub's
+    /// custody without a signature check (Docs/protocol.md, "Receipt proofs"). Whoever saw
+    /// the proof (an on-path hub) can send a re-dated copy with a broken signature first; the
+    /// real receipt then takes its place instead of being refused as a conflict, so the copy
+    /// that reaches the sender is one every hub and endpoint accepts. Without the proof, a
+    /// broken signature is refused as before.
+    func testAReceiptRevealingItsProofCountsAndABrokenCopyGivesWayToTheRealOne() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        // Anybody may hand a bundle to a hub; mallory carries alice's message in, so alice is
+        // not attached when the receipts arrive.
+        let mallory = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.0.0.2")
+        let message = try seal("prove it", from: s.alice, to: s.bob)
+        try mallory.send(message)
+        XCTAssertNil(RawPeer.refusal(try mallory.answer(for: message.bundleID)))
+        let proof = try XCTUnwrap(try message.decryptVerifiedWithProof(with: s.bob).deliveryProof)
+
+        func receipt(id: [UInt8], createdMs: Int64, breakSignature: Bool) throws -> (envelope: Envelope, bundle: [UInt8]) {
+            let e = try Envelope.receipt(kind: .deliveryReceipt, for: message.messageID, originalSenderUserID: s.alice.userID,
+                                         from: s.bob, createdMs: createdMs, messageID: id)
+            var bytes = YaokWire.Bundle(envelope: e).encoded
+            if breakSignature { bytes[bytes.count - 1] ^= 1 }
+            return (e, bytes)
+        }
+        let now = Clock.nowMilliseconds()
+        // Without the proof, a broken signature is a bad signature.
+        let guessed = try receipt(id: Random.bytes(16), createdMs: now, breakSignature: true)
+        try mallory.send(TLVRecord(.bundle, value: guessed.bundle))
+        XCTAssertEqual(RawPeer.refusal(try mallory.answer(for: guessed.envelope.bundleID)), .badSignature)
+        XCTAssertEqual(try s.hub.status().router.queue.delivered, 0)
+
+        // With it, a re-dated copy whose signature is broken is taken, and ends custody.
+        let real = try receipt(id: proof, createdMs: now, breakSignature: false)
+        let copy = try receipt(id: proof, createdMs: now + 1_000, breakSignature: true)
+        XCTAssertEqual(copy.envelope.bundleID, real.envelope.bundleID)
+        XCTAssertNotEqual(copy.bundle, real.bundle)
+        try mallory.send(TLVRecord(.bundle, value: copy.bundle))
+        XCTAssertNil(RawPeer.refusal(try mallory.answer(for: real.envelope.bundleID)))
+        var c = try s.hub.status().router
+        XCTAssertEqual(c.counters.receiptsProven, 1)
+        XCTAssertEqual(c.counters.refusedSignature, 1, "only the guessed one")
+        XCTAssertEqual(c.queue.delivered, 1, "the message is delivered")
+
+        // Bob's real receipt replaces the copy, and is acknowledged, not refused as a conflict.
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        try bob.send(TLVRecord(.bundle, value: real.bundle))
+        XCTAssertNil(RawPeer.refusal(try bob.answer(for: real.envelope.bundleID)))
+        c = try s.hub.status().router
+        XCTAssertEqual(c.counters.receiptsReplaced, 1)
+        XCTAssertEqual(c.counters.refusedConflict, 0)
+        // The broken copy again is now the conflict.
+        try mallory.send(TLVRecord(.bundle, value: copy.bundle))
+        try Wait.until(timeout: 10, "the broken copy refused as a conflict") {
+            mallory.frames(.custodyRefused).contains { RawPeer.refusal($0) == .conflict }
+        }
+
+        // Alice gets the real receipt, and bob never gets the message.
+        let alice = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        try Wait.until(timeout: 20, "alice's receipt") { alice.receivedEnvelopes.contains { $0.bundleID == real.envelope.bundleID } }
+        XCTAssertEqual(Set(alice.receivedEnvelopes.filter { $0.bundleID == real.envelope.bundleID }.map(\.encoded)), [real.envelope.encoded],
+                       "every copy alice got is the real one")
+        XCTAssertFalse(bob.receivedEnvelopes.contains { $0.bundleID == message.bundleID })
+    }
+
     // MARK: 2. ID squatting
 
     func testMessageIDSquattingAndConflictingContent() throws {

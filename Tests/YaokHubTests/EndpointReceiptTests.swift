@@ -65,6 +65,38 @@ final class EndpointReceiptTests: XCTestCase {
         XCTAssertEqual(try alice.store.outboxItem(item.messageID)?.state, .delivered)
     }
 
+    /// Bob's delivery receipt reveals the proof alice's message committed to
+    /// (Docs/protocol.md, "Receipt proofs"), and alice counts it by that proof: two hashes
+    /// instead of an Ed25519 verification, so even with its signature broken. A receipt that
+    /// does not reveal the proof still needs its signature.
+    func testAReceiptRevealingItsMessagesProofCountsWithoutASignatureCheck() throws {
+        let item = try alice.compose(to: bobContact, text: "proof, please")
+        let message = try YaokWire.Bundle(parsing: item.bundle).envelope
+        guard case .message = bob.receive(bundle: item.bundle).0 else { return XCTFail("bob's copy") }
+        let stored = try XCTUnwrap(try bob.store.outbox(states: [.pending]).first { $0.kind == Envelope.Kind.deliveryReceipt.rawValue })
+        let bobsReceipt = try YaokWire.Bundle(parsing: stored.bundle).envelope
+        XCTAssertTrue(bobsReceipt.provesDelivery(of: message), "bob's receipt reveals the proof")
+        XCTAssertTrue(bobsReceipt.verifySignature(), "and is signed, for hubs that check signatures")
+        var broken = stored.bundle
+        broken[broken.count - 1] ^= 1
+        XCTAssertEqual(alice.receive(bundle: broken).0, .receipt(kind: .deliveryReceipt, for: item.messageID))
+        XCTAssertEqual(try alice.store.outboxItem(item.messageID)?.state, .delivered)
+
+        // Without the proof (a random receipt ID), a broken signature is refused as one.
+        let other = try alice.compose(to: bobContact, text: "no proof")
+        var forged = try receipt(.deliveryReceipt, for: other)
+        forged[forged.count - 1] ^= 1
+        XCTAssertEqual(alice.receive(bundle: forged).0.rejectionKind, .badSignature)
+        XCTAssertEqual(try alice.store.outboxItem(other.messageID)?.state, .pending)
+        // And the proof of one message does not count for another.
+        let misdirected = try Envelope.receipt(kind: .deliveryReceipt, for: other.messageID, originalSenderUserID: alice.identity.userID,
+                                               from: bob.identity, createdMs: Endpoint.wallClock(), messageID: bobsReceipt.messageID)
+        XCTAssertFalse(misdirected.provesDelivery(of: try YaokWire.Bundle(parsing: other.bundle).envelope))
+        var misdirectedBroken = YaokWire.Bundle(envelope: misdirected).encoded
+        misdirectedBroken[misdirectedBroken.count - 1] ^= 1
+        XCTAssertEqual(alice.receive(bundle: misdirectedBroken).0.rejectionKind, .badSignature)
+    }
+
     /// A store written before the receipt bits: its outbox has no `receipts_seen` and a
     /// `seen_bundles` list names what arrived. Opened again, it keeps knowing both.
     func testAStoreWithASeenListMovesToReceiptBits() throws {

@@ -63,6 +63,10 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(message["from"] as? String, "Alice")
         XCTAssertEqual(message["id"] as? String, id)
         try Wait.until(timeout: 10, "message delivered at the hub") { try hub.status().router.queue.delivered >= 1 }
+        // Bob's receipt revealed the proof Alice's message committed to: the hub took it by
+        // that proof, without an Ed25519 verification (Docs/protocol.md, "Receipt proofs").
+        XCTAssertEqual(try hub.status().router.counters.receiptsProven, 1)
+        XCTAssertEqual(try hub.status().router.counters.receiptsUnverified, 0)
 
         // Alice attaches and learns it was delivered.
         let receipts = try Self.yaok(alice, ["listen", "--hub", url, "--json", "--timeout", "5"], expectSuccess: true)

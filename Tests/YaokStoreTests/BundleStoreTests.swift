@@ -38,6 +38,32 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(7)))
     }
 
+    /// A held receipt gives way to another envelope under its bundle ID (the router's answer
+    /// to a re-dated copy of a proven receipt): bytes, size and times change, state and
+    /// holders stay; a tombstone or an unknown ID changes nothing.
+    func testReplaceEnvelopeChangesOnlyAHeldBundlesEnvelope() throws {
+        let store = try openStore(try makeTempDirectory(self))
+        XCTAssertEqual(try store.accept(makeBundle(1, kind: 2, acknowledging: bundleID(7)), nowMs: 0), .stored)
+        try store.recordPeerHas(bundleID(1), peer: userID(6))
+        var real = makeBundle(1, expiresMs: 20_000_000, size: 120, kind: 2, acknowledging: bundleID(7))
+        real.bytes = [UInt8](repeating: 0xEE, count: 120)
+        XCTAssertTrue(try store.replaceEnvelope(with: real))
+        let held = try XCTUnwrap(try store.bundle(bundleID(1)))
+        XCTAssertEqual(held.bytes, .held(real.bytes))
+        XCTAssertEqual(held.size, 120)
+        XCTAssertEqual(held.expiresMs, 20_000_000)
+        XCTAssertEqual(held.state, .queued)
+        XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(6)))
+        XCTAssertEqual(try store.totalBytes(), 120)
+
+        XCTAssertEqual(try store.accept(makeBundle(2), nowMs: 0), .stored)
+        try store.markDelivered(bundleID(2), nowMs: 10)
+        XCTAssertFalse(try store.replaceEnvelope(with: makeBundle(2)), "a tombstone keeps no envelope to replace")
+        XCTAssertEqual(try store.bundle(bundleID(2))?.bytes, .dropped)
+        XCTAssertFalse(try store.replaceEnvelope(with: makeBundle(3)), "not held")
+        XCTAssertNil(try store.bundle(bundleID(3)))
+    }
+
     func testUnknownIDsRecordsNobodyAsHolder() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1), nowMs: 5_000), .stored)

@@ -168,4 +168,61 @@ final class EnvelopeTests: XCTestCase {
         XCTAssertEqual(env.nonce, Fixed.nonce)
         XCTAssertEqual(env.messageID, Fixed.messageID)
     }
+
+    // MARK: Receipt proofs (Docs/protocol.md, "Receipt proofs")
+
+    /// A message commits to a delivery proof that its recipient finds by decrypting it; a
+    /// delivery receipt revealing it proves delivery without a signature. Nothing an
+    /// attacker sees or can make without the message key proves it.
+    func testAMessageCommitsToAProofOnlyItsRecipientCanReveal() throws {
+        let alice = Identity.generate(), bob = Identity.generate(), eve = Identity.generate()
+        let now: Int64 = 1_767_225_600_000
+        func seal(_ text: String, to: Identity) throws -> Envelope {
+            try Envelope.sealMessage(plaintext: Array(text.utf8), from: alice, toSigningKey: to.signingKey,
+                                     recipientKXKey: to.kxKey, createdMs: now, ttlMs: 3_600_000)
+        }
+        let m = try seal("the well at noon", to: bob)
+        let (plaintext, proof) = try m.decryptVerifiedWithProof(with: bob)
+        XCTAssertEqual(plaintext, Array("the well at noon".utf8))
+        let d = try XCTUnwrap(proof, "a new sender's message commits to a proof")
+        XCTAssertEqual(ReceiptChain.commitment(deliveryProof: d)[...], m.receiptCommitment)
+        XCTAssertEqual(m.nonce.count, 24)
+        XCTAssertThrowsWire(.wrongRecipient, try m.decryptVerifiedWithProof(with: eve))
+
+        func receipt(_ kind: Envelope.Kind = .deliveryReceipt, for message: Envelope, id: [UInt8], from signer: Identity,
+                     to addressee: [UInt8]? = nil, ttlMs: Int64 = Envelope.defaultTTLMilliseconds) throws -> Envelope {
+            try Envelope.receipt(kind: kind, for: message.messageID, originalSenderUserID: addressee ?? message.senderUserID,
+                                 from: signer, createdMs: now + 1_000, ttlMs: ttlMs, messageID: id)
+        }
+        XCTAssertTrue(try receipt(for: m, id: d, from: bob).provesDelivery(of: m))
+        // The proof counts whoever signed: it is the proof, not the key, that only bob has.
+        XCTAssertTrue(try receipt(for: m, id: d, from: eve).provesDelivery(of: m))
+
+        // What does not prove it: the public commitment itself, a random ID, another
+        // message's proof, the right proof for another message, in a read receipt, to
+        // another addressee, or in a receipt that expires before the message.
+        XCTAssertFalse(try receipt(for: m, id: Array(m.receiptCommitment), from: eve).provesDelivery(of: m))
+        XCTAssertFalse(try receipt(for: m, id: Random.bytes(16), from: bob).provesDelivery(of: m))
+        let other = try seal("the well at noon", to: bob)
+        XCTAssertNotEqual(other.receiptCommitment, m.receiptCommitment, "the same text twice commits to two proofs")
+        let otherProof = try XCTUnwrap(try other.decryptVerifiedWithProof(with: bob).deliveryProof)
+        XCTAssertFalse(try receipt(for: m, id: otherProof, from: bob).provesDelivery(of: m))
+        XCTAssertFalse(try receipt(for: other, id: d, from: bob).provesDelivery(of: other))
+        XCTAssertFalse(try receipt(.readReceipt, for: m, id: d, from: bob).provesDelivery(of: m))
+        XCTAssertFalse(try receipt(for: m, id: d, from: bob, to: eve.userID).provesDelivery(of: m))
+        XCTAssertFalse(try receipt(for: m, id: d, from: bob, ttlMs: 1_000).provesDelivery(of: m))
+        XCTAssertFalse(try receipt(for: m, id: d, from: bob).provesDelivery(of: try receipt(for: m, id: d, from: bob)),
+                       "only a message has a commitment")
+    }
+
+    /// An older sender's nonce is random: its message commits to nothing, so the recipient
+    /// answers with an ordinary receipt, and no receipt proves it without a signature.
+    func testAMessageWithARandomNonceCommitsToNothing() throws {
+        let alice = Identity.generate(), bob = Identity.generate()
+        let m = try Envelope.sealMessage(plaintext: [1, 2, 3], from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey,
+                                         createdMs: 1_000, nonce: SealedBox.randomNonce())
+        let (plaintext, proof) = try m.decryptVerifiedWithProof(with: bob)
+        XCTAssertEqual(plaintext, [1, 2, 3])
+        XCTAssertNil(proof)
+    }
 }

@@ -26,6 +26,14 @@ enum Fixed {
                                  recipientKXKey: recipient.kxKey, createdMs: createdMs,
                                  messageID: messageID, ephemeral: ephemeral, nonce: nonce)
     }
+
+    /// The same message from a sender that commits to a receipt proof: its nonce is the
+    /// commitment and 8 bytes of 0x08.
+    static func committedMessage() throws -> Envelope {
+        try Envelope.sealMessage(plaintext: plaintext, from: sender, toSigningKey: recipient.signingKey,
+                                 recipientKXKey: recipient.kxKey, createdMs: createdMs,
+                                 messageID: messageID, ephemeral: ephemeral, nonceTail: [UInt8](repeating: 0x08, count: 8))
+    }
 }
 
 func hex(_ s: String) -> [UInt8] {

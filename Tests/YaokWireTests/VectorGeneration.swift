@@ -14,6 +14,13 @@ enum ComputedVectors {
         let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: message.messageID,
                                            originalSenderUserID: message.senderUserID, from: Fixed.recipient,
                                            createdMs: Fixed.createdMs + 60_000, messageID: Fixed.receiptID)
+        let committed = try Fixed.committedMessage()
+        guard let proof = try committed.decryptVerifiedWithProof(with: Fixed.recipient).deliveryProof else {
+            throw WireError.invalidArgument("the committed vector message commits to no proof")
+        }
+        let provenReceipt = try Envelope.receipt(kind: .deliveryReceipt, for: committed.messageID,
+                                                 originalSenderUserID: committed.senderUserID, from: Fixed.recipient,
+                                                 createdMs: Fixed.createdMs + 60_000, messageID: proof)
         let contact = try ContactCode.make(identity: Fixed.sender, name: "Amina")
         let ack = CustodyAck(bundleID: message.bundleID)
         let refusal = CustodyRefusal(bundleID: message.bundleID, reason: .expired)
@@ -48,6 +55,10 @@ enum ComputedVectors {
             ("originBundle", Hex.encode(origin.encoded)),
             ("forwardedBundleHopHeader", Hex.encode(forwarded.hop.encoded)),
             ("deliveryReceipt", Hex.encode(receipt.encoded)),
+            ("committedMessageEnvelope", Hex.encode(committed.encoded)),
+            ("receiptCommitment", Hex.encode(Array(committed.receiptCommitment))),
+            ("deliveryProof", Hex.encode(proof)),
+            ("provenDeliveryReceipt", Hex.encode(provenReceipt.encoded)),
             ("messageBundleID", Hex.encode(message.bundleID)),
             ("receiptBundleID", Hex.encode(receipt.bundleID)),
             ("receiptAcknowledgedBundleID", Hex.encode(receipt.acknowledgedBundleID ?? [])),

@@ -26,6 +26,8 @@ extension VectorTests {
             "hubUserID": Vectors.hubUserID, "ephemeralKXKey": Vectors.ephemeralKXKey,
             "messageEnvelope": Vectors.messageEnvelope, "originBundle": Vectors.originBundle,
             "forwardedBundleHopHeader": Vectors.forwardedBundleHopHeader, "deliveryReceipt": Vectors.deliveryReceipt,
+            "committedMessageEnvelope": Vectors.committedMessageEnvelope, "receiptCommitment": Vectors.receiptCommitment,
+            "deliveryProof": Vectors.deliveryProof, "provenDeliveryReceipt": Vectors.provenDeliveryReceipt,
             "messageBundleID": Vectors.messageBundleID, "receiptBundleID": Vectors.receiptBundleID,
             "receiptAcknowledgedBundleID": Vectors.receiptAcknowledgedBundleID,
             "contactURI": Vectors.contactURI, "custodyAckFrame": Vectors.custodyAckFrame,
@@ -55,6 +57,12 @@ extension VectorTests {
         XCTAssertEqual(bundle.envelope, message)
         let receipt = try Envelope(parsing: hex(Vectors.deliveryReceipt)).verified()
         XCTAssertEqual(receipt.refID, message.messageID)
+        XCTAssertFalse(receipt.provesDelivery(of: message), "a message with a random nonce commits to nothing")
+        let committed = try Envelope(parsing: hex(Vectors.committedMessageEnvelope)).verified()
+        XCTAssertEqual(try committed.open(with: Fixed.recipient), Fixed.plaintext)
+        let proven = try Envelope(parsing: hex(Vectors.provenDeliveryReceipt)).verified()
+        XCTAssertEqual(proven.messageID, hex(Vectors.deliveryProof))
+        XCTAssertTrue(proven.provesDelivery(of: committed))
         let contact = try ContactCode(parsing: Vectors.contactURI)
         XCTAssertEqual(contact.name, "Amina")
         XCTAssertEqual(contact.signingKey, Fixed.sender.signingKey)
