@@ -42,6 +42,7 @@ public enum StatusFormatter {
         let defended: [(String, Int)] = [
             ("frames over a link's rate", c.framesRateLimited), ("frames over a link's backlog", c.framesQueueFull), ("of them not bundles", c.framesQueueFullOther),
             ("offered IDs dropped", c.offersDropped), ("unverified receipts", c.receiptsUnverified),
+            ("altered receipts replaced by the real one", c.receiptsReplaced),
             ("attachments refused", c.attachmentsRefused), ("already delivered", c.alreadyDelivered),
             ("links refused for their claimed role", c.rolesRefused),
             ("certificates refused", c.certificatesRefused), ("frames from untrusted hubs refused", c.untrustedHubFramesRefused),

@@ -63,9 +63,18 @@ final class RelayPathTests: XCTestCase {
         XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
 
         // Bob's delivery receipt travels relay → hub → Alice.
-        try Wait.until(timeout: 30, "Alice's receipt") {
-            let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
-            return events.contains { $0["event"] as? String == "delivered" && $0["id"] as? String == id }
+        var aliceListens: [[[String: Any]]] = []
+        do {
+            try Wait.until(timeout: 30, "Alice's receipt") {
+                let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+                aliceListens.append(events)
+                return events.contains { $0["event"] as? String == "delivered" && $0["id"] as? String == id }
+            }
+        } catch {
+            // Failed once in CI under load; what each side saw, for the next time.
+            let relayText = (try? String(contentsOfFile: relayLog, encoding: .utf8)) ?? ""
+            print("bob (relay) saw: \(bobGot)\nalice's listens: \(aliceListens)\nhub status: \((try? hub.status().router.counters).map { "\($0)" } ?? "-")\nhub log:\n\(hub.log)\nrelay log:\n\(relayText)")
+            throw error
         }
 
         // And back: Bob (internet) writes to Alice (field), who is attached to the hub.
