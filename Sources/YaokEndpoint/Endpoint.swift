@@ -189,9 +189,6 @@ public final class Endpoint: @unchecked Sendable {
     ///
     /// Identity is the bundle ID (sender key + message ID), so a non-contact's bundle under a
     /// contact's message ID is a different bundle and cannot make the real one look received.
-    /// A new message and its delivery receipt are stored in one transaction: a crash leaves
-    /// both or neither (then the hub sends it again, and the inbox row makes a second copy a
-    /// duplicate). A receipt counts once per kind, and only from the item's recipient.
     /// Whether `e` is a delivery receipt whose proof our own outbox message committed to.
     private func provedByItsMessage(_ e: Envelope) -> Bool {
         guard e.kind == .deliveryReceipt, e.recipientUserID == identity.userID,
@@ -200,6 +197,9 @@ public final class Endpoint: @unchecked Sendable {
         return e.provesDelivery(of: message)
     }
 
+    /// A new message and its delivery receipt are stored in one transaction: a crash leaves
+    /// both or neither (then the hub sends it again, and the inbox row makes a second copy a
+    /// duplicate). A receipt counts once per kind, and only from the item's recipient.
     public func receive(bundle bytes: [UInt8]) -> (Incoming, Answer) {
         let t = now()
         let bundle: YaokWire.Bundle

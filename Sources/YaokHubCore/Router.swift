@@ -252,7 +252,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Per-link admission before the router queue (rate and backlog), on plugin threads.
     private let admission: FrameAdmission
     /// The receipt commitments of messages stored lately, read on the transports' threads.
-    let receiptCommitments = ReceiptCommitments()
+    private let receiptCommitments = ReceiptCommitments()
     private var senderWindow: (startMs: Int64, counts: [[UInt8]: Int]) = (0, [:])
     /// The latest relay registration each attached endpoint gave us (the relay checks it).
     private var registrations: [[UInt8]: [UInt8]] = [:]

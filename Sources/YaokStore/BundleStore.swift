@@ -444,17 +444,21 @@ public final class BundleStore: @unchecked Sendable {
     }
 
     /// Puts `b`'s envelope in place of the held bundle's under the same bundle ID (its bytes,
-    /// size and times; its state and holders stay). The router does this only when the held
-    /// envelope's signature fails and `b`'s verifies: a delivery receipt admitted by its proof
-    /// alone may be an on-path hub's re-dated copy of the real one (Docs/protocol.md,
-    /// "Receipt proofs"). Whether a held (not tombstoned) bundle was changed.
+    /// size and times; its state stays). The router does this only when the held envelope's
+    /// signature fails and `b`'s verifies: a delivery receipt admitted by its proof alone may
+    /// be an on-path hub's re-dated copy of the real one (Docs/protocol.md, "Receipt
+    /// proofs"). The bundle's holders are forgotten: a neighbour recorded as holding the old
+    /// envelope may only have refused it (a bad signature is refused for good), and must be
+    /// offered the real one. Whether a held (not tombstoned) bundle was changed.
     public func replaceEnvelope(with b: NewBundle) throws -> Bool {
         try Self.validate(b)
         return try database.transaction {
             try database.execute(SQL.replaceEnvelope, [.blob(b.bundleID), .blob(b.bytes), .integer(Int64(b.bytes.count)),
                                                        .integer(b.createdMs), .integer(b.expiresMs)],
                                  purpose: "replacing a held envelope")
-            return database.changes > 0
+            guard database.changes > 0 else { return false }
+            try database.execute(SQL.forgetHolders, [.blob(b.bundleID)], purpose: "forgetting the holders of a replaced envelope")
+            return true
         }
     }
 

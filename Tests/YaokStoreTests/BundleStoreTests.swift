@@ -39,8 +39,9 @@ final class BundleStoreTests: XCTestCase {
     }
 
     /// A held receipt gives way to another envelope under its bundle ID (the router's answer
-    /// to a re-dated copy of a proven receipt): bytes, size and times change, state and
-    /// holders stay; a tombstone or an unknown ID changes nothing.
+    /// to a re-dated copy of a proven receipt): bytes, size and times change, the state
+    /// stays, and the holders are forgotten (one may only have refused the old envelope for
+    /// its signature); a tombstone or an unknown ID changes nothing.
     func testReplaceEnvelopeChangesOnlyAHeldBundlesEnvelope() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, kind: 2, acknowledging: bundleID(7)), nowMs: 0), .stored)
@@ -53,7 +54,7 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(held.size, 120)
         XCTAssertEqual(held.expiresMs, 20_000_000)
         XCTAssertEqual(held.state, .queued)
-        XCTAssertTrue(try store.peerHas(bundleID(1), peer: userID(6)))
+        XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(6)), "offered the real envelope again")
         XCTAssertEqual(try store.totalBytes(), 120)
 
         XCTAssertEqual(try store.accept(makeBundle(2), nowMs: 0), .stored)
