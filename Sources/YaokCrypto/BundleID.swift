@@ -19,12 +19,6 @@ public enum BundleID {
     /// The bundle ID of the message `messageID` sent by `senderUserID`.
     public static func of(senderUserID: [UInt8], messageID: [UInt8]) -> [UInt8] {
         precondition(senderUserID.count == 32 && messageID.count == 16, "bundle ID inputs: 32-byte user ID and 16-byte message ID")
-        Sodium.ensureInitialized()
-        let input = domain + senderUserID + messageID
-        var out = [UInt8](repeating: 0, count: length)
-        input.withUnsafeBufferPointer { p in
-            _ = crypto_generichash(&out, length, p.baseAddress, UInt64(p.count), nil, 0)
-        }
-        return out
+        return Hash.blake2b(domain + senderUserID + messageID, length: length)
     }
 }

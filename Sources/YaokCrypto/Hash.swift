@@ -15,6 +15,17 @@ public enum Hash {
         return out
     }
 
+    /// The unkeyed BLAKE2b digest (`crypto_generichash`) of `input`, `length` bytes long
+    /// (16…64): the labelled hashes of bundle IDs and receipt proofs.
+    public static func blake2b(_ input: [UInt8], length: Int) -> [UInt8] {
+        Sodium.ensureInitialized()
+        var out = [UInt8](repeating: 0, count: length)
+        input.withUnsafeBufferPointer { p in
+            _ = crypto_generichash(&out, length, p.baseAddress, UInt64(p.count), nil, 0)
+        }
+        return out
+    }
+
     /// The SHA-256 digest of a slice, without copying it first.
     public static func sha256(_ bytes: ArraySlice<UInt8>) -> [UInt8] {
         Sodium.ensureInitialized()

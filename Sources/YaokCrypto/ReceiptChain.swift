@@ -41,12 +41,6 @@ public enum ReceiptChain {
     public static func commitment(deliveryProof d: some Collection<UInt8>) -> [UInt8] { hash(commitLabel, d) }
 
     private static func hash(_ label: [UInt8], _ value: some Collection<UInt8>) -> [UInt8] {
-        Sodium.ensureInitialized()
-        let input = label + Array(value)
-        var out = [UInt8](repeating: 0, count: length)
-        input.withUnsafeBufferPointer { p in
-            _ = crypto_generichash(&out, length, p.baseAddress, UInt64(p.count), nil, 0)
-        }
-        return out
+        Hash.blake2b(label + Array(value), length: length)
     }
 }

@@ -1,5 +1,4 @@
 import Synchronization
-import YaokCrypto
 import YaokReconcile
 import YaokWire
 
@@ -46,13 +45,12 @@ final class ReceiptCommitments: Sendable {
     }
 
     /// Whether `receipt` is a delivery receipt whose message ID is the delivery proof of a
-    /// message recorded here, and lives at least as long as that message (the same rule as
+    /// message recorded here, and lives at least as long as that message (the rule of
     /// ``YaokWire/Envelope/provesDelivery(of:)``, without the message itself).
     func proves(_ receipt: Envelope) -> Bool {
         guard receipt.kind == .deliveryReceipt, let message = receipt.acknowledgedBundleID,
-              let key = ReconcileID(message) else { return false }
-        guard let entry = table.withLock({ $0.byMessage[key] }), receipt.expiresMs >= entry.expiresMs else { return false }
-        return ReconcileID(ReceiptChain.commitment(deliveryProof: receipt.messageID)) == entry.value
+              let key = ReconcileID(message), let entry = table.withLock({ $0.byMessage[key] }) else { return false }
+        return receipt.revealsDeliveryProof(committedTo: entry.value.bytes, messageExpiresMs: entry.expiresMs)
     }
 
     var count: Int { table.withLock { $0.byMessage.count } }

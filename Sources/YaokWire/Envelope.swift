@@ -82,9 +82,17 @@ public struct Envelope: Sendable, Equatable {
     /// commitment. This needs no signature: only the message's recipient (or its sender)
     /// can compute the proof (Docs/protocol.md, "Receipt proofs").
     public func provesDelivery(of message: Envelope) -> Bool {
-        kind == .deliveryReceipt && message.kind == .message && refID == message.messageID
-            && recipientUserID == message.senderUserID && expiresMs >= message.expiresMs
-            && ReceiptChain.commitment(deliveryProof: messageID)[...] == message.receiptCommitment
+        message.kind == .message && refID == message.messageID && recipientUserID == message.senderUserID
+            && revealsDeliveryProof(committedTo: message.receiptCommitment, messageExpiresMs: message.expiresMs)
+    }
+
+    /// The part of ``provesDelivery(of:)`` that needs only the acknowledged message's
+    /// commitment and expiry, for a caller that found them under ``acknowledgedBundleID``
+    /// (which binds the ref ID and the addressee): a delivery receipt that lives at least as
+    /// long as the message and whose message ID hashes to `commitment`.
+    public func revealsDeliveryProof(committedTo commitment: some Collection<UInt8>, messageExpiresMs: Int64) -> Bool {
+        kind == .deliveryReceipt && expiresMs >= messageExpiresMs
+            && ReceiptChain.commitment(deliveryProof: messageID).elementsEqual(commitment)
     }
 
     /// Whether the envelope has expired at `nowMs`.
