@@ -277,6 +277,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Where the next tick's page of due bundles starts (nil: from the oldest).
     private var dueCursor: StoredBundle?
     static let duePage = 500
+    /// Bundles an untrusted hub acknowledged (open trust), by the tick they were acknowledged
+    /// in: `current` since the last tick, `previous` the tick before. Custody stays ours, and
+    /// the retry the store schedules for each (``failAttemptIfStillInFlight(_:nowMs:)``) waits
+    /// a full tick, by when most have their delivery receipt and need no store write at all:
+    /// it was a page write per bundle at every hop of an open-trust line (issue 16). Until
+    /// then the due walk passes them over, as it does bundles on the wire. Losing these in a
+    /// crash loses nothing: the bundles are queued and due, and are offered again.
+    private var untrustedAcks: (current: Set<[UInt8]>, previous: Set<[UInt8]>) = ([], [])
+    static let maxUntrustedAcksDeferred = 16_384
     /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
     /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
     /// that depends on the group (a custody ack) left before it.
@@ -859,6 +868,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             try store.deliveryReceipt(for: ref, signedBy: proven ? nil : receipt.senderUserID, nowMs: now())
         }
         if counted == false { counters.receiptsUnverified += 1 }
+        if counted == true {
+            // Delivered: no retry to schedule for it.
+            untrustedAcks.current.remove(ref)
+            untrustedAcks.previous.remove(ref)
+        }
     }
 
     /// A receipt admitted by its proof alone may be a copy of the real one that an on-path
@@ -916,7 +930,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 // uses up a spray-and-wait copy nor stops an offer to anybody else.
                 counters.untrustedHandOvers += 1
                 noteUntrustedHolds([id], on: link)
-                failAttemptIfStillInFlight(id, nowMs: t)
+                if untrustedAcks.current.count + untrustedAcks.previous.count < Self.maxUntrustedAcksDeferred {
+                    untrustedAcks.current.insert(id)
+                } else {
+                    failAttemptIfStillInFlight(id, nowMs: t)
+                }
                 logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
                 continue
             }
@@ -1630,11 +1648,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 }
             }
         }
+        // Untrusted hubs' acknowledgements a tick old whose receipt has not come: their retries.
+        for id in untrustedAcks.previous { failAttemptIfStillInFlight(id, nowMs: t) }
+        untrustedAcks = (current: [], previous: untrustedAcks.current)
         // A page of due bundles a tick, walking round the whole queue: each is looked at
         // again within (queued / 500) s, however many stay due ahead of it.
         if let due = storeCall("due", { try store.due(nowMs: t, limit: Self.duePage, withBytes: false, after: dueCursor) }) {
             let wire = onTheWire()
-            for b in due where !wire.contains(b.bundleID) { route(b) }
+            for b in due where !wire.contains(b.bundleID) && !untrustedAcks.previous.contains(b.bundleID) { route(b) }
             dueCursor = due.count < Self.duePage ? nil : due.last
         }
         if t - lastSweepMs >= 60_000 {

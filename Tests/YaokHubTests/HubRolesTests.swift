@@ -136,6 +136,15 @@ final class HubRolesTests: XCTestCase {
         XCTAssertEqual(status.queue.queued, 1, "the bundle is ours and queued again")
         XCTAssertEqual(status.counters.forwarded, 0)
         XCTAssertEqual(try linkTrust(s, malloryKey), "untrusted")
+        // No receipt follows: a tick after the hand-over the bundle waits out its first retry
+        // time like any failed attempt (the router defers that store write by a tick, for the
+        // receipt that usually ends it first).
+        let db = try TestSupport.openHubStore(s.dir)
+        try Wait.until(timeout: 10, "the retry scheduled") {
+            try db.query("SELECT attempts FROM bundles WHERE bundle_id = ?", [.blob(victim.bundleID)]).first?.first?.intValue == 1
+        }
+        let offersOfVictim = mallory.frames(.summary).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] }.filter { $0 == victim.bundleID }
+        XCTAssertEqual(offersOfVictim.count, 1, "not offered again to the hub that has it")
 
         // A trusted route comes: it is offered the bundle and takes custody for real.
         let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
