@@ -165,7 +165,11 @@ public final class RelayClient: @unchecked Sendable {
     /// A handshake run beside a live session after a RESET (see ``handle(_:)``).
     private var rehandshake: (ephemeral: EphemeralKX, nextAttemptMs: Int64, backoff: Backoff)?
     private var socket: RelayLink?
-    private var thread: Thread?
+    /// Signalled when the client's thread returns. ``stop()`` waits for it, so no event comes
+    /// after `stop()` returns (a hub plugin is destroyed next, and the host's callback table
+    /// with it).
+    private var threadExited: DispatchSemaphore?
+    private var threadID: pthread_t?
     private var running = false
     /// Which start() the running thread belongs to (a stop() then start() ends the old one).
     private var generation = 0
@@ -246,16 +250,24 @@ public final class RelayClient: @unchecked Sendable {
             lock.withLock { lastChange = change }
             emit(.nodeChanged(change))
         }
-        let t = Thread { [weak self] in self?.run(gen) }
+        let exited = DispatchSemaphore(value: 0)
+        lock.withLock {
+            threadExited = exited
+            threadID = nil
+        }
+        let t = Thread { [weak self] in
+            self?.run(gen)
+            exited.signal()
+        }
         t.name = "yaok-relay-client"
-        thread = t
         t.start()
     }
 
-    /// Stops the thread and closes the socket. Reports ``Event/disconnected(reason:)`` if connected.
+    /// Stops the thread (waiting up to 1.5 s for it to return, unless called on it, e.g. from
+    /// ``onEvent``) and closes the socket. Reports ``Event/disconnected(reason:)`` if connected.
     public func stop() {
-        let (s, wasConnected): (RelayLink?, Bool) = lock.withLock {
-            guard running else { return (nil, false) }
+        let (s, wasConnected, exited, runner): (RelayLink?, Bool, DispatchSemaphore?, pthread_t?) = lock.withLock {
+            guard running else { return (nil, false, nil, nil) }
             running = false
             var connected = false
             if case .connected = state { connected = true }
@@ -263,9 +275,14 @@ public final class RelayClient: @unchecked Sendable {
             rehandshake = nil
             let s = socket
             socket = nil
-            return (s, connected)
+            return (s, connected, threadExited, threadID)
         }
         guard let s else { return }
+        // The thread sees `running` false within one receive timeout (100 ms), or once the
+        // event it is handling returns; the link closes after that, not under its receive.
+        if let exited, !(runner.map { pthread_equal($0, pthread_self()) != 0 } ?? false) {
+            _ = exited.wait(timeout: .now() + 1.5)
+        }
         s.close()
         if wasConnected { emit(.disconnected(reason: "client stopped")) }
         failAllPending("client stopped")
@@ -514,6 +531,7 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     private func run(_ gen: Int) {
+        lock.withLock { threadID = pthread_self() }
         // A stop() followed by start() starts a new thread; this one then ends. A move to
         // another node swaps the link under this thread.
         while let s = lock.withLock({ running && generation == gen ? socket : nil }) {

@@ -25,6 +25,12 @@ public final class PluginTestHost: @unchecked Sendable {
     public let name: String
     private let condition = NSCondition()
     private var events: [Event] = []
+    /// The ABI's rule on stopping (under `condition`): once `stop` has returned, the plugin
+    /// calls the host no more, since `destroy` follows and the host's table goes with it.
+    private var callbacksRunning = 0
+    private var stopReturned = false
+    private var lateCallbacks = 0
+    private var heldFrame: (seconds: TimeInterval, began: DispatchSemaphore)?
     private var api: UnsafeMutablePointer<yaok_host_api>?
     private var strings: [UnsafeMutablePointer<CChar>] = []
     public private(set) var instance: OpaquePointer?
@@ -107,19 +113,33 @@ public final class PluginTestHost: @unchecked Sendable {
         t.metric = { _, _, _, _ in }
         t.link_up = { ctx, info in
             let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.callbackBegins()
+            defer { host.callbackEnds() }
             let i = info!.pointee
             let key = withUnsafeBytes(of: i.peer_signing_key) { Array($0) }
             host.record(.linkUp(id: i.link_id, role: i.peer_role, peerKey: key, mtu: i.mtu))
         }
         t.link_down = { ctx, id, reason in
             let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.callbackBegins()
+            defer { host.callbackEnds() }
             host.record(.linkDown(id: id, reason: reason.map { String(cString: $0) } ?? ""))
         }
         t.frame_received = { ctx, id, bytes, len in
             let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.callbackBegins()
+            defer { host.callbackEnds() }
+            if let hold = host.takeHeldFrame() {
+                hold.began.signal()
+                Thread.sleep(forTimeInterval: hold.seconds)   // a slow host, on purpose
+            }
             host.record(.frame(link: id, bytes: Array(UnsafeBufferPointer(start: bytes, count: len))))
         }
-        t.status_changed = { _ in }
+        t.status_changed = { ctx in
+            let host = Unmanaged<PluginTestHost>.fromOpaque(ctx!).takeUnretainedValue()
+            host.callbackBegins()
+            host.callbackEnds()
+        }
         let api = UnsafeMutablePointer<yaok_host_api>.allocate(capacity: 1)
         api.initialize(to: t)
         self.api = api
@@ -129,6 +149,7 @@ public final class PluginTestHost: @unchecked Sendable {
     }
 
     public func start() throws {
+        condition.withLock { stopReturned = false }
         var error = [CChar](repeating: 0, count: 1024)
         let rc = error.withUnsafeMutableBufferPointer { descriptor.pointee.start(instance, $0.baseAddress, $0.count) }
         if rc != 0 { throw NSError(domain: "plugin", code: Int(rc), userInfo: [NSLocalizedDescriptionKey: String(nulTerminated: error)]) }
@@ -153,7 +174,40 @@ public final class PluginTestHost: @unchecked Sendable {
     /// Stops the instance (the hub's `stop`); `deinit` destroys it.
     public func stop() {
         if let instance { descriptor.pointee.stop(instance) }
+        condition.withLock {
+            stopReturned = true
+            lateCallbacks += callbacksRunning
+        }
     }
+
+    /// Callbacks from the plugin still running when ``stop()`` returned, or made after it:
+    /// each breaks the ABI (the hub destroys the instance and frees the table they use next).
+    public var callbacksAfterStop: Int { condition.withLock { lateCallbacks } }
+
+    /// Makes the next `frame_received` callback take `seconds` before it returns, as a slow
+    /// host would, so a test can call ``stop()`` while the plugin is inside it. The returned
+    /// semaphore is signalled when that callback begins.
+    public func holdNextFrame(for seconds: TimeInterval) -> DispatchSemaphore {
+        let began = DispatchSemaphore(value: 0)
+        condition.withLock { heldFrame = (seconds, began) }
+        return began
+    }
+
+    private func takeHeldFrame() -> (seconds: TimeInterval, began: DispatchSemaphore)? {
+        condition.withLock {
+            defer { heldFrame = nil }
+            return heldFrame
+        }
+    }
+
+    private func callbackBegins() {
+        condition.withLock {
+            if stopReturned { lateCallbacks += 1 }
+            callbacksRunning += 1
+        }
+    }
+
+    private func callbackEnds() { condition.withLock { callbacksRunning -= 1 } }
 
     /// The plugin's status as JSON (`status_json`).
     public func statusJSON() -> [String: Any] {

@@ -164,6 +164,27 @@ final class RelayPluginTests: XCTestCase {
         XCTAssertNotEqual(link2, link)
     }
 
+    /// `stop` returns only after the client thread's callback to the host has returned: the
+    /// hub destroys the instance next, and a report after that used a freed table (it crashed
+    /// the test process once, in `status_changed`). The host holds the custody ack's callback.
+    func testStopWaitsForTheCallbackTheClientThreadIsIn() throws {
+        let relay = try RelayProcess(dataDir: tempDir())
+        defer { relay.stop() }
+        let host = try PluginTestHost(plugin: "relay")
+        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
+        let m0 = host.mark
+        try host.start()
+        let link: UInt64 = try host.wait("link up", after: m0) { e in
+            if case .linkUp(let id, 3, _, _) = e { return id }
+            return nil
+        }
+        let began = host.holdNextFrame(for: 0.5)
+        XCTAssertNil(host.send(TLVRecord(.bundle, value: try bundle(from: Identity.generate(), to: Identity.generate())).encoded, link: link))
+        XCTAssertEqual(began.wait(timeout: .now() + 10), .success, "the custody ack reached the host")
+        host.stop()
+        XCTAssertEqual(host.callbacksAfterStop, 0, "a callback was still running when stop returned")
+    }
+
     /// The plugin speaks bundle IDs both ways. Uploads: a squatter's bundle under the victim's
     /// message ID and the victim's real one are two custody acks (distinct bundle IDs); a
     /// conflicting envelope and an immortal one come back as `conflict` and `badLifetime`

@@ -138,6 +138,18 @@ final class UDPPluginTests: XCTestCase {
         XCTAssertEqual(a.statusJSON()["links"] as? Int, 0)
     }
 
+    /// `stop` returns only after a callback the receive thread is in has returned: the hub
+    /// destroys the instance next, and a frame reported after that would use a freed table
+    /// (it crashed the test process once). The host holds a frame callback half a second.
+    func testStopWaitsForTheCallbackTheReceiveThreadIsIn() throws {
+        let (a, b, _, linkB, _, _, _) = try linkedPair()
+        let began = a.holdNextFrame(for: 0.5)
+        XCTAssertNil(b.send(TLVRecord(.summary, value: Array("held".utf8)).encoded, link: linkB))
+        XCTAssertEqual(began.wait(timeout: .now() + 10), .success, "the frame reached A's host")
+        a.stop()
+        XCTAssertEqual(a.callbacksAfterStop, 0, "a callback was still running when stop returned")
+    }
+
     func testALinkGoesDownWhenThePeerStops() throws {
         let (portA, portB) = (Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))), Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue))))
         let a = try hub(port: portA, extra: ["idle_timeout_s": 3, "keepalive_s": 1])
