@@ -59,6 +59,15 @@ else
   echo "swift test: $n executed, $f failed, $k skipped (exit $swift_rc)"
   # Name the failures even when the summary above was cut to its last lines.
   if [ "$f" -ne 0 ]; then grep -E "error: |Test Case '.*' failed" "$log" | cut -c1-400 | head -n 40; fi
+  # And what each failed test printed (its diagnostics: logs, counters), the last 200 lines.
+  if [ "$f" -ne 0 ]; then
+    grep -oE "Test Case '[^']+' failed" "$log" | sed -E "s/Test Case '([^']+)' failed/\1/" | sort -u | head -n 5 | while read -r t; do
+      echo "-- output of $t"
+      awk -v t="$t" 'index($0, "Test Case '"'"'" t "'"'"' started") { on = 1 } on { print } index($0, "Test Case '"'"'" t "'"'"' failed") { on = 0 }' "$log" | cut -c1-400 | tail -n 200 || true
+    done || true
+  fi
+  # A crash names no failed test: show what led to it.
+  if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then tail -n 120 "$log" | cut -c1-400; fi
   passed=$((passed + n - f - k)); failed=$((failed + f))
   # A crash or a non-zero exit without counted failures is still a failure.
   if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi

@@ -73,7 +73,9 @@ final class RelayPathTests: XCTestCase {
         } catch {
             // Failed once in CI under load; what each side saw, for the next time.
             let relayText = (try? String(contentsOfFile: relayLog, encoding: .utf8)) ?? ""
-            print("bob (relay) saw: \(bobGot)\nalice's listens: \(aliceListens)\nhub status: \((try? hub.status().router.counters).map { "\($0)" } ?? "-")\nhub log:\n\(hub.log)\nrelay log:\n\(relayText)")
+            // The short lines last: CI shows the end of a failed test's output.
+            print("hub log:\n\(hub.log)\nrelay log:\n\(relayText)")
+            print("bob (relay) saw: \(bobGot)\nalice's listens: \(aliceListens)\nhub status: \((try? hub.status().router.counters).map { "\($0)" } ?? "-")")
             throw error
         }
 
