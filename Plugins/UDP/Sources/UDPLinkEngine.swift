@@ -156,7 +156,9 @@ public final class UDPLinkEngine: @unchecked Sendable {
             let goodbyes = up.compactMap { s in (try? s.link.seal(TLVRecord(.linkClose, value: []).encoded)).map { (s.address, $0) } }
             sessions.removeAll()
             byLink.removeAll()
-            return (self.fd, up.map(\.linkID), goodbyes, receiverExited, receiverThread)
+            let fd = self.fd
+            self.fd = -1   // sends from now on fail as not running, never on a closed number
+            return (fd, up.map(\.linkID), goodbyes, receiverExited, receiverThread)
         }
         guard fd >= 0 else { return }
         // Say goodbye so peers drop the link now instead of after the idle timeout.
@@ -225,6 +227,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
             let ready = poll(&pfd, 1, 250)
             if ready <= 0 { continue }
             for _ in 0..<Self.receiveBurst {
+                // Once stop() has begun, nothing more is taken in (the peer sends it again).
+                guard lock.withLock({ running }) else { break }
                 var from = sockaddr_in()
                 var fromLen = socklen_t(MemoryLayout<sockaddr_in>.size)
                 let n = buffer.withUnsafeMutableBytes { buf in
