@@ -66,11 +66,10 @@ else
       awk -v t="$t" 'index($0, "Test Case '"'"'" t "'"'"' started") { on = 1 } on { print } index($0, "Test Case '"'"'" t "'"'"' failed") { on = 0 }' "$log" | cut -c1-400 | tail -n 200 || true
     done || true
   fi
-  # A crash names no failed test: show what led to it.
-  if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then tail -n 120 "$log" | cut -c1-400; fi
   passed=$((passed + n - f - k)); failed=$((failed + f))
-  # A crash or a non-zero exit without counted failures is still a failure.
-  if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); fi
+  # A crash or a non-zero exit without counted failures is still a failure; it names no
+  # failed test, so show what led to it.
+  if [ "$swift_rc" -ne 0 ] && [ "$f" -eq 0 ]; then tail -n 120 "$log" | cut -c1-400; failed=$((failed + 1)); fi
 fi
 
 pkg_rc=0; wait "$pkg_pid" || pkg_rc=$?

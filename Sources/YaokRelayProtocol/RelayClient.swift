@@ -165,11 +165,9 @@ public final class RelayClient: @unchecked Sendable {
     /// A handshake run beside a live session after a RESET (see ``handle(_:)``).
     private var rehandshake: (ephemeral: EphemeralKX, nextAttemptMs: Int64, backoff: Backoff)?
     private var socket: RelayLink?
-    /// Signalled when the client's thread returns. ``stop()`` waits for it, so no event comes
-    /// after `stop()` returns (a hub plugin is destroyed next, and the host's callback table
-    /// with it).
-    private var threadExited: DispatchSemaphore?
-    private var threadID: pthread_t?
+    /// The client's thread. ``stop()`` waits for it, so no event comes after `stop()` returns
+    /// (a hub plugin is destroyed next, and the host's callback table with it).
+    private var thread: JoinableThread?
     private var running = false
     /// Which start() the running thread belongs to (a stop() then start() ends the old one).
     private var generation = 0
@@ -250,24 +248,16 @@ public final class RelayClient: @unchecked Sendable {
             lock.withLock { lastChange = change }
             emit(.nodeChanged(change))
         }
-        let exited = DispatchSemaphore(value: 0)
-        lock.withLock {
-            threadExited = exited
-            threadID = nil
-        }
-        let t = Thread { [weak self] in
-            self?.run(gen)
-            exited.signal()
-        }
-        t.name = "yaok-relay-client"
+        let t = JoinableThread(name: "yaok-relay-client") { [weak self] in self?.run(gen) }
+        lock.withLock { thread = t }
         t.start()
     }
 
     /// Stops the thread (waiting up to 1.5 s for it to return, unless called on it, e.g. from
     /// ``onEvent``) and closes the socket. Reports ``Event/disconnected(reason:)`` if connected.
     public func stop() {
-        let (s, wasConnected, exited, runner): (RelayLink?, Bool, DispatchSemaphore?, pthread_t?) = lock.withLock {
-            guard running else { return (nil, false, nil, nil) }
+        let (s, wasConnected, runner): (RelayLink?, Bool, JoinableThread?) = lock.withLock {
+            guard running else { return (nil, false, nil) }
             running = false
             var connected = false
             if case .connected = state { connected = true }
@@ -275,14 +265,12 @@ public final class RelayClient: @unchecked Sendable {
             rehandshake = nil
             let s = socket
             socket = nil
-            return (s, connected, threadExited, threadID)
+            return (s, connected, thread)
         }
         guard let s else { return }
         // The thread sees `running` false within one receive timeout (100 ms), or once the
         // event it is handling returns; the link closes after that, not under its receive.
-        if let exited, !(runner.map { pthread_equal($0, pthread_self()) != 0 } ?? false) {
-            _ = exited.wait(timeout: .now() + 1.5)
-        }
+        runner?.join(timeout: 1.5)
         s.close()
         if wasConnected { emit(.disconnected(reason: "client stopped")) }
         failAllPending("client stopped")
@@ -531,7 +519,6 @@ public final class RelayClient: @unchecked Sendable {
     }
 
     private func run(_ gen: Int) {
-        lock.withLock { threadID = pthread_self() }
         // A stop() followed by start() starts a new thread; this one then ends. A move to
         // another node swaps the link under this thread.
         while let s = lock.withLock({ running && generation == gen ? socket : nil }) {

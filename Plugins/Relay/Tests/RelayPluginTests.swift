@@ -27,6 +27,19 @@ final class RelayPluginTests: XCTestCase {
         return YaokWire.Bundle(envelope: e).encoded
     }
 
+    /// A started instance linked to `relay` (its default config), with the link's ID.
+    private func startedHost(for relay: RelayProcess) throws -> (PluginTestHost, UInt64) {
+        let host = try PluginTestHost(plugin: "relay")
+        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
+        let m0 = host.mark
+        try host.start()
+        let link: UInt64 = try host.wait("link up", after: m0) { e in
+            if case .linkUp(let id, 3, _, _) = e { return id }
+            return nil
+        }
+        return (host, link)
+    }
+
     func testConfigErrorsNameTheKey() throws {
         let host = try PluginTestHost(plugin: "relay")
         let err = host.create(config: ["enabled": true, "address": "127.0.0.1:7900"])
@@ -170,14 +183,7 @@ final class RelayPluginTests: XCTestCase {
     func testStopWaitsForTheCallbackTheClientThreadIsIn() throws {
         let relay = try RelayProcess(dataDir: tempDir())
         defer { relay.stop() }
-        let host = try PluginTestHost(plugin: "relay")
-        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
-        let m0 = host.mark
-        try host.start()
-        let link: UInt64 = try host.wait("link up", after: m0) { e in
-            if case .linkUp(let id, 3, _, _) = e { return id }
-            return nil
-        }
+        let (host, link) = try startedHost(for: relay)
         let began = host.holdNextFrame(for: 0.5)
         XCTAssertNil(host.send(TLVRecord(.bundle, value: try bundle(from: Identity.generate(), to: Identity.generate())).encoded, link: link))
         XCTAssertEqual(began.wait(timeout: .now() + 10), .success, "the custody ack reached the host")
@@ -193,14 +199,7 @@ final class RelayPluginTests: XCTestCase {
     func testBundleIDsBothWaysThroughThePlugin() throws {
         let relay = try RelayProcess(dataDir: tempDir())
         defer { relay.stop() }
-        let host = try PluginTestHost(plugin: "relay")
-        XCTAssertNil(host.create(config: ["enabled": true, "address": "127.0.0.1:\(relay.port)", "relay_key": Hex.encode(relay.key)]))
-        let m0 = host.mark
-        try host.start()
-        let link: UInt64 = try host.wait("link up", after: m0) { e in
-            if case .linkUp(let id, 3, _, _) = e { return id }
-            return nil
-        }
+        let (host, link) = try startedHost(for: relay)
         /// The custody answer the host gets for `b`: the ack's bundle ID, or the refusal.
         func answer(uploading b: [UInt8]) throws -> (ack: [UInt8]?, refusal: CustodyRefusal?) {
             let m = host.mark

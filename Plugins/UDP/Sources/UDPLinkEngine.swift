@@ -55,11 +55,9 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private let lock = NSLock()
     private var fd: Int32 = -1
     private var running = false
-    /// Signalled when the receive thread returns. ``stop()`` waits for it, so no event comes
-    /// from this engine after `stop()` returns: a plugin is destroyed next, and the host's
-    /// callback table with it.
-    private var receiverExited: DispatchSemaphore?
-    private var receiverThread: pthread_t?
+    /// The receive thread. ``stop()`` waits for it, so no event comes from this engine after
+    /// `stop()` returns: a plugin is destroyed next, and the host's callback table with it.
+    private var receiver: JoinableThread?
     private var sessions: [IPEndpoint: Session] = [:]
     private var lastVersionLogMs: Int64 = -60_000
     private var byLink: [LinkID: IPEndpoint] = [:]
@@ -131,26 +129,20 @@ public final class UDPLinkEngine: @unchecked Sendable {
         boundAddress = PosixSocket.localAddress(fd)
         var rcvbuf: Int32 = 4 << 20
         setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcvbuf, socklen_t(MemoryLayout<Int32>.size))
-        let exited = DispatchSemaphore(value: 0)
+        let receiver = JoinableThread(name: "yaok-udp") { [weak self] in self?.run(fd) }
         lock.withLock {
             self.fd = fd
             running = true
-            receiverExited = exited
-            receiverThread = nil
+            self.receiver = receiver
         }
-        let thread = Thread { [weak self] in
-            self?.run(fd)
-            exited.signal()
-        }
-        thread.name = "yaok-udp"
-        thread.start()
+        receiver.start()
     }
 
     /// Stops the receive thread (waiting up to 1.5 s for it to return, unless called on it),
     /// reports every link down and closes the socket.
     public func stop() {
-        let (fd, links, goodbyes, exited, receiver): (Int32, [LinkID], [(IPEndpoint, [UInt8])], DispatchSemaphore?, pthread_t?) = lock.withLock {
-            guard running else { return (-1, [], [], nil, nil) }
+        let (fd, links, goodbyes, thread): (Int32, [LinkID], [(IPEndpoint, [UInt8])], JoinableThread?) = lock.withLock {
+            guard running else { return (-1, [], [], nil) }
             running = false
             let up = sessions.values.filter(\.up)
             let goodbyes = up.compactMap { s in (try? s.link.seal(TLVRecord(.linkClose, value: []).encoded)).map { (s.address, $0) } }
@@ -158,7 +150,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
             byLink.removeAll()
             let fd = self.fd
             self.fd = -1   // sends from now on fail as not running, never on a closed number
-            return (fd, up.map(\.linkID), goodbyes, receiverExited, receiverThread)
+            return (fd, up.map(\.linkID), goodbyes, receiver)
         }
         guard fd >= 0 else { return }
         // Say goodbye so peers drop the link now instead of after the idle timeout.
@@ -166,9 +158,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         shutdown(fd, Int32(SHUT_RDWR))   // wakes the receive thread's poll
         // The receive thread may be inside a callback to the host; the socket closes after it
         // has returned, so its number cannot be reused under a recvfrom either.
-        if let exited, !(receiver.map { pthread_equal($0, pthread_self()) != 0 } ?? false) {
-            _ = exited.wait(timeout: .now() + 1.5)
-        }
+        thread?.join(timeout: 1.5)
         close(fd)
         for id in links { events.linkDown(id, reason: "transport stopped") }
     }
@@ -214,7 +204,6 @@ public final class UDPLinkEngine: @unchecked Sendable {
     static let receiveBurst = 64
 
     private func run(_ fd: Int32) {
-        lock.withLock { receiverThread = pthread_self() }
         var buffer = [UInt8](repeating: 0, count: 65_536)
         var lastTickMs: Int64?
         while lock.withLock({ running }) {
