@@ -75,3 +75,25 @@ static inline void yaok_ambient_raise(unsigned long long mask) {
     for (int c = 0; c < 64; c++)
         if (mask & (1ULL << c)) (void)prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_RAISE, c, 0, 0);
 }
+
+#include <sys/timex.h>
+#include <time.h>
+
+/*
+ * The kernel's clock discipline: 1 if it says the system clock is synchronised (NTP, chrony,
+ * PTP set it and clear STA_UNSYNC), 0 if not, -1 if it cannot be asked. `maxerror_us` gets
+ * the kernel's maximum error estimate.
+ */
+static inline int yaok_system_clock_synchronised(long *maxerror_us) {
+    struct timex t = { 0 };
+    int rc = adjtimex(&t);
+    if (rc < 0) return -1;
+    if (maxerror_us) *maxerror_us = t.maxerror;
+    return (rc != TIME_ERROR && !(t.status & STA_UNSYNC)) ? 1 : 0;
+}
+
+/* Steps the system clock to `ms` UTC milliseconds (needs CAP_SYS_TIME). 0, or -1 with errno. */
+static inline int yaok_set_system_clock_ms(long long ms) {
+    struct timespec ts = { (time_t)(ms / 1000), (long)((ms % 1000) * 1000000) };
+    return clock_settime(CLOCK_REALTIME, &ts);
+}

@@ -47,9 +47,6 @@ public final class Endpoint: @unchecked Sendable {
     let database: SQLCipherDatabase
     let now: @Sendable () -> Int64
 
-    /// How far in the future a created time may be (clock skew between phones).
-    public static let maxClockSkewMs: Int64 = 10 * 60 * 1000
-
     static func paths(_ home: String) -> (identity: String, key: String, db: String) {
         (home + "/identity.key", home + "/store.key", home + "/endpoint.db")
     }
@@ -182,8 +179,9 @@ public final class Endpoint: @unchecked Sendable {
         return items.first { self.bundleID(of: $0) == bundleID }?.messageID
     }
 
-    /// Lifetime rules for what we accept: the protocol's, with our clock-skew allowance.
-    public static let lifetime = EnvelopeLifetime(clockSkewMs: maxClockSkewMs)
+    /// Lifetime rules for what we accept: the protocol's (Docs/protocol.md §2.2). A phone keeps
+    /// true time, so its clock is `T`; a sender's clock may lead it by up to a lifetime.
+    public static let lifetime = EnvelopeLifetime()
 
     /// Verifies, stores and acknowledges an incoming bundle; answers name its bundle ID.
     ///
@@ -220,10 +218,12 @@ public final class Endpoint: @unchecked Sendable {
         // proofs"). Everything else is checked by its signature.
         guard provedByItsMessage(e) || e.verifySignature() else { return reject(.badSignature, .badSignature) }
         guard e.recipientUserID == identity.userID else { return reject(.wrongRecipient, .malformed) }
-        switch Self.lifetime.violation(of: e, nowMs: t) {
-        case nil: break
-        case .expired?: return reject(.expired, .expired)
-        case .createdInFuture?, .lifetimeTooLong?: return reject(.replay, .badLifetime)
+        do {
+            _ = try Self.lifetime.judge(e, claimedAgeMs: bundle.hop.ageMs, trueTimeMs: t)
+        } catch .expired {
+            return reject(.expired, .expired)
+        } catch {
+            return reject(.replay, .badLifetime)
         }
         guard let contact = try? store.contact(userID: e.senderUserID), contact.signingKey == e.senderSigningKey else {
             // Taken (so the hub stops carrying it) but not stored: not from a contact. Its

@@ -209,6 +209,9 @@ public final class HubSession: @unchecked Sendable {
     private enum Deferred { case frame([UInt8]), ack([UInt8]), event(Event) }
     /// The hub announced that it reads `custodyAcks`: a commit's acks leave as one list.
     private var hubReadsAckLists = false
+    /// The hub sent a `clock` frame: it reads version-2 hop headers, so our bundles tell it
+    /// their age (Docs/protocol.md §3).
+    private var hubReadsAge = false
     /// The outbox was asked to push while the group was open (it may hold uncommitted receipts).
     private var pushWanted = false
     /// New messages stored in the open group (the crash-test hook runs after their commit).
@@ -457,6 +460,9 @@ public final class HubSession: @unchecked Sendable {
         hubSigningKey = info.peerSigningKey
         inFlight.removeAll()
         hubReadsAckLists = false
+        hubReadsAge = false
+        // Our time (a phone's vote in the hub's estimate) first; it also says we read ages.
+        transmit(ClockFrame(source: .none, timeMs: endpoint.now()).frame, link: info.id)
         // We read ack lists (Docs/protocol.md, custodyAcks): the empty list says so.
         transmit(CustodyAcks.announcement.encoded, link: info.id)
         report(.connected(hub: info.remote ?? hub.description))
@@ -486,8 +492,15 @@ public final class HubSession: @unchecked Sendable {
             guard let item = try? endpoint.store.outboxItem(p.messageID), item.state == .pending else { continue }
             inFlight.add(bundleID: endpoint.bundleID(of: item), messageID: item.messageID, sentMs: t)
             sent += 1
-            transmit(TLVRecord(.bundle, value: item.bundle).encoded, link: link)
+            transmit(TLVRecord(.bundle, value: outgoing(item.bundle, nowMs: t)).encoded, link: link)
         }
+    }
+
+    /// An outbox bundle as it goes to the hub: with its age (the time it waited here, on our
+    /// clock) to a hub that reads it, else as stored (version 1).
+    private func outgoing(_ bundle: [UInt8], nowMs t: Int64) -> [UInt8] {
+        guard hubReadsAge, let b = try? YaokWire.Bundle(parsing: bundle) else { return bundle }
+        return b.withAge(HopHeader.clampedAge(t - b.envelope.createdMs)).encoded
     }
 
     private func frame(_ bytes: [UInt8]) {
@@ -515,6 +528,10 @@ public final class HubSession: @unchecked Sendable {
             var any = false
             for id in list.bundleIDs where handedOver(id) { any = true }
             if any { pushOutbox() }
+        case .clock:
+            // Only that the hub reads ages: a phone keeps its own time.
+            guard (try? ClockFrame(parsing: record.value)) != nil else { return }
+            hubReadsAge = true
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value),
                   let messageID = inFlight.remove(bundleID: r.bundleID) ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }

@@ -69,8 +69,10 @@ router:
   # Longest envelope lifetime (expires - created) accepted, in hours: 1 to 168
   # (7 days, the protocol's ceiling). Longer ones are refused, never stored.
   max_ttl_h: 168
-  # How many seconds an envelope's creation time may be ahead of this clock.
-  clock_skew_s: 600
+  # How many seconds a sender's clock may lead true time: an envelope created
+  # further ahead is refused, where the hub knows true time (see clock: below).
+  # 0 to 604800 (7 days, the default: a phone days off still gets through).
+  clock_skew_s: 604800
   # Which neighbouring hubs are trusted. A trusted hub exchanges bundles, and
   # its custody acknowledgement ends ours. Untrusted hubs:
   #   open     may exchange bundles, but handing one over never ends our custody
@@ -91,6 +93,21 @@ router:
   # This hub's certificate from `yaok-hub cert issue`, sent to every hub peer
   # right after the link comes up. Relative paths are inside data_dir.
   # hub_certificate: hub.cert
+
+# The hub's time. A Raspberry Pi has no real-time clock and may boot offline days
+# behind: message lifetimes are judged by each message's age, never by this
+# clock alone (Docs/protocol.md 2.2). The hub estimates true time from the
+# system's own synchronisation (NTP, GPS), the pinned relay, trusted hubs and a
+# vote of phones, and shows it in `yaok-hub status`.
+clock:
+  # Believe the system clock: auto (when the kernel says it is synchronised),
+  # always (an RTC or GPS you trust that the kernel does not call synchronised),
+  # never.
+  trust_system_clock: auto
+  # Step the system clock to true time learnt from the relay or trusted hubs
+  # (never from phones) when the kernel says it is unsynchronised. Needs
+  # CAP_SYS_TIME, which the packaged unit does not grant.
+  set_system_clock: false
 
 metrics:
   # Prometheus /metrics over HTTP. Off by default; keep it on localhost.

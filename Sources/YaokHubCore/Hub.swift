@@ -76,8 +76,13 @@ public final class Hub: @unchecked Sendable {
         }
         metrics = MetricsRegistry()
         let certificate = Self.ownCertificate(config, identity: identity, dataDirectory: dataDir, logger: logger)
+        // The hub clock resumes where the store last left it (Docs/store.md, "Hub clock").
+        let persisted = try store.persistedHubClock()
+        let time = HubTime(startHubMs: HubClockStart.resume(persisted: persisted, wallNowMs: Clock.nowMilliseconds()),
+                           trust: config.clock.trustSystemClock)
+        logger.notice("clock: \(time.estimate.summary)")
         router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config, certificate: certificate),
-                        policy: Self.policy(config), logger: logger)
+                        policy: Self.policy(config), logger: logger, time: time)
         pluginDirectories = config.pluginDirs.isEmpty ? PluginLoader.defaultDirectories() : config.pluginDirs
         catalog = PluginLoader.scan(directories: pluginDirectories, logger: logger)
     }
@@ -86,7 +91,7 @@ public final class Hub: @unchecked Sendable {
         Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
                         senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs,
                         lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs),
-                        trust: c.router.hubTrust, ownCertificate: certificate)
+                        trust: c.router.hubTrust, ownCertificate: certificate, setSystemClock: c.clock.setSystemClock)
     }
 
     /// This hub's certificate (`router.hub_certificate`), if configured and usable. A missing,

@@ -25,6 +25,8 @@ public struct HubConfig: Sendable, Equatable {
     public var metrics: MetricsSettings
     /// The operator console (`console:`; Docs/console.md).
     public var console = ConsoleSettings()
+    /// `clock:` — whether to believe and to set the system clock (Docs/protocol.md, clock).
+    public var clock = ClockSettings()
     /// Transport sections in file order.
     public var transports: [TransportSection]
 
@@ -80,6 +82,15 @@ public struct HubConfig: Sendable, Equatable {
             self.trustedHubs = trustedHubs
             self.networkKey = networkKey
             self.certificateFile = certificateFile
+        }
+    }
+
+    public struct ClockSettings: Sendable, Equatable {
+        public var trustSystemClock: HubTime.SystemClockTrust = .auto
+        public var setSystemClock = false
+        public init(trustSystemClock: HubTime.SystemClockTrust = .auto, setSystemClock: Bool = false) {
+            self.trustSystemClock = trustSystemClock
+            self.setSystemClock = setSystemClock
         }
     }
 
@@ -193,7 +204,7 @@ extension HubConfig {
         }
         guard let root else { throw ConfigError(keyPath: "(root)", line: nil, message: "the config file is empty") }
         let top = try MappingReader(node: root, path: "")
-        try top.allowOnly(["hub", "store", "router", "metrics", "console", "transports"])
+        try top.allowOnly(["hub", "store", "router", "clock", "metrics", "console", "transports"])
 
         let hub = try top.mapping("hub")
         try hub?.allowOnly(["name", "data_dir", "identity_file", "plugin_dirs", "control_socket", "log_level"])
@@ -202,6 +213,8 @@ extension HubConfig {
         let router = try top.mapping("router")
         try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s",
                                   "max_ttl_h", "clock_skew_s", "hub_trust", "trusted_hubs", "network_key", "hub_certificate"])
+        let clock = try top.mapping("clock")
+        try clock?.allowOnly(["trust_system_clock", "set_system_clock"])
         let metrics = try top.mapping("metrics")
         try metrics?.allowOnly(["enabled", "listen"])
         let console = try top.mapping("console")
@@ -230,7 +243,7 @@ extension HubConfig {
                 senderEnvelopesPerMinute: try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) ?? 600,
                 custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000,
                 maxTTLMs: Int64(try router?.int("max_ttl_h", range: 1...168) ?? 168) * 3_600_000,
-                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...86_400) ?? 600) * 1000,
+                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...604_800) ?? 604_800) * 1000,
                 hubTrust: try router.map(hubTrust) ?? HubTrustSettings()),
             metrics: MetricsSettings(
                 enabled: try metrics?.bool("enabled") ?? false,
@@ -245,6 +258,9 @@ extension HubConfig {
                 tlsCertificate: try console?.string("tls_certificate").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.crt",
                 tlsKey: try console?.string("tls_key").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.key"),
             transports: [])
+        config.clock = ClockSettings(
+            trustSystemClock: HubTime.SystemClockTrust(rawValue: try clock?.choice("trust_system_clock", HubTime.SystemClockTrust.allCases.map(\.rawValue)) ?? "auto") ?? .auto,
+            setSystemClock: try clock?.bool("set_system_clock") ?? false)
 
         if let transports = try top.mapping("transports") {
             var kinds: [String: String] = [:]

@@ -31,9 +31,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var trust: HubConfig.HubTrustSettings
         /// This hub's own certificate (``HubCertificate`` bytes), sent on every hub link.
         public var ownCertificate: [UInt8]?
+        /// `clock.set_system_clock`: step the system clock to a known true time when the kernel
+        /// says it is unsynchronised (needs CAP_SYS_TIME).
+        public var setSystemClock = false
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
                     lifetime: EnvelopeLifetime = EnvelopeLifetime(),
-                    trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil) {
+                    trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil, setSystemClock: Bool = false) {
+            self.setSystemClock = setSystemClock
             self.trust = trust
             self.ownCertificate = ownCertificate
             self.lifetime = lifetime
@@ -117,6 +121,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var reoffersSuppressed = 0
         /// Attachment announcements refused (not from the hub they describe, bad time, bad signature).
         public var attachmentsRefused = 0
+        /// `clock` frames taken as samples, and those ignored (an untrusted hub's; a relay
+        /// plugin's without a measurement) or malformed.
+        public var clockSamples = 0
+        public var clockFramesIgnored = 0
         /// Links whose claimed role was not authorised (the relay role off the pinned relay, or a
         /// role the transport's `peer_roles` does not list), ignored.
         public var rolesRefused = 0
@@ -213,6 +221,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         var peerReconcilesVersion1Only = false
         /// The peer announced that it reads `custodyAcks`: a commit's acks to it leave as one list.
         var peerReadsAckLists = false
+        /// The peer sent a `clock` frame: it reads hop header version 2, so bundles to it carry
+        /// their age (Docs/protocol.md §3).
+        var peerReadsAge = false
 
         /// Takes `id` out of flight: whether it was in flight, and when it was first sent if
         /// it was sent only once (otherwise its round trip is ambiguous: Karn's rule).
@@ -308,6 +319,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// one of their own (Docs/performance.md, session 18).
     static let unwaitedCommitBoundUs: UInt64 = 1_000_000
     private var lastSweepMs: Int64 = 0
+    /// The timestamp of our last attachment announcement (they must increase).
+    private var lastAnnouncementMs: Int64 = 0
+    /// When we last tried to set the system clock (`clock.set_system_clock`).
+    private var lastSystemClockSetMs: Int64?
     private var lastVacuumCheckMs: Int64 = 0
     /// When a group last committed a change, and when the store's WAL was last emptied.
     private var lastChangeMs: Int64 = 0
@@ -320,13 +335,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// changing (Docs/store.md). Tests shorten it with `YAOK_TEST_WAL_QUIET_MS`.
     static let walQuietMs: Int64 = ProcessInfo.processInfo.environment["YAOK_TEST_WAL_QUIET_MS"].flatMap { Int64($0) }.map { max($0, 100) } ?? 300_000
     static let walMaxAgeMs: Int64 = 3_600_000
-    private let now: @Sendable () -> Int64
+    /// The hub clock (every deadline) and the estimate of true time (Docs/protocol.md §2.2).
+    public let time: HubTime
+    private var lastClockPersistMs: Int64 = 0
+    /// How often the hub clock is written to the store.
+    static let clockPersistIntervalMs: Int64 = 60_000
 
     /// Called (on the router queue) whenever something status-worthy changes.
     public var onChange: (@Sendable () -> Void)?
 
+    /// The hub clock, ms: what every deadline in the store is kept on.
+    private func now() -> Int64 { time.hubNowMs() }
+
     public init(hubIdentity: Identity, store: BundleStore, settings: Settings, policy: RoutingPolicy, logger: Logger,
-                now: @escaping @Sendable () -> Int64 = { Clock.nowMilliseconds() }) {
+                time: HubTime) {
         self.hubID = hubIdentity.userID
         self.hubSigningKey = hubIdentity.signingKey
         let signing = hubIdentity.signingKeyPair
@@ -335,7 +357,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.settings = settings
         self.policy = policy
         self.logger = logger
-        self.now = now
+        self.time = time
         self.admission = FrameAdmission(framesPerSecond: settings.linkFramesPerSecond)
         self.group = Self.groupCommit(on: queue)
     }
@@ -560,6 +582,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // certificate still goes first); the relay plugin speaks its own protocol and is not told.
         switch info.peerRole {
         case .endpoint:
+            send(time.frame().record, on: link)
             send(CustodyAcks.announcement, on: link)
             pushPending(to: link)
             announceAttachments()
@@ -567,6 +590,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             link.listed = settings.trust.trustedHubs.contains(info.peerSigningKey)
             // Our certificate goes first, so a peer in network mode can trust us before it offers.
             if let cert = settings.ownCertificate { send(TLVRecord(.hubCertificate, value: cert), on: link) }
+            send(time.frame().record, on: link)
             send(CustodyAcks.announcement, on: link)
             if mayExchange(with: link) {
                 startSync(with: link)
@@ -685,6 +709,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             handleCertificate(record.value, from: link)
             return
         }
+        if record.type == FrameType.clock.rawValue {
+            handleClock(record.value, from: link)
+            return
+        }
         if !mayExchange(with: link) {
             // An untrusted hub under list/network trust: keep-alives only, until it proves itself.
             switch FrameType(rawValue: record.type) {
@@ -708,7 +736,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
         case .ping: send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkClose, .hubCertificate: break
+        case .pong, .linkClose, .hubCertificate, .clock: break
         case .linkIdentity, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1
@@ -748,15 +776,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             refuse(id, .badSignature, to: link)
             return
         }
-        switch settings.lifetime.violation(of: envelope, nowMs: t) {
-        case nil: break
-        case .expired?:
+        // Judged by its age and, only where true time is known, by the clock (Docs/protocol.md §2.2).
+        let judgement: EnvelopeLifetime.Judgement
+        do {
+            judgement = try settings.lifetime.judge(envelope, claimedAgeMs: bundle.hop.ageMs, trueTimeMs: time.knownTrueTimeMs())
+        } catch .expired {
             counters.refusedExpired += 1
             refuse(id, .expired, to: link)
             return
-        case let violation?:
+        } catch {
             counters.refusedLifetime += 1
-            logger.info("bundle \(Self.shortID(id)) from \(link.key) refused: \(violation)")
+            logger.info("bundle \(Self.shortID(id)) from \(link.key) refused: \(error)")
             refuse(id, .badLifetime, to: link)
             return
         }
@@ -775,13 +805,16 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if link.info.peerRole == .endpoint {
             stored.hop = HopHeader(hopCount: 0, hopLimit: UInt8(clamping: settings.hopLimit), previousHop: hubID)
         }
+        // The store keeps hub-clock times: created = now − age, so the age it leaves with is
+        // `now − created` then; expires = now + what remains (§2.2).
+        stored.hop.ageMs = nil
         let newBundle = NewBundle(
             bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
             sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
             // A phone is never sent a bundle it did not address to itself, so recording it as
             // a holder would only cost a random page write per bundle (issue 16).
             previousHop: link.info.peerRole == .endpoint ? nil : link.peerID,
-            createdMs: envelope.createdMs, expiresMs: envelope.expiresMs,
+            createdMs: t - judgement.ageMs, expiresMs: t + judgement.remainingMs,
             bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,
             acknowledgedBundleID: envelope.acknowledgedBundleID)
         let result: AcceptResult
@@ -1245,10 +1278,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard let bytes = b.bytes.held else { return true }
         let t = now()
         var outgoing = bytes
-        if link.info.peerRole != .endpoint {
+        // Its age when it leaves: the age it came with plus its time here (§2.2); only to a
+        // peer that reads version-2 headers.
+        let age: UInt32? = link.peerReadsAge ? HopHeader.clampedAge(t - b.createdMs) : nil
+        if link.info.peerRole == .endpoint {
+            if let age, let parsed = try? YaokWire.Bundle(parsing: bytes) { outgoing = parsed.withAge(age).encoded }
+        } else {
             guard let parsed = try? YaokWire.Bundle(parsing: bytes) else { return true }
             do {
-                outgoing = try parsed.forwarded(by: hubID).encoded
+                outgoing = try parsed.forwarded(by: hubID, ageMs: age).encoded
             } catch {
                 counters.refusedHopLimit += 1
                 storeCall("recordPeerHas", { try store.recordPeerHas(b.bundleID, peer: link.peerID) })
@@ -1296,7 +1334,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func makeAnnouncement() -> AttachmentAnnouncement? {
         let users = Array(attachedEndpoints().prefix(AttachmentAnnouncement.maxCount))
-        return try? AttachmentAnnouncement.make(hubSigningKey: hubSigningKey, timestampMs: now(), userIDs: users, sign: sign)
+        // Dated by our best estimate of true time (peers judge it by theirs), and always later
+        // than our last one, which a peer requires even when our estimate moved back.
+        lastAnnouncementMs = max(lastAnnouncementMs + 1, time.bestTrueTimeMs().timeMs)
+        return try? AttachmentAnnouncement.make(hubSigningKey: hubSigningKey, timestampMs: lastAnnouncementMs, userIDs: users, sign: sign)
     }
 
     private func sendAttachmentAnnouncement(to link: Link) {
@@ -1322,8 +1363,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return
         }
         let hub = Hash.sha256(a.hubSigningKey)
-        let t = now()
-        guard hub == link.peerID, a.timestampMs <= t + settings.lifetime.clockSkewMs,
+        let best = time.bestTrueTimeMs()
+        guard hub == link.peerID, a.timestampMs <= best.timeMs + best.toleranceMs,
               a.timestampMs > (announcements[hub]?.atMs ?? Int64.min), a.verifySignature() else {
             counters.attachmentsRefused += 1
             logger.debug("attachment announcement on \(link.key) refused")
@@ -1579,7 +1620,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let cert: HubCertificate
         do {
             cert = try HubCertificate(parsing: value)
-            try cert.check(networkKey: network, hubKey: link.info.peerSigningKey, nowMs: now(), clockSkewMs: settings.lifetime.clockSkewMs)
+            // Judged against our best estimate of true time, not blindly against our wall clock.
+            let best = time.bestTrueTimeMs()
+            try cert.check(networkKey: network, hubKey: link.info.peerSigningKey, nowMs: best.timeMs, clockSkewMs: best.toleranceMs)
         } catch {
             counters.certificatesRefused += 1
             logger.warning("certificate from hub \(Self.shortID(link.peerID)) on \(link.key) refused: \(error)")
@@ -1602,6 +1645,63 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         sendAttachmentAnnouncement(to: link)
     }
 
+    // MARK: Time (Docs/protocol.md, clock 0x0C)
+
+    /// A peer's `clock` frame: it reads version-2 hop headers; its time is a sample if the
+    /// link is the pinned relay (with a measurement), a trusted hub, or a phone.
+    private func handleClock(_ value: [UInt8], from link: Link) {
+        guard let frame = try? ClockFrame(parsing: value) else {
+            counters.refusedMalformed += 1
+            counters.clockFramesIgnored += 1
+            return
+        }
+        link.peerReadsAge = true
+        let changed: Bool
+        switch link.info.peerRole {
+        case .relay:
+            guard frame.source == .relay else { counters.clockFramesIgnored += 1; return }
+            changed = time.update { $0.observeRelay(timeMs: frame.timeMs, hubMs: $1) }
+        case .hub:
+            guard link.trusted else { counters.clockFramesIgnored += 1; return }
+            changed = time.update { $0.observeHub(link.peerID, frame: frame, hubMs: $1) }
+        case .endpoint:
+            changed = time.update { $0.observePhone(link.peerID, timeMs: frame.timeMs, hubMs: $1) }
+        }
+        counters.clockSamples += 1
+        if changed { clockSourceChanged() }
+    }
+
+    /// Each tick: look at the system clock, persist the hub clock now and then, and set the
+    /// system clock if the operator allowed it.
+    private func tickClock(hubNowMs t: Int64) {
+        if time.refresh() { clockSourceChanged() }
+        if t - lastClockPersistMs >= Self.clockPersistIntervalMs {
+            lastClockPersistMs = t
+            storeCall("persistHubClock", { try store.persistHubClock(hubMs: t, wallMs: Clock.nowMilliseconds()) })
+        }
+        guard settings.setSystemClock else { return }
+        let e = time.estimate
+        guard e.known, e.source != .system, e.systemClockErrorMs.magnitude > 60_000,
+              lastSystemClockSetMs.map({ t - $0 >= 600_000 }) ?? true else { return }
+        lastSystemClockSetMs = t
+        let target = t &+ e.trueMinusHubMs
+        do {
+            try HubTime.setSystemClock(toMs: target)
+            logger.notice("clock: set the system clock \(e.systemClockErrorMs < 0 ? "forward" : "back") by \(ClockEstimate.span(e.systemClockErrorMs.magnitude)) to the \(e.source)'s time (clock.set_system_clock)")
+            if time.refresh() { clockSourceChanged() }
+        } catch {
+            logger.warning("clock: \(error); set_system_clock stays on and is tried again in 10 min")
+        }
+    }
+
+    /// Our estimate now comes from another source: say so, and tell the peers that read it.
+    private func clockSourceChanged() {
+        logger.notice("clock: \(time.estimate.summary)")
+        let frame = time.frame().record
+        for link in links.values where link.info.peerRole != .relay && link.peerReadsAge { send(frame, on: link) }
+        onChange?()
+    }
+
     // MARK: Timers
 
     /// How long a bundle is resent on a live link before it counts as a failed attempt (and
@@ -1613,8 +1713,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     private func tick() {
         let t = now()
+        tickClock(hubNowMs: t)
+        let best = time.bestTrueTimeMs()
         for link in links.values {
-            if let until = link.certifiedUntilMs, t - settings.lifetime.clockSkewMs > until {
+            if let until = link.certifiedUntilMs, best.timeMs - best.toleranceMs > until {
                 link.certifiedUntilMs = nil
                 logger.notice("hub \(Self.shortID(link.peerID)) on \(link.key): its certificate expired; no longer trusted")
             }
@@ -1719,6 +1821,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             // Being sent is known here, not stored: of the queued bundles, those on the wire.
             let sending = (storeCall("queuedCount", { try store.queuedCount(of: Array(onTheWire())) })) ?? 0
             let last = (storeCall("lastDelivery", { try store.lastDelivery() })) ?? []
+            // Times shown to people are on our best estimate of true time, not the hub clock.
+            let clock = time.estimate
+            let shown = { (hubMs: Int64) in hubMs &+ clock.trueMinusHubMs }
             return RouterStatus(
                 policy: policy.name,
                 queue: RouterStatus.Queue(
@@ -1736,10 +1841,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
                                           window: $0.pacing.window, roundTripMs: $0.pacing.smoothedRTTMs.map { Int($0.rounded()) },
                                           custodyTimeoutMs: $0.pacing.timeoutMs(),
-                                          mtu: $0.info.mtu, upAtMs: $0.upAtMs, framesIn: $0.framesIn, bytesIn: $0.bytesIn,
+                                          mtu: $0.info.mtu, upAtMs: shown($0.upAtMs), framesIn: $0.framesIn, bytesIn: $0.bytesIn,
                                           framesOut: $0.framesOut, bytesOut: $0.bytesOut)
                 },
-                lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: $0.atMs) })
+                lastDelivery: last.prefix(50).map { RouterStatus.Delivery(destination: Self.shortID($0.destination), atMs: shown($0.atMs)) },
+                clock: clock)
         }
     }
 
@@ -1854,6 +1960,8 @@ public struct RouterStatus: Sendable, Codable, Equatable {
     public var counters: Router.Counters
     public var links: [LinkView]
     public var lastDelivery: [Delivery]
+    /// What the hub believes about the time (Docs/protocol.md, clock 0x0C).
+    public var clock: ClockEstimate?
 }
 
 /// A bundle frame as the receiving plugin thread leaves it for the router: its record, and

@@ -124,6 +124,9 @@ public final class RelayClient: @unchecked Sendable {
         /// The node in use stopped answering; the client now handshakes with another one
         /// (``Configuration/alternates``). Reported before that node's ``connected(sessionID:relayKXKey:)``.
         case nodeChanged(NodeChange)
+        /// The relay's clock, measured from a PONG as SNTP does: relay time − our clock, and
+        /// the round trip it came with (Docs/relay-protocol.md §4, PING).
+        case relayTime(offsetMs: Int64, roundTripMs: Int64)
     }
 
     /// Counters for status.
@@ -190,6 +193,8 @@ public final class RelayClient: @unchecked Sendable {
     private var nextFragmentID: UInt32 = 1
     private var counters = Counters()
     private var lastErrorText: String?
+    /// The relay's clock − ours, from the last PONG that carried it.
+    private var clockOffsetMs: Int64?
     private var lastSyncMs: Int64?
     private var binding: ChannelBinding?
     /// The relay's last cookie for our address (Docs §2.1), repeated in HELLOs until connected.
@@ -301,6 +306,9 @@ public final class RelayClient: @unchecked Sendable {
     /// The current session's channel binding (what an owner ``Registration`` signs); nil
     /// before the first handshake.
     public var channelBinding: ChannelBinding? { lock.withLock { binding } }
+    /// The relay's clock − ours, ms, once a PONG has told it (nil before, or from a relay that
+    /// does not send its time).
+    public var relayClockOffsetMs: Int64? { lock.withLock { clockOffsetMs } }
     /// Sends waiting for QUEUED.
     public var outstandingSends: Int { lock.withLock { pendingSends.count } }
 
@@ -807,6 +815,12 @@ public final class RelayClient: @unchecked Sendable {
             connectedSinceMs = now
             unansweredSinceMs = nil
             counters.handshakes += 1
+            // Ask for the relay's time at once: whoever registers through us needs it when its
+            // own clock is off (the relay allows ±5 minutes).
+            pingSentMs = now
+            var w = ByteWriter()
+            w.u64(UInt64(bitPattern: now))
+            try? transmit(.ping, w.bytes, session)
             events.append(.connected(sessionID: packet.sessionID, relayKXKey: reply.relayKXKey))
             return true
         } catch let e as RelayProtocolError {
@@ -846,7 +860,15 @@ public final class RelayClient: @unchecked Sendable {
             }
             return [.relayError(notice)]
         case .pong:
-            return []
+            // Our PING's timestamp, then the relay's clock (a relay that predates it echoes only ours).
+            guard message.count >= 16 else { return [] }
+            var r = ByteReader(message, what: "pong")
+            guard let sent = try? Int64(bitPattern: r.u64()), let relayMs = try? Int64(bitPattern: r.u64()) else { return [] }
+            let roundTrip = now &- sent
+            guard roundTrip >= 0, roundTrip <= 30_000, relayMs > 0 else { return [] }
+            let offset = relayMs &- (sent &+ roundTrip / 2)
+            clockOffsetMs = offset
+            return [.relayTime(offsetMs: offset, roundTripMs: roundTrip)]
         case .ping:
             if case .connected(let session) = state { try? transmit(.pong, message, session) }
             return []

@@ -294,7 +294,13 @@ public final class RelayEngine: @unchecked Sendable {
         case .send: handleSend(message, session: session, nowMs: t, out: &out)
         case .poll: handlePoll(session: session, nowMs: t, out: &out)
         case .ack: handleAck(message, session: session, nowMs: t, out: &out)
-        case .ping: reply(.pong, message, to: session, out: &out)
+        case .ping:
+            // The PING's payload, then our clock: clients with no clock of their own worth
+            // trusting learn the time from the relay they pinned (Docs/relay-protocol.md §4).
+            var w = ByteWriter(capacity: message.count + 8)
+            w.raw(message)
+            w.u64(UInt64(max(0, t)))
+            reply(.pong, w.bytes, to: session, out: &out)
         case .pong: break
         default: metrics.droppedMalformed += 1
         }
@@ -486,15 +492,21 @@ public final class RelayEngine: @unchecked Sendable {
         guard envelope.verifySignature() else { return refuse(.badSignature, "bad_signature", "the envelope's sender signature does not verify") }
         // The signature binds the sender's key, so from here the bundle ID is the sender's own.
         let id = envelope.bundleID
-        switch limits.lifetime.violation(of: envelope, nowMs: t) {
-        case nil: break
-        case .expired?: return refuse(.expired, "expired", "the envelope has expired")
-        case .createdInFuture(let ahead, let allowed)?:
-            return refuse(.createdInFuture, "created_in_future",
-                          "the envelope was created \((ahead + 999) / 1000) s in the future; the relay allows \(allowed / 1000) s of clock skew")
-        case .lifetimeTooLong(let life, let max)?:
-            return refuse(.lifetimeTooLong, "lifetime_too_long",
-                          "the envelope lives \(life / 1000) s from creation to expiry; the relay accepts at most \(max / 1000) s")
+        // Judged by its age (a version-2 hop header's) and by the relay's clock, which is true
+        // time (Docs/protocol.md §2.2).
+        let judgement: EnvelopeLifetime.Judgement
+        do {
+            judgement = try limits.lifetime.judge(envelope, claimedAgeMs: bundle.hop.ageMs, trueTimeMs: t)
+        } catch {
+            switch error {
+            case .expired: return refuse(.expired, "expired", "the envelope has expired")
+            case .createdInFuture(let ahead, let allowed):
+                return refuse(.createdInFuture, "created_in_future",
+                              "the envelope was created \((ahead + 999) / 1000) s in the future; the relay allows a sender's clock to lead by \(allowed / 1000) s")
+            case .lifetimeTooLong(let life, let max):
+                return refuse(.lifetimeTooLong, "lifetime_too_long",
+                              "the envelope lives \(life / 1000) s from creation to expiry; the relay accepts at most \(max / 1000) s")
+            }
         }
         do {
             switch try held(id, comparedWith: message) {
@@ -555,7 +567,10 @@ public final class RelayEngine: @unchecked Sendable {
             logger.notice("an address prefix holds its share of the queue")
             return refuse(.relayFull, "prefix_share", "this address prefix holds its share (\(limits.maxQueuedPerPrefix)) of the relay's queue", retry: 3_600_000)
         }
-        let expires = min(envelope.expiresMs, t + limits.retentionMs)
+        let expires = t + min(judgement.remainingMs, limits.retentionMs)
+        // Queued with a version-1 header, which every client reads: whoever it goes to knows
+        // the relay's time (PONG), and judges its age from that (Docs/relay-protocol.md §4).
+        let message = bundle.hop.ageMs == nil ? message : bundle.withAge(nil).encoded
         do {
             // The lookup above found nothing and this queue is serial, so the insert cannot
             // collide; if it does anyway, nothing is overwritten and the sender is told.

@@ -614,6 +614,21 @@ public final class BundleStore: @unchecked Sendable {
         return did
     }
 
+    // MARK: Hub clock
+
+    /// The hub clock's last persisted reading and the wall clock at that moment (Docs/store.md,
+    /// "Hub clock"); nil in a store that never had one.
+    public func persistedHubClock() throws -> (hubMs: Int64, wallMs: Int64)? {
+        let hub = try counter("hub_clock_ms")
+        return hub > 0 ? (hub, try counter("hub_clock_wall_ms")) : nil
+    }
+
+    /// Records the hub clock (every minute, in the open group commit: no write of its own).
+    public func persistHubClock(hubMs: Int64, wallMs: Int64) throws {
+        try setCounter("hub_clock_ms", hubMs)
+        try setCounter("hub_clock_wall_ms", wallMs)
+    }
+
     // MARK: Internals
 
     private func counter(_ name: String) throws -> Int64 {

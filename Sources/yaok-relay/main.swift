@@ -69,8 +69,8 @@ extension YaokRelay {
         @Option(name: .customLong("max-ttl-hours"), help: "Longest envelope lifetime (expires − created) accepted, in hours: 1 to 168 (7 days, the protocol's maximum). Lower refuses envelopes that live longer.")
         var maxTTLHours = 168
 
-        @Option(name: .customLong("clock-skew-seconds"), help: "How far an envelope's creation time may be ahead of the relay's clock, in seconds (0 to 86400).")
-        var clockSkewSeconds = 600
+        @Option(name: .customLong("clock-skew-seconds"), help: "How far a sender's clock may lead the relay's: an envelope created further ahead is refused, in seconds (0 to 604800; default 7 days, so a phone days off still gets through).")
+        var clockSkewSeconds = 604_800
 
         @Option(name: .customLong("wss-listen"), help: "Also listen for WebSocket over TLS 1.3 on this TCP address (host:port); needs --tls-cert and --tls-key.")
         var wssListen: String?
@@ -147,8 +147,8 @@ extension YaokRelay {
                 throw ValidationError("--ipv6-prefix must be 32 to 128, got \(ipv6Prefix)")
             }
             guard cookieHellosPerSecond >= 0 else { throw ValidationError("--cookie-hellos-per-second must be 0 or more") }
-            guard (0...86_400).contains(clockSkewSeconds) else {
-                throw ValidationError("--clock-skew-seconds must be 0 to 86400, got \(clockSkewSeconds)")
+            guard (0...604_800).contains(clockSkewSeconds) else {
+                throw ValidationError("--clock-skew-seconds must be 0 to 604800, got \(clockSkewSeconds)")
             }
             // Limits refuse nonsense instead of clamping it: 0 would silently lock every
             // client out, and a clamped value is not what the operator asked for.

@@ -11,8 +11,11 @@ public struct Beacon: Sendable, Equatable {
     public static let signedLength = 4 + 1 + 32 + 32 + 2 + 8
     /// Whole beacon.
     public static let length = signedLength + 64
-    /// How far a beacon's timestamp may be from our clock.
-    public static let maxClockSkewMs: Int64 = 5 * 60 * 1000
+    /// How far a beacon's timestamp may be from our clock: 7 days, because a hub's clock may be
+    /// days off (a Raspberry Pi boots offline with its last saved time; Docs/protocol.md §2.2).
+    /// Replays are stopped by the engine instead: each hub's beacons must be newer than its last,
+    /// and a replayed beacon only makes us try a handshake that its key must complete.
+    public static let maxClockSkewMs: Int64 = 7 * 24 * 3_600_000
 
     /// The sender's Ed25519 public key.
     public var signingKey: [UInt8]

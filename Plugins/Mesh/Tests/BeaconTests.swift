@@ -48,14 +48,15 @@ final class BeaconTests: XCTestCase {
         XCTAssertThrowsError(try Beacon.parse(zero, nowMs: now, verify: verify)) { XCTAssertEqual($0 as? BeaconError, .zeroPort) }
     }
 
-    func testTimestampsMoreThanFiveMinutesAwayAreStaleEitherWay() throws {
-        let old = try beacon(at: now - 300_001).encoded(sign: identity.sign)
+    func testTimestampsMoreThanSevenDaysAwayAreStaleEitherWay() throws {
+        let old = try beacon(at: now - Beacon.maxClockSkewMs - 1).encoded(sign: identity.sign)
         XCTAssertThrowsError(try Beacon.parse(old, nowMs: now, verify: verify)) {
-            XCTAssertEqual($0 as? BeaconError, .stale(skewMs: -300_001))
+            XCTAssertEqual($0 as? BeaconError, .stale(skewMs: -Beacon.maxClockSkewMs - 1))
         }
-        let future = try beacon(at: now + 300_001).encoded(sign: identity.sign)
+        let future = try beacon(at: now + Beacon.maxClockSkewMs + 1).encoded(sign: identity.sign)
         XCTAssertThrowsError(try Beacon.parse(future, nowMs: now, verify: verify))
-        XCTAssertNoThrow(try Beacon.parse(try beacon(at: now - 300_000).encoded(sign: identity.sign), nowMs: now, verify: verify))
+        // A hub whose clock is three days off is still heard.
+        XCTAssertNoThrow(try Beacon.parse(try beacon(at: now - 3 * 86_400_000).encoded(sign: identity.sign), nowMs: now, verify: verify))
         let extreme = try beacon(at: .min).encoded(sign: identity.sign)
         XCTAssertThrowsError(try Beacon.parse(extreme, nowMs: now, verify: verify), "no overflow trap on extreme timestamps")
     }

@@ -48,6 +48,9 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private var relayKXKey = [UInt8](repeating: 0, count: 32)
     private var connected = false
     private var registered = false
+    /// The relay refused our last registration for its timestamp (our clock was off): tried
+    /// again as soon as the relay has told us its time.
+    private var registrationRefusedAsStale = false
     private var awaitingHost: Set<[UInt8]> = []
     private var pendingRegistrations: [Registration] = []
     private var lastRemaining: UInt32 = 0
@@ -80,14 +83,15 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         cfg.eventHistory = 0   // events go to the host as they come; nothing waits on history
         let clock = context.clock
         cfg.clock = { clock.nowMilliseconds() }
-        self.client = RelayClient(configuration: cfg)
+        let client = RelayClient(configuration: cfg)
+        self.client = client
         let identity = context.identity
         let relayKey = key
         // The hub owns its session: its registration is bound to the session's channel, so it
         // is worthless anywhere else (a fake relay that receives it cannot replay it).
         client.registrationProvider = { channel in
             guard let reg = try? Registration.owner(userSigningKey: identity.signingKey, relaySigningKey: relayKey, channel: channel,
-                                                    timestampMs: clock.nowMilliseconds(), nonce: identity.randomBytes(16),
+                                                    timestampMs: clock.nowMilliseconds() + (client.relayClockOffsetMs ?? 0), nonce: identity.randomBytes(16),
                                                     sign: identity.sign) else { return [] }
             return [reg]
         }
@@ -301,6 +305,12 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         case .relayError(let notice):
             lock.withLock { lastError = notice.description }
             context.logger.warning("relay: \(notice)")
+        case .relayTime(let offset, let roundTrip):
+            context.logger.debug("relay clock: \(offset) ms from ours (round trip \(roundTrip) ms)")
+            sendClock()
+            // A registration refused for its timestamp is worth trying again at once.
+            let retry = lock.withLock { running && connected && !registered && registrationRefusedAsStale }
+            if retry, let channel = client.channelBinding, let regs = client.registrationProvider?(channel) { try? client.register(regs) }
         case .nodeChanged(let change):
             lock.withLock { nodeChanges += 1 }
             // Once per move; the reason names addresses and errors only (no user IDs, no keys).
@@ -330,7 +340,10 @@ public final class RelayTransport: Transport, @unchecked Sendable {
 
     private func hubRegistered(_ status: RegistrationStatus) {
         guard status == .accepted else {
-            lock.withLock { lastError = "the relay refused the hub's registration: \(status)" }
+            lock.withLock {
+                lastError = "the relay refused the hub's registration: \(status)"
+                registrationRefusedAsStale = status == .staleTimestamp
+            }
             context.logger.error("the relay refused the hub's registration: \(status); retrying in 30 s")
             context.events.statusChanged()
             // E.g. our clock was off (±5 min window): try again with a fresh registration.
@@ -345,7 +358,7 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         let (info, carried): (LinkInfo?, [Registration]) = lock.withLock {
             registered = true
             lastError = nil
-            let now = context.clock.nowMilliseconds()
+            let now = relayNowMs()
             let carried = pendingRegistrations.filter { abs($0.timestampMs - now) < 5 * 60_000 }
             pendingRegistrations.removeAll()
             guard link == nil, running else { return (nil, carried) }
@@ -360,10 +373,21 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             context.logger.info("link \(info.id) up with the relay at \(address)")
             context.metrics.increment("links_up_total")
             context.events.linkUp(info)
+            sendClock()
             // The uplink is back: fetch what waited for us.
             try? client.poll()
         }
         context.events.statusChanged()
+    }
+
+    /// Our clock corrected by the relay's, where a PONG has told us the difference.
+    private func relayNowMs() -> Int64 { context.clock.nowMilliseconds() + (client.relayClockOffsetMs ?? 0) }
+
+    /// Tells the host the relay's time on the relay link (a `clock` frame, source relay;
+    /// Docs/protocol.md, clock 0x0C). Sending it also says the relay reads version-2 hop headers.
+    private func sendClock() {
+        guard client.relayClockOffsetMs != nil else { return }
+        deliver(ClockFrame(source: .relay, timeMs: relayNowMs()).frame)
     }
 
     private func reportDown(_ reason: String) {

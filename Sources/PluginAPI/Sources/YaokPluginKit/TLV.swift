@@ -71,6 +71,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     /// Many custody acks in one frame (same layout as ``summary``); empty, it announces that
     /// the sender reads them. Sent only to a peer that announced.
     case custodyAcks = 0x0B
+    /// The sender's time and where it comes from; sent first at link up by nodes that read
+    /// hop header version 2 (Docs/protocol.md, clock).
+    case clock = 0x0C
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
