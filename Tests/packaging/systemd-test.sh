@@ -5,8 +5,10 @@
 # and checks what only systemd can show: Type=notify readiness (active, STATUS=running),
 # the credential (no store.key written), ambient capabilities, the watchdog (still the same
 # process with no restart after more than WatchdogSec), `systemctl reload` (SIGHUP via
-# /bin/kill), `yaok-hub status`, a clean stop, and remove/purge through systemd; then the
-# relay's unit (active, listening, key from its credential), the relay as a cluster node with
+# /bin/kill), `yaok-hub status`, a cold start offline (the unit neither pulls in nor waits for
+# network-online.target or network time: systemd's view, and a restart while both wait), a clean
+# stop, and remove/purge through systemd; then the relay's unit (active, listening, key from its
+# credential), the relay as a cluster node with
 # the packaged drop-in (systemd-analyze verify; its relay key and PostgreSQL password as
 # credentials; a clear error naming the store while the database is unreachable; then, if
 # PostgreSQL is installed on this machine, serving on a real one reached through its UNIX
@@ -269,6 +271,68 @@ rmdir "$root/etc/systemd/system/yaok-hub.service.d"
 in_ct systemctl daemon-reload
 in_ct systemctl restart yaok-hub
 check "restarted without the drop-in" wait_active
+main_pid=$(in_ct systemctl show -P MainPID yaok-hub)
+
+step "cold start offline: no network, no network time (the unit waits for neither)"
+# A hub in the field boots with no network and a clock that no one has synchronised
+# (Docs/operations.md, "Clock and power in the field"). This container has only loopback
+# (--private-network) and no time daemon: the root is installed without recommends, so
+# without systemd-timesyncd, and nothing enables systemd-time-wait-sync.service.
+net_links=$(in_ct awk -F: 'NR > 2 {gsub(/ /, "", $1); print $1}' /proc/net/dev | paste -sd' ')
+check "the container has no network but loopback ($net_links)" test "$net_links" = lo
+# The kernel's synchronised flag is the host kernel's (not namespaced): shown, not checked.
+echo "note: systemd-timesyncd in the root: $(in_ct systemctl show -P LoadState systemd-timesyncd.service);" \
+  "timedatectl NTPSynchronized=$(in_ct timedatectl show -p NTPSynchronized --value 2>&1)"
+# systemd's own view. The unit names none of them; nothing it pulls in does (in this root nothing
+# else pulls them in either); nothing it is ordered after is ordered after them.
+offline_deps() { # systemctl arguments; prints the units named that a cold start must not wait for
+  local out
+  out=$(in_ct systemctl "$@" 2>&1) && [ -n "$out" ] || { echo "(systemctl $*: no answer: $out)"; return; }
+  tr ' =' '\n\n' <<< "$out" | grep -xF -e time-sync.target -e systemd-time-wait-sync.service -e network-online.target \
+    | sort -u | paste -sd' '
+}
+deps=$(offline_deps show -p Wants -p Requires -p Requisite -p BindsTo -p Upholds -p After yaok-hub.service)
+check "its Wants, Requires, Requisite, BindsTo, Upholds, After name no time-sync.target, systemd-time-wait-sync.service, network-online.target${deps:+ ($deps)}" test -z "$deps"
+deps=$(offline_deps list-dependencies --all --plain --no-pager yaok-hub.service)
+check "nor does what it pulls in, transitively (list-dependencies --all)${deps:+ ($deps)}" test -z "$deps"
+deps=$(offline_deps list-dependencies --after --all --plain --no-pager yaok-hub.service)
+check "nor what it is ordered after, transitively (list-dependencies --after --all)${deps:+ ($deps)}" test -z "$deps"
+# In practice: a unit that never finishes starting stands for network time and a network that
+# never come (as systemd-time-wait-sync.service and NetworkManager-wait-online.service would,
+# offline), ordered before both targets and pulling them in, so their start jobs wait for as long
+# as it runs. A hub ordered after either would wait with them; this one must restart meanwhile.
+cat > "$root/etc/systemd/system/yaok-test-never-online.service" <<'UNIT'
+[Unit]
+Description=Network time and a network that never come (systemd-test.sh)
+DefaultDependencies=no
+Wants=time-sync.target network-online.target
+Before=time-sync.target network-online.target
+
+[Service]
+Type=oneshot
+ExecStart=/bin/sleep infinity
+TimeoutStartSec=infinity
+UNIT
+in_ct systemctl daemon-reload
+in_ct systemctl start --no-block yaok-test-never-online.service
+waiting_targets() { in_ct systemctl list-jobs --no-legend --no-pager | awk '$2 ~ /^(time-sync|network-online)\.target$/ {print $2 " " $4}' | sort | paste -sd, ; }
+targets=""
+for _ in $(seq 1 50); do   # up to 10 s for the jobs to queue
+  targets=$(waiting_targets)
+  [ "$targets" = "network-online.target waiting,time-sync.target waiting" ] && break
+  sleep 0.2
+done
+check "time-sync.target and network-online.target are waiting ($targets)" test "$targets" = "network-online.target waiting,time-sync.target waiting"
+old_pid=$(in_ct systemctl show -P MainPID yaok-hub)
+check "systemctl restart yaok-hub returns meanwhile (within 30 s)" timeout 30 nsenter -t "$init_pid" -a systemctl restart yaok-hub
+check "the hub is active again, a new process (READY=1), and the targets still wait" \
+  test "$(in_ct systemctl show -P ActiveState yaok-hub) $([ "$(in_ct systemctl show -P MainPID yaok-hub)" != "$old_pid" ] && echo new) $(waiting_targets)" \
+    = "active new network-online.target waiting,time-sync.target waiting"
+# Stopping the stand-in cancels its start: the targets are reached, a stuck restart proceeds.
+in_ct systemctl stop yaok-test-never-online.service
+rm -f "$root/etc/systemd/system/yaok-test-never-online.service"
+in_ct systemctl daemon-reload
+wait_active
 main_pid=$(in_ct systemctl show -P MainPID yaok-hub)
 
 step "a hub.yaml that is root's again: the switch refuses and leaves nothing behind"
