@@ -313,7 +313,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
         let template = YaokWire.Bundle(envelope: try seal("a real one of alice's", from: s.alice, to: s.bob)).encoded
-        let idRange = (HopHeader.length + 2)..<(HopHeader.length + 18)
+        let idRange = (HopHeader.lengthV1 + 2)..<(HopHeader.lengthV1 + 18)
 
         final class Flood: Sendable { let stop = Mutex(false); let sent = Mutex(0) }
         let flood = Flood()

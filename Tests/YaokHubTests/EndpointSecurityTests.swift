@@ -42,7 +42,7 @@ final class EndpointSecurityTests: XCTestCase {
 
     func testTamperedDuplicateReplayedAndMisaddressedAreRejected() throws {
         var tampered = try bundle("tamper")
-        tampered[HopHeader.length + Envelope.ciphertextOffset] ^= 0x80
+        tampered[HopHeader.lengthV1 + Envelope.ciphertextOffset] ^= 0x80
         XCTAssertEqual(bob.receive(bundle: tampered).0.rejectionKind, .badSignature)
 
         let once = try bundle("only once")

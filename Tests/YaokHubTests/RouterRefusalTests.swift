@@ -62,8 +62,8 @@ final class RouterRefusalTests: XCTestCase {
 
         // Tampered: one ciphertext byte flipped after signing.
         var tampered = YaokWire.Bundle(envelope: try seal("tamper me")).encoded
-        tampered[HopHeader.length + Envelope.ciphertextOffset + 3] ^= 0x01
-        let tamperedID = BundleID.of(senderUserID: alice.userID, messageID: Array(tampered[(HopHeader.length + 2)..<(HopHeader.length + 18)]))
+        tampered[HopHeader.lengthV1 + Envelope.ciphertextOffset + 3] ^= 0x01
+        let tamperedID = BundleID.of(senderUserID: alice.userID, messageID: Array(tampered[(HopHeader.lengthV1 + 2)..<(HopHeader.lengthV1 + 18)]))
         try phone.send(TLVRecord(.bundle, value: tampered))
         XCTAssertEqual(reason(try phone.answer(for: tamperedID)), .badSignature)
 
@@ -76,7 +76,7 @@ final class RouterRefusalTests: XCTestCase {
         let truncated = Array(YaokWire.Bundle(envelope: try seal("cut")).encoded.prefix(120))
         try phone.send(TLVRecord(.bundle, value: truncated))
         XCTAssertEqual(reason(try phone.answer(for: BundleID.of(senderUserID: alice.userID,
-                                                                messageID: Array(truncated[(HopHeader.length + 2)..<(HopHeader.length + 18)])))), .malformed)
+                                                                messageID: Array(truncated[(HopHeader.lengthV1 + 2)..<(HopHeader.lengthV1 + 18)])))), .malformed)
 
         // Over the hop limit, from a hub (endpoints' hop headers are re-stamped by the hub).
         let neighbour = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: port)

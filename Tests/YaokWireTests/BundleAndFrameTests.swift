@@ -12,16 +12,16 @@ final class BundleTests: XCTestCase {
 
         var b = bundle
         for hop in 1...10 {
-            b = try b.forwarded(by: Fixed.hub.userID)
+            b = try b.forwarded(by: Fixed.hub.userID, ageMs: nil)
             XCTAssertEqual(Int(b.hop.hopCount), hop)
             XCTAssertEqual(b.hop.previousHop, Fixed.hub.userID)
             XCTAssertEqual(try Bundle(parsing: b.encoded), b)
             XCTAssertTrue(b.envelope.verifySignature(), "the hop header is outside the signature")
         }
-        XCTAssertThrowsWire(.hopLimitReached(count: 11, limit: 10), try b.forwarded(by: Fixed.hub.userID))
-        XCTAssertThrowsAnyWire(try bundle.forwarded(by: [1, 2]))
+        XCTAssertThrowsWire(.hopLimitReached(count: 11, limit: 10), try b.forwarded(by: Fixed.hub.userID, ageMs: nil))
+        XCTAssertThrowsAnyWire(try bundle.forwarded(by: [1, 2], ageMs: nil))
         let zeroLimit = Bundle(hop: .origin(hopLimit: 0), envelope: bundle.envelope)
-        XCTAssertThrowsWire(.hopLimitReached(count: 1, limit: 0), try zeroLimit.forwarded(by: Fixed.hub.userID))
+        XCTAssertThrowsWire(.hopLimitReached(count: 1, limit: 0), try zeroLimit.forwarded(by: Fixed.hub.userID, ageMs: nil))
     }
 
     func testMalformedBundles() throws {

@@ -10,7 +10,7 @@ enum ComputedVectors {
     static func all() throws -> [(name: String, value: String)] {
         let message = try Fixed.message()
         let origin = Bundle(envelope: message)
-        let forwarded = try origin.forwarded(by: Fixed.hub.userID)
+        let forwarded = try origin.forwarded(by: Fixed.hub.userID, ageMs: nil)
         let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: message.messageID,
                                            originalSenderUserID: message.senderUserID, from: Fixed.recipient,
                                            createdMs: Fixed.createdMs + 60_000, messageID: Fixed.receiptID)
@@ -54,6 +54,7 @@ enum ComputedVectors {
             ("messageEnvelope", Hex.encode(message.encoded)),
             ("originBundle", Hex.encode(origin.encoded)),
             ("forwardedBundleHopHeader", Hex.encode(forwarded.hop.encoded)),
+            ("forwardedBundleHopHeaderV2", Hex.encode(try origin.forwarded(by: Fixed.hub.userID, ageMs: 90_061_000).hop.encoded)),
             ("deliveryReceipt", Hex.encode(receipt.encoded)),
             ("committedMessageEnvelope", Hex.encode(committed.encoded)),
             ("receiptCommitment", Hex.encode(Array(committed.receiptCommitment))),
@@ -69,6 +70,7 @@ enum ComputedVectors {
             ("custodyAcksFrame", Hex.encode(summary.frame(.custodyAcks))),
             ("custodyAcksAnnouncement", Hex.encode(try SummaryVector(bundleIDs: []).frame(.custodyAcks))),
             ("attachmentFrame", Hex.encode(attachment.frame)),
+            ("clockFrame", Hex.encode(ClockFrame(source: .relay, timeMs: Fixed.createdMs).frame)),
             ("linkHelloFrame", Hex.encode(hello)),
             ("linkReplyFrame", Hex.encode(reply)),
             ("linkIdentityFrame", Hex.encode(identityFrame)),

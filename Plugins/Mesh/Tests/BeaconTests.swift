@@ -62,7 +62,7 @@ final class BeaconTests: XCTestCase {
     }
 
     func testStaleBeaconsAreRefusedBeforeAnySignatureCheck() throws {
-        let old = try beacon(at: now - 3_600_000).encoded(sign: identity.sign)
+        let old = try beacon(at: now - Beacon.maxClockSkewMs - 3_600_000).encoded(sign: identity.sign)
         var verified = false
         XCTAssertThrowsError(try Beacon.parse(old, nowMs: now) { _, _, _ in verified = true; return true })
         XCTAssertFalse(verified)

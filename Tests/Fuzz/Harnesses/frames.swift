@@ -1,4 +1,4 @@
-// libFuzzer harness: host frame values (custody ack/refusal, summary/request, attachment) and the hop header.
+// libFuzzer harness: host frame values (custody ack/refusal, summary/request, attachment, clock) and the hop header.
 import YaokCrypto
 import YaokWire
 
@@ -7,7 +7,7 @@ public func fuzzFrames(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     let all = input(data, size)
     guard let selector = all.first else { return 0 }
     let value = Array(all.dropFirst())
-    switch selector % 5 {
+    switch selector % 6 {
     case 0:
         if let ack = try? CustodyAck(parsing: value) { check(ack.encoded == value, "ack round trip") }
     case 1:
@@ -26,9 +26,11 @@ public func fuzzFrames(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
             let resigned = try? AttachmentAnnouncement.signed(by: FuzzKeys.hub, timestampMs: a.timestampMs, userIDs: a.userIDs)
             check(resigned?.verifySignature() == true, "re-signed attachment does not verify")
         }
+    case 4:
+        if let c = try? ClockFrame(parsing: value) { check(c.encoded == value, "clock frame round trip") }
     default:
         if let h = try? HopHeader(parsing: value) {
-            check(h.encoded == Array(value.prefix(HopHeader.length)), "hop header round trip")
+            check(h.encoded == Array(value.prefix(h.length)), "hop header round trip")
         }
     }
     return 0
