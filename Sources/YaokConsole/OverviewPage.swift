@@ -59,6 +59,10 @@ enum OverviewPage {
         n("msg.refused", refused.reduce(0) { $0 + $1.count })
         for (i, item) in refused.enumerated() { n("refused.\(i)", item.count) }
         n("hub.working", r.transports.filter { $0.status.state == .running }.count)
+        // Whether the hub's clock is right, and how it knows (Docs/protocol.md, clock).
+        if let clock = r.router.clock {
+            f.append(Field(key: "hub.clock", value: clock.known ? "known" : (clock.source == .none ? "unknown" : "estimated"), text: clock.summary))
+        }
         return f
     }
 
@@ -76,6 +80,7 @@ enum OverviewPage {
         let enabled = r.transports.filter(\.enabled).count
         s += "<p class=\"summary\">\(v("hub.working")) of \(r.transports.count) transports working (\(enabled) switched on). "
         s += "<span id=\"live\">Live updates: connecting…</span></p>"
+        if fields["hub.clock"] != nil { s += "<p class=\"clock\" id=\"clock\">Clock: \(v("hub.clock"))</p>" }
         s += "<h2 class=\"section\">Transports</h2><div class=\"cards\">"
         for t in r.transports {
             let p = "t.\(t.name)."

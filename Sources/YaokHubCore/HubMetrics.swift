@@ -52,6 +52,17 @@ extension Hub {
             ("reason=\"over_share\"", Double(c.refusedOverShare)), ("reason=\"lifetime\"", Double(c.refusedLifetime)),
             ("reason=\"conflict\"", Double(c.refusedConflict)),
         ])
+        if let clock = report.router.clock {
+            // The system clock's error against the hub's best estimate of true time, and whether
+            // that estimate comes from a source that makes true time known (Docs/protocol.md, clock).
+            metric("yaok_hub_clock_offset_seconds", "gauge", "system clock minus the estimate of true time (negative: behind)",
+                   [("source=\"\(clock.source)\"", Double(clock.systemClockErrorMs) / 1000)])
+            metric("yaok_hub_clock_known", "gauge", "1 if true time is known (system synchronised, relay or trusted hubs), else 0",
+                   [("", clock.known ? 1 : 0)])
+            metric("yaok_hub_clock_samples", "gauge", "time samples held, by source", [
+                ("source=\"relay\"", clock.relay ? 1 : 0), ("source=\"hubs\"", Double(clock.hubs)), ("source=\"phones\"", Double(clock.phones)),
+            ])
+        }
         metric("yaok_router_custody_timeouts_total", "counter", "custody acknowledgements that did not come in time", [("", Double(c.custodyTimeouts))])
         metric("yaok_router_receipts_unverified_total", "counter", "delivery receipts that named no held message of theirs (suppressed nothing)",
                [("", Double(c.receiptsUnverified))])

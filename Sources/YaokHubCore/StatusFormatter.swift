@@ -6,6 +6,8 @@ public enum StatusFormatter {
         var out: [String] = []
         out.append("hub \(r.hub.name)  id \(r.hub.id.prefix(16))…  up \(duration(r.hub.uptimeSeconds))  config \(r.hub.config)")
         out.append("fingerprint \(r.hub.fingerprint)")
+        // Whether this hub's clock can be believed, and from whom it knows (Docs/protocol.md, clock).
+        if let clock = r.router.clock { out.append("clock: \(clock.summary)") }
         out.append("")
         let header = ["TRANSPORT", "KIND", "STATE", "LINKS", "PEERS", "FRAMES IN/OUT", "BYTES IN/OUT", "REASON"]
         var rows = [header]

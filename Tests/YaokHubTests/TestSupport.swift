@@ -94,7 +94,8 @@ final class HubProcess {
     let process = Process()
     private let exited = DispatchSemaphore(value: 0)
 
-    init(dir: String, config: String, executable: String, extraEnvironment: [String: String] = [:]) throws {
+    /// `launcher`: a program that runs the hub with its arguments after its own (`faketime -f -2d`).
+    init(dir: String, config: String, executable: String, extraEnvironment: [String: String] = [:], launcher: [String] = []) throws {
         self.dir = dir
         self.configPath = dir + "/hub.yaml"
         self.socketPath = dir + "/control.sock"
@@ -102,8 +103,8 @@ final class HubProcess {
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
-        process.executableURL = URL(fileURLWithPath: executable)
-        process.arguments = ["run", "--config", configPath]
+        process.executableURL = URL(fileURLWithPath: launcher.first ?? executable)
+        process.arguments = Array(launcher.dropFirst()) + (launcher.isEmpty ? [] : [executable]) + ["run", "--config", configPath]
         var env = ProcessInfo.processInfo.environment
         env.removeValue(forKey: "NOTIFY_SOCKET")
         for (k, v) in extraEnvironment { env[k] = v }
