@@ -98,7 +98,7 @@ run_suite "interop: secure-link vectors recomputed by an independent implementat
 # Debian's python3 (where python3-selenium is), not whatever python3 is first on PATH.
 run_suite "console: the operator console in headless Chromium (Selenium) against a real hub" /usr/bin/python3 Tests/console/browser_test.py
 run_suite "fuzzing: every parser for 5 s" bash Tests/Fuzz/run.sh 5
-run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local)" bash Plugins/Mesh/Tests/netns/run.sh
+run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local, clocks days apart)" bash Plugins/Mesh/Tests/netns/run.sh
 
 # Radio tests on a real kernel (Debian's, under QEMU). In CI they must run; elsewhere
 # they are skipped, with the reason, only when qemu or the kernel cannot be installed.

@@ -118,8 +118,9 @@ public final class Hub: @unchecked Sendable {
                 return nil
             }
             let now = Clock.nowMilliseconds()
-            if now > cert.notAfterMs { logger.warning("hub_certificate \(path) has expired; peers will refuse it") }
-            if now < cert.notBeforeMs { logger.warning("hub_certificate \(path) is not valid yet") }
+            // By our wall clock, which may be days off: peers judge it by their estimate of true time.
+            if now > cert.notAfterMs { logger.warning("hub_certificate \(path) has expired by this hub's clock (if the clock is right, peers will refuse it; see clock: in yaok-hub status)") }
+            if now < cert.notBeforeMs { logger.warning("hub_certificate \(path) is not valid yet by this hub's clock (if the clock is right, peers will refuse it; see clock: in yaok-hub status)") }
             return cert.encoded
         } catch {
             logger.error("hub_certificate \(path): \(error); not sending it")

@@ -8,7 +8,7 @@ public struct ClockFrame: Sendable, Equatable {
     public static let length = 10
 
     /// Where a node's time comes from, strongest last but one (``none`` is the weakest).
-    public enum Source: UInt8, Sendable, CaseIterable, Codable, CustomStringConvertible {
+    public enum Source: UInt8, Sendable, CaseIterable, CustomStringConvertible {
         /// Its own clock, not known to be right.
         case none = 0
         /// Its system clock, which its kernel says is synchronised (or its operator vouches for).
@@ -69,4 +69,30 @@ public struct ClockFrame: Sendable, Equatable {
     /// The whole TLV frame.
     public var frame: [UInt8] { TLVRecord(.clock, value: encoded).encoded }
     public var record: TLVRecord { TLVRecord(.clock, value: encoded) }
+}
+
+/// In JSON (`yaok-hub status --json`) a source is its name: `none`, `system`, `relay`, `hubs`, `phones`.
+extension ClockFrame.Source: Codable {
+    public var name: String {
+        switch self {
+        case .none: return "none"
+        case .system: return "system"
+        case .relay: return "relay"
+        case .hubs: return "hubs"
+        case .phones: return "phones"
+        }
+    }
+
+    public init(from decoder: Decoder) throws {
+        let name = try decoder.singleValueContainer().decode(String.self)
+        guard let source = Self.allCases.first(where: { $0.name == name }) else {
+            throw DecodingError.dataCorrupted(.init(codingPath: decoder.codingPath, debugDescription: "unknown clock source \(name)"))
+        }
+        self = source
+    }
+
+    public func encode(to encoder: Encoder) throws {
+        var c = encoder.singleValueContainer()
+        try c.encode(name)
+    }
 }
