@@ -61,7 +61,10 @@ final class RelayEngineFuzzTests: XCTestCase {
         let out = engine.handle(try session.seal(.ping, [1, 2, 3, 4, 5, 6, 7, 8]), from: from)
         let pong = try RelayPacket(parsing: XCTUnwrap(out.first?.bytes))
         XCTAssertEqual(pong.type, .pong)
-        XCTAssertEqual(try session.open(pong), [1, 2, 3, 4, 5, 6, 7, 8])
+        // The PING's payload, then the relay's clock (Docs/relay-protocol.md §4, "The relay's time").
+        let answer = try session.open(pong)
+        XCTAssertEqual(Array(answer.prefix(8)), [1, 2, 3, 4, 5, 6, 7, 8])
+        XCTAssertEqual(answer.count, 16)
         XCTAssertEqual(engine.queuedCount(for: user.userID), 0)
     }
 }

@@ -105,7 +105,7 @@ final class RelayMessagingTests: XCTestCase {
         let a = try relay.registeredClient(alice)
         let b = try relay.registeredClient(bob)
         let bundle = try messageBundle(from: alice, to: bob, size: Envelope.maxPlaintextLength)
-        XCTAssertEqual(bundle.count, YaokWire.Bundle.maxEncodedLength)
+        XCTAssertEqual(bundle.count, HopHeader.lengthV1 + Envelope.maxEncodedLength)
         XCTAssertGreaterThan(bundle.count, 7 * RelayPacket.maxDatagramLength)
         let before = relay.server.metricsSnapshot().datagramsIn
         let mark = b.currentSeq()

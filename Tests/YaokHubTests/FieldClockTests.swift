@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokTesting
 import YaokWire
 import YaokEndpoint
+import YaokProcess
 @testable import YaokHubCore
 
 /// A hub in the field has no real-time clock: it boots offline days behind, or a bad GPS fix
@@ -216,5 +217,69 @@ final class FieldClockTests: XCTestCase {
                      "six days old with its age reset: taken, for the day its expiry leaves")
         XCTAssertEqual(try knows.status().router.counters.refusedExpired, 1)
         XCTAssertEqual(try knows.status().router.counters.refusedLifetime, 1)
+    }
+
+    /// A hub two days behind, with an uplink: the relay refuses its registration as stale
+    /// (±5 minutes) until the PONG tells the relay plugin the relay's time; then the hub knows
+    /// true time from the relay and mail crosses the internet both ways.
+    func testAHubTwoDaysBehindLearnsTheTimeFromItsRelayAndCarriesMailBothWays() throws {
+        let relayExe = try TestSupport.product("yaok-relay")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let relayData = dir + "/relay"
+        let key = try TestSupport.run(relayExe, ["key", "--data-dir", relayData]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let relayPort = HubProcessTests.freePort()
+        let relay = Process()
+        relay.executableURL = URL(fileURLWithPath: relayExe)
+        relay.arguments = ["run", "--listen", "127.0.0.1:\(relayPort)", "--data-dir", relayData]
+        let relayLog = dir + "/relay.log"
+        _ = FileManager.default.createFile(atPath: relayLog, contents: nil)
+        relay.standardError = FileHandle(forWritingAtPath: relayLog)
+        relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
+        try relay.run()
+        defer { relay.terminateWithin(seconds: 10) }
+
+        let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
+        let hubDir = dir + "/hub"
+        try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let hubPort = HubProcessTests.freePort()
+        let extra = "  relay:\n    enabled: true\n    address: 127.0.0.1:\(relayPort)\n    relay_key: \(key)\n    poll_interval_s: 2\n"
+        let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: hubPort, extra: extra),
+                                 executable: try TestSupport.product("yaok-hub"), extraEnvironment: Self.faketimeEnvironment,
+                                 launcher: try Self.faketime("-2d"))
+        defer { hub.stop() }
+        try hub.waitReady()
+        try Wait.until(timeout: 30, "relay link up at the hub two days behind (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
+        try Wait.until(timeout: 10, "the relay's time at the hub") { try hub.status().router.clock?.source == .relay }
+        let clock = try XCTUnwrap(try hub.status().router.clock)
+        XCTAssertTrue(clock.known)
+        XCTAssertEqual(clock.summary, "unsynchronised, about 48 h behind (relay)")
+
+        let (alice, bob) = try MessagePathTests.initPair(dir)
+        let hubURL = "udp://127.0.0.1:\(hubPort)", relayAddress = "127.0.0.1:\(relayPort)"
+        // Alice (phone, true clock) registers through the hub; its registration is dated by her clock.
+        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+        let bobQueue = DispatchQueue(label: "bob")
+        let bobDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var bobGot: [[String: Any]] = []
+        bobQueue.async {
+            bobGot = (try? MessagePathTests.yaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
+            bobDone.signal()
+        }
+        _ = try MessagePathTests.yaok(alice, ["send", "Bob", "from a hub two days behind", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "20"])
+        XCTAssertEqual(bobDone.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(bobGot.contains { $0["text"] as? String == "from a hub two days behind" }, "\(bobGot)\n\(hub.log)")
+
+        let aliceQueue = DispatchQueue(label: "alice")
+        let aliceDone = DispatchSemaphore(value: 0)
+        nonisolated(unsafe) var aliceGot: [[String: Any]] = []
+        aliceQueue.async {
+            aliceGot = (try? MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
+            aliceDone.signal()
+        }
+        _ = try MessagePathTests.yaok(bob, ["send", "Alice", "to a hub two days behind", "--relay", relayAddress, "--relay-key", key, "--json", "--timeout", "20"])
+        XCTAssertEqual(aliceDone.wait(timeout: .now() + 60), .success)
+        XCTAssertTrue(aliceGot.contains { $0["text"] as? String == "to a hub two days behind" }, "\(aliceGot)\n\(hub.log)")
+        XCTAssertEqual(try hub.status().router.counters.refusedExpired + hub.status().router.counters.refusedLifetime, 0)
+        print("FIELD_CLOCK hub -2d with a relay: \(clock.summary); mail both ways")
     }
 }

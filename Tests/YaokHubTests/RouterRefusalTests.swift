@@ -67,9 +67,10 @@ final class RouterRefusalTests: XCTestCase {
         try phone.send(TLVRecord(.bundle, value: tampered))
         XCTAssertEqual(reason(try phone.answer(for: tamperedID)), .badSignature)
 
-        // Expired: created two hours ago with a one-hour lifetime.
+        // Expired: created two hours ago with a one-hour lifetime, and its hop header says so (a
+        // hub that knows no true time judges by the age; Docs/protocol.md §2.2).
         let expired = try seal("old", created: Clock.nowMilliseconds() - 7_200_000)
-        try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: expired).encoded))
+        try phone.send(TLVRecord(.bundle, value: YaokWire.Bundle(hop: .origin(ageMs: 7_200_000), envelope: expired).encoded))
         XCTAssertEqual(reason(try phone.answer(for: expired.bundleID)), .expired)
 
         // Malformed: a valid-looking prefix, truncated.

@@ -195,10 +195,16 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.accept(makeBundle(1, marker: "fake"), nowMs: 1), .conflict)
         XCTAssertEqual(store.statistics.conflicts, 1)
         XCTAssertEqual(try store.bundle(bundleID(1))?.bytes, .held(makeBundle(1, marker: "real").bytes), "the held copy is untouched")
-        // The same envelope under another hop header is a duplicate, not a conflict.
-        var rehopped = makeBundle(1, marker: "real")
-        rehopped.bytes[0] ^= 0xFF
-        XCTAssertEqual(try store.accept(rehopped, nowMs: 2), .duplicate)
+        // The same envelope under another hop header, of either version, is a duplicate, not a conflict.
+        func behind(_ header: [UInt8], _ n: Int) -> NewBundle {
+            var b = makeBundle(n, marker: "real")
+            b.bytes = header + b.bytes
+            return b
+        }
+        let v1 = [UInt8(1), 0, 10] + [UInt8](repeating: 0, count: 32)
+        XCTAssertEqual(try store.accept(behind(v1, 2), nowMs: 2), .stored)
+        XCTAssertEqual(try store.accept(behind([UInt8(1), 3, 10] + [UInt8](repeating: 7, count: 32), 2), nowMs: 3), .duplicate)
+        XCTAssertEqual(try store.accept(behind([UInt8(2), 3, 10] + [UInt8](repeating: 7, count: 32) + [0, 0, 1, 0], 2), nowMs: 4), .duplicate)
     }
 
     func testBackoffScheduleIsExact() throws {

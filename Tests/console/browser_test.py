@@ -221,6 +221,15 @@ try:
         for k, ck in (("accepted", "accepted"), ("forwarded", "forwarded"), ("delivered", "deliveredDirect"), ("duplicates", "duplicates")):
             if field("msg." + k)[0] != str(c[ck]):
                 mismatches.append(f"msg.{k}: page {field('msg.' + k)[0]}, status {c[ck]}")
+        # Whether the hub's clock can be believed (Docs/protocol.md, clock 0x0C).
+        clock = st["router"].get("clock")
+        if clock is None:
+            mismatches.append("status has no router.clock")
+        else:
+            want = "known" if clock["source"] in ("system", "relay", "hubs") else ("unknown" if clock["source"] == "none" else "estimated")
+            value, text = field("hub.clock")
+            if value != want or not (text.startswith("synchronised") or text.startswith("unsynchronised")):
+                mismatches.append(f"hub.clock: page {value!r} {text!r}, status source {clock['source']!r}")
         return st, mismatches
 
     # The page follows the hub live (every 2 s): it must reach exactly what status --json says.

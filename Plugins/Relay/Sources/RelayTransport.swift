@@ -344,9 +344,18 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 lastError = "the relay refused the hub's registration: \(status)"
                 registrationRefusedAsStale = status == .staleTimestamp
             }
-            context.logger.error("the relay refused the hub's registration: \(status); retrying in 30 s")
             context.events.statusChanged()
-            // E.g. our clock was off (±5 min window): try again with a fresh registration.
+            // Our clock is off (±5 min window) and the relay has told us its time already (its
+            // PONG can overtake the REGISTERED): a registration dated by it goes at once.
+            if status == .staleTimestamp, client.relayClockOffsetMs != nil, let channel = client.channelBinding,
+               let regs = client.registrationProvider?(channel) {
+                context.logger.warning("the relay refused the hub's registration as stale (this hub's clock is off); registering again, dated by the relay's clock")
+                try? client.register(regs)
+                return
+            }
+            context.logger.error("the relay refused the hub's registration: \(status); retrying in 30 s")
+            // E.g. our clock was off and the relay has not told us its time yet: try again then
+            // (or at once when its PONG comes, above and in `.relayTime`).
             timerQueue.asyncAfter(deadline: .now() + 30) { [weak self] in
                 guard let self, self.lock.withLock({ self.running && !self.registered }),
                       let channel = self.client.channelBinding,
