@@ -223,26 +223,16 @@ final class FieldClockTests: XCTestCase {
     /// (±5 minutes) until the PONG tells the relay plugin the relay's time; then the hub knows
     /// true time from the relay and mail crosses the internet both ways.
     func testAHubTwoDaysBehindLearnsTheTimeFromItsRelayAndCarriesMailBothWays() throws {
-        let relayExe = try TestSupport.product("yaok-relay")
         let dir = try TestSupport.temporaryDirectory(self)
-        let relayData = dir + "/relay"
-        let key = try TestSupport.run(relayExe, ["key", "--data-dir", relayData]).output.trimmingCharacters(in: .whitespacesAndNewlines)
-        let relayPort = HubProcessTests.freePort()
-        let relay = Process()
-        relay.executableURL = URL(fileURLWithPath: relayExe)
-        relay.arguments = ["run", "--listen", "127.0.0.1:\(relayPort)", "--data-dir", relayData]
-        let relayLog = dir + "/relay.log"
-        _ = FileManager.default.createFile(atPath: relayLog, contents: nil)
-        relay.standardError = FileHandle(forWritingAtPath: relayLog)
-        relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
-        try relay.run()
-        defer { relay.terminateWithin(seconds: 10) }
+        let relay = try RelayChild(in: dir)
+        defer { relay.stop() }
+        let key = relay.key
 
         let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
         let hubDir = dir + "/hub"
         try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let hubPort = HubProcessTests.freePort()
-        let extra = "  relay:\n    enabled: true\n    address: 127.0.0.1:\(relayPort)\n    relay_key: \(key)\n    poll_interval_s: 2\n"
+        let extra = relay.transportSection
         let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: hubPort, extra: extra),
                                  executable: try TestSupport.product("yaok-hub"), extraEnvironment: Self.faketimeEnvironment,
                                  launcher: try Self.faketime("-2d"))
@@ -255,7 +245,7 @@ final class FieldClockTests: XCTestCase {
         XCTAssertEqual(clock.summary, "unsynchronised, about 48 h behind (relay)")
 
         let (alice, bob) = try MessagePathTests.initPair(dir)
-        let hubURL = "udp://127.0.0.1:\(hubPort)", relayAddress = "127.0.0.1:\(relayPort)"
+        let hubURL = "udp://127.0.0.1:\(hubPort)", relayAddress = relay.address
         // Alice (phone, true clock) registers through the hub; its registration is dated by her clock.
         _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
         let bobQueue = DispatchQueue(label: "bob")

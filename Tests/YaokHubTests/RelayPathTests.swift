@@ -8,34 +8,16 @@ import YaokTesting
 /// delivery receipts: real yaok-hub, yaok-relay and yaok processes on loopback.
 final class RelayPathTests: XCTestCase {
     func testPhoneAtHubAndInternetUserExchangeThroughTheRelay() throws {
-        let relayExe = try TestSupport.product("yaok-relay")
         let dir = try TestSupport.temporaryDirectory(self)
-        let relayData = dir + "/relay"
-        let key = try TestSupport.run(relayExe, ["key", "--data-dir", relayData]).output.trimmingCharacters(in: .whitespacesAndNewlines)
-        XCTAssertEqual(key.count, 64, key)
-        let relayPort = HubProcessTests.freePort()
-        let relay = Process()
-        relay.executableURL = URL(fileURLWithPath: relayExe)
-        relay.arguments = ["run", "--listen", "127.0.0.1:\(relayPort)", "--data-dir", relayData]
-        let relayLog = dir + "/relay.log"
-        _ = FileManager.default.createFile(atPath: relayLog, contents: nil)
-        relay.standardError = FileHandle(forWritingAtPath: relayLog)
-        relay.standardOutput = FileHandle(forWritingAtPath: relayLog)
-        try relay.run()
-        defer { relay.terminateWithin(seconds: 10) }
+        let relay = try RelayChild(in: dir)
+        defer { relay.stop() }
+        let key = relay.key
 
         let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
         let hubDir = dir + "/hub"
         try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let hubPort = HubProcessTests.freePort()
-        let extra = """
-          relay:
-            enabled: true
-            address: 127.0.0.1:\(relayPort)
-            relay_key: \(key)
-            poll_interval_s: 2
-
-        """
+        let extra = relay.transportSection
         let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: hubPort, extra: extra),
                                  executable: try TestSupport.product("yaok-hub"))
         defer { hub.stop() }
@@ -44,7 +26,7 @@ final class RelayPathTests: XCTestCase {
 
         let (alice, bob) = try MessagePathTests.initPair(dir)
         let hubURL = "udp://127.0.0.1:\(hubPort)"
-        let relayAddress = "127.0.0.1:\(relayPort)"
+        let relayAddress = relay.address
 
         // Alice (phone) attaches to the hub once, registering through it with the relay.
         _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
@@ -78,7 +60,7 @@ final class RelayPathTests: XCTestCase {
             }
         } catch {
             // Failed once in CI under load; what each side saw, for the next time.
-            let relayText = (try? String(contentsOfFile: relayLog, encoding: .utf8)) ?? ""
+            let relayText = relay.log
             // The short lines last: CI shows the end of a failed test's output.
             print("hub log:\n\(hub.log)\nrelay log:\n\(relayText)")
             print("bob (relay) saw: \(bobGot)\nalice's listens: \(aliceListens)\nhub status: \((try? hub.status().router.counters).map { "\($0)" } ?? "-")")

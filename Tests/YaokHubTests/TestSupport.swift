@@ -7,6 +7,7 @@ import YaokCrypto
 import YaokEndpoint
 import YaokStore
 import XCTest
+import YaokProcess
 import YaokTesting
 
 /// Paths and processes for tests that run the real binaries.
@@ -83,6 +84,36 @@ enum TestSupport {
     static func run(_ executable: String, _ arguments: [String], timeout: TimeInterval = 120, environment: [String: String]? = nil) throws -> RunResult {
         try Command.run(executable, arguments, environment: environment, timeout: timeout)
     }
+}
+
+/// A `yaok-relay run` child on a free loopback port, with a fresh key in `dir/relay` and its
+/// log in `dir/relay.log` (RelayPathTests, FieldClockTests).
+struct RelayChild {
+    let process = Process()
+    let key: String
+    let port: UInt16
+    let logPath: String
+
+    init(in dir: String) throws {
+        let exe = try TestSupport.product("yaok-relay")
+        let data = dir + "/relay"
+        key = try TestSupport.run(exe, ["key", "--data-dir", data]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(key.count, 64, key)
+        port = HubProcessTests.freePort()
+        logPath = dir + "/relay.log"
+        process.executableURL = URL(fileURLWithPath: exe)
+        process.arguments = ["run", "--listen", "127.0.0.1:\(port)", "--data-dir", data]
+        _ = FileManager.default.createFile(atPath: logPath, contents: nil)
+        process.standardError = FileHandle(forWritingAtPath: logPath)
+        process.standardOutput = FileHandle(forWritingAtPath: logPath)
+        try process.run()
+    }
+
+    var address: String { "127.0.0.1:\(port)" }
+    /// The hub config lines of a relay transport pinned to this relay.
+    var transportSection: String { "  relay:\n    enabled: true\n    address: \(address)\n    relay_key: \(key)\n    poll_interval_s: 2\n" }
+    var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+    func stop() { process.terminateWithin(seconds: 10) }
 }
 
 /// A `yaok-hub run` child process with its own data directory and control socket.
