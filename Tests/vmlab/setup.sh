@@ -14,6 +14,7 @@ PACKAGES=(
   wpasupplicant iw iproute2 dnsmasq-base
   xxd
   jq                   # the Wi-Fi Direct test reads the hub's JSON status
+  e2fsprogs python3    # the power-cut test: mkfs.ext4 for the hub's disk, nbd-disk.py serves it
 )
 
 if [ "$(id -u)" != 0 ]; then
