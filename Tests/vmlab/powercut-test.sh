@@ -273,7 +273,8 @@ done
 python3 "$LAB/nbd-disk.py" --image "$W/real/disk.img" --socket "$SOCKDIR/real.sock" --log "$W/real/nbd.log" \
   --qemu-pidfile "$SOCKDIR/qemu.pid" &
 NBD_REAL=$!
-python3 "$LAB/nbd-disk.py" --image "$W/control/disk.img" --socket "$SOCKDIR/control.sock" --log "$W/control/nbd.log" --lie &
+python3 "$LAB/nbd-disk.py" --image "$W/control/disk.img" --socket "$SOCKDIR/control.sock" --log "$W/control/nbd.log" --lie \
+  --qemu-pidfile "$SOCKDIR/qemu.pid" &
 NBD_CONTROL=$!
 wait_for 10 "nbd-disk.py's sockets" test -S "$SOCKDIR/real.sock" -a -S "$SOCKDIR/control.sock" || bad "nbd-disk.py did not start"
 
@@ -334,7 +335,7 @@ for boot in $(seq 1 "$BOOTS"); do
         # Armed: nbd-disk.py kills QEMU right after the next write it acknowledges. A disk
         # that stays idle for 5 s gets the plain SIGKILL instead.
         echo "at the first write $at" > "$W/cut.$boot"
-        kill -USR1 "$NBD_REAL"
+        kill -USR1 "$([ "$boot" -le "$CUTS" ] && echo "$NBD_REAL" || echo "$NBD_CONTROL")"   # a disk with traffic
         for _ in $(seq 100); do kill -0 "$(cat "$SOCKDIR/qemu.pid")" 2>/dev/null || break; sleep 0.05; done
         kill -9 "$(cat "$SOCKDIR/qemu.pid")" 2>/dev/null && echo "SIGKILL $at + 5 s (no write came)" > "$W/cut.$boot"
       fi
