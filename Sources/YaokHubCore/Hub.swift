@@ -32,6 +32,11 @@ public final class Hub: @unchecked Sendable {
     private var transports: [String: TransportHost] = [:]
     /// Sections that are enabled but could not be created (no plugin, bad config), with the reason.
     private var failedSections: [String: (kind: String, reason: String)] = [:]
+    /// Sections whose plugin process did not answer in time while being created (a slow or
+    /// loaded box, not a refusal): tried again on the transports' restart backoff. `due` tells
+    /// the retry that is still wanted from one a later reload has replaced.
+    private var createRetries: [String: (failures: Int, due: DispatchTime)] = [:]
+    private var shuttingDown = false
     /// Set when `start` has given every transport its first start attempt.
     private var ready = false
     private var control: ControlServer?
@@ -202,6 +207,7 @@ public final class Hub: @unchecked Sendable {
     /// Stops every transport (in parallel, bounded) and flushes the store.
     public func shutdown() {
         notifier.notify("STOPPING=1")
+        lock.withLock { shuttingDown = true }
         watchdog?.cancel()
         control?.stop()
         metricsServer?.stop()
@@ -281,6 +287,7 @@ public final class Hub: @unchecked Sendable {
             transports[name] = nil
         }
         failedSections = failedSections.filter { wanted[$0.key] != nil && transports[$0.key] == nil }
+        createRetries = createRetries.filter { wanted[$0.key] != nil }
         var begun: [TransportHost] = []
         // Every transport gets its first start attempt before this returns (bounded): readiness
         // means the transports had their chance to bind.
@@ -289,41 +296,92 @@ public final class Hub: @unchecked Sendable {
             for host in begun { host.waitForFirstStart(until: deadline) }
         }
         for section in newConfig.transports where section.enabled {
-            let old = transports[section.name]
-            if let old, unchanged(old, section) { continue }
-            guard let plugin = catalog.plugin(for: section) else {
-                let reason = catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: pluginDirectories)
-                if old != nil {
-                    logger.error("reload: keeping transport \(section.name) as it runs: \(reason)")
-                } else {
-                    failedSections[section.name] = (section.kind, reason)
-                    logger.error("transport \(section.name) not started: \(reason)")
-                }
-                continue
+            if let old = transports[section.name], unchanged(old, section) { continue }
+            if let host = startTransport(section) { begun.append(host) }
+        }
+    }
+
+    /// Creates `section`'s transport in a new plugin process (or takes one `prepared` outside
+    /// the lock) and begins it, replacing the one running (if any) once the new one exists; nil
+    /// (and the reason logged) when it cannot be created. A plugin process that did not answer
+    /// in time is tried again later by itself. Called with the lock held.
+    private func startTransport(_ section: HubConfig.TransportSection,
+                                prepared: (host: TransportHost, outcome: Result<Void, any Error>)? = nil) -> TransportHost? {
+        let old = transports[section.name]
+        guard let plugin = prepared?.host.plugin ?? catalog.plugin(for: section) else {
+            let reason = catalog.whyNoPlugin(kind: section.kind, transport: section.name, searched: pluginDirectories)
+            if old != nil {
+                logger.error("reload: keeping transport \(section.name) as it runs: \(reason)")
+            } else {
+                failedSections[section.name] = (section.kind, reason)
+                logger.error("transport \(section.name) not started: \(reason)")
             }
-            let host = TransportHost(section: section, plugin: plugin, crypto: hostCrypto, handler: router, metrics: metrics, logger: logger)
-            do {
-                try host.prepare()
-            } catch {
-                if old != nil {
-                    logger.error("reload: keeping transport \(section.name) as it runs; its new section is refused: \(error)")
-                } else {
-                    failedSections[section.name] = (section.kind, "\(error)")
-                    logger.error("transport \(section.name) not started: \(error)")
-                }
-                continue
+            return nil
+        }
+        let host = prepared?.host
+            ?? TransportHost(section: section, plugin: plugin, crypto: hostCrypto, handler: router, metrics: metrics, logger: logger)
+        do {
+            try prepared?.outcome.get() ?? host.prepare()
+        } catch {
+            if old != nil {
+                logger.error("reload: keeping transport \(section.name) as it runs; its new section is refused: \(error)")
+            } else if case TransportHostError.noAnswer = error {
+                let delay = scheduleCreateRetry(section.name)
+                failedSections[section.name] = (section.kind, "\(error)")
+                logger.error("transport \(section.name) not started: \(error); trying again in \(Int(delay)) s")
+            } else {
+                createRetries[section.name] = nil
+                failedSections[section.name] = (section.kind, "\(error)")
+                logger.error("transport \(section.name) not started: \(error)")
             }
-            if let old {
-                let why = old.isCrashLooping ? ": restarting it after its crash loop"
-                    : old.plugin.fileIdentity != plugin.fileIdentity ? ": its plugin file (or program) was replaced" : ": its section changed"
-                logger.info("restarting transport \(section.name)\(why)")
-                old.shutdown()
-                router.forgetLinks(of: section.name)
-            }
-            transports[section.name] = host
-            failedSections[section.name] = nil
-            host.begin()
-            begun.append(host)
+            return nil
+        }
+        if let old {
+            let why = old.isCrashLooping ? ": restarting it after its crash loop"
+                : old.plugin.fileIdentity != plugin.fileIdentity ? ": its plugin file (or program) was replaced" : ": its section changed"
+            logger.info("restarting transport \(section.name)\(why)")
+            old.shutdown()
+            router.forgetLinks(of: section.name)
+        }
+        transports[section.name] = host
+        failedSections[section.name] = nil
+        createRetries[section.name] = nil
+        host.begin()
+        return host
+    }
+
+    /// Schedules another attempt to create `name` (lock held); returns its delay in seconds.
+    private func scheduleCreateRetry(_ name: String) -> Double {
+        let failures = (createRetries[name]?.failures ?? 0) + 1
+        let delay = TransportHost.backoffSeconds(failures: failures)
+        let due = DispatchTime.now() + delay
+        createRetries[name] = (failures, due)
+        reloadQueue.asyncAfter(deadline: due) { [weak self] in self?.retryCreate(name, due: due) }
+        return delay
+    }
+
+    /// One more attempt at a section whose plugin process did not answer in time. The process
+    /// is created outside the lock: one that is slow again holds up neither status nor shutdown.
+    private func retryCreate(_ name: String, due: DispatchTime) {
+        func stillWanted() -> HubConfig.TransportSection? {
+            guard !shuttingDown, createRetries[name]?.due == due, transports[name] == nil else { return nil }
+            return config.transports.first { $0.name == name && $0.enabled }
+        }
+        guard let (section, plugin) = lock.withLock({ () -> (HubConfig.TransportSection, LoadedPlugin)? in
+            guard let section = stillWanted(), let plugin = catalog.plugin(for: section) else { return nil }
+            logger.info("transport \(name): creating it again (attempt \(createRetries[name]!.failures + 1))")
+            return (section, plugin)
+        }) else { return }
+        let host = TransportHost(section: section, plugin: plugin, crypto: hostCrypto, handler: router, metrics: metrics, logger: logger)
+        let outcome = Result<Void, any Error> { try host.prepare() }
+        let started = lock.withLock { () -> TransportHost? in
+            guard stillWanted() == section else { return nil }
+            return startTransport(section, prepared: (host, outcome))
+        }
+        if let started {
+            started.waitForFirstStart(until: .now() + 5)
+        } else if case .success = outcome {
+            host.shutdown()
         }
     }
 
@@ -335,10 +393,12 @@ public final class Hub: @unchecked Sendable {
             config.transports.map { section in
                 if let host = transports[section.name] { return host.runtimeStatus() }
                 if let failed = failedSections[section.name] {
+                    let retry = createRetries[section.name]
+                    let next = retry.map { Double($0.due.uptimeNanoseconds &- min($0.due.uptimeNanoseconds, DispatchTime.now().uptimeNanoseconds)) / 1e9 }
                     return TransportRuntimeStatus(name: section.name, kind: failed.kind, enabled: true, pluginPath: catalog.loaded[failed.kind]?.path,
                                                   pluginVersion: catalog.loaded[failed.kind]?.version,
                                                   status: TransportStatus(state: .failed, reason: failed.reason, lastError: failed.reason),
-                                                  startFailures: 0, nextRetryInSeconds: nil)
+                                                  startFailures: retry?.failures ?? 0, nextRetryInSeconds: next)
                 }
                 return TransportRuntimeStatus(name: section.name, kind: section.kind, enabled: false, pluginPath: catalog.loaded[section.kind]?.path,
                                               pluginVersion: catalog.loaded[section.kind]?.version,

@@ -149,7 +149,8 @@ final class PluginProcess: @unchecked Sendable {
         let waiter = lock.withLock { helloWaiter }
         guard waiter.wait(timeout: .now() + timeout) == .success, let h = lock.withLock({ hello }) else {
             kill()
-            let why = lock.withLock { stderrTail.last } ?? "no answer within \(Int(timeout)) s"
+            // Its last words (a wrong ABI, a missing library) say why; silence is only slowness.
+            guard let why = lock.withLock({ stderrTail.last }) else { throw PluginProcessError.timedOut(seconds: timeout) }
             throw TransportError.failed("the plugin process for \(pluginPath) did not start: \(why)")
         }
         return h

@@ -338,8 +338,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The hub clock (every deadline) and the estimate of true time (Docs/protocol.md §2.2).
     public let time: HubTime
     private var lastClockPersistMs: Int64 = 0
-    /// How often the hub clock is written to the store.
+    /// The hub clock joins a commit that happens anyway at most this often…
     static let clockPersistIntervalMs: Int64 = 60_000
+    /// …and an idle hub commits it alone this often: within the 10 min that
+    /// ``HubClockStart/resume(persisted:wallNowMs:)`` counts, without writing the SD card every minute.
+    static let idleClockPersistIntervalMs: Int64 = 300_000
 
     /// Called (on the router queue) whenever something status-worthy changes.
     public var onChange: (@Sendable () -> Void)?
@@ -369,6 +372,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             // is emptied after the first quiet period, not at once.
             lastChangeMs = now()
             walEmptiedMs = lastChangeMs
+            persistClock(hubNowMs: lastChangeMs)
             do {
                 let requeued = try store.requeueInFlight(nowMs: now())
                 if requeued > 0 { logger.notice("requeued \(requeued) bundles that were in flight at the last shutdown") }
@@ -387,7 +391,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     public func stop() {
         timer?.cancel()
         timer = nil
-        queue.sync { commitGroup(); flushHeldSends() }
+        queue.sync {
+            grouped { persistClock(hubNowMs: now()) }
+            commitGroup()
+            flushHeldSends()
+        }
     }
 
     // MARK: Group commit
@@ -1675,9 +1683,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// system clock if the operator allowed it.
     private func tickClock(hubNowMs t: Int64) {
         if time.refresh() { clockSourceChanged() }
-        if t - lastClockPersistMs >= Self.clockPersistIntervalMs {
-            lastClockPersistMs = t
-            storeCall("persistHubClock", { try store.persistHubClock(hubMs: t, wallMs: Clock.nowMilliseconds()) })
+        let sincePersist = t - lastClockPersistMs
+        if sincePersist >= Self.idleClockPersistIntervalMs
+            || (sincePersist >= Self.clockPersistIntervalMs && store.database.groupHasChanges) {
+            persistClock(hubNowMs: t)
         }
         guard settings.setSystemClock else { return }
         let e = time.estimate
@@ -1692,6 +1701,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         } catch {
             logger.warning("clock: \(error); set_system_clock stays on and is tried again in 10 min")
         }
+    }
+
+    private func persistClock(hubNowMs t: Int64) {
+        lastClockPersistMs = t
+        storeCall("persistHubClock", { try store.persistHubClock(hubMs: t, wallMs: Clock.nowMilliseconds()) })
     }
 
     /// Our estimate now comes from another source: say so, and tell the peers that read it.

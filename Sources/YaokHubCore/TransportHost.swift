@@ -167,6 +167,8 @@ public final class TransportHost: @unchecked Sendable {
         let hello: (kind: String, version: String)
         do {
             hello = try p.spawn(memoryLimitMB: section.memoryLimitMB, capabilities: section.capabilityMask)
+        } catch PluginProcessError.timedOut(let seconds) {
+            throw TransportHostError.noAnswer(transport: name, reason: "the plugin process did not say hello within \(Int(seconds)) s")
         } catch {
             throw TransportHostError.createFailed(transport: name, reason: "\(error)")
         }
@@ -182,6 +184,9 @@ public final class TransportHost: @unchecked Sendable {
             reply = try p.call(timeout: 10) {
                 .create(request: $0, signingKey: crypto.signingKey, kxKey: crypto.kxKey, instance: name, configJSON: section.section.json())
             }
+        } catch PluginProcessError.timedOut(let seconds) {
+            p.close(grace: 0.5)
+            throw TransportHostError.noAnswer(transport: name, reason: "the plugin process did not answer the create request within \(Int(seconds)) s")
         } catch {
             p.close(grace: 0.5)
             throw TransportHostError.createFailed(transport: name, reason: "\(error)")
@@ -496,12 +501,15 @@ public final class TransportHost: @unchecked Sendable {
 
 /// Errors creating a transport instance.
 public enum TransportHostError: Error, CustomStringConvertible, Sendable {
+    /// The plugin refused the section, or its process failed to start: the same again would fail.
     case createFailed(transport: String, reason: String)
+    /// The plugin process did not answer in time (a slow or loaded box): worth trying again.
+    case noAnswer(transport: String, reason: String)
     case noPlugin(transport: String, kind: String, searched: [String])
 
     public var description: String {
         switch self {
-        case .createFailed(_, let reason): return reason
+        case .createFailed(_, let reason), .noAnswer(_, let reason): return reason
         case .noPlugin(_, let kind, let searched):
             return "no plugin of kind \"\(kind)\" found in \(searched.joined(separator: ", "))"
         }

@@ -623,7 +623,7 @@ public final class BundleStore: @unchecked Sendable {
         return hub > 0 ? (hub, try counter("hub_clock_wall_ms")) : nil
     }
 
-    /// Records the hub clock (every minute, in the open group commit: no write of its own).
+    /// Records the hub clock (and the wall clock now): see Docs/store.md, "Hub clock".
     public func persistHubClock(hubMs: Int64, wallMs: Int64) throws {
         try setCounter("hub_clock_ms", hubMs)
         try setCounter("hub_clock_wall_ms", wallMs)

@@ -13,6 +13,8 @@
  *                  a remote peer triggers the bug
  *   hang_send      reports a link to the endpoint whose Ed25519 key is `peer_key` (hex),
  *                  and loops forever in send(): the hub's send bound must catch it
+ *   slow_create    the first create() (while the file `marker` does not exist) makes it and
+ *                  takes 12 s, past the hub's 10 s wait; later ones behave
  *   none           behaves
  * Build: cc -shared -fPIC -I Sources/PluginAPI/Sources/CYaokPlugin/include \
  *           -o libyaok-plugin-crashy.so Tests/Fixtures/crash_plugin.c -lpthread
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -58,6 +61,15 @@ static yaok_transport *create(const yaok_host_api *host, char *error, size_t err
     const char *k = value_of(host->config_json, "peer_key");
     if (k && *k == '"')
         for (int i = 0; i < 32; i++) { unsigned b = 0; sscanf(k + 1 + 2 * i, "%2x", &b); t->peer_key[i] = (uint8_t)b; }
+    const char *m = value_of(host->config_json, "marker");
+    char marker[256] = "";
+    if (m && *m == '"') /* a JSON string whose only escapes are "\/" (the host's encoder writes them) */
+        for (size_t i = 0, n = 0; m[1 + i] && m[1 + i] != '"' && n + 1 < sizeof marker; i++)
+            if (m[1 + i] != '\\') { marker[n++] = m[1 + i]; marker[n] = 0; }
+    if (strcmp(t->fault, "slow_create") == 0 && *marker) {
+        int fd = open(marker, O_CREAT | O_EXCL | O_WRONLY, 0600);
+        if (fd >= 0) { close(fd); sleep(12); }
+    }
     (void)error; (void)error_len;
     return t;
 }

@@ -124,6 +124,28 @@ final class PluginIsolationTests: XCTestCase {
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
     }
 
+    /// A plugin process that answers its create request too late (a Pi under load, an emulated
+    /// VM) is not a refusal: the hub tries again on the restart backoff by itself, with no
+    /// SIGHUP, and the transport runs; the other transports start meanwhile.
+    func testAPluginThatAnswersTooLateAtStartIsCreatedAgainByItself() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let plugins = try TestSupport.pluginDirectory(self)
+        _ = try Self.buildCrashy(into: plugins)
+        let marker = dir + "/slow-create-marker"
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: HubProcessTests.freePort(),
+                                            extra: crashySection("slow", "slow_create", extra: "marker: \"\(marker)\""))
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady(timeout: 60)
+        XCTAssertTrue(FileManager.default.fileExists(atPath: marker), "the first create was the slow one")
+        XCTAssertTrue(hub.log.contains("transport slow not started: the plugin process did not answer the create request within 10 s; trying again in 1 s"),
+                      hub.log.suffix(3000).description)
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running, "the others started")
+        try Wait.until(timeout: 30, "the slow transport running after a retry") { try hub.transport("slow")?.status.state == .running }
+        XCTAssertTrue(hub.log.contains("transport slow: creating it again (attempt 2)"), hub.log.suffix(3000).description)
+        XCTAssertFalse(hub.log.contains("reloaded"), "no reload was needed")
+    }
+
     /// A section the plugin refuses on SIGHUP leaves the running instance (same process, same
     /// links) alone, and the log says why.
     func testABadSectionOnSIGHUPKeepsTheRunningInstance() throws {
