@@ -309,12 +309,9 @@ public final class ConsoleServer: @unchecked Sendable {
 
     func login(request: Request, context: ConsoleContext) async throws -> Response {
         let address = context.clientAddress
-        let wait = throttle.wait(for: address)
-        if wait > 0 {
-            // Not even checked: the delay is what slows a guesser down.
-            var r = loginPage(request: request, message: "Too many wrong passwords from your address. Wait \(Int(wait.rounded(.up))) seconds, then try again.",
-                              status: .tooManyRequests)
-            r.headers[.retryAfter] = String(Int(wait.rounded(.up)))
+        func refused(_ message: String, retryAfter wait: Double) -> Response {
+            var r = loginPage(request: request, message: message, status: .tooManyRequests)
+            r.headers[.retryAfter] = String(Int(max(1, wait.rounded(.up))))
             return r
         }
         let form = try await Self.form(request)
@@ -324,13 +321,23 @@ public final class ConsoleServer: @unchecked Sendable {
         guard let hash = PasswordFile.read(path: passwordPath) else {
             return loginPage(request: request, message: "No console password is set: run yaok-hub console-password on the hub.", status: .forbidden)
         }
+        // The attempt is counted before the check and one check per address runs at a time:
+        // parallel guesses get one check, not one each. Not checked is what slows a guesser.
+        switch throttle.admit(address) {
+        case .wait(let wait):
+            return refused("Too many wrong passwords. Wait \(Int(wait.rounded(.up))) seconds, then try again.", retryAfter: wait)
+        case .busy:
+            return refused("A login from your address is being checked. Wait a moment, then try again.", retryAfter: 1)
+        case .check:
+            break
+        }
         // Argon2 takes a moment and 64 MiB: off the event loop.
         let password = form["password"] ?? ""
         let ok = await withCheckedContinuation { (done: CheckedContinuation<Bool, Never>) in
             Self.verifyQueue.async { done.resume(returning: PasswordFile.verify(password, hash: hash)) }
         }
+        let delay = throttle.finished(address, passwordRight: ok)
         guard ok else {
-            let delay = throttle.failed(address)
             logger.warning("console: failed login from \(address)\(delay > 0 ? "; next attempt in \(Int(delay)) s" : "")")
             let msg = delay > 0 ? "Wrong password. Too many wrong passwords from your address: wait \(Int(delay)) seconds before the next try."
                 : "Wrong password."
@@ -338,7 +345,6 @@ public final class ConsoleServer: @unchecked Sendable {
             if delay > 0 { r.headers[.retryAfter] = String(Int(delay)) }
             return r
         }
-        throttle.succeeded(address)
         let (token, _) = sessions.create()
         logger.notice("console: login from \(address)")
         return Self.redirect("/", cookies: [cookie(Self.sessionCookie, token), cookie(Self.loginCookie, "", maxAge: 0)])

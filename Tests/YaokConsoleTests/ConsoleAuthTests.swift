@@ -145,20 +145,88 @@ final class ConsoleAuthTests: XCTestCase {
         XCTAssertEqual(LoginThrottle.delay(afterFailures: 1000), LoginThrottle.maxDelay)
     }
 
+    final class FakeClock: Sendable { let t = Mutex(1000.0) }
+
+    /// Admits a check for `address` and finishes it with a wrong password; the earned wait.
+    func wrong(_ th: LoginThrottle, _ address: String) -> Double? {
+        guard th.admit(address) == .check else { return nil }
+        return th.finished(address, passwordRight: false)
+    }
+
     func testThrottleIsPerAddressAndClearedBySuccess() {
-        final class Clock: Sendable { let t = Mutex(1000.0) }
-        let clock = Clock()
+        let clock = FakeClock()
         let th = LoginThrottle(now: { clock.t.withLock { $0 } })
-        XCTAssertEqual(th.failed("10.0.0.1"), 0)
-        XCTAssertEqual(th.failed("10.0.0.1"), 0)
-        XCTAssertEqual(th.failed("10.0.0.1"), 30)
-        XCTAssertEqual(th.wait(for: "10.0.0.1"), 30)
-        XCTAssertEqual(th.wait(for: "10.0.0.2"), 0, "another address is not slowed")
+        XCTAssertEqual(wrong(th, "10.0.0.1"), 0)
+        XCTAssertEqual(wrong(th, "10.0.0.1"), 0)
+        XCTAssertEqual(wrong(th, "10.0.0.1"), 30)
+        XCTAssertEqual(th.admit("10.0.0.1"), .wait(seconds: 30))
+        XCTAssertEqual(wrong(th, "10.0.0.2"), 0, "another address is not slowed")
         clock.t.withLock { $0 += 31 }
-        XCTAssertEqual(th.wait(for: "10.0.0.1"), 0)
-        XCTAssertEqual(th.failed("10.0.0.1"), 60, "the fourth failure doubles")
-        th.succeeded("10.0.0.1")
-        XCTAssertEqual(th.failed("10.0.0.1"), 0)
+        XCTAssertEqual(wrong(th, "10.0.0.1"), 60, "the fourth failure doubles")
+        clock.t.withLock { $0 += 61 }
+        XCTAssertEqual(th.admit("10.0.0.1"), .check)
+        XCTAssertEqual(th.finished("10.0.0.1", passwordRight: true), 0)
+        XCTAssertEqual(wrong(th, "10.0.0.1"), 0, "a right password cleared the record")
+    }
+
+    /// Attack 11 of the third security review: 40 parallel guesses from one address had 39
+    /// checked before the throttle saw the first failure. Now an attempt is counted before
+    /// its check and one check per address runs at a time.
+    func testAnAttemptIsCountedBeforeItsCheckAndOneCheckPerAddressRuns() {
+        let th = LoginThrottle()
+        XCTAssertEqual(th.admit("10.0.0.1"), .check)
+        XCTAssertEqual(th.admit("10.0.0.1"), .busy, "a second guess while the first is checked is not checked")
+        XCTAssertEqual(th.admit("10.0.0.1"), .busy)
+        XCTAssertEqual(th.admit("10.0.0.2"), .check, "another address is not held up")
+        XCTAssertEqual(th.finished("10.0.0.1", passwordRight: false), 0)
+        XCTAssertEqual(th.admit("10.0.0.1"), .check)
+    }
+
+    func testParallelGuessesOverSocketsGetAtMostThreeChecks() throws {
+        let replies = Mutex([RawHTTP.Reply]())
+        let port = http.port
+        DispatchQueue.concurrentPerform(iterations: 40) { i in
+            if let r = try? ConsoleAuthSession.login(port: port, password: "wrong guess \(i)", csrf: nil) { replies.withLock { $0.append(r) } }
+        }
+        let all = replies.withLock { $0 }
+        XCTAssertEqual(all.count, 40)
+        let checked = all.filter { $0.body.contains("Wrong password") }.count
+        XCTAssertGreaterThanOrEqual(checked, 1)
+        XCTAssertLessThanOrEqual(checked, 3, "two free failures and the one that earns the lock: \(checked) of 40 guesses were checked")
+        XCTAssertEqual(all.filter { $0.status == 429 }.count, 40 - all.filter { $0.status == 401 }.count)
+        // Checks that came one after another got the two free failures; the third locks.
+        let right = try login(password)
+        XCTAssertEqual(right.status, checked >= 3 ? 429 : 303, "the right password after \(checked) checked guesses")
+    }
+
+    func testIPv6IsThrottledBySlash64AndLoopbackLocksAtMostAMinute() {
+        XCTAssertEqual(LoginThrottle.client(of: "2001:db8:1:2:aaaa::1").key, LoginThrottle.client(of: "2001:db8:1:2:ffff:1:2:3").key)
+        XCTAssertNotEqual(LoginThrottle.client(of: "2001:db8:1:2::1").key, LoginThrottle.client(of: "2001:db8:1:3::1").key)
+        XCTAssertEqual(LoginThrottle.client(of: "2001:db8:1:2::1").key, "2001:db8:1:2::/64")
+        XCTAssertEqual(LoginThrottle.client(of: "::ffff:192.0.2.7").key, "192.0.2.7", "a mapped IPv4 address is that address")
+        XCTAssertTrue(LoginThrottle.client(of: "127.0.0.1").loopback)
+        XCTAssertTrue(LoginThrottle.client(of: "::1").loopback)
+        XCTAssertFalse(LoginThrottle.client(of: "192.0.2.7").loopback)
+        XCTAssertEqual((3...7).map { LoginThrottle.delay(afterFailures: $0, loopback: true) }, [30, 60, 60, 60, 60],
+                       "operators who come in by ssh -L share 127.0.0.1: one person's typos cost the others a minute, not a day")
+
+        let clock = FakeClock()
+        let th = LoginThrottle(now: { clock.t.withLock { $0 } })
+        for _ in 0..<3 { _ = wrong(th, "2001:db8:1:2::" + String(Int.random(in: 1...0xffff), radix: 16)) }
+        XCTAssertEqual(th.admit("2001:db8:1:2:dead::beef"), .wait(seconds: 30), "a new address in the same /64 is the same client")
+    }
+
+    /// Many addresses buy no more guesses: at most ``LoginThrottle/checksPerMinute`` checks a
+    /// minute across all clients.
+    func testManyAddressesShareOneBoundOfChecks() {
+        let clock = FakeClock()
+        let th = LoginThrottle(now: { clock.t.withLock { $0 } })
+        let burst = Int(LoginThrottle.checksPerMinute)
+        for i in 0..<burst { XCTAssertEqual(wrong(th, "10.1.0.\(i)"), 0) }
+        guard case .wait(let w) = th.admit("10.2.0.1") else { return XCTFail("the bound let an 11th address in at once") }
+        XCTAssertEqual(w, 60 / LoginThrottle.checksPerMinute, accuracy: 0.01)
+        clock.t.withLock { $0 += 60 / LoginThrottle.checksPerMinute }
+        XCTAssertEqual(th.admit("10.2.0.1"), .check, "one more check after its share of the minute")
     }
 
     func testThreeWrongPasswordsOverSocketDelayEvenTheRightOne() throws {
