@@ -30,12 +30,19 @@ final class UDPTap: Sendable {
         var running = true
         var captured: [(fromVictim: Bool, bytes: [UInt8])] = []
         var dropFromHub: @Sendable ([UInt8]) -> Bool = { _ in false }
+        var delayFromHubMs = 0
     }
     private let state = Mutex(State())
     /// Hub → victim datagrams for which this returns true are dropped (set while the tap runs).
     var dropFromHub: @Sendable ([UInt8]) -> Bool {
         get { state.withLock { $0.dropFromHub } }
         set { state.withLock { $0.dropFromHub = newValue } }
+    }
+
+    /// Hub → victim datagrams wait this long (a slow radio) while the tap runs.
+    var delayFromHubMs: Int {
+        get { state.withLock { $0.delayFromHubMs } }
+        set { state.withLock { $0.delayFromHubMs = newValue } }
     }
 
     init(hubPort: UInt16) throws {
@@ -70,19 +77,33 @@ final class UDPTap: Sendable {
             guard n > 0 else { continue }
             let bytes = Array(buffer[0..<n])
             let fromHub = IPEndpoint(from) == hub
-            let (target, drop): (sockaddr_in?, Bool) = state.withLock { s in
+            let (target, drop, delayMs): (sockaddr_in?, Bool, Int) = state.withLock { s in
                 s.captured.append((!fromHub, bytes))
-                if fromHub { return (s.victim, s.dropFromHub(bytes)) }
+                if fromHub { return (s.victim, s.dropFromHub(bytes), s.delayFromHubMs) }
                 s.victim = from
-                return (hub.sockaddr, false)
+                return (hub.sockaddr, false, 0)
             }
-            if let t = target, !drop { sendDatagram(fd, bytes, to: t) }
+            guard let t = target, !drop else { continue }
+            if delayMs > 0 {
+                DispatchQueue.global().asyncAfter(deadline: .now() + .milliseconds(delayMs)) { [fd] in sendDatagram(fd, bytes, to: t) }
+            } else {
+                sendDatagram(fd, bytes, to: t)
+            }
         }
         close(fd)
     }
 
     /// Sends `bytes` to the hub from the victim's address (as the hub sees it).
     func inject(_ bytes: [UInt8]) { sendDatagram(fd, bytes, to: hub.sockaddr) }
+
+    /// Sends `bytes` to the victim from the hub's address (as the victim sees it): what a blind
+    /// off-path spoofer can do, knowing only the two addresses. False before the victim spoke.
+    @discardableResult
+    func injectToVictim(_ bytes: [UInt8]) -> Bool {
+        guard let victim = state.withLock({ $0.victim }) else { return false }
+        sendDatagram(fd, bytes, to: victim)
+        return true
+    }
 }
 
 /// Issue 14's link attacks, re-enacted against a real hub process over UDP. Each asserts
@@ -173,6 +194,48 @@ final class LinkSecurityTests: XCTestCase {
         tap.dropFromHub = { _ in false }
         XCTAssertEqual(try deliveries(of: message.bundleID, to: bob, settle: 1.5), 1)
         try Wait.until(timeout: 10, "bob's real ack accepted") { try s.hub.status().router.queue.inFlight == 0 }
+    }
+
+    /// Attack 8 of the third security review: a blind off-path spoofer sends clear version
+    /// refusals (one listing our own version, one listing only version 1) and forged replies
+    /// and cookies "from" a configured peer, 100 a second, never seeing the traffic. Each used
+    /// to abort the dialling hub's half-open handshake (243 attempts, 0 links in 25 s). Now
+    /// they are dropped and counted, and the link comes up over a slow path (100 ms each way
+    /// from the peer) all the same.
+    func testABlindSpooferCannotAbortAHandshake() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        let tap = try UDPTap(hubPort: s.port)
+        defer { tap.stop() }
+        tap.delayFromHubMs = 100
+        let dir = try TestSupport.temporaryDirectory(self)
+        let victim = try HubProcess(dir: dir, config: HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)],
+                                                                             udpPort: HubProcessTests.freePort(), peers: [tap.port]),
+                                    executable: try TestSupport.product("yaok-hub"))
+        defer { victim.stop() }
+        try victim.waitReady()
+        let flooding = Atomic(true)
+        let forgeries: [[UInt8]] = [
+            TLVRecord(.linkVersion, value: [SecureLink.version]).encoded, TLVRecord(.linkVersion, value: [1]).encoded,
+            TLVRecord(.linkReply, value: (0..<SecureLink.replyLength).map { _ in UInt8.random(in: 0...255) }).encoded,
+            TLVRecord(.linkCookie, value: [UInt8](repeating: 7, count: LinkCookies.cookieLength - 1)).encoded,
+        ]
+        let sent = Atomic(0)
+        let flood = Thread {
+            while flooding.load(ordering: .relaxed) {
+                for f in forgeries where tap.injectToVictim(f) { sent.add(1, ordering: .relaxed) }
+                Thread.sleep(forTimeInterval: 0.04)
+            }
+        }
+        flood.start()
+        defer { flooding.store(false, ordering: .relaxed) }
+        try Wait.until(timeout: 30, "the victim hub's link to its configured peer, under the spoofing") {
+            try victim.transport("udp")?.status.links == 1
+        }
+        try Wait.until(timeout: 10, "forgeries counted") { try udpDetail(victim, "handshake_records_ignored") >= 10 }
+        XCTAssertGreaterThan(sent.load(ordering: .relaxed), 10)
+        XCTAssertGreaterThan(try udpDetail(victim, "version_refused"), 0)
+        XCTAssertEqual(try s.hub.transport("udp")?.status.links, 1)
     }
 
     /// Many one-off datagrams from many source addresses: 3-byte junk and cookie-less hellos.

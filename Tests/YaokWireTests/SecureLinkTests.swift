@@ -150,6 +150,36 @@ final class SecureLinkTests: XCTestCase {
         if case .admit = cookies.admit(short, from: address) { XCTFail("unpadded hello admitted") }
     }
 
+    /// Clear records anyone can send in the responder's name — a reply that does not verify,
+    /// a version refusal listing our own version or another one, a cookie of the wrong size —
+    /// are refused and leave the initiator exactly where it was: the real reply still
+    /// completes the handshake (attack 8 of the third security review).
+    func testForgedClearRecordsLeaveTheInitiatorWaitingForTheRealReply() throws {
+        let phone = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .datagram)
+        let hub = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .datagram)
+        guard case .send(let reply)? = try hub.receive(TLVRecord(parsing: try phone.hello())).first else { return XCTFail("no reply") }
+        // A reply made by another responder for another hello: a valid Noise message, wrong keys.
+        let other = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .datagram)
+        let stranger = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .datagram)
+        guard case .send(let otherReply)? = try other.receive(TLVRecord(parsing: try stranger.hello())).first else { return XCTFail("no reply") }
+        let forgeries: [TLVRecord] = [
+            try TLVRecord(parsing: otherReply),
+            TLVRecord(.linkReply, value: [UInt8](repeating: 0x5A, count: SecureLink.replyLength)),
+            TLVRecord(.linkVersion, value: [SecureLink.version]),
+            TLVRecord(.linkVersion, value: [1]),
+            TLVRecord(.linkCookie, value: [1, 2, 3]),
+        ]
+        for f in forgeries {
+            XCTAssertThrowsError(try phone.receive(f), "type 0x\(String(f.type, radix: 16))")
+            XCTAssertEqual(phone.state, .awaitingReply)
+        }
+        XCTAssertEqual(phone.versionsClaimed, [1], "remembered, to be reported if no reply comes")
+        let outputs = try phone.receive(TLVRecord(parsing: reply))
+        XCTAssertTrue(outputs.contains { if case .established = $0 { return true } else { return false } }, "the real reply still completes it")
+        guard case .send(let identity)? = outputs.first else { return XCTFail("no identity frame") }
+        XCTAssertTrue(try hub.receive(TLVRecord(parsing: identity)).contains { if case .established = $0 { return true } else { return false } })
+    }
+
     func testOldAndFuturePeersAreRefusedClearly() throws {
         let hub = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
         XCTAssertThrowsError(try hub.receive(TLVRecord(type: 0x10, value: [UInt8](repeating: 9, count: 32)))) {
@@ -163,9 +193,10 @@ final class SecureLinkTests: XCTestCase {
         XCTAssertEqual(cookies.admit(TLVRecord(.linkHello, value: future), from: [1]), .reply(SecureLink.versionRecord()))
         let phone = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .stream)
         _ = try phone.hello()
-        XCTAssertThrowsError(try phone.receive(TLVRecord(parsing: SecureLink.versionRecord()))) {
+        XCTAssertThrowsError(try phone.receive(TLVRecord(.linkVersion, value: [3]))) {
             XCTAssertTrue("\($0)".contains("speaks 2"), "\($0)")
         }
+        XCTAssertEqual(phone.versionsClaimed, [3])
         // Garbage of every length never crashes a responder.
         for n in 0..<200 {
             let s = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)

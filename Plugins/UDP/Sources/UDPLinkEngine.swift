@@ -32,6 +32,9 @@ public final class UDPLinkEngine: @unchecked Sendable {
         public var takeoversRefused: UInt64 = 0
         /// Records from peers speaking another link version.
         public var versionRefused: UInt64 = 0
+        /// Clear handshake records that did not verify (a forged reply, cookie or version
+        /// refusal in a peer's name): dropped, the handshake kept waiting for the real one.
+        public var handshakeRecordsIgnored: UInt64 = 0
     }
 
     /// Largest record carried in one datagram.
@@ -348,10 +351,11 @@ public final class UDPLinkEngine: @unchecked Sendable {
                         }
                     }
                 } catch {
-                    counters.handshakeFailures += 1
+                    // A record in clear proves nothing about its sender: a blind spoofer can send
+                    // one "from" the peer. It ends nothing; the handshake waits for a reply that
+                    // verifies until its own timeout, which reports a version refusal if one came.
+                    counters.handshakeRecordsIgnored += 1
                     if case SecureLinkError.unsupportedVersion = error { counters.versionRefused += 1 }
-                    logLine = "handshake with \(address) failed: \(error)"
-                    if s.up { s.pending = nil } else { sessions[address] = nil }
                 }
             case .sealed:
                 guard let s = sessions[address] else { counters.sealedRefused += 1; return }
@@ -437,10 +441,15 @@ public final class UDPLinkEngine: @unchecked Sendable {
         let now = clock()
         var toSend: [([UInt8], IPEndpoint)] = []
         var down: [(LinkID, String)] = []
+        var versionLog: String?
         lock.withLock {
             for peer in staticPeers {
                 let s = sessions[peer] ?? makeSession(peer, link: newLink(initiator: true), now: now)
                 if !s.up && now - s.lastHelloMs >= 2_000 {
+                    if let versions = s.link.versionsClaimed, now - lastVersionLogMs >= 10_000 {
+                        lastVersionLogMs = now
+                        versionLog = "handshake with \(peer) got no reply; a version refusal in its name says it speaks link version(s) \(versions.map(String.init).joined(separator: ", ")), this node speaks \(SecureLink.version)"
+                    }
                     s.link = newLink(initiator: true)
                     if let hello = try? s.link.hello() { toSend.append((hello, peer)) }
                     s.lastHelloMs = now
@@ -468,6 +477,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 if s.pending != nil, now - s.pendingSinceMs > 10_000 { s.pending = nil }
             }
         }
+        if let versionLog { events.log(.warning, versionLog) }
         for (bytes, address) in toSend { try? sendDatagram(bytes, to: address, fd: fd) }
         for (id, reason) in down { events.linkDown(id, reason: reason) }
     }

@@ -106,7 +106,8 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                                       "half_open_evicted": String(c.halfOpenEvicted),
                                       "sessions": String(engine.sessionCount),
                                       "takeovers_refused": String(c.takeoversRefused),
-                                      "version_refused": String(c.versionRefused)])
+                                      "version_refused": String(c.versionRefused),
+                                      "handshake_records_ignored": String(c.handshakeRecordsIgnored)])
         }
     }
 }

@@ -241,6 +241,9 @@ public final class SecureLink: @unchecked Sendable {
     public private(set) var state: State = .initial
     /// The authenticated peer, once established.
     public private(set) var peer: AuthenticatedPeer?
+    /// The link versions a clear `linkVersion` record said the peer speaks, when they exclude
+    /// ours: reported if no reply comes (on a datagram link anyone can send it in the peer's name).
+    public private(set) var versionsClaimed: [UInt8]?
 
     /// `ephemeralSecret` is for test vectors only.
     public init(identity: LinkIdentity, role: PeerRole, isInitiator: Bool, channel: LinkChannel, ephemeralSecret: [UInt8]? = nil) {
@@ -303,8 +306,12 @@ public final class SecureLink: @unchecked Sendable {
             guard record.value.count == Self.replyLength else {
                 throw SecureLinkError.malformed("reply of \(record.value.count) bytes, expected \(Self.replyLength)")
             }
-            let (payload, hash) = try noise.readSecond(record.value)
+            // Read on a copy: a forged reply (anyone can send one in the peer's name) must leave
+            // the handshake as it was, waiting for the real one.
+            var attempt = noise
+            let (payload, hash) = try attempt.readSecond(record.value)
             let responder = try verifyIdentity(payload, context: Self.responderContext, hash: hash)
+            noise = attempt
             establishKeys()
             let mine = try identityPayload(context: Self.initiatorContext, hash: noise.handshakeHash)
             let first = try seal(TLVRecord(.linkIdentity, value: mine).encoded)
@@ -312,6 +319,11 @@ public final class SecureLink: @unchecked Sendable {
             state = .established
             return [.send(first), .established(responder)]
         case .linkVersion:
+            guard isInitiator, state == .awaitingReply else { throw SecureLinkError.unexpected("version refusal in state \(state)") }
+            guard !record.value.contains(Self.version) else {
+                throw SecureLinkError.malformed("a version refusal that lists our own version \(Self.version)")
+            }
+            versionsClaimed = record.value
             throw SecureLinkError.unsupportedVersion(peer: record.value)
         case .sealed:
             guard acceptsSealed else { throw SecureLinkError.unexpected("sealed frame before the handshake") }
