@@ -66,7 +66,7 @@ let package = Package(
         .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
         .target(name: "YaokHubCore", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile", "YaokRelayProtocol",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOPosix", package: "swift-nio"),

@@ -162,8 +162,15 @@ public final class TransportHost: @unchecked Sendable {
     }
 
     private func spawnAndCreate() throws {
+        let policy = HostSigningPolicy(signingKey: crypto.signingKey, kxKey: crypto.kxKey, kind: plugin.kind, isProgram: plugin.command != nil)
         let p = PluginProcess(pluginPath: plugin.path, command: plugin.command, signingKey: crypto.signingKey, kxKey: crypto.kxKey,
-                              sign: { [crypto] in crypto.sign($0) }, events: processEvents())
+                              sign: { [crypto, weak self] message in
+                                  if let why = policy.refusal(of: message) {
+                                      self?.refusedSigning(why)
+                                      return []
+                                  }
+                                  return crypto.sign(message)
+                              }, events: processEvents())
         let hello: (kind: String, version: String)
         do {
             hello = try p.spawn(memoryLimitMB: section.memoryLimitMB, capabilities: section.capabilityMask)
@@ -200,6 +207,17 @@ public final class TransportHost: @unchecked Sendable {
         lock.withLock { process = p; runningVersion = hello.version }
         metrics?.record(instance: name, kind: YAOK_METRIC_GAUGE_SET, name: "plugin_pid", value: Double(p.pid))
     }
+
+    /// The plugin asked for a signature the hub does not give (``HostSigningPolicy``): counted
+    /// (`yaok_transport_signatures_refused_total`) and logged, the first and then every 100th.
+    private func refusedSigning(_ why: String) {
+        let n = lock.withLock { () -> Int in signaturesRefused += 1; return signaturesRefused }
+        metrics?.record(instance: name, kind: YAOK_METRIC_COUNTER_ADD, name: "signatures_refused_total", value: 1)
+        if n == 1 || n % 100 == 0 {
+            logger.warning("transport \(name): refused to sign \(why) (\(n) refused so far); a transport may have only its link handshakes signed")
+        }
+    }
+    private var signaturesRefused = 0
 
     /// Signalled when the first start attempt has returned, whatever its outcome.
     private let firstAttempt = DispatchSemaphore(value: 0)

@@ -154,8 +154,8 @@ public struct AttachmentAnnouncement: Sendable, Equatable {
     public let userIDs: [[UInt8]]
     public let signature: [UInt8]
 
-    /// Builds and signs an announcement with a signing function (the hub's key, or a plugin's
-    /// ``YaokPluginKit/HubIdentity/sign(_:)``).
+    /// Builds and signs an announcement with a signing function (the router's, with the hub's
+    /// key; the hub never signs one for a plugin).
     public static func make(hubSigningKey: [UInt8], timestampMs: Int64, userIDs: [[UInt8]],
                             sign: ([UInt8]) throws -> [UInt8]) throws -> AttachmentAnnouncement {
         try checkLength(hubSigningKey, 32, "hub signing key")

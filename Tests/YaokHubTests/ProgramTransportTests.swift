@@ -158,6 +158,42 @@ final class ProgramTransportTests: XCTestCase {
     }
 
     /// A program's config error names the key and line, as a plugin's does; `check-config` says so.
+    /// Attack 9 of the third security review: a `command:` transport got the hub's signature on
+    /// a relay owner registration, an attachment announcement and a free string, then logged in
+    /// to the real relay as the hub. Now the hub signs for a program only its own link
+    /// identities (role hub, its own keys); everything else is refused, counted and logged.
+    func testAProgramGetsOnlyItsLinkHandshakesSigned() throws {
+        try RequiredTool.require(Self.python, package: "python3")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let out = dir + "/oracle.txt"
+        let oracle = TestSupport.repoRoot + "/Tests/Fixtures/signing_oracle.py"
+        let section = """
+          oracle:
+            enabled: true
+            plugin: relay
+            command: ["\(Self.python)", "\(oracle)"]
+            out: "\(out)"
+
+        """
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: HubProcessTests.freePort(),
+                                            extra: section).replacingOccurrences(of: "log_level: debug", with: "log_level: info")
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        try Wait.until(timeout: 20, "the program's results at \(out) (log: \(hub.log.suffix(2000)))") { FileManager.default.fileExists(atPath: out) }
+        let results = Dictionary(uniqueKeysWithValues: try String(contentsOfFile: out, encoding: .utf8).split(separator: "\n").map {
+            let parts = $0.split(separator: " ")
+            return (String(parts[0]), String(parts[1]))
+        })
+        XCTAssertEqual(results, [
+            "free-string": "refused", "relay-owner-registration": "refused", "attachment-announcement": "refused",
+            "hub-certificate": "refused", "mesh-beacon": "refused", "link-identity-as-relay": "refused",
+            "link-identity-other-key": "refused", "link-identity": "signed",
+        ], "a program named kind relay still gets no relay registration signed")
+        XCTAssertTrue(hub.log.contains("transport oracle: refused to sign 28 bytes under no context a transport may sign (1 refused so far)"),
+                      hub.log.suffix(3000).description)
+    }
+
     func testAProgramConfigErrorNamesKeyAndLine() throws {
         try RequiredTool.require(Self.python, package: "python3")
         let dir = try TestSupport.temporaryDirectory(self)

@@ -1,3 +1,5 @@
+import YaokPluginKit
+
 /// A hub's discovery beacon, sent by UDP multicast:
 ///
 /// `"YKMB"(4) version(1) ed25519_key(32) x25519_key(32) tcp_port(2, BE) timestamp_ms(8, BE) signature(64)`
@@ -5,10 +7,10 @@
 /// The Ed25519 signature covers every byte before it. A beacon only tells a hub
 /// where to dial; the link handshake on the TCP session proves the identity again.
 public struct Beacon: Sendable, Equatable {
-    public static let magic: [UInt8] = Array("YKMB".utf8)
+    public static let magic: [UInt8] = HostSigning.meshBeaconMagic
     public static let version: UInt8 = 1
     /// Bytes covered by the signature.
-    public static let signedLength = 4 + 1 + 32 + 32 + 2 + 8
+    public static let signedLength = HostSigning.meshBeaconSignedLength
     /// Whole beacon.
     public static let length = signedLength + 64
     /// How far a beacon's timestamp may be from our clock: 7 days, because a hub's clock may be

@@ -202,8 +202,9 @@ public final class SecureLink: @unchecked Sendable {
     /// The link protocol version this node speaks.
     public static let version: UInt8 = 2
     static let prologue = Array("yaok-link-v2".utf8) + [version]
-    static let responderContext = Array("yaok-link-v2 responder".utf8)
-    static let initiatorContext = Array("yaok-link-v2 initiator".utf8)
+    /// What each side's identity signature starts with (the host signs only these for a plugin).
+    public static let responderContext = Array("yaok-link-v2 responder".utf8)
+    public static let initiatorContext = Array("yaok-link-v2 initiator".utf8)
     /// role(1) ‖ Ed25519 key(32) ‖ X25519 key(32) ‖ signature(64).
     public static let identityLength = 1 + 32 + 32 + 64
     /// version(1) ‖ ephemeral(32) ‖ cookie(16).
