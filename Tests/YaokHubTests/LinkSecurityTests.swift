@@ -238,6 +238,61 @@ final class LinkSecurityTests: XCTestCase {
         XCTAssertEqual(try s.hub.transport("udp")?.status.links, 1)
     }
 
+    /// Attack 4 of the third security review: keys are free, so 256 handshakes from one IP with
+    /// throwaway keys filled `max_sessions`, and a real phone's bundles got no custody ack. Now
+    /// one address holds at most 8 sessions (its idlest gives way to its newest), and when the
+    /// table is full a newcomer takes the place of the idlest session of the most crowded /24:
+    /// a phone from another network gets in and its message is taken into custody.
+    func testThrowawayKeysCannotFillTheUDPSessionTable() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port)
+            .replacingOccurrences(of: "keepalive_s: 1", with: "keepalive_s: 1\n    max_sessions: 16")
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        defer { hub.stop() }
+        try hub.waitReady()
+        func links() throws -> Int { try hub.transport("udp")?.status.links ?? -1 }
+
+        var junk: [RawPeer] = []
+        for _ in 0..<20 { junk.append(try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: port)) }
+        try Wait.until(timeout: 10, "the address's own sessions giving way") { try udpDetail(hub, "sessions_evicted") >= 12 }
+        XCTAssertEqual(try links(), 8, "20 throwaway keys from one address hold 8 sessions (UDPLinkEngine.maxSessionsPerAddress)")
+
+        // More addresses of the same /24 fill the table and then compete among themselves.
+        for host in ["127.0.0.2", "127.0.0.3"] {
+            for _ in 0..<8 { junk.append(try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: port, host: host)) }
+        }
+        try Wait.until(timeout: 10, "the table full") { try links() == 16 }
+        let evictedBefore = try udpDetail(hub, "sessions_evicted")
+        XCTAssertGreaterThan(evictedBefore, 0, "24 sessions of one /24 for 16 slots: the crowd made room within itself")
+
+        let alice = Identity.generate(), bob = Identity.generate()
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port, host: "127.0.1.7")
+        let message = try seal("through a full table", from: alice, to: bob)
+        try phone.sendUntilAcknowledged([message])
+        XCTAssertEqual(try udpDetail(hub, "sessions_evicted"), evictedBefore + 1, "the phone took one crowded session's place")
+        XCTAssertEqual(try links(), 16)
+        XCTAssertTrue(try hub.status().router.links.contains { $0.remote?.hasPrefix("127.0.1.7:") == true }, "the phone's link is up")
+        _ = junk
+    }
+
+    /// Issue 48, item 5: a phone that reconnects quickly (a new port each time, its old
+    /// sessions not yet idle) got `no session slot` after four. Now its idlest session gives way
+    /// to its newest: the sixth reconnect gets its message into custody.
+    func testAPhoneThatReconnectsReplacesItsStaleSessions() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        var stale: [RawPeer] = []
+        for _ in 0..<5 { stale.append(try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)) }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let message = try seal("after five reconnects", from: s.alice, to: s.bob)
+        try phone.sendUntilAcknowledged([message])
+        XCTAssertEqual(try udpDetail(s.hub, "slots_refused"), 0)
+        XCTAssertGreaterThanOrEqual(try udpDetail(s.hub, "sessions_evicted"), 2, "six sessions of one key, four slots")
+        XCTAssertFalse(s.hub.log.contains("no session slot"), s.hub.log.suffix(2000).description)
+        _ = stale
+    }
+
     /// Many one-off datagrams from many source addresses: 3-byte junk and cookie-less hellos.
     /// The hub keeps no state for them, answers junk with nothing and hellos with less than
     /// they sent, and a configured peer still links.

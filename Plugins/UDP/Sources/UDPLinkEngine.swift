@@ -11,9 +11,13 @@ import YaokPluginKit
 /// Denial of service: a hello is answered with a stateless cookie first (``LinkCookies``),
 /// so a forged source address costs no state, no signature and no reply larger than its
 /// datagram. Half-open handshakes are capped (`maxPending`, one per address); established
-/// sessions are capped (`maxSessions`) with a slot always kept for each configured peer and at
-/// most `maxSessionsPerKey` per peer key. A live session is never displaced by a new handshake
-/// unless that handshake authenticates the same peer key (the peer restarted).
+/// sessions are capped (`maxSessions`) with a slot always kept for each configured peer, at
+/// most `maxSessionsPerKey` per peer key and `maxSessionsPerAddress` per IP address (keys are
+/// free, addresses cost a round trip). When the table is full, a newcomer takes the place of
+/// the idlest session of the most crowded /24, never the other way round: many addresses
+/// cannot lock out a phone from another network, only compete within their own. A live
+/// session is otherwise never displaced by a new handshake unless that handshake
+/// authenticates the same peer key (the peer restarted).
 // @unchecked: tables under `lock`; `boundAddress` only by start (host serialises).
 public final class UDPLinkEngine: @unchecked Sendable {
     /// Counters for status.
@@ -32,6 +36,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
         public var takeoversRefused: UInt64 = 0
         /// Records from peers speaking another link version.
         public var versionRefused: UInt64 = 0
+        /// Established sessions closed to make room for a newcomer (the table was full).
+        public var sessionsEvicted: UInt64 = 0
         /// Clear handshake records that did not verify (a forged reply, cookie or version
         /// refusal in a peer's name): dropped, the handshake kept waiting for the real one.
         public var handshakeRecordsIgnored: UInt64 = 0
@@ -53,6 +59,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
     private let maxPending: Int
     private let maxSessionsPerKey = 4
     private let maxPendingPerHost = 8
+    /// Established sessions per IP address: a phone needs one, a NAT a few.
+    static let maxSessionsPerAddress = 8
     private let cookies: LinkCookies
 
     private let lock = NSLock()
@@ -255,13 +263,39 @@ public final class UDPLinkEngine: @unchecked Sendable {
         return true
     }
 
-    /// Whether a new established session for `key` at `address` fits, keeping a slot for every configured peer.
-    private func hasSlot(for key: [UInt8], at address: IPEndpoint) -> Bool {
-        let established = sessions.values.filter(\.up)
-        if established.filter({ $0.link.peer?.signingKey == key }).count >= maxSessionsPerKey { return false }
+    /// Makes room for a new established session for `key` at `address`, keeping a slot for
+    /// every configured peer: a key or an address at its cap, or a full table, gives up its
+    /// idlest session (the key's own, the address's own, the most crowded /24's), never the
+    /// newcomer — a phone that reconnects replaces its stale session, and a crowd competes only
+    /// with itself. Evicted links go in `evicted`. Under the lock.
+    private func makeRoom(for key: [UInt8], at address: IPEndpoint, evicted: inout [LinkID]) -> Bool {
+        func evictable(_ match: (Session) -> Bool) -> [Session] {
+            sessions.values.filter { $0.up && !staticPeers.contains($0.address) && match($0) }
+        }
+        func evictIdlest(of group: [Session]) -> Bool {
+            guard let idlest = group.min(by: { $0.lastAuthenticMs < $1.lastAuthenticMs }) else { return false }
+            sessions[idlest.address] = nil
+            byLink[idlest.linkID] = nil
+            evicted.append(idlest.linkID)
+            counters.sessionsEvicted += 1
+            return true
+        }
+        let sameKey = sessions.values.filter { $0.up && $0.link.peer?.signingKey == key }
+        if sameKey.count >= maxSessionsPerKey, !evictIdlest(of: evictable { $0.link.peer?.signingKey == key }) { return false }
         if staticPeers.contains(address) { return true }
+        let sameAddress = evictable { $0.address.host == address.host }
+        if sameAddress.count >= Self.maxSessionsPerAddress, !evictIdlest(of: sameAddress) { return false }
+        let established = sessions.values.filter(\.up).count
         let reserved = staticPeers.filter { sessions[$0]?.up != true }.count
-        return established.count + reserved < maxSessions
+        if established + reserved < maxSessions { return true }
+        let crowds = Dictionary(grouping: evictable { _ in true }) { Self.prefix24($0.address) }
+        return evictIdlest(of: crowds.values.max(by: { $0.count < $1.count }) ?? [])
+    }
+
+    /// The /24 an IPv4 address belongs to (the whole host string for anything else).
+    static func prefix24(_ address: IPEndpoint) -> String {
+        let parts = address.host.split(separator: ".")
+        return parts.count == 4 ? parts.prefix(3).joined(separator: ".") : address.host
     }
 
     private func linkInfo(_ s: Session, _ peer: AuthenticatedPeer) -> LinkInfo {
@@ -281,6 +315,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var linkForDelivery: LinkID = 0
         var logLine: String?
         var closed: LinkID?
+        var evicted: [LinkID] = []
         lock.withLock {
             counters.framesIn += 1
             counters.bytesIn += UInt64(datagram.count)
@@ -346,7 +381,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     for out in try link.receive(record) {
                         switch out {
                         case .send(let r): replies.append(r)
-                        case .established(let peer): upInfo = established(s, link: link, peer: peer, now: now, log: &logLine)
+                        case .established(let peer): upInfo = established(s, link: link, peer: peer, now: now, log: &logLine, evicted: &evicted)
                         case .frame: break
                         }
                     }
@@ -372,7 +407,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 for out in outputs {
                     switch out {
                     case .send(let r): replies.append(r)
-                    case .established(let peer): upInfo = established(s, link: from, peer: peer, now: now, log: &logLine)
+                    case .established(let peer): upInfo = established(s, link: from, peer: peer, now: now, log: &logLine, evicted: &evicted)
                     case .frame(let inner):
                         guard s.up, from === s.link else { continue }
                         switch FrameType(rawValue: inner[0]) {
@@ -397,6 +432,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         }
         if let logLine { events.log(.warning, logLine) }
         if let closed { events.linkDown(closed, reason: "peer closed the link") }
+        for id in evicted { events.linkDown(id, reason: "closed to make room: the session table was full and this was the idlest session of the most crowded network") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }
         if let upInfo { events.linkUp(upInfo) }
         if let deliver { events.frameReceived(deliver, on: linkForDelivery) }
@@ -410,7 +446,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
     }
 
     /// A handshake completed on `link` for session `s`. Returns the link to report up, if any. Under the lock.
-    private func established(_ s: Session, link: SecureLink, peer: AuthenticatedPeer, now: Int64, log: inout String?) -> LinkInfo? {
+    private func established(_ s: Session, link: SecureLink, peer: AuthenticatedPeer, now: Int64, log: inout String?,
+                             evicted: inout [LinkID]) -> LinkInfo? {
         s.lastAuthenticMs = now
         if s.up {
             // A second handshake beside a live session: only the same proven key may replace it (the peer restarted).
@@ -424,7 +461,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
             s.link = link
             return nil
         }
-        guard hasSlot(for: peer.signingKey, at: s.address) else {
+        guard makeRoom(for: peer.signingKey, at: s.address, evicted: &evicted) else {
             counters.slotsRefused += 1
             sessions[s.address] = nil
             log = "no session slot for \(s.address)"

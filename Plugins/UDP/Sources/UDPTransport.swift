@@ -107,7 +107,8 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                                       "sessions": String(engine.sessionCount),
                                       "takeovers_refused": String(c.takeoversRefused),
                                       "version_refused": String(c.versionRefused),
-                                      "handshake_records_ignored": String(c.handshakeRecordsIgnored)])
+                                      "handshake_records_ignored": String(c.handshakeRecordsIgnored),
+                                      "sessions_evicted": String(c.sessionsEvicted)])
         }
     }
 }
