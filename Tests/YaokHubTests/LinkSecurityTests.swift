@@ -357,6 +357,42 @@ final class LinkSecurityTests: XCTestCase {
         try phone.send(message)
         XCTAssertNil(RawPeer.refusal(try phone.answer(for: message.bundleID)))
     }
+    /// Attack 6 of the third security review: cookie-validated hellos from 16 addresses at full
+    /// speed; the newest evicted the oldest half-open session, so a phone on a slow radio (its
+    /// identity frame 300 ms after the hub's reply) completed 1 handshake in 38. Now the most
+    /// crowded /24 gives way first, and within one /24 a half-open session has 2 s.
+    func testAValidatedHelloFloodDoesNotEvictASlowPhonesHandshake() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        let tap = try UDPTap(hubPort: s.port)
+        defer { tap.stop() }
+        // 700 ms from the hub to the phone: its identity frame comes ~700 ms after the hub's
+        // reply (and its whole handshake still fits in the 2 s before it says hello again).
+        tap.delayFromHubMs = 700
+        let flooding = Atomic(true), hellos = Atomic(0)
+        let hosts = (1...16).map { "127.0.2.\($0)" }
+        let hubPort = s.port
+        for first in 0..<2 {
+            Thread.detachNewThread {
+                var i = first
+                while flooding.load(ordering: .relaxed) {
+                    if let probe = try? UDPLinkEngineProbe(host: hosts[i % hosts.count], hubPort: hubPort) {
+                        probe.helloWithCookie()
+                        probe.close()
+                        hellos.add(1, ordering: .relaxed)
+                    }
+                    i += 2
+                }
+            }
+        }
+        defer { flooding.store(false, ordering: .relaxed) }
+        try Wait.until(timeout: 20, "the flood filling the half-open table") { try udpDetail(s.hub, "half_open_evicted") + udpDetail(s.hub, "slots_refused") > 100 }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: tap.port)
+        let message = try seal("over a slow radio, through the flood", from: s.alice, to: s.bob)
+        try phone.sendUntilAcknowledged([message])
+        flooding.store(false, ordering: .relaxed)
+        print("half-open flood: \(hellos.load(ordering: .relaxed)) validated hellos from 16 addresses; the slow phone's handshake completed")
+    }
 }
 
 /// An initiator that completes the cookie round and sends its padded hello, then goes silent:

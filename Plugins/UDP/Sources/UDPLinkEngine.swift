@@ -250,18 +250,32 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Makes room for one more half-open handshake from `address`, or says there is none: at
     /// most `maxPendingPerHost` per IP address (ports are free to an attacker, addresses less
-    /// so); when all `maxPending` are taken, the oldest half-open one gives way, so a flood of
-    /// validated hellos delays an honest handshake by at most its own round trip instead of
-    /// locking it out. Configured peers are never evicted. Under the lock.
-    private func roomForHalfOpen(from address: IPEndpoint) -> Bool {
+    /// so); when all `maxPending` are taken, the oldest one of the most crowded /24 gives way —
+    /// within the newcomer's own /24 only one past ``halfOpenGraceMs`` (none: the newcomer is
+    /// refused and its hello comes again) — so a flood of validated hellos neither evicts an
+    /// honest handshake mid-way nor locks out one from a less crowded network. Configured
+    /// peers are never evicted. Under the lock.
+    private func roomForHalfOpen(from address: IPEndpoint, now: Int64) -> Bool {
         let halfOpen = sessions.values.filter { !$0.up && !staticPeers.contains($0.address) }
         guard halfOpen.filter({ $0.address.host == address.host }).count < maxPendingPerHost else { return false }
-        if halfOpen.count >= maxPending, let oldest = halfOpen.min(by: { $0.createdMs < $1.createdMs }) {
-            sessions[oldest.address] = nil
-            counters.halfOpenEvicted += 1
-        }
+        guard halfOpen.count >= maxPending else { return true }
+        // The oldest of the most crowded /24 gives way: a flood from many addresses competes
+        // with itself. Within the newcomer's own /24 only one past the grace a slow radio needs
+        // for its identity frame; none: the newcomer is refused, and its hello comes again.
+        let mine = Self.prefix24(address)
+        let crowds = Dictionary(grouping: halfOpen) { Self.prefix24($0.address) }
+        guard let (prefix, crowd) = crowds.max(by: { $0.value.count < $1.value.count }) else { return true }
+        let mineCount = crowds[mine]?.count ?? 0
+        let candidates = prefix != mine && crowd.count > mineCount + 1 ? crowd : crowd.filter { now - $0.createdMs >= Self.halfOpenGraceMs }
+        guard let oldest = candidates.min(by: { $0.createdMs < $1.createdMs }) else { return false }
+        sessions[oldest.address] = nil
+        counters.halfOpenEvicted += 1
         return true
     }
+
+    /// How long a half-open handshake whose reply was sent is kept from eviction: a phone on a
+    /// slow radio answers the reply within this (a configured peer is never evicted).
+    static let halfOpenGraceMs: Int64 = 2_000
 
     /// Makes room for a new established session for `key` at `address`, keeping a slot for
     /// every configured peer: a key or an address at its cap, or a full table, gives up its
@@ -360,7 +374,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     }
                     return
                 }
-                guard existing != nil || roomForHalfOpen(from: address) else { counters.slotsRefused += 1; return }
+                guard existing != nil || roomForHalfOpen(from: address, now: now) else { counters.slotsRefused += 1; return }
                 let s = existing.map { old -> Session in
                     old.link = newLink(initiator: false)
                     return old
