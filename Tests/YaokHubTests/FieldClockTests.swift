@@ -80,7 +80,8 @@ final class FieldClockTests: XCTestCase {
         XCTAssertEqual(done.wait(timeout: .now() + 70), .success, "alice's send returned", file: file, line: line)
         if let sendError { throw sendError }
         let id = try XCTUnwrap(Self.events(sent, "queued").first?["id"] as? String, "\(sent)", file: file, line: line)
-        XCTAssertFalse(Self.events(sent, "handed_over").isEmpty, "the hub took custody: \(sent)", file: file, line: line)
+        // The receipt can overtake the custody ack (the ack waits for the hub's commit, the
+        // onward send does not); then `delivered` is all Alice prints, and it implies custody.
         XCTAssertTrue(Self.events(sent, "delivered").contains { $0["id"] as? String == id }, "the receipt came back: \(sent)", file: file, line: line)
     }
 
