@@ -22,10 +22,17 @@ struct HomeOption: ParsableArguments {
 
 func hex(_ b: [UInt8]) -> String { YaokPluginKit.Hex.encode(b) }
 
+/// Every line `yaok` prints goes straight to standard output, even into a file or a pipe (where
+/// the C library would hold a block until exit): a script or a log reads each message as it
+/// comes, and a SIGTERM loses nothing already printed.
+func print(_ items: Any..., separator: String = " ", terminator: String = "\n") {
+    let line = items.map { "\($0)" }.joined(separator: separator) + terminator
+    FileHandle.standardOutput.write(Data(line.utf8))
+}
+
 func printJSON(_ object: [String: Any]) {
     if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
         print(String(decoding: data, as: UTF8.self))
-        fflush(nil)  // all output streams: scripts read each JSON line as it comes
     }
 }
 

@@ -120,6 +120,33 @@ final class MessagePathTests: XCTestCase {
         XCTAssertTrue(refused.output.contains("--rate needs --hub"), refused.output)
     }
 
+    /// Issue 48, item 8: `yaok listen` into a file or a pipe printed nothing (the C library held
+    /// a block) and lost it all on SIGTERM. Each line now reaches the file as it comes.
+    func testListenIntoAFileWritesEachMessageAsItComesAndKeepsItOnSIGTERM() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        let homes = try TestSupport.temporaryDirectory(self)
+        let (alice, bob) = try Self.initPair(homes)
+        let url = "udp://127.0.0.1:\(s.port)"
+        let out = homes + "/listen.txt"
+        FileManager.default.createFile(atPath: out, contents: nil)
+        let listen = Process()
+        listen.executableURL = URL(fileURLWithPath: try TestSupport.product("yaok"))
+        listen.arguments = ["listen", "--home", bob, "--hub", url, "--timeout", "60"]
+        listen.standardOutput = FileHandle(forWritingAtPath: out)
+        listen.standardError = FileHandle.nullDevice
+        try listen.run()
+        defer { if listen.isRunning { listen.terminate() } }
+        _ = try Self.yaok(alice, ["send", "Bob", "into a file, line by line", "--hub", url, "--json", "--timeout", "20"])
+        try Wait.until(timeout: 30, "the message in \(out) while listen runs") {
+            ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("into a file, line by line")
+        }
+        XCTAssertTrue(listen.isRunning)
+        kill(listen.processIdentifier, SIGTERM)
+        listen.waitUntilExit()
+        XCTAssertTrue(try String(contentsOfFile: out, encoding: .utf8).contains("into a file, line by line"), "kept after SIGTERM")
+    }
+
     func testMessagesFromNonContactsAreRejectedAndRecordedWithoutContent() throws {
         let (hub, port) = try startHub()
         defer { hub.stop() }
