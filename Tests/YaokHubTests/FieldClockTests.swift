@@ -229,46 +229,25 @@ final class FieldClockTests: XCTestCase {
         defer { relay.stop() }
         let key = relay.key
 
-        let plugins = try TestSupport.pluginDirectory(self, plugins: ["udp", "relay"])
-        let hubDir = dir + "/hub"
-        try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
-        let hubPort = HubProcessTests.freePort()
-        let extra = relay.transportSection
-        let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: hubPort, extra: extra),
-                                 executable: try TestSupport.product("yaok-hub"), extraEnvironment: Self.faketimeEnvironment,
-                                 launcher: try Self.faketime("-2d"))
+        let (hub, hubURL) = try relay.startHub(self, dir: dir, extraEnvironment: Self.faketimeEnvironment, launcher: try Self.faketime("-2d"))
         defer { hub.stop() }
-        try hub.waitReady()
-        try Wait.until(timeout: 30, "relay link up at the hub two days behind (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
         try Wait.until(timeout: 10, "the relay's time at the hub") { try hub.status().router.clock?.source == .relay }
         let clock = try XCTUnwrap(try hub.status().router.clock)
         XCTAssertTrue(clock.known)
         XCTAssertEqual(clock.summary, "unsynchronised, about 48 h behind (relay)")
 
         let (alice, bob) = try MessagePathTests.initPair(dir)
-        let hubURL = "udp://127.0.0.1:\(hubPort)", relayAddress = relay.address
+        let relayAddress = relay.address
         // Alice (phone, true clock) registers through the hub; its registration is dated by her clock.
         _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
-        let bobQueue = DispatchQueue(label: "bob")
-        let bobDone = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var bobGot: [[String: Any]] = []
-        bobQueue.async {
-            bobGot = (try? MessagePathTests.yaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
-            bobDone.signal()
-        }
+        let bobListen = BackgroundYaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
         _ = try MessagePathTests.yaok(alice, ["send", "Bob", "from a hub two days behind", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "20"])
-        XCTAssertEqual(bobDone.wait(timeout: .now() + 60), .success)
+        let bobGot = try XCTUnwrap(bobListen.events(), "bob's listen returned")
         XCTAssertTrue(bobGot.contains { $0["text"] as? String == "from a hub two days behind" }, "\(bobGot)\n\(hub.log)")
 
-        let aliceQueue = DispatchQueue(label: "alice")
-        let aliceDone = DispatchSemaphore(value: 0)
-        nonisolated(unsafe) var aliceGot: [[String: Any]] = []
-        aliceQueue.async {
-            aliceGot = (try? MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])) ?? []
-            aliceDone.signal()
-        }
+        let aliceListen = BackgroundYaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
         _ = try MessagePathTests.yaok(bob, ["send", "Alice", "to a hub two days behind", "--relay", relayAddress, "--relay-key", key, "--json", "--timeout", "20"])
-        XCTAssertEqual(aliceDone.wait(timeout: .now() + 60), .success)
+        let aliceGot = try XCTUnwrap(aliceListen.events(), "alice's listen returned")
         XCTAssertTrue(aliceGot.contains { $0["text"] as? String == "to a hub two days behind" }, "\(aliceGot)\n\(hub.log)")
         XCTAssertEqual(try hub.status().router.counters.refusedExpired + hub.status().router.counters.refusedLifetime, 0)
         print("FIELD_CLOCK hub -2d with a relay: \(clock.summary); mail both ways")

@@ -114,6 +114,43 @@ struct RelayChild {
     var transportSection: String { "  relay:\n    enabled: true\n    address: \(address)\n    relay_key: \(key)\n    poll_interval_s: 2\n" }
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
     func stop() { process.terminateWithin(seconds: 10) }
+
+    /// A hub in `dir/hub` with UDP on a free port for phones and this relay's transport; returns
+    /// once it is ready and its relay link is up. The caller stops it.
+    func startHub(_ test: XCTestCase, dir: String, extraEnvironment: [String: String] = [:], launcher: [String] = []) throws -> (hub: HubProcess, url: String) {
+        let plugins = try TestSupport.pluginDirectory(test, plugins: ["udp", "relay"])
+        let hubDir = dir + "/hub"
+        try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
+        let port = HubProcessTests.freePort()
+        let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: port, extra: transportSection),
+                                 executable: try TestSupport.product("yaok-hub"), extraEnvironment: extraEnvironment, launcher: launcher)
+        do {
+            try hub.waitReady()
+            try Wait.until(timeout: 30, "relay link up at the hub (\(hub.log))") { try hub.transport("relay")?.status.links == 1 }
+        } catch {
+            hub.stop()
+            throw error
+        }
+        return (hub, "udp://127.0.0.1:\(port)")
+    }
+}
+
+/// A `yaok` command run on its own thread (a listener while the test sends); ``events(timeout:)``
+/// waits for it and returns its JSON events (none if it failed).
+final class BackgroundYaok: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+    private var result: [[String: Any]] = []
+
+    init(_ home: String, _ args: [String]) {
+        DispatchQueue(label: "yaok \(args.first ?? "")").async { [self] in
+            result = (try? MessagePathTests.yaok(home, args)) ?? []
+            done.signal()
+        }
+    }
+
+    func events(timeout: TimeInterval = 60) -> [[String: Any]]? {
+        done.wait(timeout: .now() + timeout) == .success ? result : nil
+    }
 }
 
 /// A `yaok-hub run` child process with its own data directory and control socket.
