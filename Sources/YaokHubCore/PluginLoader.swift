@@ -187,20 +187,30 @@ public enum PluginLoader {
             refused.reason = "cannot run the plugin probe \(PluginProcess.hostExecutable): \(error)"
             return refused
         }
-        // Read while it runs: a full pipe would stall it.
-        let output = out.fileHandleForReading.readDataToEndOfFile()
-        let errors = err.fileHandleForReading.readDataToEndOfFile()
+        // Read while it runs (a full pipe would stall it), on threads of their own: a probe
+        // whose plugin hangs while loading never closes them, and the wait below must end.
+        let captured = Mutex([Data(), Data()])
+        let read = DispatchGroup()
+        for (i, pipe) in [out, err].enumerated() {
+            read.enter()
+            Thread.detachNewThread {
+                let data = pipe.fileHandleForReading.readDataToEndOfFile()
+                captured.withLock { $0[i] = data }
+                read.leave()
+            }
+        }
         if done.wait(timeout: .now() + 10) == .timedOut {
-            process.terminate()
+            kill(process.processIdentifier, SIGKILL)
             refused.reason = "loading it did not finish within 10 s"
             return refused
         }
+        _ = read.wait(timeout: .now() + 2)
         if process.terminationReason == .uncaughtSignal {
-            let last = String(decoding: errors, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
+            let last = String(decoding: captured.withLock { $0[1] }, as: UTF8.self).split(separator: "\n").last.map(String.init) ?? ""
             refused.reason = "loading it crashed the probe process (\(PluginProcess.Exit.signalName(process.terminationStatus)))\(last.isEmpty ? "" : ": \(last)")"
             return refused
         }
-        guard let found = try? JSONDecoder().decode(DiscoveredPlugin.self, from: output) else {
+        guard let found = try? JSONDecoder().decode(DiscoveredPlugin.self, from: captured.withLock { $0[0] }) else {
             refused.reason = "the plugin probe gave no answer (exit code \(process.terminationStatus))"
             return refused
         }

@@ -12,6 +12,10 @@ public enum PluginProcessMain {
     /// as JSON, on stdout. The hub never opens plugin code itself: a library whose loading
     /// crashes takes only this process down.
     public static func probe(path: String) -> Int32 {
+        // Dies with the hub like a transport's process: a library whose loading hangs must not
+        // outlive a hub killed during its start. Orphaned already (the hub died first): stop.
+        _ = yaok_child_hardening()
+        if getppid() == 1 { return 1 }
         let result = PluginLoader.load(path: path, existing: [:])
         guard let data = try? JSONEncoder().encode(result.discovered) else { return 1 }
         FileHandle.standardOutput.write(data)

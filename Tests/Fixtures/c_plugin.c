@@ -5,6 +5,7 @@
  *   -DABI_VERSION=N          the ABI version it claims (default: the header's)
  *   -DFAIL_STARTS=N          start fails N times, then succeeds (-1: always fails)
  *   -DNO_ENTRY               export no entry symbol at all
+ *   -DHANG_ON_LOAD           never finish loading (a constructor that waits for ever)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,11 @@
 #endif
 #ifndef FAIL_STARTS
 #define FAIL_STARTS 0
+#endif
+
+#ifdef HANG_ON_LOAD
+#include <unistd.h>
+__attribute__((constructor)) static void hang_on_load(void) { for (;;) pause(); }
 #endif
 
 struct yaok_transport {

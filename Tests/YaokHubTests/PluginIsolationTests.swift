@@ -124,6 +124,39 @@ final class PluginIsolationTests: XCTestCase {
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
     }
 
+    /// Issue 48, item 3: a plugin whose loading hangs kept the hub's start waiting on its probe
+    /// for ever, and a probe outlived a hub killed during its start. Now the probe gets 10 s
+    /// and is killed, and it dies with the hub.
+    func testAPluginWhoseLoadingHangsIsRefusedAndItsProbeDiesWithTheHub() throws {
+        let plugins = try TestSupport.pluginDirectory(self)
+        let hang = try TestSupport.buildCPlugin(into: plugins, name: "libyaok-plugin-hang.so", defines: ["HANG_ON_LOAD", "PLUGIN_KIND=\"hang\""])
+        func probes() -> [Int32] {
+            ((try? FileManager.default.contentsOfDirectory(atPath: "/proc")) ?? []).compactMap { Int32($0) }.filter { pid in
+                let cmdline = (try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)) ?? ""
+                return cmdline.contains("--probe") && cmdline.contains(hang)
+            }
+        }
+        let dir = try TestSupport.temporaryDirectory(self)
+        let hub = try HubProcess(dir: dir, config: HubProcessTests.config(dir: dir, pluginDirs: [plugins], udpPort: HubProcessTests.freePort()),
+                                 executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady(timeout: 60)
+        XCTAssertEqual(try hub.transport("udp")?.status.state, .running, "the other plugins load")
+        let listed = try TestSupport.run(try TestSupport.product("yaok-hub"), ["plugins", "--config", hub.configPath]).output
+        XCTAssertTrue(listed.contains("loading it did not finish within 10 s"), listed)
+        XCTAssertEqual(probes(), [], "the hung probe was killed")
+        hub.stop()
+
+        // A hub killed while its probe hangs: the probe goes with it.
+        let dir2 = try TestSupport.temporaryDirectory(self)
+        let killed = try HubProcess(dir: dir2, config: HubProcessTests.config(dir: dir2, pluginDirs: [plugins], udpPort: HubProcessTests.freePort()),
+                                    executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { killed.stop() }
+        try Wait.until(timeout: 10, "the hung probe running") { !probes().isEmpty }
+        killed.signal(SIGKILL)
+        try Wait.until(timeout: 5, "the probe gone with the hub") { probes().isEmpty }
+    }
+
     /// A plugin process that answers its create request too late (a Pi under load, an emulated
     /// VM) is not a refusal: the hub tries again on the restart backoff by itself, with no
     /// SIGHUP, and the transport runs; the other transports start meanwhile.
