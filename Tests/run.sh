@@ -102,24 +102,22 @@ elif [ "${CI:-}" = true ] || [ "${YAOK_CI:-}" = 1 ]; then echo "VM lab setup fai
 else echo "(VM suites skipped: qemu or the kernel package could not be installed)"
 fi
 
-# The power-cut loop (10 cuts and a lying-disk control, 6-14 min) runs one single-CPU TCG
-# guest, mostly waiting for it: it goes beside the suites below, in its own share (the VM
-# lab's caches are per share), and is counted at the end.
-powercut_name="power cuts: the hub's store on a VM disk that drops unflushed writes, 10 cuts mid-traffic, every acked message kept; a lying-disk control"
-if [ $vmlab_ok = 1 ]; then
-  powercut_log=$(mktemp); powercut_t0=$SECONDS
-  VMLAB_SHARE="$PWD/Tests/vmlab/out/powercut-share" BIN="$PWD/.build/debug" bash Tests/vmlab/powercut-test.sh > "$powercut_log" 2>&1 &
-  powercut_pid=$!
-fi
-
 run_suite "interop: secure-link vectors recomputed by an independent implementation (Python cryptography)" python3 Tests/interop/secure_link_vectors.py
 # Debian's python3 (where python3-selenium is), not whatever python3 is first on PATH.
 run_suite "console: the operator console in headless Chromium (Selenium) against a real hub" /usr/bin/python3 Tests/console/browser_test.py
 run_suite "fuzzing: every parser for 5 s" bash Tests/Fuzz/run.sh 5
 run_suite "mesh: hubs in network namespaces (line, partition, SIGKILL, ring, spray-and-wait, IPv6 link-local, clocks days apart)" bash Plugins/Mesh/Tests/netns/run.sh
 
+# The power-cut loop (10 cuts and a lying-disk control, 6-14 min) runs one TCG guest that
+# mostly waits. It goes beside the suites after the BLE one (the most sensitive to a loaded
+# host: its scans are timed), in its own share (the VM lab's caches are per share), and is
+# counted at the end.
+powercut_name="power cuts: the hub's store on a VM disk that drops unflushed writes, 10 cuts mid-traffic, every acked message kept; a lying-disk control"
 if [ $vmlab_ok = 1 ]; then
   run_suite "BLE: GATT server on btvirt controllers in a VM" env BUILD="$PWD/.build" bash Tests/vmlab/ble-test.sh
+  powercut_log=$(mktemp); powercut_t0=$SECONDS
+  VMLAB_SHARE="$PWD/Tests/vmlab/out/powercut-share" BIN="$PWD/.build/debug" bash Tests/vmlab/powercut-test.sh > "$powercut_log" 2>&1 &
+  powercut_pid=$!
   run_suite "Wi-Fi Direct: P2P group owner on mac80211_hwsim in a VM" env BIN="$PWD/.build/debug" bash Tests/vmlab/wifi-test.sh
   run_suite "clock: a box two days behind steps its clock to its relay's time (set_system_clock) in a VM" env BIN="$PWD/.build/debug" bash Tests/vmlab/setclock-test.sh
 fi

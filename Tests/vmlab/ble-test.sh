@@ -32,7 +32,7 @@ if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
   BUILD=$BUILD bash "$REPO/Tests/vmlab/ble-flows.sh" --prepare || { echo "BLE_TEST=FAIL: cannot prepare the phones of ble-flows.sh"; exit 1; }
 fi
 . "$(dirname "$0")/lib.sh"
-export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-600}
+export VMLAB_TIMEOUT=${VMLAB_TIMEOUT:-900}
 vmlab_enter "$@"
 exec 2>&1
 FAILS=0
