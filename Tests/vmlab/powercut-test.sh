@@ -121,7 +121,7 @@ guest() {
 # loaded host the plugin process can miss its 10 s create answer; the hub then tries again by
 # itself (a NOTE line says so; the host counts them).
 wait_hub() {
-  local log=$G/$1/hub.log deadline=$((SECONDS + 150)) noted=0
+  local log=$G/$1/hub.log deadline=$((SECONDS + 300)) noted=0
   while [ $SECONDS -lt $deadline ]; do
     grep -q ' ready: ' "$log" && grep -q 'transport udp (udp) started in process' "$log" && return 0
     if [ $noted = 0 ] && grep -q 'transport udp not started' "$log"; then
@@ -338,11 +338,11 @@ for boot in $(seq 1 "$BOOTS"); do
     drives+=("-drive file=nbd+unix:///disk?socket=$SOCKDIR/$lane.sock,format=raw,if=virtio,cache=none")
   done
   rm -f "$SOCKDIR/qemu.pid"
-  VMLAB_SHARE=$SHARE VMLAB_TIMEOUT=240 VMLAB_PVH=1 VMLAB_QEMU_ARGS="${drives[*]} -pidfile $SOCKDIR/qemu.pid" \
+  VMLAB_SHARE=$SHARE VMLAB_TIMEOUT=420 VMLAB_PVH=1 VMLAB_QEMU_ARGS="${drives[*]} -pidfile $SOCKDIR/qemu.pid" \
     "$LAB/vmrun.sh" "BIN=$BIN HUB_LOG_LEVEL=${POWERCUT_HUB_LOG:-info} bash $SELF --guest $W $boot ${lanes[*]}" > "$W/vm.$boot.log" 2>&1 &
   VM_PID=$!
   if [ $traffic = yes ]; then
-    if wait_file 200 "$VM_PID" "$W/traffic.$boot"; then
+    if wait_file 380 "$VM_PID" "$W/traffic.$boot"; then
       delay_ms=$((2000 + RANDOM % 6001))
       sleep "$((delay_ms / 1000)).$(printf %03d $((delay_ms % 1000)))"
       at="$((delay_ms / 1000)).$(printf %03d $((delay_ms % 1000))) s into the traffic"
@@ -380,11 +380,19 @@ for boot in $(seq 1 "$BOOTS"); do
   fi
   [ $FAILED = 0 ] || break
 done
+# Cuts whose next boot ran (and checked them): a run stopped by a failed boot cannot say whether
+# the messages acknowledged in that boot survive, so they are reported as unchecked, not lost.
+LAST_BOOT=$boot
 kill "$NBD_REAL" "$NBD_CONTROL" 2>/dev/null; wait "$NBD_REAL" "$NBD_CONTROL" 2>/dev/null; NBD_REAL= NBD_CONTROL=
 
-# totals LANE CUTS — sets ACKED, LOST, TWICE, RESENT; LANE/lost-ids lists the lost messages.
+# totals LANE CUTS — sets ACKED, LOST, TWICE, RESENT and UNCHECKED; LANE/lost-ids lists the lost messages.
 totals() {
   local D=$W/$1 cuts=$2 b
+  UNCHECKED=0
+  if [ "$LAST_BOOT" -le "$cuts" ]; then
+    UNCHECKED=$(for b in $(seq "$LAST_BOOT" "$cuts"); do ids_of handed_over "$D/acked.$b"; done | sort -u | lines)
+    cuts=$((LAST_BOOT - 1))
+  fi
   for b in $(seq 1 "$cuts"); do ids_of handed_over "$D/acked.$b"; done | sort -u > "$D/acked-ids"
   for b in $(seq 2 $((cuts + 1))); do ids_of message "$D/recv.$b"; done | sort > "$D/received-ids"
   comm -23 "$D/acked-ids" <(sort -u "$D/received-ids") > "$D/lost-ids"
@@ -395,7 +403,7 @@ totals() {
 }
 totals real "$CUTS"
 R_ACKED=$ACKED R_LOST=$LOST
-echo "POWERCUT cuts=$CUTS acked=$ACKED lost=$LOST twice=$TWICE"
+echo "POWERCUT cuts=$CUTS acked=$ACKED lost=$LOST twice=$TWICE$([ "$UNCHECKED" = 0 ] || echo " unchecked=$UNCHECKED (acknowledged after the last checked cut: the run stopped)")"
 echo "powercut: copies the hub sent again within one attach (the recipient dropped them as duplicates): $RESENT;" \
      "cuts that dropped unflushed writes: $(grep -E 'session [0-9]+ ended: cut' "$W/real/nbd.log" | grep -vc 'blocks_discarded=0$')/$CUTS;" \
      "hub starts whose UDP transport was created again after a late answer: $(cat "$W"/vm.*.log | grep -ac '^NOTE: .* hub: transport udp not started')"
