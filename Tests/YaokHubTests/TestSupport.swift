@@ -161,6 +161,8 @@ final class HubProcess {
     let logPath: String
     let process = Process()
     private let exited = DispatchSemaphore(value: 0)
+    /// Whether `process` is a launcher that runs the hub as its child (`faketime` forks).
+    private let launched: Bool
 
     /// `launcher`: a program that runs the hub with its arguments after its own (`faketime -f -2d`).
     init(dir: String, config: String, executable: String, extraEnvironment: [String: String] = [:], launcher: [String] = []) throws {
@@ -168,6 +170,7 @@ final class HubProcess {
         self.configPath = dir + "/hub.yaml"
         self.socketPath = dir + "/control.sock"
         self.logPath = dir + "/hub.log"
+        self.launched = !launcher.isEmpty
         try config.write(toFile: configPath, atomically: true, encoding: .utf8)
         _ = FileManager.default.createFile(atPath: logPath, contents: nil)
         let log = FileHandle(forWritingAtPath: logPath)!
@@ -216,7 +219,17 @@ final class HubProcess {
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
 
-    func signal(_ sig: Int32) { kill(process.processIdentifier, sig) }
+    /// Signals the hub (under a launcher, the launcher's children too: a launcher that dies of
+    /// the signal would leave its hub running, orphaned, for the rest of the suite).
+    func signal(_ sig: Int32) {
+        if launched { for child in children(of: process.processIdentifier) { kill(child, sig) } }
+        kill(process.processIdentifier, sig)
+    }
+
+    private func children(of pid: Int32) -> [Int32] {
+        let text = (try? String(contentsOfFile: "/proc/\(pid)/task/\(pid)/children", encoding: .utf8)) ?? ""
+        return text.split(separator: " ").compactMap { Int32($0) }
+    }
 
     /// Waits for exit; returns the exit status or nil on timeout.
     func waitExit(timeout: TimeInterval) -> Int32? {
@@ -227,10 +240,15 @@ final class HubProcess {
 
     func stop() {
         guard process.isRunning else { return }
+        let hubs = launched ? children(of: process.processIdentifier) : []
         signal(SIGTERM)
         if waitExit(timeout: 10) == nil {
             signal(SIGKILL)
             _ = waitExit(timeout: 5)
+        }
+        // Gone already, unless its launcher died first.
+        for hub in hubs where ((try? String(contentsOfFile: "/proc/\(hub)/cmdline", encoding: .utf8)) ?? "").contains("yaok-hub") {
+            kill(hub, SIGKILL)
         }
     }
 
