@@ -44,7 +44,9 @@ public final class LoginThrottle: @unchecked Sendable {
     private let lock = NSLock()
     private let now: @Sendable () -> Double
 
-    public init(now: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+    /// `now`: seconds on a clock that only moves forward (default: the monotonic clock), so a
+    /// wall clock stepped by days (a Pi that synchronises late) neither ends nor stretches a lock.
+    public init(now: @escaping @Sendable () -> Double = { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }) {
         self.now = now
         checks = TokenBucket(capacity: Self.checksPerMinute, nowMs: Int64(now() * 1_000))
     }
