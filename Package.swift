@@ -194,3 +194,33 @@ let package = Package(
     ],
     swiftLanguageModes: [.v6]
 )
+
+/// `YAOK_PORTABLE_TESTS=1` narrows the package to the unit tests that need no radio, root or
+/// hub process — crypto and wire vectors, the store (SQLCipher), reconciliation, ATT, the UDP
+/// and mesh link engines, the hub core's in-memory parts — and what they build on. The arm64
+/// suite cross-builds this and runs it under qemu-user (Tests/arm64/run.sh): the whole package
+/// in debug would be a second full cross build beside the packages' release one.
+if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
+    let hubUnitTests = ["ConfigEditorTests.swift", "HopLatencyTests.swift", "PluginMessageTests.swift",
+                        "ReceiptCommitmentsTests.swift", "RoutingPolicyTests.swift", "ClockEstimateTests.swift",
+                        "MetricsHTTPServerTests.swift"]
+    let tests: Set<String> = ["YaokWireTests", "YaokStoreTests", "YaokReconcileTests", "YaokATTTests",
+                              "YaokHubTests", "UDPTransportTests", "MeshTransportTests"]
+    for target in package.targets where target.name == "YaokHubTests" {
+        target.sources = hubUnitTests
+        target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokTesting",
+                               .product(name: "YaokPluginKit", package: "PluginAPI")]
+    }
+    // Only the targets the kept tests reach, so nothing else (Hummingbird, PostgresNIO, TLS) is built.
+    var keep = tests
+    var todo = Array(tests)
+    let byName = Dictionary(uniqueKeysWithValues: package.targets.map { ($0.name, $0) })
+    while let name = todo.popLast() {
+        for dependency in byName[name]?.dependencies ?? [] {
+            if case .byNameItem(let dep, _) = dependency, byName[dep] != nil, keep.insert(dep).inserted { todo.append(dep) }
+            if case .targetItem(let dep, _) = dependency, byName[dep] != nil, keep.insert(dep).inserted { todo.append(dep) }
+        }
+    }
+    package.targets = package.targets.filter { keep.contains($0.name) }
+    package.products = []
+}

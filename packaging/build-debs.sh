@@ -6,85 +6,132 @@
 #   yaok-relay          the internet relay and its systemd unit
 #   yaok                the Ya OK command-line endpoint
 #
-# Usage: packaging/build-debs.sh [--skip-build] [--out DIR]
+# Usage: packaging/build-debs.sh [--arch amd64|arm64] [--skip-build] [--out DIR]
+#   --arch ARCH   the machine's own architecture (default), or arm64 from amd64: cross-built
+#                 with Swift 6.2.3 against Debian 13 (trixie) arm64 (packaging/cross/, as root;
+#                 the packages need Debian 13 / Raspberry Pi OS trixie or later)
 #   --skip-build  reuse the release build in the scratch path
-#   --out DIR     where the .deb files go (default: .build-pkg/debs)
-# Environment: SCRATCH (default .build-pkg), VERSION (default 0.1.0+git<date>.<commit>),
-#              SWIFT (default: swift on PATH, else /opt/swift/usr/bin/swift).
-# Needs: swift, dpkg-deb, patchelf (apt-get install patchelf). Builds for the machine's own
-# architecture only; see Docs/operations.md for arm64.
+#   --out DIR     where the .deb files go (default: SCRATCH/debs)
+# Environment: SCRATCH (default .build-pkg, for arm64 .build-arm64), VERSION (default
+#              0.1.0+git<date>.<commit>), SWIFT (default: swift on PATH, else /opt/swift/usr/bin/swift),
+#              YAOK_CROSS_CACHE (the arm64 toolchain's cache, packaging/cross/arm64-toolchain.sh).
+# Needs: swift, dpkg-deb, patchelf, binutils (apt-get install patchelf binutils dpkg-dev).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)
 
 skip_build=0
-out="$repo/.build-pkg/debs"
+out=""
+host_arch=$(dpkg --print-architecture)
+arch=$host_arch
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) skip_build=1 ;;
     --out) out=$(realpath -m "$2"); shift ;;
-    *) echo "usage: $0 [--skip-build] [--out DIR]" >&2; exit 2 ;;
+    --arch) arch=$2; shift ;;
+    *) echo "usage: $0 [--arch amd64|arm64] [--skip-build] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
 
-scratch=${SCRATCH:-.build-pkg}
-swift=${SWIFT:-$(command -v swift || echo /opt/swift/usr/bin/swift)}
-arch=$(dpkg --print-architecture)
 if [ -z "${VERSION:-}" ]; then
   commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
   VERSION="0.1.0+git$(git log -1 --format=%cd --date=format:%Y%m%d 2>/dev/null || date +%Y%m%d).$commit"
 fi
 maintainer="Ya OK Hub maintainers <hub@yaok.invalid>"
-for tool in dpkg-deb patchelf ldd objdump strip; do
+for tool in dpkg-deb patchelf readelf; do
   command -v "$tool" >/dev/null || { echo "error: $tool is missing (apt-get install patchelf binutils dpkg-dev)" >&2; exit 1; }
 done
 
+if [ "$arch" = "$host_arch" ]; then
+  scratch=${SCRATCH:-.build-pkg}
+  swift=${SWIFT:-$(command -v swift || echo /opt/swift/usr/bin/swift)}
+  swift_build=("$swift" build -c release --scratch-path "$scratch")
+  toolchain_lib=$(dirname "$(dirname "$swift")")/lib/swift/linux
+  # Where the dynamic linker finds system libraries, and who owns them.
+  multiarch=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
+  lib_dirs=("/usr/lib/$multiarch" "/lib/$multiarch" /usr/lib /lib)
+  sysroot=""
+  package_of() { dpkg -S "$1" 2>/dev/null | head -1 | cut -d: -f1; }
+  strip_tool=strip
+elif [ "$arch" = arm64 ] && [ "$host_arch" = amd64 ]; then
+  scratch=${SCRATCH:-.build-arm64}
+  cache=$(bash packaging/cross/arm64-toolchain.sh) || { echo "error: no arm64 cross toolchain (above)" >&2; exit 1; }
+  sysroot="$cache/sysroot"
+  swift_build=(env PKG_CONFIG_SYSROOT_DIR="$sysroot"
+               PKG_CONFIG_PATH="$sysroot/usr/lib/aarch64-linux-gnu/pkgconfig:$sysroot/usr/share/pkgconfig"
+               bash packaging/cross/in-toolchain.sh swift build -c release --scratch-path "$scratch"
+               --swift-sdks-path "$cache/sdks" --swift-sdk yaok-aarch64)
+  toolchain_lib="$sysroot/usr/libexec/swift/lib/swift/linux"
+  # Resolved in the arm64 sysroot, never on this machine: its libraries and its packages.
+  lib_dirs=("$sysroot/usr/lib/aarch64-linux-gnu" "$sysroot/lib/aarch64-linux-gnu" "$sysroot/usr/lib")
+  package_of() { awk -v f="${1#"$sysroot"}" '$1 == f { print $2; exit }' "$cache/sysroot-packages.txt"; }
+  strip_tool=aarch64-linux-gnu-strip
+  command -v "$strip_tool" >/dev/null || { echo "error: $strip_tool is missing (apt-get install binutils-aarch64-linux-gnu)" >&2; exit 1; }
+else
+  echo "error: cannot build for $arch on $host_arch (arm64 is cross-built from amd64)" >&2; exit 2
+fi
+out=${out:-$repo/$scratch/debs}
+
 # 1. Release build.
 if [ "$skip_build" -eq 0 ]; then
-  echo "== swift build -c release ($scratch)"
-  "$swift" build -c release --scratch-path "$scratch"
+  echo "== swift build -c release for $arch ($scratch)"
+  "${swift_build[@]}"
 fi
-bin=$("$swift" build -c release --scratch-path "$scratch" --show-bin-path)
-for f in yaok-hub yaok-relay yaok; do [ -x "$bin/$f" ] || { echo "error: $bin/$f not built" >&2; exit 1; }; done
+# (A cross build runs in the toolchain's root, where this directory has the same path.)
+bin=$("${swift_build[@]}" --show-bin-path)
+for f in yaok-hub yaok-relay yaok yaok-bench; do [ -x "$bin/$f" ] || { echo "error: $bin/$f not built" >&2; exit 1; }; done
 plugins=("$bin"/libyaok-plugin-*.so)
 [ -e "${plugins[0]}" ] || { echo "error: no plugins in $bin" >&2; exit 1; }
-toolchain_lib=$(dirname "$(dirname "$swift")")/lib/swift/linux
+[ -d "$toolchain_lib" ] || { echo "error: no Swift runtime in $toolchain_lib" >&2; exit 1; }
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/yaok-debs.XXXXXX")
 trap 'rm -rf "$stage"' EXIT
 mkdir -p "$out"
 rm -f "$out"/yaok-swift-runtime_*.deb "$out"/yaok-hub_*.deb "$out"/yaok-relay_*.deb "$out"/yaok_*.deb
 
-# Files we bundle are whatever ldd resolves inside the toolchain (transitively).
-swift_libs_of() { ldd "$1" | awk '$3 ~ /^\// {print $3}' | grep -F "$toolchain_lib/" || true; }
-# Other libraries the file itself names (DT_NEEDED, not their dependencies' dependencies),
-# resolved by ldd; their Debian packages become Depends. Bundled ones are skipped.
-system_libs_of() {
-  local needed
-  needed=$(objdump -p "$1" | awk '$1 == "NEEDED" {print $2}')
-  ldd "$1" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | while read -r soname path; do
-    case "$path" in "$toolchain_lib"/*|*/yaok-hub/swift/*) continue ;; esac
-    echo "$needed" | grep -qxF "$soname" && echo "$path"
+# The libraries an ELF file names (DT_NEEDED), read from the file itself (readelf works for
+# any architecture; ldd would run the file).
+needed_of() { readelf -d --wide "$1" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p'; }
+# Files we bundle: the Swift runtime libraries a file needs, transitively.
+swift_libs_of() {
+  local todo=("$@") seen=" " f lib
+  while [ ${#todo[@]} -gt 0 ]; do
+    f=${todo[0]}; todo=("${todo[@]:1}")
+    for lib in $(needed_of "$f"); do
+      [ -e "$toolchain_lib/$lib" ] || continue
+      case "$seen" in *" $lib "*) continue ;; esac
+      seen="$seen$lib "; echo "$toolchain_lib/$lib"; todo+=("$toolchain_lib/$lib")
+    done
   done
-  return 0
+}
+# Other libraries the file itself names (not their dependencies' dependencies), found where
+# the target's dynamic linker would find them; their Debian packages become Depends.
+system_libs_of() {
+  local lib d
+  for lib in $(needed_of "$1"); do
+    [ -e "$toolchain_lib/$lib" ] && continue
+    for d in "${lib_dirs[@]}"; do
+      if [ -e "$d/$lib" ]; then echo "$d/$lib"; continue 2; fi
+    done
+    echo "error: $1 needs $lib, which is neither in the Swift runtime nor in ${lib_dirs[*]}" >&2; return 1
+  done
 }
 
 # Maps system libraries to Debian packages ("libsodium23"); libc6 gets the newest GLIBC
 # symbol version the files need.
 depends_for() {
-  local pkgs=() lib real pkg
-  local libs
-  libs=$(for f in "$@"; do system_libs_of "$f"; done | sort -u)
+  local pkgs=() lib real pkg libs
+  libs=$(for f in "$@"; do system_libs_of "$f" || exit 1; done | sort -u) || return 1
   for lib in $libs; do
     real=$(readlink -f "$lib")
-    pkg=$(dpkg -S "$lib" 2>/dev/null || dpkg -S "$real" 2>/dev/null || dpkg -S "*/$(basename "$lib")" 2>/dev/null || true)
-    pkg=$(echo "$pkg" | head -1 | cut -d: -f1)
+    pkg=$(package_of "$lib"); [ -n "$pkg" ] || pkg=$(package_of "$real")
+    if [ -z "$pkg" ] && [ -z "$sysroot" ]; then pkg=$(package_of "*/$(basename "$lib")"); fi
     [ -n "$pkg" ] || { echo "error: no Debian package provides $lib" >&2; return 1; }
     pkgs+=("$pkg")
   done
   local glibc
-  glibc=$(for f in "$@"; do objdump -T "$f"; done | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+  glibc=$(for f in "$@"; do readelf -V --wide "$f"; done | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
   for pkg in $(printf '%s\n' "${pkgs[@]}" | sort -u); do
     if [ "$pkg" = libc6 ] && [ -n "$glibc" ]; then printf 'libc6 (>= %s)\n' "$glibc"; else echo "$pkg"; fi
   done | paste -sd, | sed 's/,/, /g'
@@ -92,12 +139,12 @@ depends_for() {
 
 # Our binaries and plugins lose their debug and local symbols (the dynamic symbol table,
 # which dlopen/dlsym use, stays); the toolchain's libraries come stripped already.
-strip_elf() { strip --strip-unneeded "$1"; }
+strip_elf() { "$strip_tool" --strip-unneeded "$1"; }
 
 # Rewrites RUNPATH: no toolchain path, only the bundled runtime relative to the file.
 set_runpath() {
   patchelf --set-rpath "$2" "$1"
-  if patchelf --print-rpath "$1" | grep -q /opt/; then echo "error: $1 still has a toolchain RUNPATH" >&2; exit 1; fi
+  if patchelf --print-rpath "$1" | grep -qE '/opt/|/usr/libexec/swift'; then echo "error: $1 still has a toolchain RUNPATH" >&2; exit 1; fi
 }
 
 # Writes DEBIAN/control and builds the package. Args: dir name description depends [extra fields]
@@ -132,7 +179,7 @@ install_doc() { # dir package
 # 2. The Swift runtime.
 rt="$stage/yaok-swift-runtime"
 mkdir -p "$rt/DEBIAN" "$rt/usr/lib/yaok-hub/swift"
-runtime_libs=$(for f in "$bin/yaok-hub" "$bin/yaok-relay" "$bin/yaok" "${plugins[@]}"; do swift_libs_of "$f"; done | sort -u)
+runtime_libs=$(swift_libs_of "$bin/yaok-hub" "$bin/yaok-relay" "$bin/yaok" "$bin/yaok-bench" "${plugins[@]}" | sort -u)
 [ -n "$runtime_libs" ] || echo "note: the binaries need no Swift runtime libraries (static stdlib?)"
 for lib in $runtime_libs; do
   install -m 0644 "$lib" "$rt/usr/lib/yaok-hub/swift/"
@@ -155,6 +202,15 @@ mkdir -p "$hub/DEBIAN"
 install -D -m 0755 "$bin/yaok-hub" "$hub/usr/bin/yaok-hub"
 strip_elf "$hub/usr/bin/yaok-hub"
 set_runpath "$hub/usr/bin/yaok-hub" '$ORIGIN/../lib/yaok-hub/swift'
+# The benchmark against Reticulum a hub owner can run on the box itself (Docs/operations.md).
+install -D -m 0755 "$bin/yaok-bench" "$hub/usr/bin/yaok-bench"
+strip_elf "$hub/usr/bin/yaok-bench"
+set_runpath "$hub/usr/bin/yaok-bench" '$ORIGIN/../lib/yaok-hub/swift'
+install -D -m 0755 Tests/bench/versus-reticulum.sh "$hub/usr/share/yaok-hub/bench/versus-reticulum.sh"
+for f in bench.py node.py run.sh README.md; do
+  install -D -m 0644 "Tests/bench/reticulum/$f" "$hub/usr/share/yaok-hub/bench/reticulum/$f"
+done
+chmod 0755 "$hub/usr/share/yaok-hub/bench/reticulum/run.sh"
 # The hub refuses plugin files and directories that group or others can write.
 install -d -m 0755 "$hub/usr/lib/yaok-hub/plugins"
 for p in "${plugins[@]}"; do
@@ -180,7 +236,7 @@ done
 install_doc "$hub" yaok-hub
 echo /etc/yaok-hub/hub.yaml > "$hub/DEBIAN/conffiles"
 for s in postinst prerm postrm; do install -m 0755 "packaging/debian/yaok-hub.$s" "$hub/DEBIAN/$s"; done
-hub_files=("$hub/usr/bin/yaok-hub" "$hub"/usr/lib/yaok-hub/plugins/*.so)
+hub_files=("$hub/usr/bin/yaok-hub" "$hub/usr/bin/yaok-bench" "$hub"/usr/lib/yaok-hub/plugins/*.so)
 hub_depends=$(depends_for "${hub_files[@]}")
 finish_package "$hub" yaok-hub \
   "Ya OK Hub: field node of the Ya OK delay-tolerant messenger

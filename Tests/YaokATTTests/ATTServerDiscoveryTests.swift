@@ -45,7 +45,11 @@ final class ATTServerDiscoveryTests: XCTestCase {
     func testFindInformation16BitFormat() throws {
         let server = try Fixture.server()
         // MTU 23: (23-2)/4 = 5 entries fit.
-        let expected: [UInt8] = [0x05, 0x01] + le16(1) + [0x00, 0x28] + le16(2) + [0x03, 0x28] + le16(3) + [0x00, 0x2A]
+        // Built in steps: Swift 6.2's type checker gives up on the one-expression form.
+        var expected: [UInt8] = [0x05, 0x01]
+        expected += le16(1) + [0x00, 0x28]
+        expected += le16(2) + [0x03, 0x28]
+        expected += le16(3) + [0x00, 0x2A]
         XCTAssertEqual(server.handle(pdu: [0x04] + le16(1) + le16(3)), expected)
         // Handles 1-5 fit (2 + 5*4 = 22 <= 23); handle 6 has a 128-bit type and is left out.
         let five = try XCTUnwrap(server.handle(pdu: [0x04] + le16(1) + le16(0xFFFF)))
@@ -195,7 +199,9 @@ final class ATTServerDiscoveryTests: XCTestCase {
         let server = ATTServer(table: table)
         XCTAssertEqual(server.handle(pdu: [0x08] + le16(1) + le16(0xFFFF) + [0xAA, 0x2A]), [0x09, 3] + le16(1) + [1])
         server.security = ATTLinkSecurity(encrypted: true)
-        XCTAssertEqual(server.handle(pdu: [0x08] + le16(1) + le16(0xFFFF) + [0xAA, 0x2A]),
-                       [0x09, 3] + le16(1) + [1] + le16(2) + [2] + le16(3) + [3])
+        var all: [UInt8] = [0x09, 3] + le16(1) + [1]
+        all += le16(2) + [2]
+        all += le16(3) + [3]
+        XCTAssertEqual(server.handle(pdu: [0x08] + le16(1) + le16(0xFFFF) + [0xAA, 0x2A]), all)
     }
 }

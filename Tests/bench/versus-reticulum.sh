@@ -7,25 +7,29 @@
 #   3. `yaok-bench` RUNS times again (the machine may have changed meanwhile);
 # then prints every figure, the medians and the ratio (ours ÷ Reticulum), and the load average.
 # Usage: BIN=.build/release RUNS=3 MESSAGES=3000 N1=2000 Tests/bench/versus-reticulum.sh
+# Installed (the yaok-hub package, e.g. on a Raspberry Pi):
+#   bash /usr/share/yaok-hub/bench/versus-reticulum.sh    (BIN=/usr/bin, plugins from the package)
 # The Reticulum side needs python3-venv and PyPI (or a wheel cache) once; its venv is kept in
 # ${YAOK_PEER_BENCH_CACHE:-~/.cache/yaok-peer-bench}.
 set -euo pipefail
-cd "$(dirname "$0")/../.."
-BIN=${BIN:-.build/release}
+HERE=$(cd "$(dirname "$0")" && pwd)
+if [[ -f $HERE/../../Package.swift ]]; then BIN=${BIN:-$HERE/../../.build/release}; else BIN=${BIN:-/usr/bin}; fi
+if [[ -f $BIN/libyaok-plugin-udp.so ]]; then PLUGIN_DIR=${PLUGIN_DIR:-$BIN}; else PLUGIN_DIR=${PLUGIN_DIR:-/usr/lib/yaok-hub/plugins}; fi
 RUNS=${RUNS:-3}
 MESSAGES=${MESSAGES:-3000}
 N1=${N1:-2000}
 CACHE=${YAOK_PEER_BENCH_CACHE:-$HOME/.cache/yaok-peer-bench}
-[[ -x $BIN/yaok-bench && -x $BIN/yaok-hub && -f $BIN/libyaok-plugin-udp.so ]] || {
-    echo "no release build in $BIN: swift build -c release first" >&2; exit 1; }
+[[ -x $BIN/yaok-bench && -x $BIN/yaok-hub && -f $PLUGIN_DIR/libyaok-plugin-udp.so ]] || {
+    echo "no yaok-bench, yaok-hub and UDP plugin in $BIN and $PLUGIN_DIR: swift build -c release first (or install yaok-hub)" >&2; exit 1; }
 mkdir -p "$CACHE"
-cp Tests/bench/reticulum/bench.py Tests/bench/reticulum/node.py Tests/bench/reticulum/run.sh "$CACHE/"
+cp "$HERE/reticulum/bench.py" "$HERE/reticulum/node.py" "$HERE/reticulum/run.sh" "$CACHE/"
+echo "machine: $(uname -m), $(nproc) cores, $(grep -m1 -E '^(model name|Model)' /proc/cpuinfo | cut -d: -f2- | sed 's/^ //' || true)"
 
 ours=()
 run_ours() {
     for _ in $(seq "$RUNS"); do
         # Not `tee /dev/stderr`: reopening it truncates a log file that stderr was redirected to.
-        out=$("$BIN/yaok-bench" --path-only --messages "$MESSAGES" --plugin-dir "$BIN")
+        out=$("$BIN/yaok-bench" --path-only --messages "$MESSAGES" --plugin-dir "$PLUGIN_DIR")
         printf '%s\n' "$out" >&2
         line=$(grep "msg/s" <<<"$out" | head -1)
         ours+=("$(echo "$line" | sed -E 's/.* ([0-9]+) msg\/s.*/\1/')")

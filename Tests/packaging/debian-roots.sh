@@ -4,9 +4,14 @@
 #            (so `dpkg -i` can check Depends without a network): rootfs-<hash>.tgz
 #   systemd  base plus systemd, dbus, procps and curl (systemd-test.sh boots it in nspawn):
 #            sdroot-<hash>-rootfs-<hash>.tgz
+#   arm64    Debian 13 (trixie) arm64, minbase, with the runtime libraries the arm64 .deb files
+#            depend on (trixie's names): roots/trixie-arm64-<hash>.tgz in the cross toolchain's
+#            cache (/var/cache/yaok-hub-cross). Made with mmdebstrap; its
+#            maintainer scripts run under qemu-user (packaging/cross/arm64-toolchain.sh sets
+#            that up, and this calls it).
 # Each cache is keyed by its package list, so adding a dependency makes a fresh root.
 #
-# Usage: debian-roots.sh base|systemd|all — prints the tarball path(s).
+# Usage: debian-roots.sh base|systemd|arm64|all — prints the tarball path(s) (all: not arm64).
 # Exit 0: made or cached. 77: cannot be made here (reason on stderr). 1: usage.
 # Tests/run.sh runs `all` in the background beside `swift test` (both steps wait on the
 # network); the suites call it again and find the cache.
@@ -19,6 +24,7 @@ cannot() { echo "cannot make the Debian root: $*" >&2; exit 77; }
 
 base_packages=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser,procps
 systemd_packages="systemd dbus procps curl"
+arm64_packages=libsodium23,libsqlcipher1,libbluetooth3,libnl-genl-3-200,libstdc++6,adduser,procps
 base_tarball="$work/rootfs-$(echo "$base_packages" | md5sum | cut -c1-8).tgz"
 systemd_tarball="$work/sdroot-$(echo "$systemd_packages" | md5sum | cut -c1-8)-$(basename "$base_tarball")"
 
@@ -62,9 +68,29 @@ make_systemd() {
   rm -rf "$fresh"
 }
 
+# Kept with the cross toolchain (outside the clone), so later runs on this machine reuse it.
+make_arm64() {
+  [ "$(id -u)" -eq 0 ] || cannot "needs root (mmdebstrap)"
+  local cache mirror
+  cache=$(bash packaging/cross/arm64-toolchain.sh) || cannot "no qemu-user for arm64 (packaging/cross/arm64-toolchain.sh, above)"
+  arm64_tarball="$cache/roots/trixie-arm64-$(echo "$arm64_packages" | md5sum | cut -c1-8).tgz"
+  [ -s "$arm64_tarball" ] && return 0
+  mkdir -p "$cache/roots"
+  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
+  mirror=${mirror:-http://deb.debian.org/debian}
+  if ! mmdebstrap --variant=minbase --architectures=arm64 --include="$arm64_packages" --format=tar \
+      trixie - "$mirror" 2> "$work/mmdebstrap-arm64.log" | gzip -1 > "$arm64_tarball.tmp"; then
+    tail -n 20 "$work/mmdebstrap-arm64.log" >&2; rm -f "$arm64_tarball.tmp"
+    cannot "mmdebstrap of trixie arm64 failed (no Debian mirror reachable?)"
+  fi
+  mv "$arm64_tarball.tmp" "$arm64_tarball"
+}
+
 case "${1:-}" in
   base) make_base; echo "$base_tarball" ;;
   systemd) make_systemd; echo "$systemd_tarball" ;;
+  arm64) make_arm64; echo "$arm64_tarball" ;;
   all) make_systemd; echo "$base_tarball"; echo "$systemd_tarball" ;;
-  *) echo "usage: $0 base|systemd|all" >&2; exit 1 ;;
+  *) echo "usage: $0 base|systemd|arm64|all" >&2; exit 1 ;;
 esac

@@ -4,8 +4,8 @@
 # `sqlcipher` CLI exactly as documented; the hub then opens it with the new key (same
 # identity, status answers) and no longer with the old one.
 #
-# Exit 0 pass, 77 skipped (reason printed), 1 fail. Uses the release build in .build-pkg
-# (built by packaging/build-debs.sh); SKIP_BUILD=0 builds it first.
+# Exit 0 pass, 77 skipped (reason printed), 1 fail. Uses the release build in SCRATCH
+# (default .build-pkg, built by packaging/build-debs.sh); SKIP_BUILD=0 builds it first.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 export PATH="/opt/swift/usr/bin:$PATH"
@@ -14,9 +14,10 @@ fail() { echo "FAIL: $*"; [ -f "$dir/hub.log" ] && tail -n 20 "$dir/hub.log"; ex
 
 command -v sqlcipher >/dev/null || skip "the sqlcipher CLI is not installed (apt-get install sqlcipher)"
 command -v swift >/dev/null || skip "no Swift toolchain"
-if [ "${SKIP_BUILD:-1}" = 0 ]; then swift build -c release --scratch-path .build-pkg --product yaok-hub || fail "build"; fi
-bin=$(swift build -c release --scratch-path .build-pkg --show-bin-path)/yaok-hub
-[ -x "$bin" ] || skip "no release build in .build-pkg (run packaging/build-debs.sh first)"
+scratch=${SCRATCH:-.build-pkg}
+if [ "${SKIP_BUILD:-1}" = 0 ]; then swift build -c release --scratch-path "$scratch" --product yaok-hub || fail "build"; fi
+bin=$(swift build -c release --scratch-path "$scratch" --show-bin-path)/yaok-hub
+[ -x "$bin" ] || skip "no release build in $scratch (run packaging/build-debs.sh first)"
 
 dir=$(mktemp -d)
 hub_pid=""
