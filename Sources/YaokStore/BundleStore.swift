@@ -591,12 +591,10 @@ public final class BundleStore: @unchecked Sendable {
     public func vacuumIfNeeded(nowMs: Int64, fullVacuumMaxBytes: Int64 = 64_000_000) throws -> Bool {
         let last = try counter("last_vacuum_ms")
         let lastFull = try counter("last_full_vacuum_ms")
-        guard let pages = try database.pragma("page_count")?.int64Value,
-              let free = try database.pragma("freelist_count")?.int64Value,
-              let pageSize = try database.pragma("page_size")?.int64Value,
-              let autoVacuum = try database.pragma("auto_vacuum")?.int64Value else {
-            throw StoreError.corruptRow(table: "pragma", column: "page_count")
-        }
+        let pages = try database.integerPragma("page_count")
+        let free = try database.integerPragma("freelist_count")
+        let pageSize = try database.integerPragma("page_size")
+        let autoVacuum = try database.integerPragma("auto_vacuum")
         let hour: Int64 = 3_600_000
         var did = false
         if free * 4 >= pages, (pages - free) * pageSize <= fullVacuumMaxBytes, nowMs - lastFull >= 24 * hour {

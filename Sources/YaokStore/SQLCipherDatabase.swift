@@ -543,6 +543,16 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         return try scalar("PRAGMA \(name)", purpose: "reading PRAGMA \(name)")
     }
 
+    /// A pragma that is a number. SQLCipher 4 (Debian 13) answers some as text — `page_size`
+    /// comes back as `"2048"` — where SQLCipher 3 (Debian 12) answers integers; both are read.
+    /// Throws `corruptRow` naming the pragma when the answer is neither.
+    public func integerPragma(_ name: String) throws -> Int64 {
+        let value = try pragma(name)
+        if let n = value?.int64Value { return n }
+        if let text = value?.textValue, let n = Int64(text) { return n }
+        throw StoreError.corruptRow(table: "pragma", column: name)
+    }
+
     // MARK: Internals
 
     private func statement(_ sql: String, purpose: String?) throws -> OpaquePointer {

@@ -27,6 +27,20 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(try db.pragma("journal_size_limit")?.int64Value, 67_108_864)
     }
 
+    /// SQLCipher 4 (Debian 13, the arm64 packages) answers `page_size` as text, SQLCipher 3
+    /// (Debian 12) as an integer: the store's maintenance read it as an integer only and, on a
+    /// Debian 13 hub, never gave free pages back (found running this suite on arm64).
+    func testNumericPragmasReadTheSameOnEitherSQLCipher() throws {
+        let dir = try makeTempDirectory(self)
+        let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
+        XCTAssertEqual(try db.integerPragma("page_size"), 2048)
+        XCTAssertEqual(try db.integerPragma("auto_vacuum"), 2)
+        XCTAssertGreaterThanOrEqual(try db.integerPragma("page_count"), 1)
+        XCTAssertThrowsError(try db.integerPragma("cipher_version")) { error in
+            XCTAssertTrue("\(error)".contains("cipher_version"), "the error names the pragma: \(error)")
+        }
+    }
+
     /// SQLite's allocation statistics are off for the whole process (each allocation took a
     /// global mutex, issue 16): they must be switched off before the library initializes, so
     /// if any path opened a connection first they would still be counting.

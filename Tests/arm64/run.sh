@@ -58,9 +58,24 @@ if [ "$what" = units ] || [ "$what" = all ]; then
   t0=$SECONDS
   # binfmt_misc hands the binary to qemu-aarch64; QEMU_LD_PREFIX makes its dynamic linker and
   # the Swift runtime (its RUNPATH) come from the arm64 sysroot.
-  QEMU_LD_PREFIX="$sysroot" timeout -k 10 1500 "$bundle" > "$log" 2>&1
+  export QEMU_LD_PREFIX="$sysroot"
+  # Left out: tests of scale or exhaustive sweeps, not of the architecture (10 s to 100 s
+  # each emulated, about 6 minutes together; the same code runs in their smaller siblings
+  # here and in full on amd64); and the SQLCipher CLI interop test, because the CLI here is
+  # this machine's (Debian 12, SQLCipher 3) and the library the arm64 binary loads is
+  # Debian 13's (SQLCipher 4), whose files SQLCipher 3 cannot read (Docs/operations.md,
+  # "Upgrade"). ARM64_SKIP_TESTS (an extended regex on Module.Class/test) replaces the list;
+  # '^$' runs everything.
+  skip_re=${ARM64_SKIP_TESTS:-'/testHundredThousand|/testPeerHoldings$|/testEveryBitFlipIsDetected$|/testTheRemainingLifeIsAlwaysPositiveAndAtMostTheMaximum$|/testTooDifferentAborts$|/testEverySizeOfDifferenceDecodesExactly$|/testFuzz$|/testTablePartsAssembleOnlyForTheSessionAndRefuseDuplicates$|/testLacksPartsAcrossFourThousand$|/testTruncatedAtEveryLength$|/testUnpersistedDeliveriesAreBoundedAndOverflowIsWritten$|SQLCipherCLIInteropTests/testSQLCipherCLIReadsTheFileWithTheRawKey$'}
+  all_tests=$(timeout 120 "$bundle" --list-tests 2>/dev/null | grep -E '^[A-Za-z_0-9]+\.[A-Za-z_0-9]+/test' || true)
+  [ -n "$all_tests" ] || { echo "FAIL: $bundle --list-tests listed nothing"; exit 1; }
+  selected=$(echo "$all_tests" | grep -vE "$skip_re" || true)
+  echo "$(echo "$all_tests" | wc -l) tests in the binary; running $(echo "$selected" | wc -l); left out: $(echo "$all_tests" | grep -E "$skip_re" | sed 's/.*\///' | paste -sd' ')"
+  timeout -k 10 1500 "$bundle" "$(echo "$selected" | paste -sd,)" > "$log" 2>&1
   unit_rc=$?
   grep -E "error: |Test Case '.*' failed|^Test Suite '(Selected|All) tests' (passed|failed)" "$log" | cut -c1-300 | head -n 40
+  # The slowest, emulated: where the time goes.
+  grep -E "^Test Case '.*' passed \(" "$log" | sed -E "s/.*Case '([^']+)' passed \(([0-9.]+) seconds\)/\2 s \1/" | sort -rn | head -n 5 | sed 's/^/    slowest: /' 
   total=$(grep -E "^[[:space:]]*Executed [0-9]+ tests?, with " "$log" | tail -1)
   echo "${total:-no XCTest summary}"
   echo "-- units: exit $unit_rc in $((SECONDS - t0)) s"
