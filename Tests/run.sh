@@ -40,7 +40,7 @@ pkg_log=$(mktemp)
 pkg_t0=$SECONDS
 # Its scratch path is outside the clone, so a later run on this machine rebuilds only what
 # changed (the dependencies, most of the work, stay built).
-pkg_scratch=${YAOK_BUILD_CACHE:-/var/cache/yaok-hub-build}/release-$(dpkg --print-architecture)
+pkg_scratch=$(realpath -m "${YAOK_BUILD_CACHE:-/var/cache/yaok-hub-build}")/release-$(dpkg --print-architecture)
 mkdir -p "$pkg_scratch"
 nice -n 19 ionice -c 3 swift build -c release --scratch-path "$pkg_scratch" > "$pkg_log" 2>&1 &
 pkg_pid=$!
@@ -56,7 +56,7 @@ roots_pid=$!
 # priority, done before the VM suites start; the installed packages are tested after them.
 arm64_log=$(mktemp)
 arm64_t0=$SECONDS
-nice -n 19 ionice -c 3 bash -c 'bash Tests/arm64/run.sh build && bash Tests/arm64/run.sh units' > "$arm64_log" 2>&1 &
+nice -n 19 ionice -c 2 -n 7 bash -c 'bash Tests/arm64/run.sh build && bash Tests/arm64/run.sh units' > "$arm64_log" 2>&1 &
 arm64_pid=$!
 
 echo "== swift test"

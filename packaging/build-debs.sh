@@ -15,7 +15,8 @@
 # Environment: SCRATCH (default .build-pkg, for arm64 .build-arm64), VERSION (default
 #              0.1.0+git<date>.<commit>), SWIFT (default: swift on PATH, else /opt/swift/usr/bin/swift),
 #              YAOK_CROSS_CACHE (the arm64 toolchain's cache, packaging/cross/arm64-toolchain.sh).
-# Needs: swift, dpkg-deb, patchelf, binutils (apt-get install patchelf binutils dpkg-dev).
+# Needs: swift, dpkg-deb, patchelf, binutils (packaging/dev-setup.sh installs them); arm64 also
+# needs root the first time (the cross toolchain: mmdebstrap, qemu-user, binfmt_misc).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$(pwd)

@@ -28,7 +28,8 @@ toolchain_packages="swiftlang=$swift_version,libswiftlang=$swift_version,libc6-d
 layout=5
 key=$(printf '%s\n' "$swift_version" "$sysroot_packages" "$toolchain_packages" "$layout" | sha256sum | cut -c1-12)
 
-cache=${YAOK_CROSS_CACHE:-/var/cache/yaok-hub-cross}
+# Resolved: a symlinked cache is used under its real path, which the build caches inside it record.
+cache=$(realpath -m "${YAOK_CROSS_CACHE:-/var/cache/yaok-hub-cross}")
 mirror=${DEBIAN_MIRROR:-$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
   | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1 || true)}
 mirror=${mirror:-http://deb.debian.org/debian}

@@ -5,7 +5,8 @@
 # system's git settings at the same paths as outside. The current directory must not be /.
 # Environment: YAOK_CROSS_CACHE (default /var/cache/yaok-hub-cross); PKG_CONFIG_* pass through.
 set -euo pipefail
-cache=${YAOK_CROSS_CACHE:-/var/cache/yaok-hub-cross}
+# Resolved: a symlinked cache is used under its real path, which the build caches inside it record.
+cache=$(realpath -m "${YAOK_CROSS_CACHE:-/var/cache/yaok-hub-cross}")
 root="$cache/toolchain"
 [ -x "$root/usr/libexec/swift/bin/swift" ] || { echo "in-toolchain: no toolchain in $root (run packaging/cross/arm64-toolchain.sh)" >&2; exit 1; }
 [ $# -gt 0 ] || { echo "usage: $0 COMMAND [ARGS...]" >&2; exit 2; }
