@@ -19,6 +19,8 @@ binds=("$cwd" "$cache")
 exec unshare --mount --propagation private /bin/bash -c '
   set -e
   root=$1; shift; n=$1; shift
+  # /tmp first: a directory bound below (a clone in /tmp) must not be hidden by it.
+  mkdir -p "$root/tmp" && mount -t tmpfs tmpfs "$root/tmp"
   for ((i = 0; i < n; i++)); do
     d=$1; shift
     mkdir -p "$root$d"
@@ -26,7 +28,6 @@ exec unshare --mount --propagation private /bin/bash -c '
   done
   mount -t proc proc "$root/proc"
   mount --rbind /dev "$root/dev"
-  mkdir -p "$root/tmp" && mount -t tmpfs tmpfs "$root/tmp"
   [ -f /etc/gitconfig ] && cp /etc/gitconfig "$root/etc/gitconfig"
   cp /etc/resolv.conf "$root/etc/resolv.conf" 2>/dev/null || true
   cwd=$1; shift
