@@ -32,15 +32,20 @@ systemd_tarball="$work/sdroot-$(echo "$systemd_packages" | md5sum | cut -c1-8)-$
 exec 9> "$work/debian-roots.lock"
 flock 9
 
+# The first active (not commented) Debian archive URI apt uses, not the security one.
+debian_mirror() {
+  local m
+  m=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
+    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
+  echo "${m:-http://deb.debian.org/debian}"
+}
+
 make_base() {
   [ -s "$base_tarball" ] && return 0
   [ "$(id -u)" -eq 0 ] || cannot "needs root (debootstrap)"
   command -v debootstrap >/dev/null || cannot "debootstrap is not installed (apt-get install debootstrap)"
-  # The first active (not commented) Debian archive URI apt uses, not the security one.
   local mirror fresh="$work/rootfs-new"
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  mirror=$(debian_mirror)
   rm -rf "$fresh"
   echo "debootstrap from $mirror" >&2
   if ! debootstrap --variant=minbase --include="$base_packages" bookworm "$fresh" "$mirror" > "$work/debootstrap.log" 2>&1; then
@@ -76,9 +81,7 @@ make_arm64() {
   arm64_tarball="$cache/roots/trixie-arm64-$(echo "$arm64_packages" | md5sum | cut -c1-8).tgz"
   [ -s "$arm64_tarball" ] && return 0
   mkdir -p "$cache/roots"
-  mirror=$(cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list /etc/apt/sources.list.d/*.sources 2>/dev/null \
-    | grep -v '^[[:space:]]*#' | grep -oE 'https?://[^ ]*/debian/?( |$)' | tr -d ' ' | head -1)
-  mirror=${mirror:-http://deb.debian.org/debian}
+  mirror=$(debian_mirror)
   if ! mmdebstrap --variant=minbase --architectures=arm64 --include="$arm64_packages" --format=tar \
       trixie - "$mirror" 2> "$work/mmdebstrap-arm64.log" | gzip -1 > "$arm64_tarball.tmp"; then
     tail -n 20 "$work/mmdebstrap-arm64.log" >&2; rm -f "$arm64_tarball.tmp"
