@@ -205,7 +205,8 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
                         "ReceiptCommitmentsTests.swift", "RoutingPolicyTests.swift", "ClockEstimateTests.swift",
                         "MetricsHTTPServerTests.swift"]
     let tests: Set<String> = ["YaokWireTests", "YaokStoreTests", "YaokReconcileTests", "YaokATTTests",
-                              "YaokHubTests", "UDPTransportTests", "MeshTransportTests"]
+                              "YaokHubTests", "UDPTransportTests", "MeshTransportTests",
+                              "YaokUDPPlugin"]  // UDPPluginTests load the built .so through the C ABI
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
         target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokTesting",
@@ -222,5 +223,5 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
         }
     }
     package.targets = package.targets.filter { keep.contains($0.name) }
-    package.products = []
+    package.products = package.products.filter { $0.name == "yaok-plugin-udp" }
 }

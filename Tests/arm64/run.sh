@@ -45,6 +45,9 @@ if [ "$what" = build ] || [ "$what" = all ]; then
   YAOK_PORTABLE_TESTS=1 "${cross_swift[@]}" build --build-tests --scratch-path "$test_scratch" "${sdk[@]}" 2>&1 \
     | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: aarch64 unit test build"; exit 1; }
+  # UDPPluginTests load the plugin as the hub does, through the C ABI from its built .so.
+  [ -f "$test_scratch/aarch64-unknown-linux-gnu/debug/libyaok-plugin-udp.so" ] \
+    || { echo "FAIL: the aarch64 test build made no libyaok-plugin-udp.so (Package.swift, YAOK_PORTABLE_TESTS)"; exit 1; }
   echo "-- test build: $((SECONDS - t0)) s"
 fi
 
