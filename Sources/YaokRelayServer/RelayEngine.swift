@@ -39,8 +39,9 @@ public final class RelayEngine: @unchecked Sendable {
         var users: [[UInt8]] = []
         /// The owners' Ed25519 keys (what a carried registration's collector must equal).
         var ownerKeys: Set<[UInt8]> = []
-        /// Users whose carried registrations were accepted here (the per-session limit).
-        var carried: Set<[UInt8]> = []
+        /// Users whose carried registrations were accepted here (the per-session limit), with
+        /// when each was last renewed.
+        var carried: [[UInt8]: Int64] = [:]
         var reassembler = Reassembler(maxPartial: 4)
         /// Registration nonces accepted here (a retransmitted REGISTER is answered again, not refused).
         var nonceKeys: Set<[UInt8]> = []
@@ -387,9 +388,12 @@ public final class RelayEngine: @unchecked Sendable {
         let nonceKey = Hash.sha256(reg.userSigningKey + reg.nonce)
         if session.nonceKeys.contains(nonceKey) { return .accepted }   // a retransmitted REGISTER
         if let expiry = nonces[nonceKey], expiry > t { return .replayed }
-        let already = collector == nil ? session.users.contains(user) : session.carried.contains(user)
+        let already = collector == nil ? session.users.contains(user) : session.carried[user] != nil
         if !already {
             guard registrationBuckets.take(prefix(of: session.address), nowMs: t) == nil else { return .tooManyRegistrations }
+            if session.users.count + session.carried.count >= limits.maxRegistrationsPerSession, collector != nil {
+                makeRoomForCarried(on: session, nowMs: t)
+            }
             guard session.users.count + session.carried.count < limits.maxRegistrationsPerSession else { return .tooManyRegistrations }
             guard hasRoomForAnotherUser || userSessions[user] != nil || attachments[user] != nil else { return .tooManyRegistrations }
         }
@@ -414,7 +418,7 @@ public final class RelayEngine: @unchecked Sendable {
             if let old = attachments[user] { attachedTo[old.owner]?.remove(user) }
             attachments[user] = (collector, attachmentExpiry)
             attachedTo[collector, default: []].insert(user)
-            session.carried.insert(user)
+            session.carried[user] = t
             noteNotifyKey(user)
         } else if !already {
             session.users.append(user)
@@ -424,6 +428,31 @@ public final class RelayEngine: @unchecked Sendable {
             if store.isShared { loadSharedAttachments(ownedBy: user, nowMs: t) }
         }
         return .accepted
+    }
+
+    /// Frees the place of the carried registration renewed longest ago, if that was at least
+    /// ``RelayLimits/carriedIdleMs`` ago, and of any whose permission ended or moved to
+    /// another hub. An evicted phone's permission ends with it: its mail stays queued here
+    /// until the phone registers again (through any hub, or on its own).
+    private func makeRoomForCarried(on session: Session, nowMs t: Int64) {
+        let owners = Set(session.users)
+        for user in session.carried.keys {
+            if let a = attachments[user], a.expiresMs > t, owners.contains(a.owner) { continue }
+            session.carried[user] = nil
+        }
+        guard session.users.count + session.carried.count >= limits.maxRegistrationsPerSession,
+              let (user, renewed) = session.carried.min(by: { $0.value < $1.value }),
+              t - renewed >= limits.carriedIdleMs else { return }
+        session.carried[user] = nil
+        if let a = attachments[user] {
+            attachments[user] = nil
+            attachedTo[a.owner]?.remove(user)
+            do { try store.saveAttachment(user: user, owner: a.owner, expiresMs: t) } catch {
+                logger.error("store: cannot end an evicted attachment: \(error)")
+            }
+        }
+        metrics.carriedRegistrationsEvicted += 1
+        logger.info("carried registration of \(Self.short(user)) not renewed for \((t - renewed) / 1000) s; its place went to a newcomer")
     }
 
     /// Shared store: phones a hub's carried registrations attached on any node become

@@ -38,6 +38,10 @@ public struct RelayLimits: Sendable {
     public var registrationsPerMinutePerIP = 120
     /// Registrations on one session (a hub and its phones).
     public var maxRegistrationsPerSession = 512
+    /// A carried registration its hub has not renewed for this long (an attached phone renews
+    /// every 4 minutes) gives its place on a full session to a newcomer; renewals are never
+    /// refused. Throwaway phones that registered and left cannot hold the session's places.
+    public var carriedIdleMs: Int64 = 15 * 60 * 1000
     /// A session not heard from this long is dropped (clients PING every 60 s).
     public var staleAfterMs: Int64 = 5 * 60 * 1000
     /// A session that never sent an authenticated packet is dropped after this long.

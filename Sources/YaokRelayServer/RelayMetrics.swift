@@ -15,6 +15,9 @@ public struct RelayMetrics: Sendable, Equatable {
     public var registrationsRefused: UInt64 = 0
     /// Refused registrations by reason (``RegistrationStatus/metricReason``, or "v1").
     public var registrationsRefusedByReason: [String: UInt64] = [:]
+    /// Carried registrations a session's hub stopped renewing, dropped to make room for a
+    /// newcomer (``RelayLimits/carriedIdleMs``).
+    public var carriedRegistrationsEvicted: UInt64 = 0
     /// ACKs naming a queued bundle whose recipient the session may not receive for.
     public var acksRefused: UInt64 = 0
     /// COOKIE_REPLYs sent (HELLOs without a valid cookie while under load).
@@ -61,6 +64,7 @@ public struct RelayMetrics: Sendable, Equatable {
         for (reason, v) in registrationsRefusedByReason.sorted(by: { $0.key < $1.key }) {
             counter("registrations_refused_total", "Registrations refused, by reason.", v, [("reason", reason)])
         }
+        counter("carried_registrations_evicted_total", "Carried registrations not renewed for the idle time, dropped for a newcomer.", carriedRegistrationsEvicted)
         counter("acks_refused_total", "ACKs of bundles the session may not receive (not deleted).", acksRefused)
         counter("cookies_sent_total", "COOKIE_REPLYs sent under load.", cookiesSent)
         counter("cookies_accepted_total", "HELLOs with a valid cookie under load.", cookiesAccepted)

@@ -160,6 +160,47 @@ final class RelayBindingAndDoSTests: XCTestCase {
         XCTAssertEqual(notice.code, .notRegistered)
     }
 
+    /// The attack (issue 47 #3): throwaway phones fill a hub's session with carried
+    /// registrations so a real phone's is refused and its internet mail sits at the relay.
+    /// Now fresh ones are kept (a newcomer is refused, counted), renewals are never refused,
+    /// and a place held by a registration its hub stopped renewing goes to the next
+    /// newcomer: the real phone's mail then reaches the hub, once.
+    func testThrowawayCarriedRegistrationsGiveWayToARealPhoneOnceTheyStopBeingRenewed() throws {
+        var limits = RelayLimits()
+        limits.maxRegistrationsPerSession = 9   // the hub's own and 8 carried
+        limits.carriedIdleMs = 1_500
+        relay = try RelayHarness(limits: limits)
+        let hub = Identity.generate(), phone = Identity.generate(), alice = Identity.generate()
+        let h = try relay.registeredClient(hub)
+        let throwaway = (0..<8).map { _ in Identity.generate() }
+        XCTAssertEqual(try h.registerAndWait(try throwaway.map { try relay.carried($0, collector: hub) }).map(\.status),
+                       Array(repeating: .accepted, count: 8))
+        // While they are fresh, the newcomer is refused (not a renewing one evicted)...
+        XCTAssertEqual(try h.registerAndWait([relay.carried(phone, collector: hub)]).map(\.status), [.tooManyRegistrations])
+        // ...and a renewal (a new registration from an attached phone) is always taken.
+        XCTAssertEqual(try h.registerAndWait([relay.carried(throwaway[0], collector: hub)]).map(\.status), [.accepted])
+        XCTAssertEqual(relay.server.metricsSnapshot().carriedRegistrationsEvicted, 0)
+
+        let a = try relay.registeredClient(alice)
+        let bundle = try messageBundle(from: alice, to: phone)
+        XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .queued)
+        // The real phone renews every few minutes (here: until a place frees up).
+        let mark = h.currentSeq()
+        try Wait.until(timeout: 15, "a place for the phone once the throwaway registrations are idle") {
+            try h.registerAndWait([relay.carried(phone, collector: hub)]).map(\.status) == [.accepted]
+        }
+        let got = try h.nextMessage(after: mark, timeout: 5)
+        XCTAssertEqual(got.bundle, bundle)
+        try h.ack([got.bundleID])
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: phone.userID) } == 0 })
+        XCTAssertThrowsError(try h.nextMessages(2, after: mark, timeout: 0.3), "the hub got the bundle exactly once")
+        let m = relay.server.metricsSnapshot()
+        XCTAssertEqual(m.carriedRegistrationsEvicted, 1, "one idle place freed, the one renewed longest ago")
+        XCTAssertGreaterThanOrEqual(m.registrationsRefusedByReason["too_many"] ?? 0, 1)
+        // The evicted one was not throwaway[0] (renewed later): its renewal is still a renewal.
+        XCTAssertEqual(try h.registerAndWait([relay.carried(throwaway[0], collector: hub)]).map(\.status), [.accepted])
+    }
+
     /// A carried registration whose `until` is past or more than 7 days ahead is refused.
     func testCarriedRegistrationUntilIsBounded() throws {
         relay = try RelayHarness()

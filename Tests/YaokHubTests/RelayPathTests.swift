@@ -1,8 +1,13 @@
 import Foundation
 import XCTest
 @testable import YaokHubCore
+import YaokCrypto
+import YaokEndpoint
+import YaokPluginKit
 import YaokProcess
+import YaokRelayProtocol
 import YaokTesting
+import YaokWire
 
 /// A phone attached to a hub reaches an internet user through the relay, and back, with
 /// delivery receipts: real yaok-hub, yaok-relay and yaok processes on loopback.
@@ -64,5 +69,44 @@ final class RelayPathTests: XCTestCase {
         let impostor = try TestSupport.run(try TestSupport.product("yaok"), ["listen", "--home", bob, "--relay", relayAddress, "--relay-key", wrong, "--timeout", "5"])
         XCTAssertNotEqual(impostor.status, 0)
         XCTAssertTrue(impostor.output.contains("mismatch"), impostor.output)
+    }
+
+    /// The attack (issue 47 #3): a phone hands the hub relay registrations for throwaway keys
+    /// it never proved on its link, or naming another hub, so the hub would fill its session
+    /// at the relay with them. The hub carries only the link's own user's registration naming
+    /// itself; the others are refused and counted, and the real one still brings the phone
+    /// its internet mail.
+    func testAPhoneHasOnlyItsOwnRegistrationCarried() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let relay = try RelayChild(in: dir)
+        defer { relay.stop() }
+        let (hub, hubURL) = try relay.startHub(self, dir: dir)
+        defer { hub.stop() }
+        let (alice, bob) = try MessagePathTests.initPair(dir)
+        let aliceIdentity = try IdentityFile.loadOrCreate(path: alice + "/identity.key")
+        let port = try XCTUnwrap(UInt16(hubURL.split(separator: ":").last ?? ""))
+        let phone = try RawPeer(identity: aliceIdentity, role: .endpoint, hubPort: port)
+        let relayKey = try XCTUnwrap(Hex.decode(relay.key)), hubKey = phone.hubKey
+        XCTAssertEqual(hubKey.count, 32)
+        func registration(of user: Identity, collector: [UInt8]) throws -> TLVRecord {
+            let t = Clock.nowMilliseconds()
+            let r = try Registration.carried(by: user, relaySigningKey: relayKey, collector: collector, timestampMs: t, untilMs: t + 3_600_000)
+            return TLVRecord(.registration, value: r.encoded)
+        }
+        for _ in 1...20 { try phone.send(registration(of: Identity.generate(), collector: hubKey)) }
+        try phone.send(registration(of: aliceIdentity, collector: Identity.generate().signingKey))
+        try phone.send(TLVRecord(.registration, value: Random.bytes(161)))
+        try Wait.until(timeout: 10, "the hub refused the registrations not its phone's own") {
+            try hub.status().router.counters.registrationsRefused == 22
+        }
+        // Alice's own registration, naming this hub: Bob's internet mail reaches her, once.
+        try phone.send(registration(of: aliceIdentity, collector: hubKey))
+        let sent = try MessagePathTests.yaok(bob, ["send", "Alice", "through the relay", "--relay", relay.address, "--relay-key", relay.key, "--json", "--timeout", "20"])
+        XCTAssertTrue(sent.contains { $0["event"] as? String == "handed_over" }, "\(sent)")
+        try Wait.until(timeout: 30, "Bob's message at Alice's phone (hub log: \(hub.log))") { !phone.receivedEnvelopes.isEmpty }
+        let got = phone.receivedEnvelopes
+        XCTAssertEqual(got.count, 1)
+        XCTAssertEqual(String(decoding: try got[0].open(with: aliceIdentity), as: UTF8.self).contains("through the relay"), true)
+        XCTAssertEqual(try hub.status().router.counters.registrationsRefused, 22, "Alice's own was carried")
     }
 }

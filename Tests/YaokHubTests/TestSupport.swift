@@ -273,11 +273,13 @@ final class RawPeer: Sendable {
     final class Inbox: LinkEvents, @unchecked Sendable {
         let lock = NSLock()
         var link: LinkID?
+        /// The hub's signing key, as the link handshake proved it.
+        var peerKey: [UInt8] = []
         var frames: [TLVRecord] = []
         let up = DispatchSemaphore(value: 0)
 
         func linkUp(_ info: LinkInfo) {
-            lock.withLock { link = info.id }
+            lock.withLock { (link, peerKey) = (info.id, info.peerSigningKey) }
             up.signal()
         }
         func linkDown(_ id: LinkID, reason: String?) {}
@@ -327,6 +329,8 @@ final class RawPeer: Sendable {
     }
 
     /// Frames of one type received so far.
+    /// The hub's signing key, proven in the link handshake.
+    var hubKey: [UInt8] { lock.withLock { inbox.peerKey } }
     func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
 
     /// Every bundle ID the hub has acknowledged so far, by single acks and by lists.
