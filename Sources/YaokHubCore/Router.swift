@@ -5,6 +5,7 @@ import YaokPluginKit
 import YaokReconcile
 import YaokStore
 import YaokWire
+import struct YaokRelayProtocol.Registration
 
 /// The host's router: frame in → parse → verify → store → route → frame out.
 ///
@@ -56,6 +57,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var accepted = 0
         public var duplicates = 0
         public var refusedMalformed = 0
+        /// Relay registrations a phone gave that the hub would not carry: not a carried
+        /// registration of the link's own proven user naming this hub as collector.
+        public var registrationsRefused = 0
         public var refusedSignature = 0
         public var refusedExpired = 0
         public var refusedHopLimit = 0
@@ -618,10 +622,18 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// A phone asks to be reachable from the internet through this hub: carry its
     /// registration (signed by the phone, bound to the relay's key and a timestamp) to
     /// every relay link, now and whenever a relay link comes up while the phone is here.
+    /// Only the link's own proven user, naming this hub: a phone cannot make the hub carry
+    /// registrations for keys it did not prove on this link (throwaway or captured ones), and
+    /// the hub keeps one per attached phone, forgotten when the phone leaves.
     private func handleRegistration(_ value: [UInt8], from link: Link) {
-        guard link.info.peerRole == .endpoint, value.count <= 1024 else { counters.refusedMalformed += 1; return }
+        guard link.info.peerRole == .endpoint else { counters.refusedMalformed += 1; return }
+        guard let registration = try? Registration(parsing: value), registration.kind == .carried,
+              registration.userSigningKey == link.info.peerSigningKey, registration.binding == hubSigningKey else {
+            counters.registrationsRefused += 1
+            logger.notice("link \(link.key): a relay registration that is not the link's own user's, carried by this hub; not carried")
+            return
+        }
         registrations[link.peerID] = value
-        if registrations.count > 10_000 { registrations.removeAll() }
         for relay in links.values where relay.info.peerRole == .relay {
             send(TLVRecord(.registration, value: value), on: relay)
         }
@@ -637,7 +649,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         if link.info.peerRole == .hub, !links.values.contains(where: { $0.peerID == link.peerID }) {
             announcements[link.peerID] = nil
         }
-        if link.info.peerRole == .endpoint { announceAttachments() }
+        if link.info.peerRole == .endpoint {
+            if !links.values.contains(where: { $0.peerID == link.peerID }) { registrations[link.peerID] = nil }
+            announceAttachments()
+        }
         onChange?()
     }
 
@@ -1917,9 +1932,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The first 8 hex digits of an ID: enough for an operator, not a full identifier in logs.
     static func shortID(_ id: [UInt8]) -> String { YaokPluginKit.Hex.encode(id.prefix(4)) }
 
-    /// The fairness principal of a link: the transport and the remote host without its port
-    /// (a device can pick ports, not so easily addresses), or the peer's key if the transport
-    /// reports no address.
+    /// The fairness principal of a link: the transport and the network of the remote address
+    /// (``IPEndpoint/crowd``: its /24 or /64 — a device picks ports freely and addresses within
+    /// its network nearly so), the remote text for other transports (a BLE address), or the
+    /// peer's key if the transport reports no address.
     static func origin(transport: String, remote: String?, peerID: [UInt8]) -> String {
         guard var host = remote, !host.isEmpty else { return "\(transport):\(YaokPluginKit.Hex.encode(peerID.prefix(8)))" }
         if host.hasPrefix("["), let close = host.firstIndex(of: "]") {
@@ -1928,7 +1944,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                   host[host.index(after: colon)...].allSatisfy(\.isNumber) {
             host = String(host[..<colon])
         }
-        return "\(transport):\(host)"
+        if let percent = host.firstIndex(of: "%") { host = String(host[..<percent]) }   // fe80::1%wlan0
+        return "\(transport):\(IPEndpoint(host: host, port: 0).crowd)"
     }
 }
 

@@ -61,8 +61,10 @@ public final class BundleStore: @unchecked Sendable {
     /// When the bundle does not fit under the cap, space is taken from whoever uses the most:
     /// the sender key or the origin (``NewBundle/origin``) with the largest share of evictable
     /// bytes (queued or handed over) loses its soonest-expiring bundle, again and again. If the
-    /// newcomer's own sender or origin holds (or ties for) the largest share, nothing is evicted
-    /// and it is `.rejectedOverShare`: a flood from one place pays for itself.
+    /// newcomer's own sender or origin holds (or ties for) the largest share, or its origin
+    /// holds nothing yet (a newcomer earns space while there is room, it never takes any),
+    /// nothing is evicted and it is `.rejectedOverShare`: a flood from one place pays for
+    /// itself, and a flood from ever new places finds the store full.
     ///
     /// - Throws: `StoreError.invalidBundle` for wrong field lengths, `.sqlite` on I/O errors.
     /// `onTheWire` says which bundles are being sent right now (the router's links know; the
@@ -162,7 +164,7 @@ public final class BundleStore: @unchecked Sendable {
     /// Chooses bundles to evict so that `needed` bytes are freed, always from the principal
     /// (sender or origin) with the most evictable bytes, counting the newcomer as already
     /// stored. Nil when the newcomer's own sender or origin is (or ties for) the heaviest,
-    /// or when nothing evictable is left.
+    /// when its origin holds nothing yet, or when nothing evictable is left.
     private func fairEvictionPlan(needed: Int64, for b: NewBundle, onTheWire: ([UInt8]) -> Bool) throws
         -> (victims: [(id: [UInt8], size: Int64)], bySender: Int64, byOrigin: Int64)? {
         var usage: [Principal: Int64] = [:]
@@ -175,6 +177,11 @@ public final class BundleStore: @unchecked Sendable {
             usage[.origin(who)] = bytes
         }
         let size = Int64(b.bytes.count)
+        // A newcomer from an origin that holds nothing here is refused rather than given
+        // anyone's space: addresses (a /64, random BLE addresses, throwaway keys) are free, and
+        // each fresh one would otherwise be the lightest principal and evict the heaviest — a
+        // real user's queue. Its previous hop keeps the bundle (custody refused).
+        if let origin = b.origin, usage[.origin(origin), default: 0] == 0 { return nil }
         let own: [Principal] = [.sender(b.sourceUserID)] + (b.origin.map { [.origin($0)] } ?? [])
         for p in own { usage[p, default: 0] += size }
         var victims: [(id: [UInt8], size: Int64)] = []

@@ -216,6 +216,51 @@ final class DeliveryIntegrityTests: XCTestCase {
         for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1) }
     }
 
+    /// Issue 47 #7: eviction took from the heaviest sender or origin, so an attacker with a
+    /// fresh key and a fresh address per bundle was never the heaviest and emptied an offline
+    /// user's queue of acknowledged mail one bundle at a time (1 of 40 arrived). Here the 110
+    /// addresses are each in a /24 of their own (so grouping by network does not catch them);
+    /// a newcomer whose origin holds nothing is refused rather than evicting, and keeps its
+    /// bundle (custody refused).
+    func testFreshAddressesCannotEvictAcknowledgedMail() throws {
+        let s = try startUDPHub(router: "\n  sender_envelopes_per_minute: 100000", extra: "store:\n  size_cap_mb: 1\n")
+        defer { s.hub.stop() }
+        let phone = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        var victims: [Envelope] = []
+        for i in 0..<40 {
+            let e = try seal("", from: s.alice, to: s.bob, size: 10_000 + i)
+            try phone.send(e)
+            XCTAssertNil(RawPeer.refusal(try phone.answer(for: e.bundleID)), "acknowledged")
+            victims.append(e)
+        }
+        var stored = 0, refused = 0
+        for n in 0..<110 {
+            let attacker = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: s.port, host: "127.\(1 + n / 200).\(n % 200).7")
+            let junk = try seal("", from: Identity.generate(), to: s.bob, ttl: EnvelopeLifetime.protocolMaxTTLMs, size: 10_000)
+            try attacker.send(junk)
+            switch RawPeer.refusal(try attacker.answer(for: junk.bundleID)) {
+            case nil: stored += 1
+            case .storeFull?: refused += 1
+            case let other?: XCTFail("refused for \(String(describing: other))")
+            }
+        }
+        let status = try s.hub.status().router
+        print("fresh addresses: \(stored) junk bundles stored while there was room, \(refused) refused; evicted \(status.store.evicted)")
+        XCTAssertGreaterThan(refused, 0, "the store filled")
+        XCTAssertEqual(status.store.evicted, 0, "no acknowledged bundle was evicted for a newcomer")
+        XCTAssertEqual(status.counters.refusedOverShare, refused)
+
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        try Wait.until(timeout: 90, "all 40 of alice's messages delivered") {
+            let got = Set(bob.receivedEnvelopes.map(\.bundleID))
+            for e in bob.receivedEnvelopes where got.contains(e.bundleID) {
+                try? bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
+            }
+            return victims.allSatisfy { got.contains($0.bundleID) }
+        }
+        for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1) }
+    }
+
     // MARK: 4. Summary flood
 
     func testSummaryFloodDegradesOnlyTheFloodingLink() throws {

@@ -407,8 +407,9 @@ final class BundleStoreTests: XCTestCase {
         for n in 1...3 { try store.recordPeerHas(bundleID(n), peer: userID(7)) }
         try store.recordPeerHas(bundleID(2), peer: userID(8))
         XCTAssertEqual(try holderRows(), 4)
-        // A newcomer from elsewhere evicts sender 1's soonest-expiring bundle (1) and its holder row.
-        XCTAssertEqual(try store.accept(makeBundle(4, expiresMs: 70_000, sender: 2, origin: "b"), nowMs: 0), .stored)
+        // A newcomer from another sender (no origin: the new-origin rule does not apply) evicts
+        // sender 1's soonest-expiring bundle (1) and its holder row.
+        XCTAssertEqual(try store.accept(makeBundle(4, expiresMs: 70_000, sender: 2), nowMs: 0), .stored)
         XCTAssertNil(try store.bundle(bundleID(1)))
         XCTAssertEqual(try holderRows(), 3)
         XCTAssertFalse(try store.peerHas(bundleID(1), peer: userID(7)))
@@ -582,28 +583,34 @@ final class BundleStoreTests: XCTestCase {
         for n in 1...3 {
             XCTAssertEqual(try store.accept(makeBundle(n, expiresMs: Int64(10_000 + n), sender: 1, origin: "udp:10.0.0.1"), nowMs: 0), .stored)
         }
+        // A neighbour hub's bundle, stored while there was room.
+        XCTAssertEqual(try store.accept(makeBundle(5, expiresMs: 20_000, sender: 9, origin: "mesh:10.0.0.2"), nowMs: 0), .stored)
         // A flood from one origin with a fresh sender key per bundle, expiring as late as allowed.
         var refused = 0
         for n in 100..<130 {
             let r = try store.accept(makeBundle(n, expiresMs: 99_000, sender: UInt8(n), origin: "udp:10.0.0.66"), nowMs: 0)
             if r == .rejectedOverShare { refused += 1 } else { XCTAssertEqual(r, .stored) }
         }
-        XCTAssertEqual(refused, 23, "7 junk bundles fill the store; the rest pay for themselves")
+        XCTAssertEqual(refused, 24, "6 junk bundles fill the store; the rest pay for themselves")
         for n in 1...3 { XCTAssertEqual(try store.bundle(bundleID(n))?.state, .queued, "legitimate bundle \(n) kept") }
         XCTAssertEqual(store.statistics.evicted, 0)
-        XCTAssertEqual(store.statistics.refusedOverShare, 23)
-        // A newcomer from another origin takes from the flooder, the heaviest origin.
+        XCTAssertEqual(store.statistics.refusedOverShare, 24)
+        // A newcomer from an origin that already holds space takes from the flooder, the
+        // heaviest origin.
         XCTAssertEqual(try store.accept(makeBundle(4, expiresMs: 20_000, sender: 2, origin: "mesh:10.0.0.2"), nowMs: 0), .stored)
         XCTAssertEqual(store.statistics.evicted, 1)
         XCTAssertEqual(store.statistics.evictedHeaviestOrigin, 1)
         XCTAssertNil(try store.bundle(bundleID(100)), "the flood's soonest-expiring bundle went")
-        for n in 1...4 { XCTAssertNotNil(try store.bundle(bundleID(n))) }
+        for n in 1...5 { XCTAssertNotNil(try store.bundle(bundleID(n))) }
+        // A newcomer from an origin that holds nothing takes nobody's space.
+        XCTAssertEqual(try store.accept(makeBundle(6, expiresMs: 20_000, sender: 3, origin: "udp:10.0.7.0/24"), nowMs: 0), .rejectedOverShare)
+        XCTAssertEqual(store.statistics.evicted, 1)
         // One sender holding most of the space loses first, whatever its origins.
         let s2 = try openStore(try makeTempDirectory(self), sizeCap: 1_000)
         for n in 1...8 { XCTAssertEqual(try s2.accept(makeBundle(n, sender: 5, origin: "udp:10.0.0.\(n)"), nowMs: 0), .stored) }
-        XCTAssertEqual(try s2.accept(makeBundle(9, sender: 6, origin: "udp:10.0.1.1"), nowMs: 0), .stored)
-        XCTAssertEqual(try s2.accept(makeBundle(10, sender: 7, origin: "udp:10.0.1.2"), nowMs: 0), .stored)
-        XCTAssertEqual(try s2.accept(makeBundle(11, size: 250, sender: 8, origin: "udp:10.0.1.3"), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(9, sender: 6, origin: "udp:10.0.0.1"), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(10, sender: 7, origin: "udp:10.0.0.2"), nowMs: 0), .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(11, size: 250, sender: 8, origin: "udp:10.0.0.3"), nowMs: 0), .stored)
         XCTAssertEqual(s2.statistics.evicted, 3)
         XCTAssertEqual(s2.statistics.evictedHeaviestSender, 3)
         for n in 9...11 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
@@ -613,13 +620,13 @@ final class BundleStoreTests: XCTestCase {
         // Bundles on the wire are not evicted: with all of sender 5's being sent (the router
         // says which), others pay.
         let sending = Set((4...8).map(bundleID))
-        XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.2.1"), nowMs: 0) { sending.contains($0) }, .stored)
+        XCTAssertEqual(try s2.accept(makeBundle(15, sender: 3, origin: "udp:10.0.0.1"), nowMs: 0) { sending.contains($0) }, .stored)
         for n in 4...8 { XCTAssertNotNil(try s2.bundle(bundleID(n))) }
         XCTAssertGreaterThan(s2.statistics.evicted, 3)
         // When none are being sent, sender 5 (the heaviest) pays at the next eviction.
         let evictedBefore = s2.statistics.evicted
         for n in 16..<30 where s2.statistics.evicted == evictedBefore {
-            XCTAssertEqual(try s2.accept(makeBundle(n, sender: UInt8(n + 20), origin: "udp:10.0.3.\(n)"), nowMs: 0), .stored)
+            XCTAssertEqual(try s2.accept(makeBundle(n, sender: UInt8(n + 20), origin: "udp:10.0.0.\(n % 3 + 1)"), nowMs: 0), .stored)
         }
         XCTAssertEqual(s2.statistics.evicted, evictedBefore + 1)
         XCTAssertNil(try s2.bundle(bundleID(4)), "sender 5's soonest-expiring bundle went")

@@ -425,7 +425,8 @@ public final class MeshEngine: @unchecked Sendable {
                 targets[key]?.nextAttemptMs = now + 1_000
                 continue
             }
-            if case .discovered = key, links.sessionCount >= settings.maxSessions { continue }
+            // A discovered hub gets a place as an inbound peer from its network would.
+            if case .discovered = key, !links.makeRoomToDial(t.address) { continue }
             var target = t
             do {
                 target.sessionID = try links.dial(t.address, expectedKey: t.expectedKey)

@@ -326,4 +326,43 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.neighbours.count, 4, "the established links are untouched")
         _ = peers
     }
+
+    /// Issue 47 #5: throwaway keys on eight addresses filled the 32 sessions and a hub from
+    /// elsewhere was refused for good. Now one network (/24, /64) holds at most a quarter of
+    /// the table, and a full table gives a newcomer from a less crowded network the place of
+    /// the idlest session of the most crowded one; the crowd competes only with itself.
+    func testManyAddressesCannotKeepAHubFromAnotherNetworkOut() throws {
+        let r = LinkEventRecorder()
+        let engine = try started(alice, try MeshTestSupport.loopback(extra: ["max_sessions": .int(8)]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        var attackers: [RawPeer] = []
+        var seed: UInt8 = 20
+        func attacker(from source: String) throws -> RawPeer {
+            seed += 1
+            let p = try RawPeer(port: port, source: source)
+            attackers.append(p)
+            return p
+        }
+        for host in 2...5 { XCTAssertTrue(try attacker(from: "127.0.0.\(host)").handshake(as: TestLinkIdentity(seed: seed), role: .hub)) }
+        r.wait("four links from 127.0.0.0/24") { $0.ups.count == 4 }
+        XCTAssertTrue(try attacker(from: "127.0.0.6").waitForClose(timeout: 5), "a fifth from the same /24 is refused")
+        XCTAssertEqual(engine.snapshot.counters.refusedFull, 1)
+        for host in 2...5 { XCTAssertTrue(try attacker(from: "127.0.1.\(host)").handshake(as: TestLinkIdentity(seed: seed), role: .hub)) }
+        r.wait("the table full: eight links") { $0.ups.count == 8 }
+
+        // A hub from another network gets in; the idlest session of a crowd gives way.
+        let honestKey = TestLinkIdentity(seed: 99)
+        let honest = try RawPeer(port: port, source: "127.0.9.1")
+        XCTAssertTrue(honest.handshake(as: honestKey, role: .hub))
+        r.wait("the hub from another network is linked") { $0.ups.contains { $0.peerSigningKey == honestKey.signingKey } }
+        XCTAssertEqual(engine.snapshot.counters.crowdEvicted, 1)
+        XCTAssertEqual(engine.snapshot.sessions, 8)
+        // The crowd cannot push it out again: from either of its networks it is refused.
+        XCTAssertTrue(try attacker(from: "127.0.0.7").waitForClose(timeout: 5))
+        XCTAssertTrue(try attacker(from: "127.0.1.7").waitForClose(timeout: 5))
+        XCTAssertEqual(engine.snapshot.counters.crowdEvicted, 1)
+        XCTAssertTrue(engine.snapshot.neighbours.contains { $0.contains("@127.0.9.1:") }, "the hub's link is kept: \(engine.snapshot.neighbours)")
+        XCTAssertTrue(honest.send(TLVRecord(.summary, value: [0, 0]).encoded))
+        r.wait("its frames still arrive") { !$0.frames.isEmpty }
+    }
 }

@@ -53,9 +53,15 @@ final class RawPeer: @unchecked Sendable {
     var pending: [[UInt8]] = []
     var link: SecureLink?
 
-    init(port: UInt16, host: String = "127.0.0.1") throws {
+    /// - Parameter source: the local address to connect from (any of 127.0.0.0/8 on loopback),
+    ///   to play many machines.
+    init(port: UInt16, host: String = "127.0.0.1", source: String? = nil) throws {
         let address = IPEndpoint(host: host, port: port)
         fd = socket(address.family, Int32(SOCK_STREAM.rawValue), 0)
+        if let source {
+            let rc = IPEndpoint(host: source, port: 0).withSockaddr { bind(fd, $0, $1) }
+            guard rc == 0 else { throw TransportError.system(call: "bind", errno: errno) }
+        }
         let rc = address.withSockaddr { connect(fd, $0, $1) }
         guard rc == 0 else { throw TransportError.system(call: "connect", errno: errno) }
         var tv = timeval(tv_sec: 5, tv_usec: 0)

@@ -250,8 +250,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Makes room for one more half-open handshake from `address`, or says there is none: at
     /// most `maxPendingPerHost` per IP address (ports are free to an attacker, addresses less
-    /// so); when all `maxPending` are taken, the oldest one of the most crowded /24 gives way —
-    /// within the newcomer's own /24 only one past ``halfOpenGraceMs`` (none: the newcomer is
+    /// so); when all `maxPending` are taken, the oldest one of the most crowded network gives way —
+    /// within the newcomer's own network only one past ``halfOpenGraceMs`` (none: the newcomer is
     /// refused and its hello comes again) — so a flood of validated hellos neither evicts an
     /// honest handshake mid-way nor locks out one from a less crowded network. Configured
     /// peers are never evicted. Under the lock.
@@ -259,11 +259,11 @@ public final class UDPLinkEngine: @unchecked Sendable {
         let halfOpen = sessions.values.filter { !$0.up && !staticPeers.contains($0.address) }
         guard halfOpen.filter({ $0.address.host == address.host }).count < maxPendingPerHost else { return false }
         guard halfOpen.count >= maxPending else { return true }
-        // The oldest of the most crowded /24 gives way: a flood from many addresses competes
-        // with itself. Within the newcomer's own /24 only one past the grace a slow radio needs
+        // The oldest of the most crowded network (/24, /64) gives way: a flood from many addresses competes
+        // with itself. Within the newcomer's own network only one past the grace a slow radio needs
         // for its identity frame; none: the newcomer is refused, and its hello comes again.
-        let mine = Self.prefix24(address)
-        let crowds = Dictionary(grouping: halfOpen) { Self.prefix24($0.address) }
+        let mine = address.crowd
+        let crowds = Dictionary(grouping: halfOpen) { $0.address.crowd }
         guard let (prefix, crowd) = crowds.max(by: { $0.value.count < $1.value.count }) else { return true }
         let mineCount = crowds[mine]?.count ?? 0
         let candidates = prefix != mine && crowd.count > mineCount + 1 ? crowd : crowd.filter { now - $0.createdMs >= Self.halfOpenGraceMs }
@@ -279,7 +279,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     /// Makes room for a new established session for `key` at `address`, keeping a slot for
     /// every configured peer: a key or an address at its cap, or a full table, gives up its
-    /// idlest session (the key's own, the address's own, the most crowded /24's), never the
+    /// idlest session (the key's own, the address's own, the most crowded network's: /24 or /64), never the
     /// newcomer — a phone that reconnects replaces its stale session, and a crowd competes only
     /// with itself. Evicted links go in `evicted`. Under the lock.
     private func makeRoom(for key: [UInt8], at address: IPEndpoint, evicted: inout [LinkID]) -> Bool {
@@ -302,14 +302,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
         let established = sessions.values.filter(\.up).count
         let reserved = staticPeers.filter { sessions[$0]?.up != true }.count
         if established + reserved < maxSessions { return true }
-        let crowds = Dictionary(grouping: evictable { _ in true }) { Self.prefix24($0.address) }
+        let crowds = Dictionary(grouping: evictable { _ in true }) { $0.address.crowd }
         return evictIdlest(of: crowds.values.max(by: { $0.count < $1.count }) ?? [])
-    }
-
-    /// The /24 an IPv4 address belongs to (the whole host string for anything else).
-    static func prefix24(_ address: IPEndpoint) -> String {
-        let parts = address.host.split(separator: ".")
-        return parts.count == 4 ? parts.prefix(3).joined(separator: ".") : address.host
     }
 
     private func linkInfo(_ s: Session, _ peer: AuthenticatedPeer) -> LinkInfo {

@@ -536,6 +536,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
     static func linkSettings(_ settings: WiFiDirectSettings, firstLinkID: LinkID) -> SecureStreamEngine.Settings {
         var s = SecureStreamEngine.Settings(kind: "wifi-direct", role: .hub, peerRoles: [.endpoint], cost: settings.cost, metricPrefix: "wifidirect")
         s.maxSessions = settings.maxSessions
+        // Every phone of the group is in the group owner's one /24: the per-address cap is
+        // what separates them (the group's size is the radio's).
+        s.maxInboundPerCrowd = settings.maxSessions
         s.idleTimeoutMs = settings.readTimeoutMs
         s.idleTimeoutKey = "read_timeout_s"
         s.queueFrames = settings.queueFrames
@@ -577,6 +580,7 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 "disconnects_misbehaviour": "\(retired.misbehaviourDisconnects + c.misbehaviourDisconnects)",
                 "read_timeouts": "\(retired.idleTimeouts + c.idleTimeouts)",
                 "half_open_evicted": "\(retired.halfOpenEvicted + c.halfOpenEvicted)",
+                "crowd_evicted": "\(retired.crowdEvicted + c.crowdEvicted)",
                 "rate_limit_disconnects": "\(retired.rateLimitDisconnects + c.rateLimitDisconnects)",
                 "service_queries": "\(serviceQueries)",
             ]

@@ -25,6 +25,26 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
         self.scopeID = scopeID
     }
 
+    /// The network a host's address belongs to, for sharing capacity among crowds rather than
+    /// addresses: the IPv4 /24, the IPv6 /64 (one Wi-Fi or one customer gives anyone a whole
+    /// /64), or the host text for anything else. Addresses are cheap; networks less so.
+    public var crowd: String {
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 {
+            return host.split(separator: ".").prefix(3).joined(separator: ".") + ".0/24"
+        }
+        var v6 = in6_addr()
+        if inet_pton(AF_INET6, host, &v6) == 1 {
+            let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+            if bytes[0..<10].allSatisfy({ $0 == 0 }), bytes[10] == 0xff, bytes[11] == 0xff {
+                return "\(bytes[12]).\(bytes[13]).\(bytes[14]).0/24"   // ::ffff:a.b.c.d is IPv4
+            }
+            return stride(from: 0, to: 8, by: 2).map { String(UInt16(bytes[$0]) << 8 | UInt16(bytes[$0 + 1]), radix: 16) }
+                .joined(separator: ":") + "::/64"
+        }
+        return host
+    }
+
     /// Why a `host:port` text is not an address.
     public enum ParseError: Error, Equatable, CustomStringConvertible {
         /// No `:port` after the host (`10.0.0.2`, `[::1]`).

@@ -36,6 +36,9 @@ public final class SecureStreamEngine: @unchecked Sendable {
         public var maxSessions: Int = 32
         /// Inbound sessions one IP address may hold at once.
         public var maxInboundPerHost: Int = 4
+        /// Inbound sessions one network (``IPEndpoint/crowd``: /24, /64) may hold at once;
+        /// nil: a quarter of ``maxSessions`` (at least ``maxInboundPerHost``).
+        public var maxInboundPerCrowd: Int?
         public var connectTimeoutMs: Int64 = 5_000
         public var handshakeTimeoutMs: Int64 = 10_000
         /// A link silent this long is closed.
@@ -93,6 +96,9 @@ public final class SecureStreamEngine: @unchecked Sendable {
         public var idleTimeouts: UInt64 = 0, queueFull: UInt64 = 0
         /// Inbound handshakes closed to make room when the table was full.
         public var halfOpenEvicted: UInt64 = 0
+        /// Inbound sessions of the most crowded network closed to make room for a peer from
+        /// a less crowded one.
+        public var crowdEvicted: UInt64 = 0
         public init() {}
     }
 
@@ -388,21 +394,10 @@ public final class SecureStreamEngine: @unchecked Sendable {
             guard let (fd, remote) = PosixSocket.accept(listener) else { return }
             // One address may hold only a few inbound sessions, and slots the owner keeps for its
             // own dials stay free: throwaway keys from one machine cannot fill the table.
-            let fromSameHost = sessions.values.filter { !$0.outbound && $0.remote.host == remote.host }.count
-            // A full table gives up its oldest inbound handshake (it has proven nothing yet) rather
-            // than refuse: connections that never finish cannot keep an honest peer out.
-            if sessions.count + reserved >= settings.maxSessions, fromSameHost < settings.maxInboundPerHost,
-               let oldest = sessions.values.filter({ !$0.outbound && $0.state == .handshaking }).min(by: { $0.stateSinceMs < $1.stateSinceMs }) {
-                counters.halfOpenEvicted += 1
-                close(oldest, reason: "\(oldest.remote) had not finished its handshake and the session table is full", level: .debug, goodbye: false)
-            }
-            guard sessions.count + reserved < settings.maxSessions, fromSameHost < settings.maxInboundPerHost else {
+            if let why = roomForInbound(from: remote) {
                 counters.refusedFull += 1
                 // Log the 1st, 2nd, 4th, 8th... refusal: a connection flood must not flood the log.
                 if counters.refusedFull & (counters.refusedFull - 1) == 0 {
-                    let why = fromSameHost >= settings.maxInboundPerHost
-                        ? "\(fromSameHost) sessions from that address is the limit"
-                        : "\(sessions.count) sessions\(reserved > 0 ? " and \(reserved) kept for configured peers" : "") is the limit (max_sessions)"
                     pending.append(.log(.warning, "refused a connection from \(remote): \(why); \(counters.refusedFull) refused so far"))
                 }
                 Glibc.close(fd)
@@ -412,6 +407,64 @@ public final class SecureStreamEngine: @unchecked Sendable {
             let s = newSession(fd: fd, outbound: false, remote: remote, state: .handshaking)
             pending.append(.log(.debug, "accepted a connection from \(remote) (session \(s.id))"))
         }
+    }
+
+    private var maxInboundPerCrowd: Int {
+        settings.maxInboundPerCrowd ?? max(settings.maxInboundPerHost, settings.maxSessions / 4)
+    }
+
+    /// Makes room for a connection from `remote`; nil when there is, else why not. One
+    /// address and one network (/24, /64) hold only a few inbound sessions, and slots the owner
+    /// keeps for its own dials stay free, so throwaway keys from one machine or one network
+    /// cannot fill the table. A full table gives up its oldest inbound handshake (it has proven
+    /// nothing yet), else the idlest inbound session of the most crowded network, when the
+    /// newcomer's is less crowded: many addresses compete with each other, not with a peer
+    /// from elsewhere. Under the lock.
+    private func roomForInbound(from remote: IPEndpoint) -> String? {
+        let inbound = sessions.values.filter { !$0.outbound }
+        let fromHost = inbound.filter { $0.remote.host == remote.host }.count
+        if fromHost >= settings.maxInboundPerHost { return "\(fromHost) sessions from that address is the limit" }
+        let mine = remote.crowd
+        let fromCrowd = inbound.filter { $0.remote.crowd == mine }.count
+        if fromCrowd >= maxInboundPerCrowd { return "\(fromCrowd) sessions from \(mine) is the limit" }
+        return makeRoom(forCrowd: mine) ? nil
+            : "\(sessions.count) sessions\(reserved > 0 ? " and \(reserved) kept for configured peers" : "") is the limit (max_sessions)"
+    }
+
+    /// Whether a session for a peer in network `crowd` fits, after closing an inbound
+    /// handshake or the idlest inbound session of a more crowded network if the table is full.
+    /// Under the lock.
+    private func makeRoom(forCrowd mine: String) -> Bool {
+        guard sessions.count + reserved >= settings.maxSessions else { return true }
+        let inbound = sessions.values.filter { !$0.outbound }
+        // Oldest first; sessions accepted within one millisecond by their order (IDs grow).
+        if let oldest = inbound.filter({ $0.state == .handshaking }).min(by: { ($0.stateSinceMs, $0.id) < ($1.stateSinceMs, $1.id) }) {
+            counters.halfOpenEvicted += 1
+            close(oldest, reason: "\(oldest.remote) had not finished its handshake and the session table is full", level: .debug, goodbye: false)
+            return true
+        }
+        // Crowds are counted over every session (our own dials too), evicted only among inbound ones.
+        let crowds = Dictionary(grouping: sessions.values) { $0.remote.crowd }
+        let mineCount = crowds[mine]?.count ?? 0
+        guard let (crowd, members) = crowds.filter({ $0.key != mine }).max(by: { $0.value.count < $1.value.count }),
+              members.count > mineCount + 1,
+              let idlest = members.filter({ !$0.outbound }).min(by: { ($0.lastHeardMs, $0.id) < ($1.lastHeardMs, $1.id) }) else { return false }
+        counters.crowdEvicted += 1
+        close(idlest, reason: "\(idlest.remote) gave its place to a peer from a less crowded network (\(crowd) held \(members.count) of \(settings.maxSessions) sessions)",
+              level: .info)
+        return true
+    }
+
+    /// Whether a dial to `address` fits now: room in the table, made as for an inbound peer
+    /// from that network (``makeRoom(forCrowd:)``). For peers that need no reserved slot
+    /// (discovered ones); configured peers are dialled whatever the count.
+    public func makeRoomToDial(_ address: IPEndpoint) -> Bool {
+        let (fits, evicted) = lock.withLock {
+            let before = counters.crowdEvicted + counters.halfOpenEvicted
+            return (makeRoom(forCrowd: address.crowd), counters.crowdEvicted + counters.halfOpenEvicted != before)
+        }
+        if evicted { wake() }   // the poll thread reports the closed session
+        return fits
     }
 
     private func beginHandshake(_ s: StreamSession) {
@@ -762,7 +815,7 @@ extension SecureStreamEngine.Counters {
         c.unsealedFrames = a.unsealedFrames + b.unsealedFrames; c.misbehaviourDisconnects = a.misbehaviourDisconnects + b.misbehaviourDisconnects
         c.throttled = a.throttled + b.throttled; c.rateLimitDisconnects = a.rateLimitDisconnects + b.rateLimitDisconnects
         c.idleTimeouts = a.idleTimeouts + b.idleTimeouts; c.queueFull = a.queueFull + b.queueFull
-        c.halfOpenEvicted = a.halfOpenEvicted + b.halfOpenEvicted
+        c.halfOpenEvicted = a.halfOpenEvicted + b.halfOpenEvicted; c.crowdEvicted = a.crowdEvicted + b.crowdEvicted
         return c
     }
 }
