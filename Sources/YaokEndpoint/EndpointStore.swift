@@ -187,11 +187,14 @@ public final class EndpointStore: @unchecked Sendable {
         try db.execute("""
             CREATE TABLE IF NOT EXISTS outbox (message_id BLOB PRIMARY KEY, recipient BLOB NOT NULL, kind INTEGER NOT NULL,
                 created_ms INTEGER NOT NULL, expires_ms INTEGER NOT NULL, bundle BLOB NOT NULL, state TEXT NOT NULL,
-                receipts_seen INTEGER NOT NULL DEFAULT 0);
+                receipts_seen INTEGER NOT NULL DEFAULT 0, resend_after_ms INTEGER);
             """)
         let tables = Set(try db.query("SELECT name FROM sqlite_master WHERE type = 'table'").compactMap { $0.first?.textValue })
         try migrateMessageIDTables(tables)
         try migrateSeenListToReceiptBits(tables)
+        // resend_after_ms: an item an untrusted hub acknowledged goes back to pending then.
+        let outboxColumns = Set(try db.query("PRAGMA table_info(outbox)").compactMap { $0.count > 1 ? $0[1].textValue : nil })
+        if !outboxColumns.contains("resend_after_ms") { try db.execute("ALTER TABLE outbox ADD COLUMN resend_after_ms INTEGER") }
         // The session asks for the oldest pending items after every acknowledgement: without
         // this index each ask read (and decrypted) the whole outbox, bundles and all.
         try db.execute("CREATE INDEX IF NOT EXISTS outbox_by_state ON outbox (state, created_ms);")
@@ -423,8 +426,39 @@ public final class EndpointStore: @unchecked Sendable {
         let earlier = Self.states(before: state)
         guard !earlier.isEmpty else { return }
         try gate.run {
-            try db.execute("UPDATE OR FAIL outbox SET state = ? WHERE message_id = ? AND state IN (" + earlier.map { _ in "?" }.joined(separator: ", ") + ")",
+            try db.execute("UPDATE OR FAIL outbox SET state = ?, resend_after_ms = NULL WHERE message_id = ? AND state IN (" + earlier.map { _ in "?" }.joined(separator: ", ") + ")",
                            [.text(state.rawValue), .blob(id)] + earlier.map { .text($0.rawValue) })
+        }
+    }
+
+    /// An untrusted hub acknowledged a pending item: it counts as handed over, but goes back
+    /// to pending at `resendAfterMs` (``requeueUntrustedHandovers(nowMs:)``) unless a
+    /// receipt moved it on first (Docs/protocol.md §5, "Which hubs a phone trusts").
+    public func handedToUntrustedHub(_ id: [UInt8], resendAfterMs: Int64) throws {
+        try gate.run {
+            try db.execute("UPDATE OR FAIL outbox SET state = ?, resend_after_ms = ? WHERE message_id = ? AND state IN (?, ?)",
+                           [.text(OutboxItem.State.handedOver.rawValue), .integer(resendAfterMs), .blob(id),
+                            .text(OutboxItem.State.pending.rawValue), .text(OutboxItem.State.refused.rawValue)])
+        }
+    }
+
+    /// Items untrusted hubs acknowledged whose resend time has come go back to pending;
+    /// returns how many.
+    @discardableResult
+    public func requeueUntrustedHandovers(nowMs: Int64) throws -> Int {
+        try gate.run {
+            try db.withExclusiveAccess {
+                try db.execute("UPDATE OR FAIL outbox SET state = ?, resend_after_ms = NULL WHERE state = ? AND resend_after_ms <= ?",
+                               [.text(OutboxItem.State.pending.rawValue), .text(OutboxItem.State.handedOver.rawValue), .integer(nowMs)])
+                return db.changes
+            }
+        }
+    }
+
+    /// When an item handed to an untrusted hub goes back to pending (nil: not scheduled).
+    public func resendAfterMs(_ id: [UInt8]) throws -> Int64? {
+        try gate.run {
+            try db.query("SELECT resend_after_ms FROM outbox WHERE message_id = ?", [.blob(id)]).first?[0].int64Value
         }
     }
 

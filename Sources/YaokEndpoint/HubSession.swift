@@ -170,7 +170,11 @@ public final class HubSession: @unchecked Sendable {
     public enum Event: Sendable, Equatable {
         case connected(hub: String)
         case disconnected(String)
+        /// A trusted hub took custody: final.
         case handedOver([UInt8])
+        /// An untrusted hub took it: the item goes back to pending after ``untrustedResendMs``
+        /// unless the recipient's receipt comes first.
+        case carried([UInt8])
         case refused([UInt8], String)
         case incoming(Endpoint.Incoming)
     }
@@ -194,6 +198,14 @@ public final class HubSession: @unchecked Sendable {
     /// The hub's signing key from the link handshake: the collector our relay registration
     /// names, so only this hub may collect our mail from the relay.
     private var hubSigningKey: [UInt8]?
+    /// Which hubs get final custody and our relay registration (set before start).
+    public var trust = HubTrust.none
+    /// After this long an item an untrusted hub acknowledged is sent again (set before start).
+    public var untrustedResendMs: Int64 = 15 * 60_000
+    /// Whether the hub on the current link is trusted (a pinned key, or a certificate it sent).
+    private var hubTrusted = false
+    /// Whether the hub on the current link is trusted (``trust``), once the link is up.
+    public var isHubTrusted: Bool { queue.sync { link != nil && hubTrusted } }
     /// How long a carried registration lets the hub collect (the relay caps it at 7 days and
     /// remembers it for at most 24 h; we renew every few minutes while linked).
     static let registrationLifetimeMs: Int64 = 24 * 3_600_000
@@ -416,10 +428,11 @@ public final class HubSession: @unchecked Sendable {
         if group.isOpen { group.hold(.event(event)) } else { onEvent(event) }
     }
 
-    /// Sends a fresh relay registration through the hub (when a relay key is set).
+    /// Sends a fresh relay registration through the hub (when a relay key is set), only to a
+    /// trusted hub: the collector may delete what the relay holds for us.
     private func register() {
         let t = endpoint.now()
-        guard let relayKey, link != nil, let hubSigningKey,
+        guard let relayKey, link != nil, hubTrusted, let hubSigningKey,
               let registration = try? Registration.carried(by: endpoint.identity, relaySigningKey: relayKey, collector: hubSigningKey,
                                                            timestampMs: t, untilMs: t + Self.registrationLifetimeMs) else { return }
         lastRegistrationMs = t
@@ -429,6 +442,8 @@ public final class HubSession: @unchecked Sendable {
     private func retransmit() {
         let t = endpoint.now()
         if relayKey != nil && t - lastRegistrationMs >= Self.registrationRefreshMs { register() }
+        // Items an untrusted hub took and whose resend time came go out again (pushed below).
+        _ = try? endpoint.store.requeueUntrustedHandovers(nowMs: t)
         let stale = inFlight.sentBefore(t - Self.retransmitMs + 1)
         for id in stale { _ = inFlight.remove(bundleID: id) }
         if !stale.isEmpty || inFlight.count < Self.window { pushOutbox() }
@@ -458,6 +473,9 @@ public final class HubSession: @unchecked Sendable {
         guard info.peerRole == .hub else { return }
         link = info.id
         hubSigningKey = info.peerSigningKey
+        // A certificate the hub sends first may make it trusted a moment later (``frame(_:)``).
+        hubTrusted = trust.trusts(hubKey: info.peerSigningKey)
+        _ = try? endpoint.store.requeueUntrustedHandovers(nowMs: endpoint.now())
         inFlight.removeAll()
         hubReadsAckLists = false
         hubReadsAge = false
@@ -528,6 +546,11 @@ public final class HubSession: @unchecked Sendable {
             var any = false
             for id in list.bundleIDs where handedOver(id) { any = true }
             if any { pushOutbox() }
+        case .hubCertificate:
+            guard !hubTrusted, let hubSigningKey,
+                  trust.trusts(certificate: record.value, hubKey: hubSigningKey, nowMs: endpoint.now()) else { return }
+            hubTrusted = true
+            register()
         case .clock:
             // Only that the hub reads ages: a phone keeps its own time.
             guard (try? ClockFrame(parsing: record.value)) != nil else { return }
@@ -546,10 +569,16 @@ public final class HubSession: @unchecked Sendable {
     }
 
     /// The hub took custody of outbox item `bundleID`, if it is one of ours; whether it was.
+    /// From an untrusted hub, a message stays ours to resend (Docs/protocol.md §5).
     private func handedOver(_ bundleID: [UInt8]) -> Bool {
         guard let messageID = inFlight.remove(bundleID: bundleID) ?? endpoint.outboxMessageID(bundleID: bundleID) else { return false }
-        try? endpoint.store.advance(messageID, to: .handedOver)
-        report(.handedOver(messageID))
+        if hubTrusted || (try? endpoint.store.outboxItem(messageID))?.kind != Envelope.Kind.message.rawValue {
+            try? endpoint.store.advance(messageID, to: .handedOver)
+            report(.handedOver(messageID))
+        } else {
+            try? endpoint.store.handedToUntrustedHub(messageID, resendAfterMs: endpoint.now() + untrustedResendMs)
+            report(.carried(messageID))
+        }
         return true
     }
 

@@ -594,6 +594,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // certificate still goes first); the relay plugin speaks its own protocol and is not told.
         switch info.peerRole {
         case .endpoint:
+            // Our certificate first: a phone that knows the network trusts us for it
+            // (Docs/protocol.md §5, "Which hubs a phone trusts").
+            if let cert = settings.ownCertificate { send(TLVRecord(.hubCertificate, value: cert), on: link) }
             send(time.frame().record, on: link)
             send(CustodyAcks.announcement, on: link)
             pushPending(to: link)

@@ -477,13 +477,17 @@ public final class RelayEngine: @unchecked Sendable {
         return Array(set)
     }
 
-    /// The live session to push to for `user`: a direct registration, else its hub's.
+    /// The live session to push to for `user`: its own (a direct registration) before its
+    /// hub's — a collector acknowledges for the user and its acknowledgement deletes — and
+    /// of either, the most recently heard (a hub that reconnected is fresher than the session
+    /// it left behind).
     private func session(reaching user: [UInt8], nowMs t: Int64) -> Session? {
-        // The most recently heard of: the user's own sessions and its hub's sessions (a hub that
-        // reconnected is fresher than the session it left behind).
-        var ids = userSessions[user] ?? []
-        if let a = attachments[user], a.expiresMs > t { ids.formUnion(userSessions[a.owner] ?? []) }
-        return ids.compactMap { sessions[$0] }.filter { t - $0.lastHeardMs < limits.staleAfterMs }.max { $0.lastHeardMs < $1.lastHeardMs }
+        func freshest(_ ids: Set<UInt64>) -> Session? {
+            ids.compactMap { sessions[$0] }.filter { t - $0.lastHeardMs < limits.staleAfterMs }.max { $0.lastHeardMs < $1.lastHeardMs }
+        }
+        if let own = freshest(userSessions[user] ?? []) { return own }
+        guard let a = attachments[user], a.expiresMs > t else { return nil }
+        return freshest(userSessions[a.owner] ?? [])
     }
 
     // MARK: Send

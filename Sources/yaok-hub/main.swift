@@ -156,6 +156,7 @@ struct IdentityCommand: ParsableCommand {
         let obj = try JSONSerialization.jsonObject(with: data) as? [String: Any] ?? [:]
         print("hub ID       \(obj["id"] ?? "?")")
         print("fingerprint  \(obj["fingerprint"] ?? "?")")
+        print("signing key  \(obj["signingKey"] ?? "?")   (phones pin it: yaok --trust-hub KEY)")
     }
 }
 

@@ -123,8 +123,14 @@ struct AttachOptions: ParsableArguments {
     var relay: [String] = []
     @Option(name: .customLong("relay-tls-pin"), help: "With a wss:// relay: the SHA-256 of its TLS public key (64 hex digits, from `yaok-relay tls-pin`). One for every wss:// node, or repeated/comma-separated: one per wss:// node in order.")
     var relayTLSPin: [String] = []
-    @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub so internet users can reach you there.")
+    @Option(help: "The relay's pinned public key (64 hex digits, from `yaok-relay key`). With --hub: also register through the hub, if you trust it (--trust-hub, --hub-network), so internet users can reach you there.")
     var relayKey: String?
+    @Option(help: ArgumentHelp("A hub you trust: its signing key (64 hex digits, from `yaok-hub identity`), or `any` for every hub. Repeated or comma-separated. A trusted hub's custody is final and it may collect your internet mail; any other hub only carries: what it takes is sent again after --untrusted-resend-s unless the delivery receipt came first, and it gets no relay registration.", valueName: "key|any"))
+    var trustHub: [String] = []
+    @Option(help: ArgumentHelp("A hub network you trust: its network key (64 hex digits, from `yaok-hub network-key show`); a hub that presents a valid certificate of it is trusted. Repeated or comma-separated.", valueName: "key"))
+    var hubNetwork: [String] = []
+    @Option(name: .customLong("untrusted-resend-s"), help: "Seconds after which a message an untrusted hub took is sent again (through any hub) if its delivery receipt has not come.")
+    var untrustedResendSeconds: Double = 900
 
     func key() throws -> [UInt8]? {
         guard let relayKey else { return nil }
@@ -133,6 +139,25 @@ struct AttachOptions: ParsableArguments {
     }
 
     var isSet: Bool { hub != nil || !relay.isEmpty }
+
+    func hubTrust() throws -> HubTrust {
+        func split(_ values: [String]) -> [String] { values.flatMap { $0.split(separator: ",").map(String.init) } }
+        do {
+            return try HubTrust(trustHub: split(trustHub), hubNetwork: split(hubNetwork))
+        } catch {
+            throw ValidationError("\(error)")
+        }
+    }
+
+    /// Applies the trust options to a hub session (before it starts).
+    func configure(_ session: HubSession) throws {
+        guard untrustedResendSeconds > 0, untrustedResendSeconds <= 7 * 86_400 else {
+            throw ValidationError("--untrusted-resend-s must be more than 0 and at most 604800 (7 days)")
+        }
+        session.relayKey = try key()
+        session.trust = try hubTrust()
+        session.untrustedResendMs = Int64(untrustedResendSeconds * 1000)
+    }
 }
 
 /// Runs a session with a hub or the relay until `done` says stop or `timeout` passes.
@@ -156,12 +181,12 @@ func withSession(_ endpoint: Endpoint, _ attach: AttachOptions, timeout: Double,
         return flag.lock.withLock { flag.set }
     }
     guard let hub = attach.hub else { throw ValidationError("give --hub or --relay") }
-    return try withHubSession(endpoint, hub: hub, relayKey: attach.key(), timeout: timeout, json: json, done: done)
+    return try withHubSession(endpoint, hub: hub, attach: attach, timeout: timeout, json: json, done: done)
 }
 
 /// Runs a hub session until `done` says stop or `timeout` passes.
 /// `during`, if given, runs once attached (on this thread); it returns whether it is already done.
-func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil, timeout: Double, json: Bool,
+func withHubSession(_ endpoint: Endpoint, hub: String, attach: AttachOptions, timeout: Double, json: Bool,
                     done: @escaping @Sendable (HubSession.Event) -> Bool,
                     during: ((HubSession) throws -> Bool)? = nil) throws -> Bool {
     let address = try P2PHubJoin.hubAddress(hub) { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
@@ -170,7 +195,7 @@ func withHubSession(_ endpoint: Endpoint, hub: String, relayKey: [UInt8]? = nil,
         report(event, via: .hub, json: json)
         if done(event) { finished.signal() }
     }
-    session.relayKey = relayKey
+    try attach.configure(session)
     try session.start()
     defer { session.stop() }
     let deadline = DispatchTime.now() + timeout
@@ -190,7 +215,11 @@ func report(_ event: HubSession.Event, via peer: Peer, json: Bool) {
     case .disconnected(let reason):
         json ? printJSON(["event": "disconnected", "reason": reason]) : print("disconnected: \(reason)")
     case .handedOver(let id):
-        json ? printJSON(["event": "handed_over", "id": hex(id)]) : print("\(peer.rawValue) took \(hex(id).prefix(8))")
+        json ? printJSON(["event": "handed_over", "id": hex(id)].merging(peer == .hub ? ["hub_trusted": true] : [:]) { a, _ in a })
+             : print("\(peer.rawValue) took \(hex(id).prefix(8))")
+    case .carried(let id):
+        json ? printJSON(["event": "handed_over", "id": hex(id), "hub_trusted": false])
+             : print("\(peer.rawValue) took \(hex(id).prefix(8)) (a hub you do not trust: sent again later unless it is delivered first)")
     case .refused(let id, let reason):
         json ? printJSON(["event": "refused", "id": hex(id), "reason": reason]) : print("\(peer.rawValue) refused \(hex(id).prefix(8)): \(reason)")
     case .incoming(let incoming):
@@ -272,7 +301,7 @@ struct Send: ParsableCommand {
         let done: @Sendable (HubSession.Event) -> Bool = { event in
             switch event {
             case .connected: attached.signal(); return false
-            case .handedOver(let acked) where !waitDelivered: return waiting.done(acked)
+            case .handedOver(let acked) where !waitDelivered, .carried(let acked) where !waitDelivered: return waiting.done(acked)
             case .incoming(.receipt(_, let ref)) where waitDelivered: return waiting.done(ref)
             default: return false
             }
@@ -281,7 +310,7 @@ struct Send: ParsableCommand {
         if let rate, let hub = attach.hub {
             // An offered load: attached first, then one message every 1/rate s, each pushed at once.
             let text = self.text, count = `repeat`, width = String(`repeat`).count
-            ok = try withHubSession(e, hub: hub, relayKey: attach.key(), timeout: timeout, json: json, done: done) { session in
+            ok = try withHubSession(e, hub: hub, attach: attach, timeout: timeout, json: json, done: done) { session in
                 // The pace starts once attached (bounded by --timeout).
                 guard attached.wait(timeout: .now() + timeout) == .success else { return false }
                 let start = Date()

@@ -71,6 +71,19 @@ public final class HubProcess {
 
     public func log() -> String { (try? String(contentsOfFile: dir + "/hub.log", encoding: .utf8)) ?? "" }
 
+    /// The hub's signing key in hex (`yaok-hub identity --json`): what a phone pins (`yaok --trust-hub`).
+    public func signingKey() throws -> String {
+        let (rc, out) = try runTool(Self.binary, ["identity", "--socket", dir + "/control.sock", "--json"])
+        guard rc == 0, let object = try JSONSerialization.jsonObject(with: Data(out.utf8)) as? [String: Any],
+              let key = object["signingKey"] as? String else { throw HubIdentityError(output: out) }
+        return key
+    }
+
+    struct HubIdentityError: Error, CustomStringConvertible {
+        let output: String
+        var description: String { "yaok-hub identity gave no signing key: \(output)" }
+    }
+
     /// `yaok-hub status` through the control socket: exit status and output.
     public func status() throws -> (Int32, String) { try runTool(Self.binary, ["status", "--socket", dir + "/control.sock"]) }
 

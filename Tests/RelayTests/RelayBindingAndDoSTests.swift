@@ -201,6 +201,23 @@ final class RelayBindingAndDoSTests: XCTestCase {
         XCTAssertEqual(try h.registerAndWait([relay.carried(throwaway[0], collector: hub)]).map(\.status), [.accepted])
     }
 
+    /// A user's own session gets its mail before its collector's, even when the collector was
+    /// heard from more recently (a collector's acknowledgement deletes at the relay).
+    func testTheUsersOwnSessionIsPushedToBeforeItsCollectors() throws {
+        relay = try RelayHarness()
+        let hub = Identity.generate(), phone = Identity.generate(), alice = Identity.generate()
+        let h = try relay.registeredClient(hub)
+        XCTAssertEqual(try h.registerAndWait([relay.carried(phone, collector: hub)]).map(\.status), [.accepted])
+        let own = try relay.registeredClient(phone)
+        _ = try h.pollAndWait()   // the collector is now the one heard from last
+        let a = try relay.registeredClient(alice)
+        let hubMark = h.currentSeq(), ownMark = own.currentSeq()
+        let bundle = try messageBundle(from: alice, to: phone)
+        XCTAssertEqual(try a.sendAndWait(bundle: bundle).status, .pushed)
+        XCTAssertEqual(try own.nextMessage(after: ownMark, timeout: 5).bundle, bundle)
+        XCTAssertNil(try? h.nextMessage(after: hubMark, timeout: 0.5), "the collector was not pushed the phone's mail")
+    }
+
     /// A carried registration whose `until` is past or more than 7 days ahead is refused.
     func testCarriedRegistrationUntilIsBounded() throws {
         relay = try RelayHarness()

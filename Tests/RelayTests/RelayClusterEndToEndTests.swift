@@ -88,7 +88,7 @@ final class RelayClusterEndToEndTests: XCTestCase {
         XCTAssertTrue(Wait.poll(timeout: 15) { n1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Carol did not register on node 1:\n\(carolListen.output())")
 
         // Alice hands the hub a batch for Bob and waits for every delivery receipt.
-        let atHub = ["--hub", hub.url, "--relay-key", key, "--json"]
+        let atHub = ["--hub", hub.url, "--relay-key", key, "--trust-hub", try hub.signingKey(), "--json"]
         let aliceSend = try ListenerProcess(yaok, ["send", "--home", alice, "Bob", "alice to bob {n}", "--repeat", "\(batch)", "--wait-delivered", "--timeout", "150"] + atHub)
         cleanup.append { aliceSend.kill() }
         // Mid-transfer: some of the batch reached node 0 (queued or pushed to Bob), not all.

@@ -231,6 +231,8 @@ final class FieldClockTests: XCTestCase {
 
         let (hub, hubURL) = try relay.startHub(self, dir: dir, extraEnvironment: Self.faketimeEnvironment, launcher: try Self.faketime("-2d"))
         defer { hub.stop() }
+        // Alice pins this hub: only a hub she trusts may collect her internet mail.
+        let hubKey = try hub.signingKeyHex()
         try Wait.until(timeout: 10, "the relay's time at the hub") { try hub.status().router.clock?.source == .relay }
         let clock = try XCTUnwrap(try hub.status().router.clock)
         XCTAssertTrue(clock.known)
@@ -239,13 +241,13 @@ final class FieldClockTests: XCTestCase {
         let (alice, bob) = try MessagePathTests.initPair(dir)
         let relayAddress = relay.address
         // Alice (phone, true clock) registers through the hub; its registration is dated by her clock.
-        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--json", "--timeout", "3"])
         let bobListen = BackgroundYaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
-        _ = try MessagePathTests.yaok(alice, ["send", "Bob", "from a hub two days behind", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "20"])
+        _ = try MessagePathTests.yaok(alice, ["send", "Bob", "from a hub two days behind", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--json", "--timeout", "20"])
         let bobGot = try XCTUnwrap(bobListen.events(), "bob's listen returned")
         XCTAssertTrue(bobGot.contains { $0["text"] as? String == "from a hub two days behind" }, "\(bobGot)\n\(hub.log)")
 
-        let aliceListen = BackgroundYaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
+        let aliceListen = BackgroundYaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--count", "1", "--json", "--timeout", "45"])
         _ = try MessagePathTests.yaok(bob, ["send", "Alice", "to a hub two days behind", "--relay", relayAddress, "--relay-key", key, "--json", "--timeout", "20"])
         let aliceGot = try XCTUnwrap(aliceListen.events(), "alice's listen returned")
         XCTAssertTrue(aliceGot.contains { $0["text"] as? String == "to a hub two days behind" }, "\(aliceGot)\n\(hub.log)")

@@ -20,16 +20,18 @@ final class RelayPathTests: XCTestCase {
 
         let (hub, hubURL) = try relay.startHub(self, dir: dir)
         defer { hub.stop() }
+        // Alice pins this hub: only a hub she trusts may collect her internet mail.
+        let hubKey = try hub.signingKeyHex()
 
         let (alice, bob) = try MessagePathTests.initPair(dir)
         let relayAddress = relay.address
 
         // Alice (phone) attaches to the hub once, registering through it with the relay.
-        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+        _ = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--json", "--timeout", "3"])
 
         // Bob is on the internet, online at the relay; Alice sends from the field.
         let bobListen = BackgroundYaok(bob, ["listen", "--relay", relayAddress, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
-        let sent = try MessagePathTests.yaok(alice, ["send", "Bob", "from the field", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "20"])
+        let sent = try MessagePathTests.yaok(alice, ["send", "Bob", "from the field", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--json", "--timeout", "20"])
         let id = try XCTUnwrap(sent.first { $0["event"] as? String == "queued" }?["id"] as? String)
         let bobGot = try XCTUnwrap(bobListen.events(), "bob's listen returned")
         XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
@@ -43,7 +45,7 @@ final class RelayPathTests: XCTestCase {
         do {
             if !delivered(sent) {
                 try Wait.until(timeout: 30, "Alice's receipt") {
-                    let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--json", "--timeout", "3"])
+                    let events = try MessagePathTests.yaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--json", "--timeout", "3"])
                     aliceListens.append(events)
                     return delivered(events)
                 }
@@ -58,7 +60,7 @@ final class RelayPathTests: XCTestCase {
         }
 
         // And back: Bob (internet) writes to Alice (field), who is attached to the hub.
-        let aliceListen = BackgroundYaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--count", "1", "--json", "--timeout", "45"])
+        let aliceListen = BackgroundYaok(alice, ["listen", "--hub", hubURL, "--relay-key", key, "--trust-hub", hubKey, "--count", "1", "--json", "--timeout", "45"])
         let reply = try MessagePathTests.yaok(bob, ["send", "Alice", "from the internet", "--relay", relayAddress, "--relay-key", key, "--json", "--timeout", "20"])
         XCTAssertTrue(reply.contains { $0["event"] as? String == "handed_over" }, "\(reply)")
         let aliceGot = try XCTUnwrap(aliceListen.events(), "alice's listen returned")

@@ -191,6 +191,12 @@ final class HubProcess {
     /// The hub's status. A request answered with nothing is retried twice (and said so on
     /// stderr, for whoever reads the CI log): a rare empty answer was seen under the full suite
     /// and is not yet explained; a hub that is gone still fails at once.
+    /// The hub's signing key in hex (`yaok-hub identity`): what a phone pins (`--trust-hub`).
+    func signingKeyHex() throws -> String {
+        let object = try JSONSerialization.jsonObject(with: client.request("identity")) as? [String: Any]
+        return try XCTUnwrap(object?["signingKey"] as? String, "no signingKey in the identity answer")
+    }
+
     func status() throws -> Hub.StatusReport {
         var lastError: Error?
         for attempt in 1...3 {

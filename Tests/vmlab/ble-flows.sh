@@ -288,8 +288,11 @@ yk $W/e-dana.json dana listen "${RELAY_ARGS[@]}" --count 1 --timeout 150 &
 DANA=$!
 wait_for 60 "dana connected to the relay" has_event $W/e-dana.json connected
 # --relay-key: the phone pins the relay and signs a registration naming hub A's key (proven by
-# the BLE link session) as the one collector of her internet mail; hub A carries it.
-yk $W/e-alice.json alice send dana "hello dana, from a phone over BLE" --hub "$HUB_A" --relay-key "$RELAY_KEY" --wait-delivered --timeout 150
+# the BLE link session) as the one collector of her internet mail; hub A carries it. She
+# registers only through a hub she trusts: she pins hub A's key (--trust-hub).
+HUB_A_KEY=$("$D/yaok-hub" identity --json --socket $W/hubA/control.sock | jq -r .signingKey)
+check "hub A's signing key from yaok-hub identity" [ ${#HUB_A_KEY} = 64 ]
+yk $W/e-alice.json alice send dana "hello dana, from a phone over BLE" --hub "$HUB_A" --relay-key "$RELAY_KEY" --trust-hub "$HUB_A_KEY" --wait-delivered --timeout 150
 check "alice's send to dana over BLE and the relay was delivered (dana's receipt came back)" [ $? = 0 ]
 wait $DANA; check "dana's yaok listen (internet, wss://) got the message" [ $? = 0 ]
 check "dana got alice's text" has $W/e-dana.json '.event=="message" and .text=="hello dana, from a phone over BLE"'
@@ -297,7 +300,7 @@ EID=$(events $W/e-alice.json queued | jq -r .id)
 check "alice got dana's delivery receipt" has $W/e-alice.json ".event==\"delivered\" and .id==\"$EID\""
 # Back: dana answers over the relay; hub A holds alice's registration (bound to hub A's key)
 # and the relay pushes to hub A, which delivers to alice over BLE.
-yk $W/e2-alice.json alice listen --hub "$HUB_A" --relay-key "$RELAY_KEY" --count 1 --timeout 150 &
+yk $W/e2-alice.json alice listen --hub "$HUB_A" --relay-key "$RELAY_KEY" --trust-hub "$HUB_A_KEY" --count 1 --timeout 150 &
 ALICE=$!
 wait_for 60 "alice connected to hub A" has_event $W/e2-alice.json connected
 yk $W/e2-dana.json dana send alice "hello alice, from the internet" "${RELAY_ARGS[@]}" --wait-delivered --timeout 150

@@ -111,8 +111,9 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertEqual(setup.relay.metric("yaok_relay_sends_queued_total"), 1, sent.1)
 
         // Alice attaches to the hub and registers through it: the queued message comes down.
+        // (She pins the hub: only a hub she trusts may collect her internet mail.)
         let got = try run(yaok, ["listen", "--home", alice, "--hub", "udp://127.0.0.1:\(setup.udpPort)", "--count", "1",
-                                 "--json", "--timeout", "30"] + relayArgs, timeout: 60)
+                                 "--trust-hub", try setup.hub.signingKey(), "--json", "--timeout", "30"] + relayArgs, timeout: 60)
         XCTAssertEqual(got.0, 0, got.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
         // The relay deleted it only after the hub's store took custody.
@@ -153,7 +154,7 @@ final class RelayHubEndToEndTests: XCTestCase {
 
         // ... and Alice, at the hub (registered with the relay through it), waits for his receipt.
         let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over wss", "--hub", "udp://127.0.0.1:\(setup.udpPort)",
-                                  "--wait-delivered", "--json", "--timeout", "45"] + key, timeout: 90)
+                                  "--trust-hub", try setup.hub.signingKey(), "--wait-delivered", "--json", "--timeout", "45"] + key, timeout: 90)
         XCTAssertEqual(exited.wait(timeout: .now() + 30), .success)
         let bobOutput = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         XCTAssertEqual(listener.terminationStatus, 0, bobOutput)
