@@ -1026,7 +1026,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         logger.info("\(link.key) refused custody of \(Self.shortID(id)): \(refusal.reason)")
         switch refusal.reason {
         case .rateLimited, .storeFull:
-            failAttemptIfStillInFlight(id, nowMs: now())
+            // Later, not before the refuser's hint (the relay's rate limit gives one).
+            let t = now()
+            failAttemptIfStillInFlight(id, nowMs: t, notBeforeMs: refusal.retryAfterS.map { t + Int64($0) * 1000 })
         default:
             // The neighbour will never take it: treat it as holding it so we stop offering.
             if link.isUntrustedHub {
@@ -1041,10 +1043,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// A send of `id` ended without custody: unless another link still carries it, a queued
     /// bundle counts a failed attempt and waits for its retry time (the store leaves a
     /// handed-over one, or one gone meanwhile, as it is).
-    private func failAttemptIfStillInFlight(_ id: [UInt8], nowMs: Int64) {
+    private func failAttemptIfStillInFlight(_ id: [UInt8], nowMs: Int64, notBeforeMs: Int64? = nil) {
         if isOnTheWire(id) { return }
         storeCall("markAttemptFailed") {
-            do { try store.markAttemptFailed(id, nowMs: nowMs) } catch StoreError.bundleNotFound { /* evicted or expired meanwhile */ }
+            do { try store.markAttemptFailed(id, nowMs: nowMs, notBeforeMs: notBeforeMs) } catch StoreError.bundleNotFound { /* evicted or expired meanwhile */ }
         }
     }
 
@@ -1344,10 +1346,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     /// The relay came up: hand it what the policy routes there.
+    /// Bundles for the relay: only those due (a refused one waits for its backoff and the
+    /// relay's hint) and not refused by it for good (recorded as held by it).
     private func pushForwardable(to link: Link) {
-        guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, withBytes: false) }) else { return }
+        guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, excludingPeer: link.peerID, withBytes: false) }) else { return }
         let wire = onTheWire()
-        for b in bundles where !wire.contains(b.bundleID) && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
+        let t = now()
+        for b in bundles where b.nextAttemptMs <= t && !wire.contains(b.bundleID) && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
     }

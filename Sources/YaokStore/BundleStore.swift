@@ -351,9 +351,9 @@ public final class BundleStore: @unchecked Sendable {
     // MARK: State changes
 
     /// Records a failed attempt: the bundle goes back to queued, `attempts` grows by one and
-    /// it is due again after `backoffMs[min(attempts - 1, last)]`. Only queued and in-flight
-    /// bundles are affected.
-    public func markAttemptFailed(_ id: [UInt8], nowMs: Int64) throws {
+    /// it is due again after `backoffMs[min(attempts - 1, last)]`, or at `notBeforeMs` if that
+    /// is later (a refuser's retry hint). Only queued and in-flight bundles are affected.
+    public func markAttemptFailed(_ id: [UInt8], nowMs: Int64, notBeforeMs: Int64? = nil) throws {
         try database.transaction {
             guard let row = try database.query(SQL.stateAndAttempts, [.blob(id)], purpose: "reading a bundle's attempts").first else {
                 throw StoreError.bundleNotFound
@@ -364,8 +364,9 @@ public final class BundleStore: @unchecked Sendable {
             guard state == .queued || state == .inFlight else { return }
             let next = attempts + 1
             let delay = backoffMs[min(next - 1, backoffMs.count - 1)]
+            let due = max(nowMs &+ delay, notBeforeMs ?? .min)
             try database.execute(SQL.setRetry, [.int(BundleState.queued.rawValue), .int(next),
-                                                 .integer(nowMs &+ delay), .blob(id)],
+                                                 .integer(due), .blob(id)],
                                  purpose: "scheduling a bundle's retry")
         }
     }

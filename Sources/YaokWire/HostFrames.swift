@@ -35,7 +35,7 @@ public enum CustodyAcks {
 }
 
 /// The value of a ``YaokPluginKit/FrameType/custodyRefused`` frame.
-/// Layout: `bundleID(16) reason(1)`.
+/// Layout: `bundleID(16) reason(1) [retryAfterS(4)]`.
 public struct CustodyRefusal: Sendable, Equatable {
     /// Why a bundle was refused.
     public enum Reason: UInt8, Sendable, CaseIterable, CustomStringConvertible {
@@ -67,20 +67,30 @@ public struct CustodyRefusal: Sendable, Equatable {
 
     public var bundleID: [UInt8]
     public var reason: Reason
+    /// When to offer it again at the earliest, in seconds, if the refuser said (the relay's
+    /// rate limit does): 4 more bytes, big-endian. Docs/protocol.md, custodyRefused.
+    public var retryAfterS: UInt32?
 
-    public init(bundleID: [UInt8], reason: Reason) {
+    public init(bundleID: [UInt8], reason: Reason, retryAfterS: UInt32? = nil) {
         self.bundleID = bundleID
         self.reason = reason
+        self.retryAfterS = retryAfterS
     }
 
     public init(parsing value: [UInt8]) throws {
-        guard value.count == 17 else { throw WireError.badLength(what: "custody refusal", detail: "must be 17 bytes, got \(value.count)") }
+        guard value.count == 17 || value.count == 21 else {
+            throw WireError.badLength(what: "custody refusal", detail: "must be 17 or 21 bytes, got \(value.count)")
+        }
         guard let reason = Reason(rawValue: value[16]) else { throw WireError.unknownReason(value[16]) }
+        self.retryAfterS = value.count == 21 ? value[17..<21].reduce(UInt32(0)) { $0 << 8 | UInt32($1) } : nil
         self.bundleID = Array(value[0..<16])
         self.reason = reason
     }
 
-    public var encoded: [UInt8] { bundleID + [reason.rawValue] }
+    public var encoded: [UInt8] {
+        guard let s = retryAfterS else { return bundleID + [reason.rawValue] }
+        return bundleID + [reason.rawValue, UInt8(s >> 24), UInt8(s >> 16 & 0xff), UInt8(s >> 8 & 0xff), UInt8(s & 0xff)]
+    }
     /// The whole TLV frame.
     public var frame: [UInt8] { TLVRecord(.custodyRefused, value: encoded).encoded }
 }

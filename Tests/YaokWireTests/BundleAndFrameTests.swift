@@ -65,7 +65,12 @@ final class HostFrameTests: XCTestCase {
         XCTAssertEqual(CustodyRefusal.Reason.allCases.map(\.rawValue), [1, 2, 3, 4, 5, 6, 7, 8])
         XCTAssertThrowsWire(.unknownReason(0), try CustodyRefusal(parsing: Fixed.messageID + [0]))
         XCTAssertThrowsWire(.unknownReason(9), try CustodyRefusal(parsing: Fixed.messageID + [9]))
-        for n in [0, 16, 18] { XCTAssertThrowsAnyWire(try CustodyRefusal(parsing: [UInt8](repeating: 1, count: n))) }
+        for n in [0, 16, 18, 20, 22] { XCTAssertThrowsAnyWire(try CustodyRefusal(parsing: [UInt8](repeating: 1, count: n))) }
+        // With the relay's retry hint: 4 more bytes, seconds, big-endian.
+        let hinted = CustodyRefusal(bundleID: Fixed.messageID, reason: .rateLimited, retryAfterS: 3_301)
+        XCTAssertEqual(hinted.encoded, Fixed.messageID + [6, 0, 0, 0x0c, 0xe5])
+        XCTAssertEqual(try CustodyRefusal(parsing: hinted.encoded), hinted)
+        XCTAssertNil(try CustodyRefusal(parsing: Fixed.messageID + [6]).retryAfterS)
     }
 
     func testSummaryVector() throws {

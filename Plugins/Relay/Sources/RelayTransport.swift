@@ -290,7 +290,9 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             deliver(CustodyAck(bundleID: notice.bundleID).frame)
         case .sendFailed(let id, let error):
             guard case .refused(let notice) = error else { return }   // timeouts: the router's custody timer retries
-            deliver(CustodyRefusal(bundleID: id, reason: Self.refusalReason(notice.code)).frame)
+            // The relay's hint goes with it, so the router does not offer it again before then.
+            let hint = notice.retryAfterMs > 0 ? notice.retryAfterMs / 1000 + (notice.retryAfterMs % 1000 > 0 ? 1 : 0) : nil
+            deliver(CustodyRefusal(bundleID: id, reason: Self.refusalReason(notice.code), retryAfterS: hint).frame)
         case .message(let bundle, let id):
             let accept = lock.withLock { () -> Bool in
                 guard link != nil, awaitingHost.count < Self.maxAwaitingHost || awaitingHost.contains(id) else { return false }

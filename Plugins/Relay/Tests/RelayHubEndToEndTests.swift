@@ -39,9 +39,9 @@ final class RelayHubEndToEndTests: XCTestCase {
     /// A relay process and a hub process with the udp and relay plugins, its relay link up;
     /// with `webSocket`, the relay also listens for WebSocket/TLS 1.3 and the hub's relay
     /// transport uses `wss://` with the certificate's SPKI pinned.
-    private func startRelayAndHub(webSocket: Bool = false) throws -> Setup {
+    private func startRelayAndHub(webSocket: Bool = false, relayArguments: [String] = []) throws -> Setup {
         let relayDir = try tempDir()
-        var extra: [String] = []
+        var extra: [String] = relayArguments
         if webSocket {
             let tls = try TLSFixture.make()
             cleanup.append { tls.remove() }
@@ -165,5 +165,29 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertGreaterThanOrEqual(setup.relay.metric("yaok_relay_websocket_failed_total") ?? 0, 1, "the wrong-pin attempt")
         let status = try run(hubExe, ["status", "--socket", setup.hubDir + "/control.sock", "--json"])
         XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)
+    }
+
+    /// Issue 48 #1: a message the relay refused for its sender's hourly limit (retry hint
+    /// about an hour) was offered again every second, forever (109 refusals in 2 minutes on
+    /// a paid uplink). Now the relay's hint travels with the refusal and the router waits for
+    /// it: one refusal, then quiet.
+    func testARateLimitedMessageWaitsForTheRelaysHint() throws {
+        let yaok = try product("yaok")
+        let setup = try startRelayAndHub(relayArguments: ["--messages-per-hour", "2"])
+        let (alice, _) = try initAliceAndBob(yaok, in: setup.hubDir)
+        for n in 1...3 {
+            let sent = try run(yaok, ["send", "--home", alice, "Bob", "message \(n)", "--hub", setup.hub.url, "--json", "--timeout", "20"])
+            XCTAssertEqual(sent.0, 0, sent.1)
+        }
+        let refused = "yaok_relay_sends_refused_total{reason=\"rate_limited\"}"
+        XCTAssertTrue(Wait.poll(timeout: 20) { setup.relay.metric(refused) == 1 }, "the third was refused: \(setup.log())")
+        XCTAssertEqual(setup.relay.metric("yaok_relay_sends_queued_total"), 2)
+        // The router ticks every second; before, each tick offered it again. Watch 8 of them.
+        let watchUntil = Date().addingTimeInterval(8)
+        while Date() < watchUntil {
+            XCTAssertEqual(setup.relay.metric(refused), 1, "offered again before the relay's retry time")
+            Thread.sleep(forTimeInterval: 0.5)
+        }
+        XCTAssertEqual(setup.log().components(separatedBy: "refused custody of").count - 1, 1, setup.log())
     }
 }
