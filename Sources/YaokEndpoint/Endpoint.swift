@@ -13,6 +13,9 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
     case ownContactCode
     case badHubAddress(String)
     case emptyMessage
+    case noOutboxMessage(String)
+    case ambiguousOutboxMessage(String, Int)
+    case outboxMessageAlreadyTaken(String, String)
 
     public var description: String {
         switch self {
@@ -23,6 +26,10 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
         case .ownContactCode: return "that contact code is your own"
         case .badHubAddress(let a): return "hub address \"\(a)\" is not of the form udp://HOST:PORT"
         case .emptyMessage: return "the message is empty"
+        case .noOutboxMessage(let p): return "no sent message has an ID starting with \"\(p)\" (see `yaok outbox`)"
+        case .ambiguousOutboxMessage(let p, let n): return "\(n) sent messages have IDs starting with \"\(p)\"; give more digits"
+        case .outboxMessageAlreadyTaken(let id, let state):
+            return "message \(id) is \(state.replacingOccurrences(of: "_", with: " ")): a hub or the relay has it, it can no longer be dropped"
         }
     }
 }

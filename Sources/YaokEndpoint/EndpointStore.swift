@@ -1,6 +1,8 @@
 import YaokCrypto
 import Foundation
 import YaokStore
+import YaokWire
+import enum YaokPluginKit.Hex
 
 /// A contact: someone this endpoint accepts messages from and can write to.
 public struct Contact: Sendable, Equatable, Codable {
@@ -459,6 +461,24 @@ public final class EndpointStore: @unchecked Sendable {
     public func resendAfterMs(_ id: [UInt8]) throws -> Int64? {
         try gate.run {
             try db.query("SELECT resend_after_ms FROM outbox WHERE message_id = ?", [.blob(id)]).first?[0].int64Value
+        }
+    }
+
+    /// Deletes the message whose ID starts with `prefix` (lowercase hex) if nobody took it yet
+    /// (pending or refused); returns its ID. Receipts are not listed and cannot be dropped.
+    public func dropUnsentMessage(prefix: String) throws -> [UInt8] {
+        try gate.run {
+            let matches = try outbox().filter {
+                $0.kind == Envelope.Kind.message.rawValue && Hex.encode($0.messageID).hasPrefix(prefix)
+            }
+            guard prefix.count >= 4, !matches.isEmpty else { throw EndpointError.noOutboxMessage(prefix) }
+            guard matches.count == 1, let item = matches.first else { throw EndpointError.ambiguousOutboxMessage(prefix, matches.count) }
+            guard item.state == .pending || item.state == .refused else {
+                throw EndpointError.outboxMessageAlreadyTaken(String(Hex.encode(item.messageID).prefix(8)), item.state.rawValue)
+            }
+            try db.execute("DELETE FROM outbox WHERE message_id = ? AND state IN (?, ?)",
+                           [.blob(item.messageID), .text(OutboxItem.State.pending.rawValue), .text(OutboxItem.State.refused.rawValue)])
+            return item.messageID
         }
     }
 

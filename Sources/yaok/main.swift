@@ -140,6 +140,28 @@ struct AttachOptions: ParsableArguments {
 
     var isSet: Bool { hub != nil || !relay.isEmpty }
 
+    /// Everything that can be checked without a network, checked before a command changes
+    /// anything (a `yaok send` with a mistyped option queues nothing).
+    func validate() throws {
+        if let hub {
+            do {
+                if hub.hasPrefix("p2p://") { _ = try P2PHubTarget.parse(hub) } else { _ = try HubSession.parseHubAddress(hub) }
+            } catch {
+                throw ValidationError("--hub \(hub): \(error)")
+            }
+            guard relay.isEmpty else { throw ValidationError("give --hub or --relay, not both") }
+        }
+        if !relay.isEmpty {
+            guard relayKey != nil else { throw ValidationError("--relay needs --relay-key (pin the relay's key)") }
+            do { _ = try RelaySession.nodes(relay, pins: relayTLSPin) } catch { throw ValidationError("--relay: \(error)") }
+        }
+        _ = try key()
+        _ = try hubTrust()
+        guard untrustedResendSeconds > 0, untrustedResendSeconds <= 7 * 86_400 else {
+            throw ValidationError("--untrusted-resend-s must be more than 0 and at most 604800 (7 days)")
+        }
+    }
+
     func hubTrust() throws -> HubTrust {
         func split(_ values: [String]) -> [String] { values.flatMap { $0.split(separator: ",").map(String.init) } }
         do {
@@ -151,9 +173,6 @@ struct AttachOptions: ParsableArguments {
 
     /// Applies the trust options to a hub session (before it starts).
     func configure(_ session: HubSession) throws {
-        guard untrustedResendSeconds > 0, untrustedResendSeconds <= 7 * 86_400 else {
-            throw ValidationError("--untrusted-resend-s must be more than 0 and at most 604800 (7 days)")
-        }
         session.relayKey = try key()
         session.trust = try hubTrust()
         session.untrustedResendMs = Int64(untrustedResendSeconds * 1000)
@@ -397,13 +416,23 @@ struct Inbox: ParsableCommand {
 }
 
 struct Outbox: ParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Show sent messages and their state.")
+    static let configuration = CommandConfiguration(abstract: "Show sent messages and their state; drop one not yet sent.")
     @OptionGroup var home: HomeOption
+    @Option(help: ArgumentHelp("Drop a message that no hub or relay has taken yet (pending or refused), by its ID or an unambiguous prefix.", valueName: "id"))
+    var drop: String?
     @Flag var json = false
     func run() throws {
-        for o in try home.open().store.outbox() where o.kind == Envelope.Kind.message.rawValue {
-            json ? printJSON(["id": hex(o.messageID), "to": hex(o.recipientUserID), "state": o.state.rawValue])
-                 : print("\(hex(o.messageID).prefix(8)) → \(hex(o.recipientUserID).prefix(8))  \(o.state.rawValue)")
+        let e = try home.open()
+        if let drop {
+            let id = try e.store.dropUnsentMessage(prefix: drop.lowercased())
+            json ? printJSON(["event": "dropped", "id": hex(id)]) : print("dropped \(hex(id).prefix(8)); it will not be sent")
+            return
+        }
+        let names = Dictionary(try e.store.contacts().map { ($0.userID, $0.name) }) { a, _ in a }
+        for o in try e.store.outbox() where o.kind == Envelope.Kind.message.rawValue {
+            let to = names[o.recipientUserID] ?? String(hex(o.recipientUserID).prefix(8))
+            json ? printJSON(["id": hex(o.messageID), "to": hex(o.recipientUserID), "to_name": to, "state": o.state.rawValue])
+                 : print("\(hex(o.messageID).prefix(8)) → \(to)  \(o.state.rawValue)")
         }
     }
 }

@@ -147,6 +147,33 @@ final class MessagePathTests: XCTestCase {
         XCTAssertTrue(try String(contentsOfFile: out, encoding: .utf8).contains("into a file, line by line"), "kept after SIGTERM")
     }
 
+    /// Issue 48 #7: a mistyped option printed an error and still queued the message (the
+    /// recipient later got five copies of a "failed" send), and nothing dropped one. Options
+    /// are checked before anything is queued; `yaok outbox --drop` removes an unsent message.
+    func testAMistypedOptionQueuesNothingAndAnUnsentMessageCanBeDropped() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (alice, _) = try Self.initPair(dir)
+        let exe = try TestSupport.product("yaok")
+        for (args, says) in [(["--hub", "udp:/127.0.0.1:7811"], "is not of the form udp://HOST:PORT"),
+                             (["--relay", "127.0.0.1:7900"], "--relay needs --relay-key"),
+                             (["--relay", "127.0.0.1:7900", "--relay-key", "12ab"], "--relay-key must be 64 hex digits"),
+                             (["--hub", "udp://127.0.0.1:7811", "--trust-hub", "nope"], "--trust-hub takes a 64-hex-digit Ed25519 key")] {
+            let r = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "mistyped", "--timeout", "1"] + args)
+            XCTAssertNotEqual(r.status, 0, "\(args)")
+            XCTAssertTrue(r.output.contains(says), "\(args): \(r.output)")
+            XCTAssertFalse(r.output.contains("queued"), "\(args): \(r.output)")
+        }
+        XCTAssertEqual(try Self.yaok(alice, ["outbox", "--json"]).count, 0, "nothing was queued")
+        // Queued without a hub, then dropped before any hub took it; a second drop finds nothing.
+        let queued = try Self.yaok(alice, ["send", "Bob", "changed my mind", "--json"])
+        let id = try XCTUnwrap(queued.first { $0["event"] as? String == "queued" }?["id"] as? String)
+        XCTAssertEqual(try Self.yaok(alice, ["outbox", "--drop", String(id.prefix(8)), "--json"]).first?["event"] as? String, "dropped")
+        XCTAssertEqual(try Self.yaok(alice, ["outbox", "--json"]).count, 0)
+        let again = try TestSupport.run(exe, ["outbox", "--home", alice, "--drop", String(id.prefix(8))])
+        XCTAssertNotEqual(again.status, 0)
+        XCTAssertTrue(again.output.contains("no sent message has an ID starting with"), again.output)
+    }
+
     func testMessagesFromNonContactsAreRejectedAndRecordedWithoutContent() throws {
         let (hub, port) = try startHub()
         defer { hub.stop() }
