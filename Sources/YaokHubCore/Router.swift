@@ -584,12 +584,20 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         guard info.peerRole == .relay || transport.section.peerRoles.contains(info.peerRole) else {
             counters.rolesRefused += 1
             let allowed = transport.section.peerRoles.map(\.description).sorted().joined(separator: ", ")
-            logger.warning("link \(key) from \(Self.shortID(peerID)) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
+            logger.warning("link \(key) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
+            logger.debug("link \(key) claiming the \(info.peerRole) role: key \(Self.shortID(peerID)) at \(info.remote ?? "?")")
             return
         }
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), custodyTimeoutMs: settings.custodyTimeoutMs)
         links[key] = link
-        logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
+        // A phone's ID and address stay out of the default log (Docs/operations.md, "What the
+        // log holds"): a seized hub's journal must not map people to times and places.
+        if info.peerRole == .endpoint {
+            logger.info("link up \(key): endpoint via \(info.kind)")
+            logger.debug("link up \(key): endpoint \(Self.shortID(peerID)) at \(info.remote ?? "")")
+        } else {
+            logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
+        }
         // We read ack lists (Docs/protocol.md, custodyAcks): said to phones and hubs (a hub's
         // certificate still goes first); the relay plugin speaks its own protocol and is not told.
         switch info.peerRole {
@@ -902,7 +910,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             refuse(id, .storeFull, to: link)
         case .rejectedOverShare:
             counters.refusedOverShare += 1
-            logger.notice("store full: refused \(Self.shortID(id)) from \(link.origin), whose sender or origin holds the largest share")
+            logger.notice("store full: refused \(Self.shortID(id)) from \(link.key), whose sender or origin holds the largest share, or whose origin holds nothing yet")
             refuse(id, .storeFull, to: link)
         }
         onChange?()
@@ -1289,7 +1297,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         // A phone receives only its own mail, whatever asked for this send.
         guard link.info.peerRole != .endpoint || listed.destination == link.peerID else {
             counters.endpointMisroutesPrevented += 1
-            logger.error("refused to send \(Self.shortID(listed.bundleID)) to endpoint \(Self.shortID(link.peerID)): not its mail")
+            logger.error("refused to send \(Self.shortID(listed.bundleID)) to endpoint link \(link.key): not its mail")
             return true
         }
         // Nothing goes to a hub we do not trust under list/network trust.

@@ -251,7 +251,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
                 guard value == [YaokGATT.controlResetReassembly] else { return .valueNotAllowed }
                 let dropped = session.resetReassembly()
                 if dropped > 0 {
-                    self.context.logger.info("BLE: \(session.remote): partial frame of \(dropped) chunks dropped on the central's request")
+                    self.context.logger.info("BLE: link \(session.id): partial frame of \(dropped) chunks dropped on the central's request")
                 }
             default:
                 break
@@ -268,12 +268,12 @@ public final class BLETransport: Transport, @unchecked Sendable {
             lock.lock()
             upLinks.remove(session.id)
             lock.unlock()
-            context.logger.info("BLE: \(session.remote): new link handshake on the same connection (the phone reconnected)")
+            context.logger.info("BLE: link \(session.id): new link handshake on the same connection (the phone reconnected)")
             context.events.linkDown(session.id, reason: "the central started a new handshake")
         }
         for frame in output.framesToSend {
             if let problem = sendFrame(frame, on: connection, server: server) {
-                context.logger.warning("BLE: \(session.remote): \(problem)")
+                context.logger.warning("BLE: link \(session.id): \(problem)")
             }
         }
         if let peer = output.authenticated {
@@ -294,7 +294,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
             context.events.frameReceived(frame, on: session.id)
         }
         if let why = output.drop {
-            context.logger.warning("BLE: dropping \(session.remote): \(why)")
+            context.logger.warning("BLE: dropping link \(session.id): \(why)")
             session.close()
             // The ATT loop owns the descriptor; shutting it down makes the loop see EOF and
             // end the connection (onDisconnect). Safe here: the connection is still open.
@@ -330,7 +330,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
             let now = clock.monotonicNanoseconds()
             for session in sessions.values {
                 if session.expire(now: now) {
-                    context.logger.info("BLE: \(session.remote): dropped a partly received frame after \(config.reassemblyTimeoutSeconds) s")
+                    context.logger.info("BLE: link \(session.id): dropped a partly received frame after \(config.reassemblyTimeoutSeconds) s")
                 }
                 if let why = session.overdue(now: now, handshakeTimeoutNanoseconds: Self.handshakeTimeoutSeconds * 1_000_000_000) {
                     var output = BLELinkSession.Output()

@@ -284,7 +284,9 @@ public final class RelayTransport: Transport, @unchecked Sendable {
                 // relay already remembers the phone behind this hub from the first one (24 h).
                 context.logger.debug("relay already used this phone registration (\(Hex.encode(user.prefix(4))))")
             } else if status != .accepted {
-                context.logger.warning("relay refused a phone registration (\(Hex.encode(user.prefix(4)))): \(status)")
+                // The phone's ID prefix only at debug (Docs/operations.md, "What the log holds").
+                context.logger.warning("relay refused a phone registration: \(status)")
+                context.logger.debug("relay refused the registration of \(Hex.encode(user.prefix(4)))")
             }
         case .queued(let notice):
             deliver(CustodyAck(bundleID: notice.bundleID).frame)
@@ -433,11 +435,13 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             // The user key sits at offset 0 in v1, 1 in v2: name the phone by its ID prefix.
             let keyOffset = value.count == Registration.v1Length ? 0 : 1
             let who = value.count >= keyOffset + 32 ? Hex.encode(Hash.sha256(Array(value[keyOffset..<keyOffset + 32])).prefix(4)) : "?"
-            context.logger.warning("not carrying a phone registration (\(who)): \(error)")
+            context.logger.warning("not carrying a phone registration: \(error)")
+            context.logger.debug("not carrying the registration of \(who)")
             return
         }
         guard registration.collectorSigningKey == context.identity.signingKey else {
-            context.logger.warning("not carrying a phone registration (\(Hex.encode(registration.userID.prefix(4)))): it does not name this hub as collector")
+            context.logger.warning("not carrying a phone registration: it does not name this hub as collector")
+            context.logger.debug("not carrying the registration of \(Hex.encode(registration.userID.prefix(4)))")
             return
         }
         let now = lock.withLock { () -> Bool in

@@ -438,7 +438,16 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 counters.dropped += 1
             }
         }
-        if let logLine { events.log(.warning, logLine) }
+        if let logLine {
+            // Only a configured peer's address (it is in the config anyway) at the default
+            // level; a phone's at debug (Docs/operations.md, "What the log holds").
+            if staticPeers.contains(address) {
+                events.log(.warning, logLine)
+            } else {
+                events.log(.warning, logLine.replacingOccurrences(of: address.description, with: "a peer"))
+                events.log(.debug, logLine)
+            }
+        }
         if let closed { events.linkDown(closed, reason: "peer closed the link") }
         for id in evicted { events.linkDown(id, reason: "closed to make room: the session table was full and this was the idlest session of the most crowded network") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }

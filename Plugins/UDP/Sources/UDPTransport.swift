@@ -28,7 +28,13 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                 $0.links += 1
                 $0.peers.insert(info.peerSigningKey)
             }
-            context.logger.info("link \(info.id) up with \(info.peerRole) at \(info.remote ?? "?")")
+            // A phone's address only at debug (Docs/operations.md, "What the log holds").
+            if info.peerRole == .endpoint {
+                context.logger.info("link \(info.id) up with an endpoint")
+                context.logger.debug("link \(info.id): endpoint at \(info.remote ?? "?")")
+            } else {
+                context.logger.info("link \(info.id) up with \(info.peerRole) at \(info.remote ?? "?")")
+            }
             context.metrics.increment("links_up_total")
             context.events.linkUp(info)
         }

@@ -356,7 +356,9 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
         case "P2P-SERV-DISC-REQ":
             // wpa_supplicant answers from the services we added; we only count the questions.
             let n = lock.withLock { serviceQueries += 1; return serviceQueries }
-            if n <= 3 || n % 100 == 0 { events.log(.info, "service discovery query from \(event.arguments.dropFirst().first ?? "?") (\(n) so far)") }
+            // A device's address only at debug (Docs/operations.md, "What the log holds").
+            if n <= 3 || n % 100 == 0 { events.log(.info, "service discovery query (\(n) so far)") }
+            events.log(.debug, "service discovery query from \(event.arguments.dropFirst().first ?? "?")")
         case "P2P-DEVICE-FOUND":
             let addr = event.fields["p2p_dev_addr"] ?? event.arguments.first ?? ""
             _ = lock.withLock { devicesFound.insert(addr) }
@@ -364,7 +366,8 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
             if let addr = event.arguments.first {
                 let n = lock.withLock { stations.insert(addr); return stations.count }
                 events.gauge("wifidirect_stations", Double(n))
-                events.log(.info, "station \(addr) joined the group")
+                events.log(.info, "a station joined the group (\(n) now)")
+                events.log(.debug, "station \(addr) joined the group")
                 forgetPersistentClients()
             }
         case "AP-STA-DISCONNECTED":
@@ -396,9 +399,10 @@ public final class WiFiDirectTransport: Transport, @unchecked Sendable {
                 let method = settings.wpsMethod == .pbc ? "pbc" : (settings.wpsPin ?? "")
                 _ = try c.checked("P2P_CONNECT \(peer) \(method) go_intent=15 persistent freq=\(settings.frequency)")
             }
-            events.log(.info, "authorised \(peer) to join (\(settings.wpsMethod.rawValue))")
+            events.log(.info, "authorised a device to join (\(settings.wpsMethod.rawValue))")
+            events.log(.debug, "authorised \(peer) to join")
         } catch {
-            events.log(.warning, "cannot authorise \(peer): \(error)")
+            events.log(.warning, "cannot authorise a device to join: \(error)")
         }
     }
 

@@ -645,7 +645,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
         upByKey[key] = s.id
         peersSeen.insert(key)
         counters.linksUpTotal += 1
-        pending.append(.log(.info, "link \(s.id) up with \(peer.role) \(Self.shortKey(key)) at \(s.remote) (\(s.outbound ? "dialled" : "accepted"))"))
+        // A phone's key and address only at debug (Docs/operations.md, "What the log holds").
+        if peer.role == .endpoint {
+            pending.append(.log(.info, "link \(s.id) up with an endpoint (\(s.outbound ? "dialled" : "accepted"))"))
+            pending.append(.log(.debug, "link \(s.id): endpoint \(Self.shortKey(key)) at \(s.remote)"))
+        } else {
+            pending.append(.log(.info, "link \(s.id) up with \(peer.role) \(Self.shortKey(key)) at \(s.remote) (\(s.outbound ? "dialled" : "accepted"))"))
+        }
         pending.append(.up(LinkInfo(id: s.id, peerSigningKey: key, peerKXKey: peer.kxKey, peerRole: peer.role,
                                     mtu: Self.mtu, cost: settings.cost, kind: settings.kind, remote: s.remote.description)))
         pending.append(.counter("\(settings.metricPrefix)_links_up_total", 1))
