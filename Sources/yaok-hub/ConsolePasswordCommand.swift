@@ -18,13 +18,13 @@ struct ConsolePasswordCommand: ParsableCommand {
         try checkRootMayWrite(path, named: "password_file", configPath: config, dataDirectory: dataDir)
         let password: String
         if stdin {
-            guard let line = readLine(strippingNewline: true) else { throw ValidationError("no password on standard input") }
+            guard let line = readLine(strippingNewline: true) else { throw runtimeFailure("no password on standard input", code: 66) }
             password = line
         } else {
             guard let first = readSecret("New console password: "), let second = readSecret("Again: ") else {
                 throw ValidationError("no terminal to ask on: use --stdin")
             }
-            guard first == second else { throw ValidationError("the two passwords differ; nothing changed") }
+            guard first == second else { throw runtimeFailure("the two passwords differ; nothing changed", code: 1) }
             password = first
         }
         do {

@@ -32,7 +32,7 @@ struct StoreCommand: ParsableCommand {
             let storePath = Paths.storeFile(dataDirectory: dataDir)
             do {
                 guard FileManager.default.fileExists(atPath: storePath) else {
-                    throw ValidationError("there is no store at \(storePath) (data_dir \(dataDir))")
+                    throw runtimeFailure("there is no store at \(storePath) (data_dir \(dataDir))", code: 66)
                 }
                 let lock = try DataDirectoryLock(dataDirectory: dataDir)
                 defer { withExtendedLifetime(lock) {} }

@@ -30,6 +30,20 @@ func print(_ items: Any..., separator: String = " ", terminator: String = "\n") 
     FileHandle.standardOutput.write(Data(line.utf8))
 }
 
+/// What went wrong while a well-formed command ran: printed as `Error: …` without the usage
+/// banner (that is for mistyped commands, exit 64), with an exit code that says what happened.
+struct CommandFailure: Error, CustomStringConvertible {
+    let description: String
+    /// Ended by its --timeout: worth running again (EX_TEMPFAIL).
+    static func timedOut(_ message: String) -> ExitCode { fail(message, code: 75) }
+    /// Refused: a check the user asked for failed.
+    static func refused(_ message: String) -> ExitCode { fail(message, code: 1) }
+    private static func fail(_ message: String, code: Int32) -> ExitCode {
+        FileHandle.standardError.write(Data("Error: \(message)\n".utf8))
+        return ExitCode(code)
+    }
+}
+
 func printJSON(_ object: [String: Any]) {
     if let data = try? JSONSerialization.data(withJSONObject: object, options: [.sortedKeys]) {
         print(String(decoding: data, as: UTF8.self))
@@ -95,7 +109,7 @@ struct Contacts: ParsableCommand {
             if let fingerprint {
                 let given = fingerprint.lowercased().filter { $0.isHexDigit }
                 guard given == hex(c.userID) else {
-                    throw ValidationError("fingerprint does not match \(c.name)'s key: NOT verified")
+                    throw CommandFailure.refused("fingerprint does not match \(c.name)'s key: NOT verified")
                 }
             }
             try e.store.setVerified(c.userID)
@@ -346,7 +360,7 @@ struct Send: ParsableCommand {
         } else {
             ok = try withSession(e, attach, timeout: timeout, json: json, done: done)
         }
-        guard ok else { throw ValidationError("timed out after \(timeout) s; the message stays in the outbox and goes with the next session") }
+        guard ok else { throw CommandFailure.timedOut("timed out after \(timeout) s; the message stays in the outbox and goes with the next session") }
     }
 
     /// The messages this run sent, crossed off as their custody acks (or receipts) arrive. An
@@ -399,7 +413,7 @@ struct Listen: ParsableCommand {
             return counter.lock.withLock { counter.n += 1; return counter.n >= limit }
         }
         let received = counter.lock.withLock { counter.n }
-        if let limit, received < limit { throw ValidationError("received \(received) of \(limit) messages before the timeout") }
+        if let limit, received < limit { throw CommandFailure.timedOut("received \(received) of \(limit) messages before the timeout") }
     }
 }
 

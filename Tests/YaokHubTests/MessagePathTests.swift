@@ -172,6 +172,19 @@ final class MessagePathTests: XCTestCase {
         let again = try TestSupport.run(exe, ["outbox", "--home", alice, "--drop", String(id.prefix(8))])
         XCTAssertNotEqual(again.status, 0)
         XCTAssertTrue(again.output.contains("no sent message has an ID starting with"), again.output)
+        // Issue 48 #9: a runtime failure is no usage error: no banner, and an exit code that
+        // says what happened (75: timed out, try again; 1: a check failed), not 64.
+        let noHub = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "nobody home", "--hub", "udp://127.0.0.1:9", "--timeout", "1"])
+        XCTAssertEqual(noHub.status, 75, noHub.output)
+        XCTAssertTrue(noHub.output.contains("Error: timed out after 1.0 s; the message stays in the outbox"), noHub.output)
+        XCTAssertFalse(noHub.output.contains("Usage:"), noHub.output)
+        let wrongPrint = try TestSupport.run(exe, ["contacts", "verify", "--home", alice, "Bob", "--fingerprint", "0000"])
+        XCTAssertEqual(wrongPrint.status, 1, wrongPrint.output)
+        XCTAssertFalse(wrongPrint.output.contains("Usage:"), wrongPrint.output)
+        // A mistyped command still gets the banner and 64.
+        let mistyped = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "x", "--no-such-option"])
+        XCTAssertEqual(mistyped.status, 64, mistyped.output)
+        XCTAssertTrue(mistyped.output.contains("Usage:"), mistyped.output)
     }
 
     func testMessagesFromNonContactsAreRejectedAndRecordedWithoutContent() throws {
