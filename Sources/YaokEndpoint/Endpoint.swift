@@ -14,6 +14,7 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
     case badHubAddress(String)
     case emptyMessage
     case noOutboxMessage(String)
+    case contactExists(String, verified: Bool)
     case ambiguousOutboxMessage(String, Int)
     case outboxMessageAlreadyTaken(String, String)
 
@@ -26,6 +27,8 @@ public enum EndpointError: Error, CustomStringConvertible, Sendable {
         case .ownContactCode: return "that contact code is your own"
         case .badHubAddress(let a): return "hub address \"\(a)\" is not of the form udp://HOST:PORT"
         case .emptyMessage: return "the message is empty"
+        case .contactExists(let name, let verified):
+            return "\(name) is already a contact\(verified ? " (fingerprint verified)" : ""); nothing changed (`yaok contacts remove \(name)` first to replace it)"
         case .noOutboxMessage(let p): return "no sent message has an ID starting with \"\(p)\" (see `yaok outbox`)"
         case .ambiguousOutboxMessage(let p, let n): return "\(n) sent messages have IDs starting with \"\(p)\"; give more digits"
         case .outboxMessageAlreadyTaken(let id, let state):
@@ -111,6 +114,10 @@ public final class Endpoint: @unchecked Sendable {
     public func addContact(uri: String, name: String? = nil) throws -> Contact {
         let code = try ContactCode(parsing: uri)
         guard code.userID != identity.userID else { throw EndpointError.ownContactCode }
+        // Adding again would overwrite the name and the fingerprint check the owner made.
+        if let known = try store.contacts().first(where: { $0.userID == code.userID }) {
+            throw EndpointError.contactExists(known.name, verified: known.verified)
+        }
         let contact = Contact(userID: code.userID, name: name ?? code.name, signingKey: code.signingKey, kxKey: code.kxKey,
                               verified: false, addedMs: now())
         try store.addContact(contact)

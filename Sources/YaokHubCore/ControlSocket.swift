@@ -306,7 +306,8 @@ public enum ControlError: Error, CustomStringConvertible, Sendable {
         case .system(let call, let e): return "\(call): \(String(cString: strerror(e)))"
         case .pathTooLong(let p): return "control socket path is too long: \(p)"
         case .inUse(let p): return "another hub is already serving \(p)"
-        case .notRunning(let p): return "no hub is running (nothing listens on \(p))"
+        case .notRunning(let p):
+            return "no hub is running (nothing listens on \(p)); a hub started with another config listens elsewhere: give that --config FILE, or --socket PATH (its hub.control_socket)"
         case .badResponse: return "the hub sent an unreadable response"
         case .remote(let m): return m
         case .unknownCommand(let c): return "unknown command \"\(c)\"; known: status, plugins, identity, ping"

@@ -76,8 +76,14 @@ public struct ContactCode: Sendable, Equatable {
         guard bytes.count <= Self.maxPayloadLength else {
             throw WireError.oversized(what: what, size: bytes.count, limit: Self.maxPayloadLength)
         }
+        // A code cut short or mistyped is the common case: say so, not "version 0".
+        let shortest = 1 + 32 + 1 + Self.minNameLength + 32 + 32 + 64
+        guard bytes.count >= shortest else {
+            throw WireError.invalidURI("it is cut short or garbled (\(bytes.count) bytes where a code has at least \(shortest)); copy the whole code again")
+        }
         var r = ByteReader(bytes, what: what)
         let version = try r.u8()
+        guard version != 0 else { throw WireError.invalidURI("it is garbled (no contact code has version 0); copy the whole code again") }
         guard version == Self.version else { throw WireError.wrongVersion(what: what, version: Int(version)) }
         let userID = try r.take(32)
         let nameLength = Int(try r.u8())

@@ -181,6 +181,20 @@ final class MessagePathTests: XCTestCase {
         let wrongPrint = try TestSupport.run(exe, ["contacts", "verify", "--home", alice, "Bob", "--fingerprint", "0000"])
         XCTAssertEqual(wrongPrint.status, 1, wrongPrint.output)
         XCTAssertFalse(wrongPrint.output.contains("Usage:"), wrongPrint.output)
+        // Issue 48 #13: a garbled code says so (not "version 0"); adding a contact again
+        // changes nothing and says why (it used to reset the fingerprint check).
+        let garbled = try TestSupport.run(exe, ["contacts", "add", "--home", alice, "yaok://contact?v=1&d=AAAAAAAA"])
+        XCTAssertNotEqual(garbled.status, 0)
+        XCTAssertTrue(garbled.output.contains("cut short or garbled"), garbled.output)
+        let bobCode = try TestSupport.run(exe, ["qr", "--home", dir + "/bob"]).output.trimmingCharacters(in: .whitespacesAndNewlines)
+        let twice = try TestSupport.run(exe, ["contacts", "add", "--home", alice, bobCode])
+        XCTAssertNotEqual(twice.status, 0)
+        XCTAssertTrue(twice.output.contains("Bob is already a contact; nothing changed"), twice.output)
+        // `yaok-hub status` where no hub listens names the socket and how to find another.
+        let socket = dir + "/no-hub.sock"
+        let status = try TestSupport.run(try TestSupport.product("yaok-hub"), ["status", "--socket", socket])
+        XCTAssertNotEqual(status.status, 0)
+        XCTAssertTrue(status.output.contains("nothing listens on \(socket)") && status.output.contains("give that --config FILE, or --socket PATH"), status.output)
         // A mistyped command still gets the banner and 64.
         let mistyped = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "x", "--no-such-option"])
         XCTAssertEqual(mistyped.status, 64, mistyped.output)
