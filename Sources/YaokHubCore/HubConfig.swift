@@ -492,7 +492,7 @@ struct MappingReader {
 
     func allowOnly(_ keys: Set<String>) throws {
         for (key, _, _) in pairs where !keys.contains(key) {
-            throw error(key, "unknown key; known keys are: \(keys.sorted().joined(separator: ", "))")
+            throw error(key, ConfigSection.unknownKeyMessage(key, known: keys))
         }
     }
 

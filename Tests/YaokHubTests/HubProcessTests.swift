@@ -228,7 +228,23 @@ final class HubProcessTests: XCTestCase {
             .write(toFile: badPlugin, atomically: true, encoding: .utf8)
         let check2 = try TestSupport.run(hubExe, ["check-config", badPlugin])
         XCTAssertEqual(check2.status, 78)
-        XCTAssertTrue(check2.output.contains("transports.udp.listen (line 12): expected IPv4 host:port"), check2.output)
+        XCTAssertTrue(check2.output.contains("transports.udp.listen (line 12): \"nowhere\" has no port"), check2.output)
+        // Issue 48 #13: the address parser's own reason (not "expected IPv4 host:port" for a
+        // port of 99999), and a typo gets the nearest key, with the keys the hub reads listed.
+        for (section, says) in [("    listen: 0.0.0.0:99999\n", "the port must be a number from 0 to 65535"),
+                                ("    listn: 0.0.0.0:7811\n", "unknown key; did you mean `listen`? known keys are: enabled, idle_timeout_s, keepalive_s, listen, max_sessions, peer_roles, peers, plugin")] {
+            let file = dir + "/typo.yaml"
+            try Self.config(dir: dir, pluginDirs: [plugins], udpPort: nil, extra: "  udp:\n    enabled: true\n" + section)
+                .write(toFile: file, atomically: true, encoding: .utf8)
+            let r = try TestSupport.run(hubExe, ["check-config", file])
+            XCTAssertEqual(r.status, 78)
+            XCTAssertTrue(r.output.contains(says), r.output)
+        }
+        let hostTypo = dir + "/hosttypo.yaml"
+        try "hub:\n  name: x\nrouter:\n  custody_timout_s: 5\n".write(toFile: hostTypo, atomically: true, encoding: .utf8)
+        let check4 = try TestSupport.run(hubExe, ["check-config", hostTypo])
+        XCTAssertEqual(check4.status, 78)
+        XCTAssertTrue(check4.output.contains("router.custody_timout_s (line 4): unknown key; did you mean `custody_timeout_s`?"), check4.output)
 
         let good = dir + "/good.yaml"
         try Self.config(dir: dir, pluginDirs: [plugins], udpPort: 7000).write(toFile: good, atomically: true, encoding: .utf8)

@@ -58,11 +58,11 @@ public struct MeshSettings: Sendable, Equatable {
             throw config.error("interfaces", "\"\(name)\" is not an interface name (1–15 characters)")
         }
         let listenText = try config.string("listen", default: "0.0.0.0:7813")
-        guard let listen = IPEndpoint(parsing: listenText) else {
-            throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\"")
-        }
-        guard !listen.isIPv6 else {
-            throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\" (with ipv6: true the IPv6 listener takes the same port on [::])")
+        let listen: IPEndpoint
+        do {
+            listen = try config.ipv4Endpoint("listen", text: listenText)
+        } catch let e as ConfigError where (try? IPEndpoint.parse(listenText))?.isIPv6 == true {
+            throw ConfigError(keyPath: e.keyPath, line: e.line, message: e.message + " (with ipv6: true the IPv6 listener takes the same port on [::])")
         }
         self.listen = listen
         peers = try config.strings("peers", default: []).map { text in

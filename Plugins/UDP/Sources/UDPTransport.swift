@@ -55,13 +55,8 @@ public final class UDPTransport: Transport, @unchecked Sendable {
         let config = context.config
         try config.rejectUnknownKeys(allowed: ["listen", "peers", "idle_timeout_s", "keepalive_s", "max_sessions"])
         let listenText = try config.string("listen", default: "0.0.0.0:7811")
-        guard let listen = IPEndpoint(parsing: listenText), !listen.isIPv6 else {
-            throw config.error("listen", "expected IPv4 host:port, got \"\(listenText)\"")
-        }
-        let peers = try config.strings("peers", default: []).map { text -> IPEndpoint in
-            guard let a = IPEndpoint(parsing: text), !a.isIPv6 else { throw config.error("peers", "expected IPv4 host:port, got \"\(text)\"") }
-            return a
-        }
+        let listen = try config.ipv4Endpoint("listen", text: listenText)
+        let peers = try config.strings("peers", default: []).map { try config.ipv4Endpoint("peers", text: $0) }
         let idle = try config.int("idle_timeout_s", default: 45, range: 3...3600)
         let keepalive = try config.int("keepalive_s", default: 10, range: 1...600)
         let maxSessions = try config.int("max_sessions", default: 256, range: 1...65_536)

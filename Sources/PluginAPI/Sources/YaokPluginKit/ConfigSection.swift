@@ -143,12 +143,48 @@ public struct ConfigSection: Sendable, Equatable {
     }
 
     /// Rejects keys the plugin does not know, so a typo is an error rather than silently ignored.
-    /// `enabled` and `plugin` are always allowed (the host reads them).
+    /// `enabled` and `plugin` are always allowed (the host reads them, and `peer_roles`).
     public func rejectUnknownKeys(allowed: Set<String>) throws {
-        for key in keys where !allowed.contains(key) && key != "enabled" && key != "plugin" {
-            let known = allowed.sorted().joined(separator: ", ")
-            throw error(key, "unknown key; known keys are: \(known)")
+        let hostKeys: Set<String> = ["enabled", "plugin", "peer_roles"]
+        for key in keys where !allowed.contains(key) && !hostKeys.contains(key) {
+            throw error(key, Self.unknownKeyMessage(key, known: allowed.union(hostKeys)))
         }
+    }
+
+    /// "unknown key; did you mean `x`? known keys are: …" — the nearest known key (at most
+    /// two edits, or a third of its length) is suggested.
+    public static func unknownKeyMessage(_ key: String, known: Set<String>) -> String {
+        let list = known.sorted().joined(separator: ", ")
+        guard let nearest = known.map({ ($0, editDistance(key, $0)) }).min(by: { ($0.1, $0.0) < ($1.1, $1.0) }),
+              nearest.1 <= max(2, nearest.0.count / 3) else { return "unknown key; known keys are: \(list)" }
+        return "unknown key; did you mean `\(nearest.0)`? known keys are: \(list)"
+    }
+
+    /// Levenshtein distance between two short strings.
+    static func editDistance(_ a: String, _ b: String) -> Int {
+        let a = Array(a), b = Array(b)
+        var previous = Array(0...b.count)
+        for i in 1...max(1, a.count) where !a.isEmpty {
+            var current = [i] + Array(repeating: 0, count: b.count)
+            for j in 1...max(1, b.count) where !b.isEmpty {
+                current[j] = min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1))
+            }
+            previous = current
+        }
+        return a.isEmpty ? b.count : previous[b.count]
+    }
+
+    /// An IPv4 `host:port` (the UDP and mesh transports listen and dial IPv4), with the
+    /// address parser's own reason when the text is not one (a port of 99999, a missing port).
+    public func ipv4Endpoint(_ key: String, text: String) throws -> IPEndpoint {
+        let endpoint: IPEndpoint
+        do {
+            endpoint = try IPEndpoint.parse(text)
+        } catch {
+            throw self.error(key, "\(error)")
+        }
+        guard !endpoint.isIPv6 else { throw self.error(key, "\"\(text)\": expected an IPv4 address here (host:port)") }
+        return endpoint
     }
 
     /// The raw value, or nil when absent or null.
