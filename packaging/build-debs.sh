@@ -173,7 +173,11 @@ finish_package() {
 }
 
 install_doc() { # dir package
-  install -D -m 0644 Docs/operations.md "$1/usr/share/doc/$2/operations.md"
+  # operations.md and every document it points to, so its links work on the box (offline).
+  local doc
+  for doc in $(grep -o 'Docs/[a-z-]*\.md' Docs/operations.md | sort -u) Docs/operations.md; do
+    install -D -m 0644 "$doc" "$1/usr/share/doc/$2/$(basename "$doc")"
+  done
   install -D -m 0644 packaging/debian/copyright "$1/usr/share/doc/$2/copyright"
 }
 

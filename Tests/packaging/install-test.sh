@@ -104,6 +104,15 @@ mode_owner() {
   echo "$m $u:$g"
 }
 check "user yaok-hub exists" in_root getent passwd yaok-hub
+# Issue 48 #19: operations.md's links resolve on the box (console.md was missing).
+docs_linked() {
+  local d
+  for d in $(grep -o 'Docs/[a-z-]*\.md' "$root/usr/share/doc/yaok-hub/operations.md" | sort -u); do
+    [ -f "$root/usr/share/doc/yaok-hub/$(basename "$d")" ] || { echo "missing /usr/share/doc/yaok-hub/$(basename "$d")"; return 1; }
+  done
+}
+check "every document operations.md points to is installed beside it (console.md among them)" docs_linked
+check "console.md is installed" test -f "$root/usr/share/doc/yaok-hub/console.md"
 check "user yaok-relay exists" in_root getent passwd yaok-relay
 check "/var/lib/yaok-hub is 700 yaok-hub" test "$(mode_owner /var/lib/yaok-hub)" = "700 yaok-hub:yaok-hub"
 check "/var/lib/yaok-relay is 700 yaok-relay" test "$(mode_owner /var/lib/yaok-relay)" = "700 yaok-relay:yaok-relay"
