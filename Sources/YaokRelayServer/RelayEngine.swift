@@ -542,6 +542,13 @@ public final class RelayEngine: @unchecked Sendable {
             }
         }
         do {
+            // Delivered already (its ACK came before this copy): a duplicate, never queued
+            // again nor charged (a node resumed after a freeze, a hub's retry).
+            if try store.isDelivered(id) {
+                metrics.sendsDuplicate += 1
+                reply(.queued, QueuedNotice(bundleID: id, status: .duplicate).encoded, to: session, out: &out)
+                return
+            }
             switch try held(id, comparedWith: message) {
             case .nothing: break
             case .same:
@@ -559,26 +566,6 @@ public final class RelayEngine: @unchecked Sendable {
         }
         let sender = envelope.senderUserID
         let source = prefix(of: session.address)
-        if let wait = sendIPBuckets.take(source, nowMs: t) {
-            logger.notice("an address exceeded \(limits.sendsPerHourPerIP) messages per hour")
-            return refuse(.rateLimited, "rate_limited_ip",
-                          "rate limit: \(limits.sendsPerHourPerIP) messages per hour from one address; retry in \((wait + 999) / 1000) s", retry: wait)
-        }
-        let senderWait: Int64?
-        if store.isShared {
-            // Counted in the shared store, so sending through several nodes does not multiply the budget.
-            do { senderWait = try store.chargeSend(sender: sender, nowMs: t, limit: limits.messagesPerHour) } catch {
-                logger.error("store: cannot count a send: \(error)")
-                return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
-            }
-        } else {
-            senderWait = senderBuckets.take(sender, nowMs: t)
-        }
-        if let wait = senderWait {
-            logger.notice("sender \(Self.short(sender)) rate limited")
-            return refuse(.rateLimited, "rate_limited",
-                          "rate limit: \(limits.messagesPerHour) messages per hour per sender; retry in \((wait + 999) / 1000) s", retry: wait)
-        }
         let recipient = envelope.recipientUserID
         if store.isShared, queuedPerUser[recipient, default: 0] >= limits.maxQueuedPerUser || queuedTotal >= limits.maxQueuedTotal
             || queuedPerSender[sender, default: 0] >= limits.maxQueuedPerSender {
@@ -599,6 +586,28 @@ public final class RelayEngine: @unchecked Sendable {
         guard queuedPerPrefix[source, default: 0] < limits.maxQueuedPerPrefix else {
             logger.notice("an address prefix holds its share of the queue")
             return refuse(.relayFull, "prefix_share", "this address prefix holds its share (\(limits.maxQueuedPerPrefix)) of the relay's queue", retry: 3_600_000)
+        }
+        // Charged last: only a new message that would be queued counts against the hourly
+        // budgets, not a refused one or a copy sent again.
+        if let wait = sendIPBuckets.take(source, nowMs: t) {
+            logger.notice("an address exceeded \(limits.sendsPerHourPerIP) messages per hour")
+            return refuse(.rateLimited, "rate_limited_ip",
+                          "rate limit: \(limits.sendsPerHourPerIP) messages per hour from one address; retry in \((wait + 999) / 1000) s", retry: wait)
+        }
+        let senderWait: Int64?
+        if store.isShared {
+            // Counted in the shared store, so sending through several nodes does not multiply the budget.
+            do { senderWait = try store.chargeSend(sender: sender, nowMs: t, limit: limits.messagesPerHour) } catch {
+                logger.error("store: cannot count a send: \(error)")
+                return refuse(.internalError, "internal", "storage unavailable; try later", retry: 5_000)
+            }
+        } else {
+            senderWait = senderBuckets.take(sender, nowMs: t)
+        }
+        if let wait = senderWait {
+            logger.notice("sender \(Self.short(sender)) rate limited")
+            return refuse(.rateLimited, "rate_limited",
+                          "rate limit: \(limits.messagesPerHour) messages per hour per sender; retry in \((wait + 999) / 1000) s", retry: wait)
         }
         let expires = t + min(judgement.remainingMs, limits.retentionMs)
         // Queued with a version-1 header, which every client reads: whoever it goes to knows

@@ -25,7 +25,7 @@ import struct YaokPluginKit.Backoff
 // @unchecked: the engine calls it from its one serial queue; the listener handle is under `listenerLock`.
 public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     /// The schema this code writes (the `relay_schema_version` table holds the applied one).
-    public static let schemaVersion = 1
+    public static let schemaVersion = 2
     /// The NOTIFY channel.
     public static let channel = "yaok_relay_queued"
     /// The advisory lock key held while migrating (two nodes starting at once take turns).
@@ -91,6 +91,12 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
             "CREATE INDEX relay_attachments_owner ON relay_attachments (owner)",
             "CREATE TABLE relay_nonces (nonce_key bytea PRIMARY KEY, expires_ms bigint NOT NULL)",
             "CREATE TABLE relay_send_counts (sender bytea NOT NULL, hour bigint NOT NULL, n integer NOT NULL, PRIMARY KEY (sender, hour))",
+        ],
+        // Delivered bundle IDs until their expiry: a copy sent again after its ACK (a node
+        // that resumes after a freeze, a hub's retry) is a duplicate, not queued again.
+        2: [
+            "CREATE TABLE relay_delivered (bundle_id bytea PRIMARY KEY, expires_ms bigint NOT NULL)",
+            "CREATE INDEX relay_delivered_expiry ON relay_delivered (expires_ms)",
         ],
     ]
 
@@ -283,7 +289,11 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     }
 
     public func delete(_ bundleID: [UInt8]) throws -> Bool {
-        try runWithCount("DELETE FROM relay_queue WHERE bundle_id = \(Self.bytes(bundleID))", purpose: "deleting an acknowledged bundle").affected == 1
+        try !delete([bundleID]).isEmpty
+    }
+
+    public func isDelivered(_ bundleID: [UInt8]) throws -> Bool {
+        try !run("SELECT 1 FROM relay_delivered WHERE bundle_id = \(Self.bytes(bundleID))", purpose: "looking up a delivered bundle").isEmpty
     }
 
     public func bundleIDs(for recipient: [UInt8], nowMs: Int64, limit: Int) throws -> [[UInt8]] {
@@ -324,6 +334,7 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
             try run("DELETE FROM relay_attachments WHERE expires_ms <= \(nowMs)", purpose: "expiring attachments")
             try run("DELETE FROM relay_nonces WHERE expires_ms <= \(nowMs)", purpose: "expiring nonces")
             try run("DELETE FROM relay_send_counts WHERE hour < \(nowMs / 3_600_000)", purpose: "expiring send counters")
+            try run("DELETE FROM relay_delivered WHERE expires_ms <= \(nowMs)", purpose: "forgetting expired deliveries")
             return n
         }
     }
@@ -412,8 +423,12 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
 
     public func delete(_ bundleIDs: [[UInt8]]) throws -> Set<[UInt8]> {
         guard !bundleIDs.isEmpty else { return [] }
-        return Set(try run("DELETE FROM relay_queue WHERE bundle_id = ANY(\(bundleIDs.map(Self.bytes))) RETURNING bundle_id",
-                           purpose: "deleting acknowledged bundles").map { Self.array(try $0.decode(ByteBuffer.self)) })
+        // One statement: the deleted rows are remembered as delivered (until their expiry).
+        return Set(try run("""
+            WITH gone AS (DELETE FROM relay_queue WHERE bundle_id = ANY(\(bundleIDs.map(Self.bytes))) RETURNING bundle_id, expires_ms),
+                 kept AS (INSERT INTO relay_delivered (bundle_id, expires_ms) SELECT bundle_id, expires_ms FROM gone ON CONFLICT (bundle_id) DO NOTHING)
+            SELECT bundle_id FROM gone
+            """, purpose: "deleting acknowledged bundles").map { Self.array(try $0.decode(ByteBuffer.self)) })
     }
 
     public func recipientsWithLeasesExpired(afterMs: Int64, untilMs: Int64) throws -> [[UInt8]] {
@@ -427,11 +442,13 @@ public final class RelayPostgresStore: RelayStore, @unchecked Sendable {
     /// several nodes does not multiply the budget.
     public func chargeSend(sender: [UInt8], nowMs: Int64, limit: Int) throws -> Int64? {
         let hour = nowMs / 3_600_000
-        let n = try run("""
+        // A send over the limit is refused and not counted: only accepted sends use the budget.
+        let counted = try run("""
             INSERT INTO relay_send_counts (sender, hour, n) VALUES (\(Self.bytes(sender)), \(hour), 1)
-            ON CONFLICT (sender, hour) DO UPDATE SET n = relay_send_counts.n + 1 RETURNING n
-            """, purpose: "counting a send").first.map { try $0.decode(Int32.self) } ?? 0
-        return Int(n) > limit ? (hour + 1) * 3_600_000 - nowMs : nil
+            ON CONFLICT (sender, hour) DO UPDATE SET n = relay_send_counts.n + 1 WHERE relay_send_counts.n < \(Int32(clamping: limit))
+            RETURNING n
+            """, purpose: "counting a send")
+        return counted.isEmpty ? (hour + 1) * 3_600_000 - nowMs : nil
     }
 
     /// Closes the connections and the event loop. Later calls throw ``RelayPostgresError/closed``.

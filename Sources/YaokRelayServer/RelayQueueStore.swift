@@ -121,6 +121,14 @@ public final class RelayQueueStore: RelayStore, @unchecked Sendable {
                 try db.execute("DELETE FROM relay_attachments", purpose: "forgetting attachments made from v1 registrations")
                 if n > 0 { logger.notice("relay registration migration: forgot \(n) phone attachments made from v1 registrations") }
             },
+            // Version 4: delivered bundle IDs, kept until the bundle's expiry, so a copy sent
+            // again after its ACK is a duplicate and not queued (and delivered) a second time.
+            Migration(version: 4, script: """
+                CREATE TABLE relay_delivered (
+                    bundle_id BLOB PRIMARY KEY,
+                    expires_ms INTEGER NOT NULL
+                ) WITHOUT ROWID;
+                """),
         ]
     }
 
@@ -160,10 +168,18 @@ public final class RelayQueueStore: RelayStore, @unchecked Sendable {
 
     /// Deletes a queued bundle; true if it was there.
     public func delete(_ bundleID: [UInt8]) throws -> Bool {
-        try database.withExclusiveAccess {
-            try database.execute("DELETE FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "deleting an acknowledged bundle")
-            return database.changes == 1
+        try database.transaction {
+            try database.execute("INSERT OR IGNORE INTO relay_delivered (bundle_id, expires_ms) SELECT bundle_id, expires_ms FROM relay_queue WHERE bundle_id = ?",
+                                 [.blob(bundleID)], purpose: "remembering a delivered bundle")
+            return try database.withExclusiveAccess {
+                try database.execute("DELETE FROM relay_queue WHERE bundle_id = ?", [.blob(bundleID)], purpose: "deleting an acknowledged bundle")
+                return database.changes == 1
+            }
         }
+    }
+
+    public func isDelivered(_ bundleID: [UInt8]) throws -> Bool {
+        try database.scalar("SELECT 1 FROM relay_delivered WHERE bundle_id = ?", [.blob(bundleID)], purpose: "looking up a delivered bundle") != nil
     }
 
     /// Bundle IDs queued for `recipient`, oldest first.
@@ -203,6 +219,7 @@ public final class RelayQueueStore: RelayStore, @unchecked Sendable {
             let n = database.changes
             try database.execute("DELETE FROM relay_attachments WHERE expires_ms <= ?", [.integer(nowMs)], purpose: "expiring attachments")
             try database.execute("DELETE FROM relay_nonces WHERE expires_ms <= ?", [.integer(nowMs)], purpose: "expiring nonces")
+            try database.execute("DELETE FROM relay_delivered WHERE expires_ms <= ?", [.integer(nowMs)], purpose: "forgetting expired deliveries")
             return n
         }
     }

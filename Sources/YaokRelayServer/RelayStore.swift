@@ -26,8 +26,14 @@ public protocol RelayStore: AnyObject, Sendable {
     /// The recipient and the sender of a queued bundle, or nil.
     func recipientAndSender(of bundleID: [UInt8]) throws -> (recipient: [UInt8], sender: [UInt8])?
 
-    /// Deletes a queued bundle; true if it was there.
+    /// Deletes a queued bundle (its recipient acknowledged it) and remembers its bundle ID as
+    /// delivered until the bundle's expiry (``isDelivered(_:)``); true if it was there.
     func delete(_ bundleID: [UInt8]) throws -> Bool
+
+    /// Whether a bundle with this ID was delivered (acknowledged) and has not expired: a copy
+    /// sent again (a hub's retry that crossed the ACK, a node resumed after a freeze) is a
+    /// duplicate, never queued again.
+    func isDelivered(_ bundleID: [UInt8]) throws -> Bool
 
     /// Bundle IDs queued for `recipient`, oldest first, unexpired. A shared store leaves out
     /// bundles leased to any node until `nowMs`.

@@ -94,6 +94,29 @@ final class RelayClusterTests: XCTestCase {
                      sorted.count, sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.last ?? 0))
     }
 
+    /// Issue 48 #2 on the shared store: a copy of a delivered message reaching the other node
+    /// later (a hub's retry, a node resumed after a freeze) is a duplicate there too: not
+    /// queued, not pushed again, and not counted against the sender's hourly budget.
+    func testADeliveredMessageSentAgainToTheOtherNodeIsADuplicate() throws {
+        let (pg, nodes) = try cluster(extra: ["--messages-per-hour", "2"])
+        let alice = Identity.generate(), bob = Identity.generate()
+        let a0 = try registered(alice, on: nodes[0]), a1 = try registered(alice, on: nodes[1])
+        let b = try registered(bob, on: nodes[1])
+        let bundle = try messageBundle(from: alice, to: bob)
+        let mark = b.currentSeq()
+        XCTAssertEqual(try a0.sendAndWait(bundle: bundle).status, .queued)
+        let got = try b.nextMessage(after: mark, timeout: 5)
+        try b.ack([got.bundleID])
+        XCTAssertTrue(Wait.poll(timeout: 10) { self.queued(pg) == 0 })
+        let mark2 = b.currentSeq()
+        for node in [a1, a0, a1] { XCTAssertEqual(try node.sendAndWait(bundle: bundle).status, .duplicate) }
+        XCTAssertEqual(queued(pg), 0)
+        XCTAssertNil(try? b.nextMessage(after: mark2, timeout: 0.5), "pushed again")
+        XCTAssertEqual(try pg.sql("SELECT count(*) FROM relay_delivered"), "1")
+        // One new message still fits in the hour's two: the copies were not charged.
+        XCTAssertEqual(try a1.sendAndWait(bundle: messageBundle(from: alice, to: bob)).status, .pushed)
+    }
+
     /// Real `yaok` users on different nodes: Bob listens on node 1, Alice sends through node 0
     /// and waits for Bob's delivery receipt, which travels node 1 → PostgreSQL → node 0.
     func testYaokUsersOnDifferentNodesGetDeliveryReceipts() throws {

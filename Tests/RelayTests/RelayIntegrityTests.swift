@@ -112,6 +112,44 @@ final class RelayIntegrityTests: XCTestCase {
         XCTAssertEqual(try a.sendAndWait(bundle: bundle(first)).status, .duplicate)
     }
 
+    /// Issue 48 #2: a node resumed after a freeze processed the copies a hub had sent it
+    /// meanwhile and queued 8 delivered messages again (the user saw them twice), charging the
+    /// sender for each, so her real 93rd message was refused. A delivered bundle ID is now
+    /// remembered until its expiry: a copy is a duplicate, not queued and not charged; and a
+    /// send over the limit is refused without using up budget.
+    func testADeliveredMessageSentAgainIsADuplicateAndChargesNothing() throws {
+        var limits = RelayLimits()
+        limits.messagesPerHour = 3
+        relay = try RelayHarness(limits: limits)
+        let alice = Identity.generate(), bob = Identity.generate()
+        let a = try relay.registeredClient(alice)
+        let b = try relay.registeredClient(bob)
+        let first = try bundle(envelope(from: alice, to: bob, text: "first"))
+        let mark = b.currentSeq()
+        XCTAssertEqual(try a.sendAndWait(bundle: first).status, .pushed)
+        let got = try b.nextMessage(after: mark, timeout: 5)
+        try b.ack([got.bundleID])
+        XCTAssertTrue(Wait.poll { self.relay.server.withEngine { $0.queuedCount(for: bob.userID) } == 0 })
+        // The stale copies come in after the ACK: duplicates, nothing queued, nothing pushed.
+        let mark2 = b.currentSeq()
+        for _ in 0..<5 { XCTAssertEqual(try a.sendAndWait(bundle: first).status, .duplicate) }
+        XCTAssertEqual(relay.server.withEngine { $0.queuedCount(for: bob.userID) }, 0)
+        XCTAssertNil(try? b.nextMessage(after: mark2, timeout: 0.5), "the delivered message was not pushed again")
+        // The copies used no budget: two more new messages fit in the hour's three.
+        // (Bob is still online: they are pushed.)
+        for text in ["second", "third"] {
+            XCTAssertEqual(try a.sendAndWait(bundle: bundle(envelope(from: alice, to: bob, text: text))).status, .pushed)
+        }
+        let fourth = try bundle(envelope(from: alice, to: bob, text: "fourth"))
+        XCTAssertEqual(try refusal(sending: fourth, via: a)?.code, .rateLimited)
+        XCTAssertEqual(relay.server.metricsSnapshot().sendsDuplicate, 5)
+        // Delivered stays delivered across a restart (it is in the database).
+        try relay.restart()
+        let a2 = try relay.registeredClient(alice)
+        XCTAssertEqual(try a2.sendAndWait(bundle: first).status, .duplicate)
+        XCTAssertFalse(try relay.store.contains(got.bundleID), "the delivered message is not queued again")
+    }
+
     /// The relay judges a bundle by its age (a version-2 hop header's) as well as by its clock,
     /// and queues it with a version-1 header, which every client reads (Docs/relay-protocol.md §4).
     func testTheRelayJudgesByAgeAndQueuesAVersionOneHeader() throws {
@@ -247,7 +285,7 @@ final class RelayIntegrityTests: XCTestCase {
         // Opening it with the new store migrates it (and says what it dropped).
         let log = LogCapture()
         let (_, store) = try RelayServer.openDataDirectory(dir, logger: Logger(label: "migration-test") { _ in log })
-        XCTAssertEqual(try store.database.schemaVersion(component: "relay"), 3)
+        XCTAssertEqual(try store.database.schemaVersion(component: "relay"), 4)
         XCTAssertTrue(try store.attachments(nowMs: t).isEmpty, "attachments from v1 registrations survive the upgrade")
         XCTAssertEqual(try store.countsByRecipient(), [bob.userID: 1, carol.userID: 1])
         XCTAssertEqual(try store.bundle(forBob.bundleID), bundle(forBob))
