@@ -207,8 +207,10 @@ public final class HubSession: @unchecked Sendable {
     /// Whether the hub on the current link is trusted (``trust``), once the link is up.
     public var isHubTrusted: Bool { queue.sync { link != nil && hubTrusted } }
     /// How long a carried registration lets the hub collect (the relay caps it at 7 days and
-    /// remembers it for at most 24 h; we renew every few minutes while linked).
-    static let registrationLifetimeMs: Int64 = 24 * 3_600_000
+    /// remembers it for at most 24 h; we renew every few minutes while linked). Short: a hub
+    /// collects our internet mail for at most an hour after we left it; after that the mail
+    /// waits at the relay for wherever we turn up next (Docs/protocol.md §5).
+    static let registrationLifetimeMs: Int64 = 3_600_000
     /// The relay accepts a registration within ±5 minutes of its timestamp: renew before that.
     static let registrationRefreshMs: Int64 = 240_000
     /// Items sent before waiting for acknowledgements.
