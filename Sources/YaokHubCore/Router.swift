@@ -269,6 +269,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The receipt commitments of messages stored lately, read on the transports' threads.
     private let receiptCommitments = ReceiptCommitments()
     private var senderWindow: (startMs: Int64, counts: [[UInt8]: Int]) = (0, [:])
+    /// Bundles the relay refused for now (rate limited, full), until when it gets them again.
+    private var relayRefusedUntil: [[UInt8]: Int64] = [:]
     /// The latest relay registration each attached endpoint gave us (the relay checks it).
     private var registrations: [[UInt8]: [UInt8]] = [:]
     private var timer: DispatchSourceTimer?
@@ -1036,7 +1038,15 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .rateLimited, .storeFull:
             // Later, not before the refuser's hint (the relay's rate limit gives one).
             let t = now()
-            failAttemptIfStillInFlight(id, nowMs: t, notBeforeMs: refusal.retryAfterS.map { t + Int64($0) * 1000 })
+            let notBefore = refusal.retryAfterS.map { t + Int64($0) * 1000 }
+            failAttemptIfStillInFlight(id, nowMs: t, notBeforeMs: notBefore)
+            if link.info.peerRole == .relay {
+                // The relay route waits for the hint or the backoff; a send that failed because
+                // a link went down (a relay failover) does not: the next link takes it at once.
+                let due = storeCall("bundle", { try store.bundle(id) }).flatMap { $0 }?.nextAttemptMs ?? (t + 60_000)
+                relayRefusedUntil[id] = max(due, notBefore ?? 0)
+                if relayRefusedUntil.count > 100_000 { relayRefusedUntil = relayRefusedUntil.filter { $0.value > t } }
+            }
         default:
             // The neighbour will never take it: treat it as holding it so we stop offering.
             if link.isUntrustedHub {
@@ -1354,13 +1364,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     /// The relay came up: hand it what the policy routes there.
-    /// Bundles for the relay: only those due (a refused one waits for its backoff and the
-    /// relay's hint) and not refused by it for good (recorded as held by it).
+    /// Bundles for the relay: not those it refused for now until their time (its hint, or the
+    /// backoff), nor those it refused for good (recorded as held by it).
     private func pushForwardable(to link: Link) {
         guard let bundles = storeCall("forwardable", { try store.forwardable(limit: 100_000, excludingPeer: link.peerID, withBytes: false) }) else { return }
         let wire = onTheWire()
         let t = now()
-        for b in bundles where b.nextAttemptMs <= t && !wire.contains(b.bundleID) && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
+        for b in bundles where (relayRefusedUntil[b.bundleID] ?? 0) <= t && !wire.contains(b.bundleID) && endpointLinks(for: b.destination).isEmpty && chosenHops(for: b).contains(link.key) {
             if !transmit(b, on: link) { break }
         }
     }

@@ -49,7 +49,9 @@ public final class ListenerProcess: Sendable {
         return true
     }
 
-    public var status: Int32 { process.terminationStatus }
+    /// The exit status; -1 while it still runs (Foundation traps on a running process's status,
+    /// which would end the whole test run where an assertion should fail).
+    public var status: Int32 { process.isRunning ? -1 : process.terminationStatus }
 
     public func output() -> String { state.withLock { String(decoding: $0.collected, as: UTF8.self) } }
 
