@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer harnesses in Tests/Fuzz/Harnesses against the YaokPluginKit,
-# YaokCrypto and YaokWire sources, then runs each for a bounded time.
+# YaokCrypto and YaokWire sources (and, for the harnesses that need them, YaokRelayProtocol,
+# YaokReconcile, YaokATT, the mesh beacon and the hub's plugin-process protocol), then runs each
+# for a bounded time.
 #
 #   Tests/Fuzz/run.sh [seconds-per-harness] [harness...]     (default: 20 s, all harnesses)
 #
@@ -20,7 +22,7 @@ repo="$(cd "$here/../.." && pwd)"
 out="${FUZZ_BUILD_DIR:-$repo/.build-fuzz}"
 case "$out" in /*) ;; *) out="$repo/$out" ;; esac
 swiftc="${SWIFTC:-swiftc}"
-all_harnesses=(envelope bundle contact chunks tlv frames)
+all_harnesses=(envelope bundle contact chunks tlv frames handshake relay reconcile hubcert beacon att pluginproto)
 if [ "$#" -gt 0 ]; then harnesses=("$@"); else harnesses=("${all_harnesses[@]}"); fi
 
 mods="$out/modules"
@@ -41,34 +43,73 @@ if [ "$(cat "$out/flags" 2>/dev/null)" != "${flags[*]}" ]; then
     printf '%s' "${flags[*]}" > "$out/flags"
 fi
 
-# Rebuilds a module when any of its sources is newer than its object file.
+# Rebuilds a module when the content of its sources, or of a module built before it (which it
+# may import: without library evolution a changed layout there must recompile it), changed.
+# Content, not times: a fresh clone's files are all new, and CI keeps FUZZ_BUILD_DIR in a cache.
+# `build_module [-enable-testing] name sources...` (-enable-testing: for `@testable import`).
+built_keys=""
+content_key() { cat "$@" | sha256sum | cut -c1-64; }
 build_module() {
+    local extra=()
+    if [ "$1" = -enable-testing ]; then extra=(-enable-testing); shift; fi
     local name="$1"; shift
     local obj="$mods/$name.o"
-    local stale=0
-    [ -f "$obj" ] || stale=1
-    for f in "$@"; do [ "$f" -nt "$obj" ] && stale=1; done
-    if [ "$stale" = 1 ]; then
+    local key
+    key=$( { printf '%s\n' "${extra[@]+"${extra[@]}"}" "$built_keys"; cat "$@"; } | sha256sum | cut -c1-64)
+    built_keys="$built_keys $key"
+    if [ ! -f "$obj" ] || [ "$(cat "$obj.key" 2>/dev/null)" != "$key" ]; then
         echo "== building module $name"
-        "$swiftc" "${flags[@]}" -module-name "$name" -wmo -emit-module -emit-module-path "$mods/$name.swiftmodule" \
-            -c -o "$obj" "$@"
+        "$swiftc" "${flags[@]}" ${extra[@]+"${extra[@]}"} -module-name "$name" -wmo -emit-module \
+            -emit-module-path "$mods/$name.swiftmodule" -c -o "$obj" "$@"
+        printf '%s' "$key" > "$obj.key"
     fi
 }
+
+# The modules a harness links besides YaokPluginKit, YaokCrypto and YaokWire.
+extra_modules() {
+    case "$1" in
+        relay) echo YaokRelayProtocol ;;
+        reconcile) echo YaokReconcile ;;
+        att) echo YaokATT YaokBLEGATT ;;
+        beacon) echo YaokMeshBeacon ;;
+        pluginproto) echo YaokHubPluginProtocol ;;
+    esac
+}
+wanted=" $(for h in "${harnesses[@]}"; do extra_modules "$h"; done | tr '\n' ' ')"
+wants() { [[ "$wanted" == *" $1 "* ]]; }
 
 build_module YaokPluginKit "$repo"/Sources/PluginAPI/Sources/YaokPluginKit/*.swift
 build_module YaokCrypto "$repo"/Sources/YaokCrypto/*.swift
 build_module YaokWire "$repo"/Sources/YaokWire/*.swift
+# Whole modules: their only dependencies are the three above and libsodium.
+if wants YaokRelayProtocol; then build_module YaokRelayProtocol "$repo"/Sources/YaokRelayProtocol/*.swift; fi
+if wants YaokReconcile; then build_module YaokReconcile "$repo"/Sources/YaokReconcile/*.swift; fi
+if wants YaokATT; then build_module YaokATT "$repo"/Sources/YaokATT/*.swift; fi
+# One file of the BLE plugin: the hub's GATT database (needs only YaokATT).
+if wants YaokBLEGATT; then build_module YaokBLEGATT "$repo"/Plugins/BLE/Sources/YaokGATTService.swift; fi
+# One file of the mesh plugin: the beacon needs only YaokPluginKit.
+if wants YaokMeshBeacon; then build_module YaokMeshBeacon "$repo"/Plugins/Mesh/Sources/Beacon.swift; fi
+# Three files of YaokHubCore (which needs NIO, swift-log, Yams): the plugin-process messages, the
+# carrier link sessions the hub runs for a plugin process, and the HostCrypto they use.
+# Testable: CarrierLinks is internal.
+if wants YaokHubPluginProtocol; then
+    build_module -enable-testing YaokHubPluginProtocol "$repo"/Sources/YaokHubCore/PluginProcessProtocol.swift \
+        "$repo"/Sources/YaokHubCore/CarrierLinks.swift "$repo"/Sources/YaokHubCore/HostCrypto.swift
+fi
 
 for h in "${harnesses[@]}"; do
     src="$here/Harnesses/$h.swift"
     [ -f "$src" ] || { echo "no harness named $h (have: ${all_harnesses[*]})" >&2; exit 2; }
     bin="$out/bin/fuzz-$h"
-    if [ ! -x "$bin" ] || [ "$src" -nt "$bin" ] || [ "$here/Harnesses/FuzzSupport.swift" -nt "$bin" ] \
-        || [ -n "$(find "$mods" -name '*.o' -newer "$bin" 2>/dev/null)" ]; then
+    objs=()
+    for m in YaokPluginKit YaokCrypto YaokWire $(extra_modules "$h"); do objs+=("$mods/$m.o"); done
+    key=$(content_key "$src" "$here/Harnesses/FuzzSupport.swift" "${objs[@]/%/.key}")
+    if [ ! -x "$bin" ] || [ "$(cat "$bin.key" 2>/dev/null)" != "$key" ]; then
         echo "== building harness $h"
         "$swiftc" "${flags[@]}" -module-name "Fuzz_$h" "$src" "$here/Harnesses/FuzzSupport.swift" \
-            "$mods/YaokPluginKit.o" "$mods/YaokCrypto.o" "$mods/YaokWire.o" -lsodium -o "$bin" \
+            "${objs[@]}" -lsodium -o "$bin" \
             2> >(grep -v "Cannot export local symbol '__asan" >&2)
+        printf '%s' "$key" > "$bin.key"
     fi
 done
 
