@@ -70,9 +70,13 @@ final class GroupCommitTests: XCTestCase {
         _ = try alicePhone.answer(for: envelope.bundleID, timeout: 30)
         let c = try counters(hub)
         XCTAssertEqual(c.hopLatencySamples, 1, "counted once, on its first onward send")
-        XCTAssertLessThan(c.hopLatencyMaxUs, 1_000_000, "the onward send did not wait for the commit")
         XCTAssertGreaterThanOrEqual(c.custodyLatencySamples, 1)
         XCTAssertGreaterThanOrEqual(c.custodyLatencyP50Us, 1_000_000, "the 1 s commit precedes the custody ack")
+        // Relative, not absolute: on a loaded machine the bundle may first wait behind an
+        // earlier group's 1 s commit (Alice's attach), which delays its send and its ack alike
+        // (seen in CI: 1.0015 s to the send). Only the ack waits for the bundle's own commit.
+        XCTAssertLessThan(c.hopLatencyMaxUs + 800_000, c.custodyLatencyP50Us,
+                          "the onward send did not wait for the bundle's commit; the ack did (1 s held)")
         XCTAssertEqual(alicePhone.acknowledged, [envelope.bundleID])
     }
 
