@@ -56,6 +56,8 @@ public struct Fragment: Sendable, Equatable {
     /// fits a datagram, else FRAGMENT payloads.
     public static func split(type: RelayPacketType, message: [UInt8], fragmentID: UInt32) throws -> [(RelayPacketType, [UInt8])] {
         if message.count <= SecureSession.maxPlaintextLength { return [(type, message)] }
+        // The receiver refuses fragments of fragments (``init(parsing:)``): never make one.
+        guard type.isSealed, type != .fragment else { throw RelayProtocolError.invalid("FRAGMENT cannot carry type 0x\(String(type.rawValue, radix: 16))") }
         guard message.count <= maxMessageLength else {
             throw RelayProtocolError.oversized(what: "\(type) message", size: message.count, limit: maxMessageLength)
         }

@@ -89,6 +89,9 @@ final class RelayProtocolUnitTests: XCTestCase {
         // Small messages are not fragmented; too large ones are refused.
         XCTAssertEqual(try Fragment.split(type: .msg, message: [1, 2], fragmentID: 1).first?.0, .msg)
         XCTAssertThrowsError(try Fragment.split(type: .msg, message: [UInt8](repeating: 0, count: Fragment.maxMessageLength + 1), fragmentID: 1))
+        // Found by the relay fuzz harness: a large message of type FRAGMENT was split into
+        // fragments the receiver refuses. split refuses it, as the parser does.
+        XCTAssertThrowsError(try Fragment.split(type: .fragment, message: [UInt8](repeating: 0, count: SecureSession.maxPlaintextLength + 1), fragmentID: 1))
     }
 
     func testReassemblyIsBoundedAndTimesOut() throws {
