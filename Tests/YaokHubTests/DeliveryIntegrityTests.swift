@@ -205,15 +205,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertTrue(text.contains("over share \(refused)"), text)
         XCTAssertTrue(text.contains("lifetime 1"), text)
 
-        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
-        try Wait.until(timeout: 60, "all 30 of alice's messages delivered") {
-            let got = Set(bob.receivedEnvelopes.map(\.bundleID))
-            for e in bob.receivedEnvelopes where got.contains(e.bundleID) {
-                try? bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
-            }
-            return victims.allSatisfy { got.contains($0.bundleID) }
-        }
-        for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1) }
+        try assertBobGetsEachOnce(victims, s, timeout: 60)
     }
 
     /// Issue 47 #7: eviction took from the heaviest sender or origin, so an attacker with a
@@ -250,15 +242,21 @@ final class DeliveryIntegrityTests: XCTestCase {
         XCTAssertEqual(status.store.evicted, 0, "no acknowledged bundle was evicted for a newcomer")
         XCTAssertEqual(status.counters.refusedOverShare, refused)
 
+        try assertBobGetsEachOnce(victims, s, timeout: 90)
+    }
+
+    /// Bob attaches, acknowledges as a phone does, and gets every one of `victims` exactly once.
+    private func assertBobGetsEachOnce(_ victims: [Envelope], _ s: UDPHubSetup, timeout: TimeInterval,
+                                       file: StaticString = #filePath, line: UInt = #line) throws {
         let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
-        try Wait.until(timeout: 90, "all 40 of alice's messages delivered") {
+        try Wait.until(timeout: timeout, "all \(victims.count) of alice's messages delivered") {
             let got = Set(bob.receivedEnvelopes.map(\.bundleID))
             for e in bob.receivedEnvelopes where got.contains(e.bundleID) {
                 try? bob.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
             }
             return victims.allSatisfy { got.contains($0.bundleID) }
         }
-        for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1) }
+        for v in victims { XCTAssertEqual(bob.receivedEnvelopes.filter { $0.bundleID == v.bundleID }.count, 1, file: file, line: line) }
     }
 
     // MARK: 4. Summary flood
