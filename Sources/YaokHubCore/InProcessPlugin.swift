@@ -163,19 +163,31 @@ final class InProcessPlugin: @unchecked Sendable {
 
     static let linkUpThunk: @convention(c) (UnsafeMutableRawPointer?, UnsafePointer<yaok_link_info>?) -> Void = { ctx, info in
         guard let d = driver(ctx), let info else { return }
-        let i = info.pointee
-        guard i.struct_size >= UInt32(MemoryLayout<yaok_link_info>.size), let role = PeerRole(rawValue: i.peer_role) else {
-            d.callbacks?.log(level: Int32(YAOK_LOG_ERROR.rawValue), "plugin reported a malformed link (size \(i.struct_size), role \(i.peer_role)); ignored")
+        // A plugin built before the proof was appended passes a shorter struct: copy only what
+        // it has (the proof then reads as absent, and the hub refuses the link).
+        let size = Int(UnsafeRawPointer(info).load(fromByteOffset: 4, as: UInt32.self))
+        var i = yaok_link_info()
+        withUnsafeMutableBytes(of: &i) { dst in
+            dst.copyMemory(from: UnsafeRawBufferPointer(start: info, count: min(max(size, 0), dst.count)))
+        }
+        guard size >= linkInfoSizeWithoutProof, let role = PeerRole(rawValue: i.peer_role) else {
+            d.callbacks?.log(level: Int32(YAOK_LOG_ERROR.rawValue), "plugin reported a malformed link (size \(size), role \(i.peer_role)); ignored")
             return
         }
+        let proofEnd = MemoryLayout<yaok_link_info>.offset(of: \yaok_link_info.proof)! + Int(YAOK_LINK_PROOF_LENGTH)
+        let proof = size >= proofEnd && i.proof_length == YAOK_LINK_PROOF_LENGTH
+            ? withUnsafeBytes(of: i.proof) { try? LinkProof(parsing: Array($0)) } : nil
         d.callbacks?.linkUp(LinkInfo(
             id: i.link_id,
             peerSigningKey: withUnsafeBytes(of: i.peer_signing_key) { Array($0) },
             peerKXKey: withUnsafeBytes(of: i.peer_kx_key) { Array($0) },
             peerRole: role, mtu: Int(i.mtu), cost: Int(i.cost),
             kind: i.link_kind.map { String(cString: $0) } ?? d.plugin.kind,
-            remote: i.remote.map { String(cString: $0) }))
+            remote: i.remote.map { String(cString: $0) }, proof: proof))
     }
+
+    /// `struct_size` of a `yaok_link_info` from before `proof_length` was appended.
+    static let linkInfoSizeWithoutProof = MemoryLayout<yaok_link_info>.offset(of: \yaok_link_info.proof_length)!
 
     static let linkDownThunk: @convention(c) (UnsafeMutableRawPointer?, UInt64, UnsafePointer<CChar>?) -> Void = { ctx, link, reason in
         driver(ctx)?.callbacks?.linkDown(link, reason: reason.map { String(cString: $0) })

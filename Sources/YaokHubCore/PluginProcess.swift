@@ -26,6 +26,9 @@ final class PluginProcess: @unchecked Sendable {
 
     struct Events: Sendable {
         var linkUp: @Sendable (LinkInfo) -> Void = { _ in }
+        /// Whether a link-up the plugin itself reports (not a carrier's, whose handshake the hub
+        /// ran) is proven; one that is not is dropped here, and the link's frames with it.
+        var linkUpProven: @Sendable (LinkInfo) -> Bool = { _ in true }
         var linkDown: @Sendable (LinkID, String?) -> Void = { _, _ in }
         var frame: @Sendable ([UInt8], LinkID) -> Void = { _, _ in }
         var statusChanged: @Sendable () -> Void = {}
@@ -394,6 +397,7 @@ final class PluginProcess: @unchecked Sendable {
         case .log(let level, let m): events.log(level, m)
         case .metric(let kind, let name, let value): events.metric(kind, name, value)
         case .linkUp(let info):
+            guard events.linkUpProven(info) else { return }
             lock.withLock { _ = upLinks.insert(info.id) }
             events.linkUp(info)
         case .linkDown(let id, let reason):

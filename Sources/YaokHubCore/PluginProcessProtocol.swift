@@ -76,6 +76,7 @@ public enum PluginMessage: Equatable, Sendable {
         case .linkUp(let i):
             w.u8(Tag.linkUp.rawValue); w.u64(i.id); w.raw(i.peerSigningKey.prefix(32)); w.raw(i.peerKXKey.prefix(32))
             w.u32(i.peerRole.rawValue); w.u32(UInt32(clamping: i.mtu)); w.u32(UInt32(clamping: i.cost)); str(i.kind); str(i.remote ?? "")
+            w.raw(i.proof?.encoded ?? [])
         case .linkDown(let link, let reason): w.u8(Tag.linkDown.rawValue); w.u64(link); w.raw(Array(reason.utf8))
         case .frame(let link, let frame): w.u8(Tag.frame.rawValue); w.u64(link); w.raw(frame)
         case .statusChanged: w.u8(Tag.statusChanged.rawValue)
@@ -121,11 +122,14 @@ public enum PluginMessage: Equatable, Sendable {
         case .linkUp:
             let id = try r.u64(), key = try r.take(32), kx = try r.take(32), roleRaw = try r.u32()
             let mtu = Int(try r.u32()), cost = Int(try r.u32()), kind = try str(), remote = try str()
+            // The proof is the rest (none: empty); one that does not parse counts as none.
+            let proofBytes = try rest()
             guard let role = PeerRole(rawValue: roleRaw) else {
                 throw WireError.badLength(what: "plugin-process linkUp", detail: "unknown peer role \(roleRaw)")
             }
             self = .linkUp(LinkInfo(id: id, peerSigningKey: key, peerKXKey: kx, peerRole: role, mtu: mtu, cost: cost,
-                                    kind: kind, remote: remote.isEmpty ? nil : remote))
+                                    kind: kind, remote: remote.isEmpty ? nil : remote,
+                                    proof: proofBytes.isEmpty ? nil : try? LinkProof(parsing: proofBytes)))
         case .linkDown: self = .linkDown(link: try r.u64(), reason: String(decoding: try rest(), as: UTF8.self))
         case .frame: self = .frame(link: try r.u64(), frame: try rest())
         case .statusChanged: self = .statusChanged

@@ -1951,7 +1951,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Whether a link is the relay this hub pinned: it belongs to a transport of the relay
     /// plugin, and its peer key is that section's `relay_key`.
     static func isPinnedRelay(_ info: LinkInfo, on transport: TransportHost) -> Bool {
-        guard transport.section.kind == "relay", let pinned = (try? transport.section.section.hexKey("relay_key")) ?? nil else { return false }
+        guard transport.section.kind == "relay", transport.plugin.command == nil, let pinned = (try? transport.section.section.hexKey("relay_key")) ?? nil else { return false }
         return pinned == info.peerSigningKey
     }
 

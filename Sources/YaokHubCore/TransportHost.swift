@@ -154,6 +154,7 @@ public final class TransportHost: @unchecked Sendable {
                                       self?.refusedSigning(why)
                                       return []
                                   }
+                                  self?.noteSigned(message)
                                   return crypto.sign(message)
                               }, events: processEvents())
         let hello: (kind: String, version: String)
@@ -203,6 +204,30 @@ public final class TransportHost: @unchecked Sendable {
         }
     }
     private var signaturesRefused = 0
+
+    /// The handshakes the hub signed for this transport, against which its link-ups are checked.
+    private var proofs = LinkProofLedger()
+    private var linksRefused = 0
+
+    private func noteSigned(_ message: [UInt8]) {
+        lock.withLock { proofs.noteSigned(message, nowNs: DispatchTime.now().uptimeNanoseconds) }
+    }
+
+    /// Whether a link-up the plugin reports is proven (``LinkProofLedger``); one that is not is
+    /// counted (`yaok_transport_links_refused_total`) and logged, the first and every 100th.
+    private func linkUpProven(_ info: LinkInfo) -> Bool {
+        let (why, n) = lock.withLock { () -> (String?, Int) in
+            guard let why = proofs.refusal(of: info, nowNs: DispatchTime.now().uptimeNanoseconds) else { return (nil, 0) }
+            linksRefused += 1
+            return (why, linksRefused)
+        }
+        guard let why else { return true }
+        metrics?.record(instance: name, kind: YAOK_METRIC_COUNTER_ADD, name: "links_refused_total", value: 1)
+        if n == 1 || n % 100 == 0 {
+            logger.warning("transport \(name): refused a link-up claiming the \(info.peerRole) role: \(why) (\(n) refused so far)")
+        }
+        return false
+    }
 
     /// Signalled when the first start attempt has returned, whatever its outcome.
     private let firstAttempt = DispatchSemaphore(value: 0)
@@ -346,6 +371,7 @@ public final class TransportHost: @unchecked Sendable {
 
     private func processEvents() -> PluginProcess.Events {
         var e = PluginProcess.Events()
+        e.linkUpProven = { [weak self] info in self?.linkUpProven(info) ?? false }
         e.linkUp = { [weak self] info in
             guard let self else { return }
             handler?.linkUp(info, on: self)

@@ -11,13 +11,14 @@
  *   log_flood      a thread logs 100 000 lines as fast as it can, then idles
  *   segv_datagram  listens on UDP 127.0.0.1:<port> and segfaults on the first datagram:
  *                  a remote peer triggers the bug
- *   hang_send      reports a link to the endpoint whose Ed25519 key is `peer_key` (hex),
- *                  and loops forever in send(): the hub's send bound must catch it
+ *   hang_send      reports a link to the endpoint whose Ed25519 seed is `peer_seed` (hex), with
+ *                  a link proof it makes as that endpoint (it holds the seed: the test is both
+ *                  ends), and loops forever in send(): the hub's send bound must catch it
  *   slow_create    the first create() (while the file `marker` does not exist) makes it and
  *                  takes 12 s, past the hub's 10 s wait; later ones behave
  *   none           behaves
  * Build: cc -shared -fPIC -I Sources/PluginAPI/Sources/CYaokPlugin/include \
- *           -o libyaok-plugin-crashy.so Tests/Fixtures/crash_plugin.c -lpthread
+ *           -o libyaok-plugin-crashy.so Tests/Fixtures/crash_plugin.c -lsodium -lpthread
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -29,13 +30,14 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
+#include <sodium.h>
 #include "yaok_plugin.h"
 
 struct yaok_transport {
     const yaok_host_api *host;
     char fault[32];
     int port;
-    uint8_t peer_key[32];
+    uint8_t peer_seed[32];
     int running;
     pthread_t thread;
 };
@@ -58,9 +60,9 @@ static yaok_transport *create(const yaok_host_api *host, char *error, size_t err
     if (f && *f == '"') sscanf(f + 1, "%31[^\"]", t->fault);
     const char *p = value_of(host->config_json, "port");
     if (p) t->port = atoi(p);
-    const char *k = value_of(host->config_json, "peer_key");
+    const char *k = value_of(host->config_json, "peer_seed");
     if (k && *k == '"')
-        for (int i = 0; i < 32; i++) { unsigned b = 0; sscanf(k + 1 + 2 * i, "%2x", &b); t->peer_key[i] = (uint8_t)b; }
+        for (int i = 0; i < 32; i++) { unsigned b = 0; sscanf(k + 1 + 2 * i, "%2x", &b); t->peer_seed[i] = (uint8_t)b; }
     const char *m = value_of(host->config_json, "marker");
     char marker[256] = "";
     if (m && *m == '"') /* a JSON string whose only escapes are "\/" (the host's encoder writes them) */
@@ -108,6 +110,42 @@ static void *fault_thread(void *arg) {
     return NULL;
 }
 
+/* A link proof (Docs/plugin-protocol.md, "Proving a link-up") as a real handshake makes one: the
+ * hub signs its responder identity over a hash h, the endpoint signs its initiator identity
+ * over SHA-256(h || reply payload). The reply payload is arbitrary here: no endpoint decrypts it. */
+static void prove_link(yaok_transport *t, yaok_link_info *link) {
+    static const char responder[] = "yaok-link-v2 responder", initiator[] = "yaok-link-v2 initiator";
+    uint8_t pk[32], sk[64], h[32], payload[145], hub_statement[sizeof responder - 1 + 32 + 65], hub_signature[64];
+    uint8_t chained[32 + sizeof payload], final_hash[32], statement[sizeof initiator - 1 + 32 + 65], signature[64];
+    if (sodium_init() < 0) return;
+    crypto_sign_seed_keypair(pk, sk, t->peer_seed);
+    memcpy(link->peer_signing_key, pk, 32);
+    randombytes_buf(h, sizeof h);
+    randombytes_buf(payload, sizeof payload);
+    size_t n = sizeof responder - 1;
+    memcpy(hub_statement, responder, n);
+    memcpy(hub_statement + n, h, 32);
+    hub_statement[n + 32] = YAOK_PEER_HUB;
+    memcpy(hub_statement + n + 33, t->host->hub_signing_key, 32);
+    memcpy(hub_statement + n + 65, t->host->hub_kx_key, 32);
+    if (t->host->sign(t->host->host_ctx, hub_statement, sizeof hub_statement, hub_signature) != 0) return;
+    memcpy(chained, h, 32);
+    memcpy(chained + 32, payload, sizeof payload);
+    crypto_hash_sha256(final_hash, chained, sizeof chained);
+    n = sizeof initiator - 1;
+    memcpy(statement, initiator, n);
+    memcpy(statement + n, final_hash, 32);
+    statement[n + 32] = YAOK_PEER_ENDPOINT;
+    memcpy(statement + n + 33, link->peer_signing_key, 32);
+    memcpy(statement + n + 65, link->peer_kx_key, 32);
+    crypto_sign_detached(signature, NULL, statement, sizeof statement, sk);
+    link->proof_length = YAOK_LINK_PROOF_LENGTH;
+    link->proof[0] = 1;
+    memcpy(link->proof + 1, h, 32);
+    memcpy(link->proof + 33, payload, sizeof payload);
+    memcpy(link->proof + 33 + sizeof payload, signature, 64);
+}
+
 static int32_t start(yaok_transport *t, char *error, size_t error_len) {
     (void)error; (void)error_len;
     if (strcmp(t->fault, "segv_start") == 0) crash();
@@ -116,7 +154,7 @@ static int32_t start(yaok_transport *t, char *error, size_t error_len) {
     if (strcmp(t->fault, "hang_send") == 0) {
         yaok_link_info link = { .abi_version = YAOK_PLUGIN_ABI_VERSION, .struct_size = sizeof link, .link_id = 1,
                                 .peer_role = YAOK_PEER_ENDPOINT, .mtu = 65000, .cost = 1, .link_kind = "crashy", .remote = "nowhere" };
-        memcpy(link.peer_signing_key, t->peer_key, 32);
+        prove_link(t, &link);
         t->host->link_up(t->host->host_ctx, &link);
     }
     pthread_create(&t->thread, NULL, fault_thread, t);

@@ -194,6 +194,57 @@ final class ProgramTransportTests: XCTestCase {
                       hub.log.suffix(3000).description)
     }
 
+    /// Attack 10 of the third security review: a process reported a link with a victim phone's
+    /// key and the router pushed the victim's mail to it, taking its custody ack as delivery. Now
+    /// a link-up a plugin reports is believed only with its handshake's proof, which chains from
+    /// a hash the hub itself signed (Docs/plugin-protocol.md, "Proving a link-up"): without one,
+    /// with a malformed one, or with one around a hash the hub signed but a signature the
+    /// program made up, the link is refused and counted, and Bob's mail waits for Bob.
+    func testAProgramCannotReportALinkNoHandshakeProved() throws {
+        try RequiredTool.require(Self.python, package: "python3")
+        let dir = try TestSupport.temporaryDirectory(self)
+        let out = dir + "/reported.txt"
+        let (alice, bob) = (Identity.generate(), Identity.generate())
+        let section = """
+          rogue:
+            enabled: true
+            plugin: rogue
+            command: ["\(Self.python)", "\(TestSupport.repoRoot)/Tests/Fixtures/false_link_up.py"]
+            peer_roles: [endpoint]
+            victim: "\(Hex.encode(bob.signingKey))"
+            victim_kx: "\(Hex.encode(bob.kxKey))"
+            out: "\(out)"
+
+        """
+        let port = HubProcessTests.freePort()
+        let config = HubProcessTests.config(dir: dir, pluginDirs: [try TestSupport.pluginDirectory(self)], udpPort: port, extra: section)
+        let hub = try HubProcess(dir: dir, config: config, executable: try TestSupport.product("yaok-hub"))
+        addTeardownBlock { hub.stop() }
+        try hub.waitReady()
+        try Wait.until(timeout: 20, "the program reported its links (log: \(hub.log.suffix(2000)))") { FileManager.default.fileExists(atPath: out) }
+        var metrics = ""
+        func refused() throws -> Bool {
+            metrics = try JSONDecoder().decode([String: String].self, from: try hub.client.request("metrics"))["text"] ?? ""
+            return metrics.contains(#"yaok_transport_links_refused_total{transport="rogue"} 3"#)
+        }
+        try Wait.until(timeout: 10, "three link-ups refused (metrics: \(metrics.split(separator: "\n").filter { $0.contains("rogue") }), log: \(hub.log.suffix(3000)))") { try refused() }
+        XCTAssertTrue(hub.log.contains("transport rogue: refused a link-up claiming the endpoint role: it came without the handshake's proof (1 refused so far)"),
+                      hub.log.suffix(3000).description)
+
+        let phone = try RawPeer(identity: alice, role: .endpoint, hubPort: port)
+        let victim = try seal("for bob, wherever he is", from: alice, to: bob)
+        try phone.send(victim)
+        XCTAssertNil(RawPeer.refusal(try phone.answer(for: victim.bundleID)))
+        let status = try hub.status().router
+        XCTAssertFalse(status.links.contains { $0.kind == "rogue" }, "no link of the program at the router: \(status.links)")
+        XCTAssertEqual(status.links.filter { $0.role == "endpoint" }.count, 1, "only Alice is attached")
+        // Bob, attached for real over UDP (his handshake's proof passes), gets it exactly once.
+        let bobPeer = try RawPeer(identity: bob, role: .endpoint, hubPort: port)
+        XCTAssertEqual(try deliveries(of: victim.bundleID, to: bobPeer), 1)
+        XCTAssertTrue(try refused(), "an honest link-up is not refused")
+    }
+
+
     func testAProgramConfigErrorNamesKeyAndLine() throws {
         try RequiredTool.require(Self.python, package: "python3")
         let dir = try TestSupport.temporaryDirectory(self)

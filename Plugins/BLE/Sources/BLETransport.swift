@@ -283,7 +283,7 @@ public final class BLETransport: Transport, @unchecked Sendable {
             lock.unlock()
             context.events.linkUp(LinkInfo(id: session.id, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
                                            peerRole: peer.role, mtu: Self.linkMTU,
-                                           cost: Self.linkCost, kind: "ble", remote: session.remote))
+                                           cost: Self.linkCost, kind: "ble", remote: session.remote, proof: peer.proof))
             context.events.statusChanged()
         }
         for frame in output.framesReceived {

@@ -308,7 +308,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
 
     private func linkInfo(_ s: Session, _ peer: AuthenticatedPeer) -> LinkInfo {
         LinkInfo(id: s.linkID, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey,
-                 peerRole: peer.role, mtu: Self.mtu, cost: 10, kind: "udp", remote: s.address.description)
+                 peerRole: peer.role, mtu: Self.mtu, cost: 10, kind: "udp", remote: s.address.description, proof: peer.proof)
     }
 
     private func receive(_ datagram: [UInt8], from address: IPEndpoint, fd: Int32) {

@@ -68,6 +68,12 @@ struct HostAPI: @unchecked Sendable {
         info.peer_role = link.peerRole.rawValue
         info.mtu = UInt32(clamping: link.mtu)
         info.cost = UInt32(clamping: link.cost)
+        if let proof = link.proof?.encoded, proof.count == Int(YAOK_LINK_PROOF_LENGTH) {
+            info.proof_length = YAOK_LINK_PROOF_LENGTH
+            withUnsafeMutableBytes(of: &info.proof) { dst in
+                for (i, b) in proof.enumerated() { dst[i] = b }
+            }
+        }
         link.kind.withCString { kind in
             (link.remote ?? "").withCString { remote in
                 info.link_kind = kind

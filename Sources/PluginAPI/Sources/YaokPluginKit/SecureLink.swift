@@ -20,6 +20,8 @@ public struct AuthenticatedPeer: Sendable, Equatable {
     public var role: PeerRole
     public var signingKey: [UInt8]
     public var kxKey: [UInt8]
+    /// What proves this peer to the host: hand it over with the link-up (``LinkInfo/proof``).
+    public var proof: LinkProof?
 }
 
 /// Why a secure link refused a record. Every case names what was wrong; none crashes.
@@ -245,6 +247,8 @@ public final class SecureLink: @unchecked Sendable {
     /// The link versions a clear `linkVersion` record said the peer speaks, when they exclude
     /// ours: reported if no reply comes (on a datagram link anyone can send it in the peer's name).
     public private(set) var versionsClaimed: [UInt8]?
+    private var responderHash: [UInt8] = []
+    private var replyPayload: [UInt8] = []
 
     /// `ephemeralSecret` is for test vectors only.
     public init(identity: LinkIdentity, role: PeerRole, isInitiator: Bool, channel: LinkChannel, ephemeralSecret: [UInt8]? = nil) {
@@ -294,7 +298,11 @@ public final class SecureLink: @unchecked Sendable {
             }
             // Noise message 1 is the ephemeral key with an empty payload; cookie and padding are outside it.
             _ = try noise.readFirst(Array(record.value[1..<33]))
-            let reply = try noise.writeSecond { hash in try self.identityPayload(context: Self.responderContext, hash: hash) }
+            let reply = try noise.writeSecond { hash in
+                self.responderHash = hash
+                return try self.identityPayload(context: Self.responderContext, hash: hash)
+            }
+            replyPayload = Array(reply[32...])
             establishKeys()
             state = .awaitingIdentity
             return [.send(TLVRecord(.linkReply, value: reply).encoded)]
@@ -311,7 +319,8 @@ public final class SecureLink: @unchecked Sendable {
             // the handshake as it was, waiting for the real one.
             var attempt = noise
             let (payload, hash) = try attempt.readSecond(record.value)
-            let responder = try verifyIdentity(payload, context: Self.responderContext, hash: hash)
+            var responder = try verifyIdentity(payload, context: Self.responderContext, hash: hash)
+            responder.proof = LinkProof(responderHash: hash, replyPayload: Array(record.value[32...]), peerSignature: Array(payload[65..<129]))
             noise = attempt
             establishKeys()
             let mine = try identityPayload(context: Self.initiatorContext, hash: noise.handshakeHash)
@@ -333,7 +342,8 @@ public final class SecureLink: @unchecked Sendable {
             guard let parsed = try? TLVRecord(parsing: inner), parsed.type == FrameType.linkIdentity.rawValue else {
                 throw SecureLinkError.unexpected("first sealed frame is not the initiator's identity")
             }
-            let initiator = try verifyIdentity(parsed.value, context: Self.initiatorContext, hash: noise.handshakeHash)
+            var initiator = try verifyIdentity(parsed.value, context: Self.initiatorContext, hash: noise.handshakeHash)
+            initiator.proof = LinkProof(responderHash: responderHash, replyPayload: replyPayload, peerSignature: Array(parsed.value[65..<129]))
             peer = initiator
             state = .established
             return [.established(initiator)]
@@ -390,7 +400,7 @@ public final class SecureLink: @unchecked Sendable {
         guard identity.verify(signature: Array(payload[65..<129]), of: context + hash + body, by: Array(payload[1..<33])) else {
             throw SecureLinkError.badSignature
         }
-        return AuthenticatedPeer(role: role, signingKey: Array(payload[1..<33]), kxKey: Array(payload[33..<65]))
+        return AuthenticatedPeer(role: role, signingKey: Array(payload[1..<33]), kxKey: Array(payload[33..<65]), proof: nil)
     }
 
     /// Which of two sessions with one peer both ends keep: rank 0 (the session dialled by the

@@ -653,7 +653,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
             pending.append(.log(.info, "link \(s.id) up with \(peer.role) \(Self.shortKey(key)) at \(s.remote) (\(s.outbound ? "dialled" : "accepted"))"))
         }
         pending.append(.up(LinkInfo(id: s.id, peerSigningKey: key, peerKXKey: peer.kxKey, peerRole: peer.role,
-                                    mtu: Self.mtu, cost: settings.cost, kind: settings.kind, remote: s.remote.description)))
+                                    mtu: Self.mtu, cost: settings.cost, kind: settings.kind, remote: s.remote.description, proof: peer.proof)))
         pending.append(.counter("\(settings.metricPrefix)_links_up_total", 1))
         pending.append(.gauge("\(settings.metricPrefix)_links", Double(upByKey.count)))
         pending.append(.statusChanged)

@@ -34,9 +34,13 @@ public struct LinkInfo: Sendable, Equatable {
     public var kind: String
     /// The remote address, for status.
     public var remote: String?
+    /// The handshake's proof of the peer (``SecureLink/proof``): without it the host refuses
+    /// the link (Docs/plugin-protocol.md, "Proving a link-up").
+    public var proof: LinkProof?
 
     public init(id: LinkID, peerSigningKey: [UInt8], peerKXKey: [UInt8], peerRole: PeerRole,
-                mtu: Int, cost: Int, kind: String, remote: String? = nil) {
+                mtu: Int, cost: Int, kind: String, remote: String? = nil, proof: LinkProof? = nil) {
+        self.proof = proof
         self.id = id
         self.peerSigningKey = peerSigningKey
         self.peerKXKey = peerKXKey

@@ -28,6 +28,9 @@
 extern "C" {
 #endif
 
+/** Length of yaok_link_info.proof (a link handshake's proof of the peer). */
+#define YAOK_LINK_PROOF_LENGTH 242u
+
 /** Current ABI version. Bump on any incompatible change. */
 #define YAOK_PLUGIN_ABI_VERSION 1u
 
@@ -86,6 +89,16 @@ typedef struct yaok_link_info {
     const char *link_kind;
     /** Human description of the remote end (address), for status; may be NULL. */
     const char *remote;
+    /** Bytes of `proof` used: YAOK_LINK_PROOF_LENGTH, or 0 for none (the host then refuses the link). */
+    uint32_t proof_length;
+    /**
+     * The link handshake's proof of the peer, so the host need not take the plugin's word:
+     * kind(1) = 1 ‖ the hash the responder signed(32) ‖ the reply's encrypted identity(145) ‖
+     * the peer's signature(64). The kit's SecureLink makes it (AuthenticatedPeer.proof); see
+     * Docs/plugin-protocol.md, "Proving a link-up". Appended in 1.x: the host reads it only
+     * when `struct_size` covers it.
+     */
+    uint8_t proof[YAOK_LINK_PROOF_LENGTH];
 } yaok_link_info;
 
 /**
