@@ -150,6 +150,41 @@ final class SecureLinkTests: XCTestCase {
         if case .admit = cookies.admit(short, from: address) { XCTFail("unpadded hello admitted") }
     }
 
+    /// Attack 8 of the third security review, cookies: a blind spoofer cannot see the hello, so
+    /// it cannot make a cookie that echoes its ephemeral key. Our hellos ask for the echo (first
+    /// padding byte); a cookie with a wrong echo is refused, and of cookies without one (from a
+    /// responder that does not echo, or a spoofer) the initiator acts on one per hello, so 100
+    /// forgeries draw one datagram, not 100. The responder's own echoed cookie still works.
+    func testForgedCookiesDrawAtMostOneHelloAndTheEchoedCookieWins() throws {
+        let cookies = LinkCookies(clock: { 1_000_000 })
+        let address: [UInt8] = [127, 0, 0, 1, 0x1e, 0x83]
+        let phone = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .datagram)
+        let hello = try TLVRecord(parsing: try phone.hello())
+        XCTAssertEqual(hello.value[SecureLink.helloMinimumLength], SecureLink.helloFlagEcho, "the hello asks for an echo")
+        guard case .reply(let cookieRecord) = cookies.admit(hello, from: address) else { return XCTFail("no cookie") }
+        let cookie = try TLVRecord(parsing: cookieRecord)
+        XCTAssertEqual(cookie.value.count, LinkCookies.cookieLength + LinkCookies.echoLength)
+        XCTAssertEqual(Array(cookie.value.suffix(LinkCookies.echoLength)), Array(phone.ephemeralKey.prefix(LinkCookies.echoLength)))
+        XCTAssertLessThanOrEqual(cookieRecord.count, hello.encoded.count, "the echo amplifies nothing")
+
+        var hellos = 0
+        for _ in 0..<100 {
+            let unechoed = TLVRecord(.linkCookie, value: (0..<LinkCookies.cookieLength).map { _ in UInt8.random(in: 0...255) })
+            let wrongEcho = TLVRecord(.linkCookie, value: (0..<(LinkCookies.cookieLength + LinkCookies.echoLength)).map { _ in UInt8.random(in: 0...255) })
+            for forged in [unechoed, wrongEcho] {
+                if let out = try? phone.receive(forged) { hellos += out.count }
+            }
+        }
+        XCTAssertEqual(hellos, 1, "200 forged cookies drew one hello")
+        guard case .send(let withCookie)? = try phone.receive(cookie).first else { return XCTFail("the echoed cookie was refused") }
+        XCTAssertEqual(cookies.admit(try TLVRecord(parsing: withCookie), from: address), .admit)
+        // A hello that does not ask (an older initiator) gets the cookie alone, as before.
+        var plain = hello
+        plain.value[SecureLink.helloMinimumLength] = 0
+        guard case .reply(let oldStyle) = cookies.admit(plain, from: address) else { return XCTFail("no cookie") }
+        XCTAssertEqual(try TLVRecord(parsing: oldStyle).value.count, LinkCookies.cookieLength)
+    }
+
     /// Clear records anyone can send in the responder's name — a reply that does not verify,
     /// a version refusal listing our own version or another one, a cookie of the wrong size —
     /// are refused and leave the initiator exactly where it was: the real reply still

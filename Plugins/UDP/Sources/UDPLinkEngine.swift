@@ -41,6 +41,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
         /// Clear handshake records that did not verify (a forged reply, cookie or version
         /// refusal in a peer's name): dropped, the handshake kept waiting for the real one.
         public var handshakeRecordsIgnored: UInt64 = 0
+        /// A hello a half-open session had answered, again: answered with the same reply.
+        public var helloRepeats: UInt64 = 0
     }
 
     /// Largest record carried in one datagram.
@@ -94,6 +96,11 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var lastAuthenticMs: Int64
         var lastHelloMs: Int64 = 0
         var lastPingMs: Int64 = 0
+        /// The hello a half-open responder session answered (its ephemeral key) and the reply:
+        /// the same hello again (duplicated or resent on the way) gets the same reply, since a
+        /// new one would leave the initiator, already established on the first, with keys we
+        /// no longer hold.
+        var answered: (ephemeral: [UInt8], reply: [UInt8])?
         init(address: IPEndpoint, linkID: LinkID, link: SecureLink, now: Int64) {
             self.address = address
             self.linkID = linkID
@@ -368,14 +375,25 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     }
                     return
                 }
+                let theirs = Array(record.value[1..<33])
+                if let s = existing, !s.link.isInitiator, s.link.state == .awaitingIdentity, let a = s.answered, a.ephemeral == theirs {
+                    counters.helloRepeats += 1
+                    s.lastHeardMs = now
+                    replies.append(a.reply)
+                    return
+                }
                 guard existing != nil || roomForHalfOpen(from: address, now: now) else { counters.slotsRefused += 1; return }
                 let s = existing.map { old -> Session in
                     old.link = newLink(initiator: false)
                     return old
                 } ?? makeSession(address, link: newLink(initiator: false), now: now)
                 s.lastHeardMs = now
+                s.answered = nil
                 do {
-                    for case .send(let r) in try s.link.receive(record) { replies.append(r) }
+                    for case .send(let r) in try s.link.receive(record) {
+                        replies.append(r)
+                        s.answered = (theirs, r)
+                    }
                 } catch {
                     counters.handshakeFailures += 1
                     sessions[address] = nil

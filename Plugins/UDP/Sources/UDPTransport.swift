@@ -109,6 +109,7 @@ public final class UDPTransport: Transport, @unchecked Sendable {
                                       "takeovers_refused": String(c.takeoversRefused),
                                       "version_refused": String(c.versionRefused),
                                       "handshake_records_ignored": String(c.handshakeRecordsIgnored),
+                                      "hello_repeats": String(c.helloRepeats),
                                       "sessions_evicted": String(c.sessionsEvicted)])
         }
     }

@@ -138,6 +138,47 @@ final class UDPPluginTests: XCTestCase {
         XCTAssertEqual(a.statusJSON()["links"] as? Int, 0)
     }
 
+    /// A hello that comes twice (duplicated on the way, or resent after a cookie a blind spoofer
+    /// forged) gets the same reply: a new one would leave the initiator, established on the
+    /// first, with keys the plugin no longer holds, and the link would never come up.
+    func testARepeatedHelloGetsTheSameReplyAndTheLinkComesUp() throws {
+        let port = Int(Loopback.freePort(type: Int32(SOCK_DGRAM.rawValue)))
+        let a = try hub(port: port)
+        let fd = socket(AF_INET, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        var tv = timeval(tv_sec: 5, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var to = sockaddr_in()
+        to.sin_family = sa_family_t(AF_INET)
+        to.sin_port = in_port_t(UInt16(port).bigEndian)
+        to.sin_addr.s_addr = inet_addr("127.0.0.1")
+        func exchange(_ datagram: [UInt8]) throws -> TLVRecord {
+            _ = datagram.withUnsafeBytes { d in
+                withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    sendto(fd, d.baseAddress, d.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+            }
+            var buffer = [UInt8](repeating: 0, count: 2048)
+            let n = recv(fd, &buffer, buffer.count, 0)
+            guard n > 0 else { throw XCTSkip("no answer") }
+            return try TLVRecord(parsing: Array(buffer[0..<n]))
+        }
+        let phone = SecureLink(identity: TestLinkIdentity(seed: 0x42), role: .endpoint, isInitiator: true, channel: .datagram)
+        let cookie = try exchange(try phone.hello())
+        guard case .send(let withCookie)? = try phone.receive(cookie).first else { return XCTFail("no hello with the cookie") }
+        let first = try exchange(withCookie)
+        let again = try exchange(withCookie)
+        XCTAssertEqual(first.type, FrameType.linkReply.rawValue)
+        XCTAssertEqual(again, first, "the same hello gets the same reply")
+        let out = try phone.receive(first)
+        guard case .send(let identity) = out[0] else { return XCTFail("no identity") }
+        _ = identity.withUnsafeBytes { d in
+            withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                sendto(fd, d.baseAddress, d.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
+        }
+        _ = try a.wait("the link up", after: 0) { e -> Bool? in if case .linkUp = e { return true } else { return nil } }
+        XCTAssertEqual((a.statusJSON()["details"] as? [String: Any])?["hello_repeats"] as? String, "1")
+    }
+
     /// `stop` returns only after a callback the receive thread is in has returned: the hub
     /// destroys the instance next, and a frame reported after that would use a freed table
     /// (it crashed the test process once). The host holds a frame callback half a second.

@@ -112,6 +112,8 @@ public struct ReplayWindow: Sendable {
 // @unchecked: the secrets and rotation time only under `lock`.
 public final class LinkCookies: @unchecked Sendable {
     public static let cookieLength = 16
+    /// What a cookie record echoes of a hello that asks for it: the first bytes of its ephemeral key.
+    public static let echoLength = 16
     public static let rotationMs: Int64 = 120_000
 
     /// What to do with a hello, decided without per-peer state.
@@ -157,7 +159,11 @@ public final class LinkCookies: @unchecked Sendable {
             }
             return .admit
         }
-        return .reply(TLVRecord(.linkCookie, value: Self.cookie(secret: now, address: address, ephemeral: ephemeral)).encoded)
+        // A hello that asks for an echo gets its ephemeral key's first bytes back beside the
+        // cookie, so its initiator can tell our cookie from a blind spoofer's.
+        let cookie = Self.cookie(secret: now, address: address, ephemeral: ephemeral)
+        let asksEcho = hello.value.count > SecureLink.helloMinimumLength && hello.value[SecureLink.helloMinimumLength] & SecureLink.helloFlagEcho != 0
+        return .reply(TLVRecord(.linkCookie, value: asksEcho ? cookie + ephemeral.prefix(Self.echoLength) : cookie).encoded)
     }
 
     private func secrets() -> ([UInt8], [UInt8]) {
@@ -211,6 +217,9 @@ public final class SecureLink: @unchecked Sendable {
     public static let identityLength = 1 + 32 + 32 + 64
     /// version(1) ‖ ephemeral(32) ‖ cookie(16).
     public static let helloMinimumLength = 1 + 32 + LinkCookies.cookieLength
+    /// A datagram hello's first padding byte: flags. Bit 0: "echo my ephemeral key in a cookie"
+    /// (Docs/protocol.md §5, "Datagram transports"); a responder that does not know it ignores it.
+    public static let helloFlagEcho: UInt8 = 0x01
     /// The reply's value length: ephemeral(32) ‖ encrypted identity.
     public static let replyLength = 32 + identityLength + Noise.tagLength
     /// A datagram hello is padded to the reply's size, so answering it amplifies nothing.
@@ -248,6 +257,7 @@ public final class SecureLink: @unchecked Sendable {
     /// ours: reported if no reply comes (on a datagram link anyone can send it in the peer's name).
     public private(set) var versionsClaimed: [UInt8]?
     private var responderHash: [UInt8] = []
+    private var tookUnechoedCookie = false
     private var replyPayload: [UInt8] = []
 
     /// `ephemeralSecret` is for test vectors only.
@@ -279,7 +289,7 @@ public final class SecureLink: @unchecked Sendable {
     private func helloRecord(cookie: [UInt8]) -> [UInt8] {
         var value = [Self.version] + helloMessage + cookie
         if channel == .datagram && value.count < Self.datagramHelloLength {
-            value += [UInt8](repeating: 0, count: Self.datagramHelloLength - value.count)
+            value += [Self.helloFlagEcho] + [UInt8](repeating: 0, count: Self.datagramHelloLength - value.count - 1)
         }
         return TLVRecord(.linkHello, value: value).encoded
     }
@@ -308,8 +318,20 @@ public final class SecureLink: @unchecked Sendable {
             return [.send(TLVRecord(.linkReply, value: reply).encoded)]
         case .linkCookie:
             guard isInitiator, state == .awaitingReply, channel == .datagram else { throw SecureLinkError.unexpected("cookie in state \(state)") }
-            guard record.value.count == LinkCookies.cookieLength else { throw SecureLinkError.malformed("cookie of \(record.value.count) bytes") }
-            return [.send(helloRecord(cookie: record.value))]
+            switch record.value.count {
+            case LinkCookies.cookieLength + LinkCookies.echoLength:
+                guard Array(record.value.suffix(LinkCookies.echoLength)) == Array(ephemeralKey.prefix(LinkCookies.echoLength)) else {
+                    throw SecureLinkError.malformed("a cookie that does not echo our hello")
+                }
+            case LinkCookies.cookieLength:
+                // A responder that does not echo (older), or a blind spoofer: one such cookie per
+                // hello, so forging them costs the initiator one datagram, not one each.
+                guard !tookUnechoedCookie else { throw SecureLinkError.unexpected("a second cookie without an echo") }
+                tookUnechoedCookie = true
+            default:
+                throw SecureLinkError.malformed("cookie of \(record.value.count) bytes")
+            }
+            return [.send(helloRecord(cookie: Array(record.value.prefix(LinkCookies.cookieLength))))]
         case .linkReply:
             guard isInitiator, state == .awaitingReply else { throw SecureLinkError.unexpected("reply in state \(state)") }
             guard record.value.count == Self.replyLength else {
