@@ -370,6 +370,13 @@ public final class ConsoleServer: @unchecked Sendable {
             throw HTTPError(.badRequest, message: "enabled must be true or false")
         }
         let backend = self.backend
+        // Switching off a transport with links up drops them: asked once more first.
+        if want == "false", form["confirm"] != "yes",
+           let links = backend.status().transports.first(where: { $0.name == name })?.status.links, links > 0 {
+            let status = backend.status()
+            let body = OverviewPage.render(status, csrf: s.csrf, notice: nil, error: nil, confirmOff: (name, links))
+            return Self.html(HTML.page(title: "Overview", current: "/", hubName: status.hub.name, csrf: s.csrf, live: "overview", body: body))
+        }
         do {
             // Plugin validation may load a plugin probe: off the event loop.
             try await Task.detached { try backend.setTransport(name, enabled: want == "true") }.value

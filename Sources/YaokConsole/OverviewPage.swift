@@ -66,7 +66,10 @@ enum OverviewPage {
         return f
     }
 
-    static func render(_ r: Hub.StatusReport, csrf: String, notice: String?, error: String?) -> String {
+    /// `confirmOff`: a transport the operator asked to switch off while links are up on it; the
+    /// page asks again before it drops them.
+    static func render(_ r: Hub.StatusReport, csrf: String, notice: String?, error: String?,
+                       confirmOff: (name: String, links: Int)? = nil) -> String {
         let fields = Dictionary(fields(r).map { ($0.key, $0) }, uniquingKeysWith: { a, _ in a })
         func v(_ key: String, _ tag: String = "span") -> String {
             guard let x = fields[key] else { return "" }
@@ -77,6 +80,17 @@ enum OverviewPage {
             s += "<div class=\"banner bad\" role=\"alert\" id=\"toggle-error\"><strong>Not changed.</strong> \(HTML.esc(error))</div>"
         }
         if let notice { s += "<div class=\"banner ok\" role=\"status\" id=\"toggle-notice\">\(HTML.esc(notice))</div>" }
+        if let c = confirmOff {
+            let what = c.links == 1 ? "its 1 link" : "its \(c.links) links"
+            s += "<div class=\"banner warn\" role=\"alertdialog\" aria-labelledby=\"confirm-h\" id=\"toggle-confirm\">"
+            s += "<p id=\"confirm-h\"><strong>Switch \(HTML.esc(c.name)) off?</strong> That drops \(what) now: the phones and hubs "
+            s += "attached through it lose their connection until it is switched on again (nothing they gave the hub is lost).</p>"
+            s += "<form method=\"post\" action=\"/transports/\(HTML.esc(c.name))\" class=\"toggle\">"
+            s += "<input type=\"hidden\" name=\"csrf\" value=\"\(HTML.esc(csrf))\">"
+            s += "<input type=\"hidden\" name=\"enabled\" value=\"false\"><input type=\"hidden\" name=\"confirm\" value=\"yes\">"
+            s += "<button type=\"submit\" class=\"off\" id=\"confirm-off\">Switch \(HTML.esc(c.name)) off and drop \(what)</button> "
+            s += "<a href=\"/\" id=\"keep-on\">Keep it on</a></form></div>"
+        }
         let enabled = r.transports.filter(\.enabled).count
         s += "<p class=\"summary\">\(v("hub.working")) of \(r.transports.count) transports working (\(enabled) switched on). "
         s += "<span id=\"live\">Live updates: connecting…</span></p>"

@@ -453,6 +453,7 @@ public final class Hub: @unchecked Sendable {
     private func handleControl(_ command: String) -> Result<Data, ControlError> {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
+        encoder.userInfo[TransportStatus.detailsAsNumbers] = true
         do {
             switch command {
             // Ready once every transport had its first start attempt (as READY=1 to systemd):

@@ -29,6 +29,9 @@ public struct HubConfig: Sendable, Equatable {
     public var clock = ClockSettings()
     /// Transport sections in file order.
     public var transports: [TransportSection]
+    /// What is valid but unwise, each naming its key and line (`check-config` prints them, the
+    /// hub logs them at start).
+    public var warnings: [String] = []
 
     public struct StoreSettings: Sendable, Equatable {
         /// Database key file (0600); relative paths are inside the data directory.
@@ -258,6 +261,11 @@ extension HubConfig {
                 tlsCertificate: try console?.string("tls_certificate").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.crt",
                 tlsKey: try console?.string("tls_key").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.key"),
             transports: [])
+        if config.console.enabled, !config.console.tls, !Self.isLoopback(hostPort: config.console.listen) {
+            let line = console?.entry("listen")?.1.map { " (line \($0))" } ?? ""
+            config.warnings.append("console.listen\(line): \(config.console.listen) without `tls: true`: the console's password and session "
+                + "cross the network in clear; set `tls: true`, or listen on 127.0.0.1 and reach it with `ssh -L 8480:127.0.0.1:8480`")
+        }
         config.clock = ClockSettings(
             trustSystemClock: HubTime.SystemClockTrust(rawValue: try clock?.choice("trust_system_clock", HubTime.SystemClockTrust.allCases.map(\.rawValue)) ?? "auto") ?? .auto,
             setSystemClock: try clock?.bool("set_system_clock") ?? false)
@@ -387,6 +395,13 @@ extension HubConfig {
 
     /// 64 hex digits (either case) as 32 bytes.
     /// `host:port` or `[v6]:port` with a port 0–65535 (0: any free port, for tests).
+    /// Whether `host:port` names this machine only (127.0.0.0/8, ::1, localhost).
+    static func isLoopback(hostPort s: String) -> Bool {
+        guard let colon = s.lastIndex(of: ":") else { return false }
+        let host = s[..<colon].trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return host == "localhost" || host == "::1" || host.hasPrefix("127.")
+    }
+
     static func isHostPort(_ s: String) -> Bool {
         guard let colon = s.lastIndex(of: ":"), let port = Int(s[s.index(after: colon)...]), (0...65535).contains(port) else { return false }
         let host = s[..<colon]

@@ -122,14 +122,21 @@ public enum PluginMessage: Equatable, Sendable {
         case .linkUp:
             let id = try r.u64(), key = try r.take(32), kx = try r.take(32), roleRaw = try r.u32()
             let mtu = Int(try r.u32()), cost = Int(try r.u32()), kind = try str(), remote = try str()
-            // The proof is the rest (none: empty); one that does not parse counts as none.
+            // The proof is the rest: none (empty) or a whole one.
             let proofBytes = try rest()
+            var proof: LinkProof?
+            if !proofBytes.isEmpty {
+                guard let p = try? LinkProof(parsing: proofBytes) else {
+                    throw WireError.badLength(what: "plugin-process linkUp", detail: "a link proof of \(proofBytes.count) bytes or of an unknown kind")
+                }
+                proof = p
+            }
             guard let role = PeerRole(rawValue: roleRaw) else {
                 throw WireError.badLength(what: "plugin-process linkUp", detail: "unknown peer role \(roleRaw)")
             }
             self = .linkUp(LinkInfo(id: id, peerSigningKey: key, peerKXKey: kx, peerRole: role, mtu: mtu, cost: cost,
                                     kind: kind, remote: remote.isEmpty ? nil : remote,
-                                    proof: proofBytes.isEmpty ? nil : try? LinkProof(parsing: proofBytes)))
+                                    proof: proof))
         case .linkDown: self = .linkDown(link: try r.u64(), reason: String(decoding: try rest(), as: UTF8.self))
         case .frame: self = .frame(link: try r.u64(), frame: try rest())
         case .statusChanged: self = .statusChanged

@@ -52,6 +52,7 @@ struct Run: ParsableCommand {
     func run() throws {
         let config = try options.loadOrExit()
         let logger = makeLogger(level: config.logLevel)
+        for w in config.warnings { logger.warning("config: \(w)") }
         let hub: Hub
         do {
             hub = try Hub(config: config, logger: logger)
@@ -86,6 +87,7 @@ struct CheckConfig: ParsableCommand {
         }
         var logger = Logger(label: "yaok-hub")
         logger.logLevel = .critical
+        for w in config.warnings { print("\(file): warning: \(w)") }
         let problems = skipPlugins ? [] : ConfigCheck.checkTransports(config, logger: logger)
         for p in problems { print("\(file): \(p)") }
         if !problems.isEmpty { throw ExitCode(exitConfigError) }

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A transport program for the router's tests (Docs/plugin-protocol.md over fd 3): on start it
-reports one link to an endpoint whose keys its section names (`peer_key`, `peer_kx`, hex),
-and it answers every `send` of a bundle with the code its section names (`send_code`, the
+reports one link to an endpoint whose keys its section names (`peer_key`, `peer_kx`, hex), with
+the link proof its section names (`proof`, hex: the test made it as that endpoint; the program
+first has the hub sign its own half over the proof's hash, as a handshake would), and it answers every `send` of a bundle with the code its section names (`send_code`, the
 ABI's yaok_send_result: 2 queue full, 3 no link, 4 too large, 1 failed); other frames are
 taken. Its status counts the bundle sends it was asked for. Python standard library only."""
 
@@ -10,8 +11,8 @@ import socket
 import struct
 import sys
 
-CREATE, START, STOP, SEND, STATUS = 1, 2, 3, 4, 5
-HELLO, REPLY, LINK_UP, STATUS_CHANGED = 0x80, 0x81, 0x85, 0x88
+CREATE, START, STOP, SEND, STATUS, SIGNATURE = 1, 2, 3, 4, 5, 6
+HELLO, REPLY, SIGN, LINK_UP, STATUS_CHANGED = 0x80, 0x81, 0x83, 0x85, 0x88
 
 
 def text(s):
@@ -24,7 +25,7 @@ def main():
     tell = lambda kind, body=b"": hub.send(bytes([kind]) + body)
     reply = lambda request, code, message="": tell(REPLY, struct.pack(">Ii", request, code) + message.encode())
     tell(HELLO, struct.pack(">H", 1) + text("refuse") + text("1.0.0"))
-    config, sends, running = {}, 0, False
+    config, sends, running, hub_keys = {}, 0, False, b""
     while True:
         message = hub.recv(200000)
         if not message:
@@ -32,6 +33,7 @@ def main():
         kind, body = message[0], message[1:]
         request = struct.unpack(">I", body[:4])[0] if kind in (CREATE, START, STOP, SEND, STATUS) else 0
         if kind == CREATE:
+            hub_keys = body[4:68]
             at = 4 + 64
             n = struct.unpack(">I", body[at:at + 4])[0]
             at += 4 + n
@@ -42,8 +44,12 @@ def main():
         elif kind == START:
             running = True
             reply(request, 0)
+            proof = bytes.fromhex(config["proof"])
+            tell(SIGN, struct.pack(">I", 1) + b"yaok-link-v2 responder" + proof[1:33] + bytes([2]) + hub_keys)
+        elif kind == SIGNATURE:
             peer = bytes.fromhex(config["peer_key"]) + bytes.fromhex(config["peer_kx"])
-            tell(LINK_UP, struct.pack(">Q", 7) + peer + struct.pack(">III", 1, 65000, 1) + text("refuse") + text(""))
+            tell(LINK_UP, struct.pack(">Q", 7) + peer + struct.pack(">III", 1, 65000, 1) + text("refuse") + text("")
+                 + bytes.fromhex(config["proof"]))
             tell(STATUS_CHANGED)
         elif kind == STOP:
             running = False

@@ -266,8 +266,15 @@ final class ConsoleAuthTests: XCTestCase {
         let cross = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://evil.example"]) { a, _ in a },
                                   body: "enabled=false&csrf=\(s.csrf)")
         XCTAssertEqual(cross.status, 403, "another origin is refused even with the token")
+        // udp has a link up: the first POST asks again (issue 48 #15), the confirmed one switches.
+        let ask = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://127.0.0.1:\(http.port)"]) { a, _ in a },
+                                body: "enabled=false&csrf=\(s.csrf)")
+        XCTAssertEqual(ask.status, 200)
+        XCTAssertTrue(ask.body.contains("id=\"toggle-confirm\"") && ask.body.contains("That drops its 1 link now"), ask.body)
+        XCTAssertTrue(ask.body.contains("name=\"confirm\" value=\"yes\""), ask.body)
+        XCTAssertTrue(backend.state.withLock { $0.toggles.isEmpty }, "nothing switched before the confirmation")
         let ok = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://127.0.0.1:\(http.port)"]) { a, _ in a },
-                               body: "enabled=false&csrf=\(s.csrf)")
+                               body: "enabled=false&confirm=yes&csrf=\(s.csrf)")
         XCTAssertEqual(ok.status, 303)
         XCTAssertEqual(backend.state.withLock { $0.toggles.map { "\($0.0)=\($0.1)" } }, ["udp=false"])
         XCTAssertEqual(try http.send("POST", "/transports/udp", headers: ["Content-Type": "application/x-www-form-urlencoded"],

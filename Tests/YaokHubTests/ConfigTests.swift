@@ -187,4 +187,19 @@ final class HubTrustConfigTests: XCTestCase {
         XCTAssertEqual(packaged.transport(named: "udp")?.peerRoles, [.endpoint])
         XCTAssertEqual(packaged.transport(named: "mesh")?.peerRoles, [.hub])
     }
+
+    /// Issue 48 #16: only a console reachable from the network without TLS is warned about.
+    func testAConsoleOnTheNetworkWithoutTLSIsWarnedAbout() throws {
+        func warnings(_ console: String) throws -> [String] {
+            try HubConfig.parse(yaml: "console:\n  enabled: true\n" + console, source: "t").warnings
+        }
+        let open = try warnings("  listen: 0.0.0.0:8480\n")
+        XCTAssertEqual(open.count, 1)
+        XCTAssertTrue(open.first?.hasPrefix("console.listen (line 3): 0.0.0.0:8480 without `tls: true`") == true, "\(open)")
+        XCTAssertTrue(try warnings("  listen: 0.0.0.0:8480\n  tls: true\n").isEmpty)
+        XCTAssertTrue(try warnings("  listen: 127.0.0.1:8480\n").isEmpty)
+        XCTAssertTrue(try warnings("  listen: \"[::1]:8480\"\n").isEmpty)
+        XCTAssertTrue(try warnings("").isEmpty, "the default listens on 127.0.0.1")
+        XCTAssertTrue(try HubConfig.parse(yaml: "console:\n  enabled: false\n  listen: 0.0.0.0:8480\n", source: "t").warnings.isEmpty)
+    }
 }

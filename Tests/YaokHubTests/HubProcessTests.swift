@@ -108,6 +108,13 @@ final class HubProcessTests: XCTestCase {
         let text = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath])
         XCTAssertEqual(text.status, 0)
         for name in ["udp", "flaky", "broken", "picky", "ghost", "off"] { XCTAssertTrue(text.output.contains(name), text.output) }
+        // Issue 48 #19: in `status --json` a detail that is a number is a JSON number.
+        let json = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath, "--json"])
+        let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [String: Any])
+        let udpDetails = try XCTUnwrap(((report["transports"] as? [[String: Any]])?.first { $0["name"] as? String == "udp" }?["status"] as? [String: Any])?["details"] as? [String: Any])
+        XCTAssertTrue(udpDetails["sessions"] is NSNumber, "\(udpDetails)")
+        XCTAssertTrue(udpDetails["listen"] is String, "\(udpDetails)")
+        XCTAssertNoThrow(try JSONDecoder().decode(Hub.StatusReport.self, from: Data(json.output.utf8)), "and it still reads back")
 
         // `plugins` shows loaded plugins with ABI and path.
         let plugins_ = try TestSupport.run(hubExe, ["plugins", "--socket", hub.socketPath, "--json"])
@@ -251,6 +258,15 @@ final class HubProcessTests: XCTestCase {
         let check3 = try TestSupport.run(hubExe, ["check-config", good])
         XCTAssertEqual(check3.status, 0, check3.output)
         XCTAssertTrue(check3.output.contains("OK"))
+        XCTAssertFalse(check3.output.contains("warning"), check3.output)
+
+        // Issue 48 #16: a console on the field Wi-Fi without TLS is valid, but its password would
+        // cross the air in clear: check-config says so, naming the key and line.
+        let open = dir + "/open-console.yaml"
+        try "hub:\n  name: x\nconsole:\n  enabled: true\n  listen: 0.0.0.0:8480\n".write(toFile: open, atomically: true, encoding: .utf8)
+        let check5 = try TestSupport.run(hubExe, ["check-config", "--skip-plugins", open])
+        XCTAssertEqual(check5.status, 0, check5.output)
+        XCTAssertTrue(check5.output.contains("warning: console.listen (line 5): 0.0.0.0:8480 without `tls: true`"), check5.output)
     }
 
     func testReadinessAndWatchdogOverNotifySocket() throws {

@@ -31,6 +31,7 @@ final class SendResultTests: XCTestCase {
             peer_roles: [endpoint]
             peer_key: "\(Hex.encode(bob.signingKey))"
             peer_kx: "\(Hex.encode(bob.kxKey))"
+            proof: "\(Hex.encode(try TestSupport.linkProof(as: bob).encoded))"
             send_code: \(code)
 
         """

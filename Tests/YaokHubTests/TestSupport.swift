@@ -373,6 +373,19 @@ struct UDPHubSetup {
 
 /// Starting a hub, sealing messages and counting deliveries, for the attack tests
 /// (DeliveryIntegrityTests, LinkSecurityTests).
+extension TestSupport {
+    /// A link proof (Docs/plugin-protocol.md, "Proving a link-up") made as `peer`, initiator of
+    /// a handshake with a hub: the hub must sign its responder half over `responderHash`
+    /// (a test transport asks it to) before the link-up that carries this proof.
+    static func linkProof(as peer: Identity, role: PeerRole = .endpoint) throws -> LinkProof {
+        let hash = (0..<32).map { _ in UInt8.random(in: 0...255) }
+        let payload = (0..<LinkProof.replyPayloadLength).map { _ in UInt8.random(in: 0...255) }
+        var proof = LinkProof(responderHash: hash, replyPayload: payload, peerSignature: [])
+        proof.peerSignature = try peer.sign(SecureLink.initiatorContext + proof.finalHash + [UInt8(role.rawValue)] + peer.signingKey + peer.kxKey)
+        return proof
+    }
+}
+
 extension XCTestCase {
     func startUDPHub(router: String = "", extra: String = "") throws -> UDPHubSetup {
         let dir = try TestSupport.temporaryDirectory(self)

@@ -3,7 +3,8 @@
 through chromium-driver, against a real `yaok-hub run` process.
 
 Checks: login; the overview matches `yaok-hub status --json`; live updates arrive; switching a
-transport off changes the config file (comments kept) and `yaok-hub status` agrees; a refused
+transport off (asked twice while a phone is attached) changes the config file (comments kept)
+and `yaok-hub status` agrees; a refused
 switch shows the key/line error and leaves the file byte for byte; a POST without the CSRF
 token is refused; three wrong passwords trigger the delay; security headers and cookie flags;
 keyboard focus reaches the toggles; the browser's network log shows no request outside the
@@ -360,6 +361,13 @@ try:
     # Switch udp off in the browser; the file and `yaok-hub status` agree.
     driver.get(base + "/")
     driver.find_element(By.CSS_SELECTOR, '[data-transport="udp"] button').click()
+    # Alice is attached over udp: the console asks before it drops her link (issue 48 #15).
+    ask = wait.until(lambda d: d.find_element(By.ID, "toggle-confirm"))
+    check("switching off a transport with a phone attached asks first, saying what it drops",
+          "drops its 1 link" in ask.text and "Keep it on" in ask.text, ask.text)
+    check("nothing changed before the confirmation", open(config, "rb").read() == before)
+    shoot("confirm-switch-off")
+    driver.find_element(By.ID, "confirm-off").click()
     wait.until(lambda d: d.find_elements(By.ID, "toggle-notice"))
     udp = wait_until("status to show udp off", lambda: [t for t in status()["transports"] if t["name"] == "udp" and not t["enabled"]])
     check("after switching off, yaok-hub status says udp is disabled and stopped",

@@ -99,6 +99,14 @@ final class BLELinkSession {
                 }
             }
         } catch {
+            // A peer of another link version is told which one we speak before the link is
+            // dropped (Docs/protocol.md §5, Versions), so a phone app can say "update the app".
+            if state != .up, let e = error as? SecureLinkError {
+                switch e {
+                case .retiredVersion, .unsupportedVersion: out.framesToSend.append(SecureLink.versionRecord())
+                default: break
+                }
+            }
             out.drop = state == .up ? "a frame not sealed for this session: \(error)" : "handshake failed: \(error)"
         }
         return out

@@ -101,6 +101,7 @@ final class BLELinkSessionTests: XCTestCase {
         var out = BLELinkSession.Output()
         for c in try Chunker.split(challenge, chunkSize: 20) { out = s.received(chunk: c, now: 0) }
         XCTAssertTrue(out.drop?.contains("link version 1") ?? false, out.drop ?? "")
+        XCTAssertEqual(out.framesToSend, [SecureLink.versionRecord()], "it is told the version we speak before the drop")
         XCTAssertNil(out.authenticated)
         XCTAssertNotEqual(s.state, .up)
     }
