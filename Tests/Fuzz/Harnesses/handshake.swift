@@ -160,7 +160,10 @@ private func runHandshake(_ input: inout FuzzStream, channel: LinkChannel, asRes
                 } else if sent.type == FrameType.linkHello.rawValue {
                     check(channel == .datagram && record.type == FrameType.linkCookie.rawValue, "a hello sent again without a cookie")
                     check(sent.value.count >= SecureLink.datagramHelloLength && Array(sent.value[1..<33]) == link.ephemeralKey
-                          && Array(sent.value[33..<49]) == record.value, "the hello with the cookie is not ours with that cookie")
+                          && Array(sent.value[33..<49]) == Array(record.value.prefix(LinkCookies.cookieLength)), "the hello with the cookie is not ours with that cookie")
+                    check(record.value.count == LinkCookies.cookieLength
+                          || Array(record.value.suffix(LinkCookies.echoLength)) == Array(link.ephemeralKey.prefix(LinkCookies.echoLength)),
+                          "a hello sent again for a cookie that echoes another hello")
                 } else {
                     check(bytes == t.identity, "the initiator's identity is not the honest one")
                 }
@@ -183,7 +186,11 @@ private func runHandshake(_ input: inout FuzzStream, channel: LinkChannel, asRes
                 // The honest initiator takes the cookie and sends its hello again.
                 let helper = Honest.initiator(channel)
                 _ = try? helper.hello()
-                guard case .send(let again)? = try? helper.receive(cookie).first else { check(false, "a cookie was not taken"); return }
+                // A cookie echoing another hello (the input changed its ephemeral key) is refused.
+                let echoesOurs = cookie.value.count == LinkCookies.cookieLength
+                    || Array(cookie.value.suffix(LinkCookies.echoLength)) == Array(helper.ephemeralKey.prefix(LinkCookies.echoLength))
+                guard case .send(let again)? = try? helper.receive(cookie).first else { check(!echoesOurs, "a cookie was not taken"); continue }
+                check(echoesOurs, "a cookie echoing another hello was taken")
                 deliver(try! TLVRecord(parsing: again))
             } else {
                 deliver(try! TLVRecord(parsing: t.hello))
