@@ -73,6 +73,7 @@ enum Assets {
     .chart { margin: 1rem 0; background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .5rem; min-width: 0; }
     .chart svg { width: 100%; height: auto; display: block; } .chart .grid { stroke: #d5d9de; stroke-width: 1; }
     .chart .axis { font-size: 12px; fill: #3d4550; } .chart .label { font-size: 13px; font-weight: 700; }
+    @media (max-width: 520px) { .chart .axis { font-size: 15px; } .chart .label { font-size: 15px; } .chart .axis.mid { display: none; } }
     @media (max-width: 640px) {
       table.grid thead { position: absolute; left: -9999px; }
       table.grid caption { display: block; text-align: left; }

@@ -29,8 +29,12 @@ enum Chart {
     /// one parsed as `image/svg+xml`) and the caption's words for its latest values.
     static func draw(id: String, title: String, unit: String, series: [(name: String, points: History.Series)],
                      now: Double = Date().timeIntervalSince1970) -> (svg: String, latest: String) {
-        let span = 3600.0
+        // The hour, or on a younger hub the time since its first sample (whole minutes), so a
+        // fresh hub's few points are a line across the chart, not a spike at its right edge.
+        let oldest = series.flatMap { $0.points.map(\.t) }.min() ?? now
+        let span = min(3600, max(60, ((now - oldest) / 60).rounded(.up) * 60))
         let t0 = now - span
+        let minutes = Int(span / 60)
         let maxV = max(1, series.flatMap { $0.points.map(\.v) }.max() ?? 1)
         let plotW = width - left - right, plotH = height - top - bottom
         func x(_ t: Double) -> Double { left + max(0, min(1, (t - t0) / span)) * plotW }
@@ -43,8 +47,8 @@ enum Chart {
             s += "<line x1=\"\(left)\" y1=\"\(yy)\" x2=\"\(width - right)\" y2=\"\(yy)\" class=\"grid\"/>"
             s += "<text x=\"\(left - 6)\" y=\"\(yy + 4)\" text-anchor=\"end\" class=\"axis\">\(number(maxV * frac))</text>"
         }
-        s += "<text x=\"\(left)\" y=\"\(height - 8)\" class=\"axis\">60 min ago</text>"
-        s += "<text x=\"\(left + plotW / 2)\" y=\"\(height - 8)\" text-anchor=\"middle\" class=\"axis\">30 min</text>"
+        s += "<text x=\"\(left)\" y=\"\(height - 8)\" class=\"axis\">\(minutes) min ago</text>"
+        s += "<text x=\"\(left + plotW / 2)\" y=\"\(height - 8)\" text-anchor=\"middle\" class=\"axis mid\">\(minutes % 2 == 0 ? "\(minutes / 2) min" : String(format: "%.1f min", Double(minutes) / 2))</text>"
         s += "<text x=\"\(width - right)\" y=\"\(height - 8)\" text-anchor=\"end\" class=\"axis\">now · \(HTML.esc(unit))</text>"
         var latest: [String] = []
         // End labels sit at their line's last value, pushed apart so that none overlap.

@@ -61,12 +61,19 @@ public final class History: @unchecked Sendable {
 
     public func queueDepth() -> Series { samples().map { ($0.at, Double($0.queueDepth)) } }
 
-    /// Deliveries per minute between consecutive samples.
+    /// Deliveries in the minute up to each sample: the count since the sample a minute earlier
+    /// (or since the oldest one, on a hub younger than that), never scaled up from a shorter
+    /// interval — 2 deliveries in the first 10 s are 2 per minute, not 12.
     public func deliveriesPerMinute() -> Series {
         let s = samples()
-        return zip(s, s.dropFirst()).compactMap { a, b in
-            guard b.at > a.at, b.delivered >= a.delivered else { return nil }
-            return (b.at, Double(b.delivered - a.delivered) * 60 / (b.at - a.at))
+        var out: Series = []
+        var from = 0  // the newest sample at least a minute before b, else the oldest
+        for (i, b) in s.enumerated() where i > 0 {
+            while from + 1 < i, b.at - s[from + 1].at >= 60 { from += 1 }
+            let a = s[from]
+            guard b.at > a.at, b.delivered >= a.delivered else { continue }
+            out.append((b.at, Double(b.delivered - a.delivered) * 60 / max(60, b.at - a.at)))
         }
+        return out
     }
 }

@@ -355,6 +355,14 @@ try:
       return (r - l) / (m.width - 2 * parseFloat(getComputedStyle(document.querySelector('main')).paddingLeft));""")
     check("at 1280 px the charts span the page's content width", span > 0.9, f"{span:.2f}")
     shoot("charts-attached")
+    # At 360 px the axis labels are still readable (issue 48 #17: they were drawn at ~10 px).
+    driver.set_window_size(360, 900)
+    px = driver.execute_script("""
+      var t = document.querySelector('#chart-queue text.axis'), svg = document.getElementById('chart-queue');
+      return parseFloat(getComputedStyle(t).fontSize) * svg.getBoundingClientRect().width / 400;""")
+    check("at 360 px chart axis labels render at 11.5 px or more", px >= 11.5, f"{px:.1f} px")
+    first = driver.execute_script("return [].map.call(document.querySelectorAll('#chart-queue text.axis'), function (t) { return t.textContent; }).join('|')")
+    check("on a hub minutes old the time axis spans its minutes, not a fixed hour", "60 min ago" not in first and "min ago" in first, first)
     driver.get(base + "/links")
     shoot("links-attached")
 
