@@ -224,13 +224,20 @@ func withHubSession(_ endpoint: Endpoint, hub: String, attach: AttachOptions, ti
                     during: ((HubSession) throws -> Bool)? = nil) throws -> Bool {
     let address = try P2PHubJoin.hubAddress(hub) { FileHandle.standardError.write(Data("\($0)\n".utf8)) }
     let finished = DispatchSemaphore(value: 0)
+    final class Leaving: @unchecked Sendable { var now = false; let lock = NSLock() }
+    let leaving = Leaving()
     let session = HubSession(endpoint: endpoint, address: address) { event in
+        // Our own stop ends the link: not news (it read like a failure after every good run).
+        if case .disconnected = event, leaving.lock.withLock({ leaving.now }) { return }
         report(event, via: .hub, json: json)
         if done(event) { finished.signal() }
     }
     try attach.configure(session)
     try session.start()
-    defer { session.stop() }
+    defer {
+        leaving.lock.withLock { leaving.now = true }
+        session.stop()
+    }
     let deadline = DispatchTime.now() + timeout
     let ok = try during?(session) == true || finished.wait(timeout: deadline) == .success
     // Let receipts this session produced reach the hub before leaving.

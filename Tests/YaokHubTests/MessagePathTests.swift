@@ -74,6 +74,12 @@ final class MessagePathTests: XCTestCase {
         let outbox = try Self.yaok(alice, ["outbox", "--json"])
         XCTAssertEqual(outbox.first?["state"] as? String, "delivered")
 
+        // Issue 48 #10: a good run in words ends without a "disconnected" that reads like a failure.
+        let words = try TestSupport.run(try TestSupport.product("yaok"), ["send", "--home", alice, "Bob", "again, in words", "--hub", url, "--timeout", "20"])
+        XCTAssertEqual(words.status, 0, words.output)
+        XCTAssertTrue(words.output.contains("hub took"), words.output)
+        XCTAssertFalse(words.output.contains("disconnected"), words.output)
+
         // Bob answers with --wait-delivered: it returns only when Alice's receipt is back.
         let aliceListening = DispatchQueue(label: "alice")
         let aliceDone = DispatchSemaphore(value: 0)
