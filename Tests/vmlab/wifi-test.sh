@@ -218,7 +218,7 @@ SSID_A=$(wifi_status | jq -r .details.group_ssid)
 GROUP_IF=$(wifi_status | jq -r .details.group_interface)
 wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 p2p_group_remove "$GROUP_IF" | grep -q OK || fail "P2P_GROUP_REMOVE on the daemon's supplicant"
 for g in $(ip netns exec phone ls /sys/class/net | grep '^p2p-wlan1-'); do $C1 p2p_group_remove "$g" >/dev/null; done
-reformed() { [ "$(wifi_status | jq -r '.details.groups_formed + " " + .state')" = "2 running" ]; }
+reformed() { [ "$(wifi_status | jq -r '(.details.groups_formed | tostring) + " " + .state')" = "2 running" ]; }
 wait_for 60 "the daemon to re-form its group" reformed || { wifi_status; fail "the daemon did not re-form the group"; }
 wifi_status | jq -M -c '{state, removals: .details.group_removals, formed: .details.groups_formed, ssid: .details.group_ssid}'
 [ "$(wifi_status | jq -r .details.group_ssid)" = "$SSID_A" ] || fail "the group came back with another SSID"
@@ -242,7 +242,7 @@ live_connected() { grep -q '"event" *: *"connected"' "$W/daemon-live.json" 2>/de
 wait_for 60 "the running yaok listen to attach" live_connected || { cat "$W/phone-p2p-live.err"; fail "yaok listen did not attach"; }
 GROUP_IF=$(wifi_status | jq -r .details.group_interface)
 wpa_cli -p "$H/run/wpa" -i p2p-dev-wlan0 p2p_group_remove "$GROUP_IF" | grep -q OK || fail "second P2P_GROUP_REMOVE on the daemon's supplicant"
-reformed3() { [ "$(wifi_status | jq -r '.details.groups_formed + " " + .state')" = "3 running" ]; }
+reformed3() { [ "$(wifi_status | jq -r '(.details.groups_formed | tostring) + " " + .state')" = "3 running" ]; }
 wait_for 60 "the daemon to re-form its group again" reformed3 || { wifi_status; fail "the daemon did not re-form the group a second time"; }
 "$Y" send Alice "sent after the second re-form" --home "$H/bob" --hub udp://127.0.0.1:7811 --json --timeout 30 > "$W/daemon-live-send.json" \
   || { cat "$W/daemon-live-send.json"; fail "bob's send after the second re-form"; }
