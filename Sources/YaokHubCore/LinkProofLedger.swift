@@ -55,8 +55,6 @@ struct LinkProofLedger: Sendable {
         return nil
     }
 
-    var count: Int { signed.count }
-
     private mutating func expire(nowNs: UInt64) {
         signed = signed.filter { nowNs &- $0.value.atNs <= Self.windowNs }
     }

@@ -45,12 +45,6 @@ public struct LinkProof: Sendable, Equatable {
     /// The hash the initiator signed.
     public var finalHash: [UInt8] { Noise.sha256(responderHash + replyPayload) }
 
-    /// The identity statement the host signed for itself, when it was the responder
-    /// (`hostWasResponder`) or the initiator: context ‖ hash, without the hub's role and keys.
-    public func hostStatementPrefix(hostWasResponder: Bool) -> [UInt8] {
-        hostWasResponder ? SecureLink.responderContext + responderHash : SecureLink.initiatorContext + finalHash
-    }
-
     /// Whether the peer's signature proves this role and these keys in the handshake, the host
     /// having been the responder (the peer initiated) or the initiator.
     public func proves(role: PeerRole, signingKey: [UInt8], kxKey: [UInt8], hostWasResponder: Bool) -> Bool {
