@@ -340,6 +340,8 @@ extension HubConfig {
                                                           memoryLimitMB: memory, capabilities: capabilities, command: command))
             }
         }
+        // Transports that keep a session table let a trusted hub displace a stranger.
+        for i in config.transports.indices { config.transports[i].section.trustedHubKeys = config.router.hubTrust.trustedHubs }
         return config
     }
 

@@ -144,6 +144,15 @@ final class HubTrustConfigTests: XCTestCase {
         XCTAssertEqual(try HubConfig.parse(yaml: "hub:\n  name: x\n", source: "t").router.hubTrust.mode, .open, "absent: open, as before")
         XCTAssertEqual(try DefaultConfig.load().router.hubTrust.mode, .list, "the packaged default trusts no hub by default")
 
+        // Every transport's config JSON carries the trusted keys (a session table may favour them).
+        let withMesh = try HubConfig.parse(yaml: "router:\n  trusted_hubs: [\"\(key)\"]\ntransports:\n  mesh:\n    enabled: true\n", source: "t")
+        let passed = try ConfigSection(json: try XCTUnwrap(withMesh.transport(named: "mesh")).section.json())
+        XCTAssertEqual(passed.trustedHubKeys, [[UInt8](repeating: 0xab, count: 32)])
+        XCTAssertEqual(passed.path, "transports.mesh")
+        XCTAssertThrowsError(try ConfigSection(json: #"{"path":"transports.mesh","values":{},"trusted_hubs":["abc"]}"#)) {
+            XCTAssertTrue("\($0)".contains("trusted hub key"), "\($0)")
+        }
+
         let cases: [(String, String, Int)] = [
             ("router:\n  hub_trust: everyone\n", "router.hub_trust", 2),
             ("router:\n  hub_trust: network\n", "router.hub_trust", 2),

@@ -141,6 +141,7 @@ public final class MeshEngine: @unchecked Sendable {
         let relay = StreamEvents()
         links = SecureStreamEngine(identity: identity, settings: s, events: relay,
                                    sessionEnded: { [relay] in relay.sessionEnded($0) })
+        links.trustedPeerKeys = settings.trustedHubKeys
         relay.attach(self)
     }
 
@@ -418,15 +419,21 @@ public final class MeshEngine: @unchecked Sendable {
     }
 
     private func dialDue(_ now: Int64) {
-        // Slots are kept for configured peers we have no session with (they are dialled whatever the count).
-        links.reservedSlots = targets.filter { if case .configured = $0.key { return $0.value.sessionID == nil && !$0.value.isSelf }; return false }.count
+        // Slots are kept for configured peers (dialled whatever the count) and trusted hubs heard
+        // by beacon that we have no session with.
+        links.reservedSlots = targets.filter { key, t in
+            guard t.sessionID == nil && !t.isSelf else { return false }
+            if case .discovered(let k) = key { return settings.trustedHubKeys.contains(k) && upByKey[k] == nil }
+            return true
+        }.count
         for (key, t) in targets where t.sessionID == nil && !t.isSelf && now >= t.nextAttemptMs {
             if let k = t.expectedKey ?? t.learnedKey, upByKey[k] != nil {
                 targets[key]?.nextAttemptMs = now + 1_000
                 continue
             }
-            // A discovered hub gets a place as an inbound peer from its network would.
-            if case .discovered = key, !links.makeRoomToDial(t.address) { continue }
+            // A discovered hub gets a place as an inbound peer from its network would; a trusted
+            // one, the place of a stranger's session if need be.
+            if case .discovered(let k) = key, !links.makeRoomToDial(t.address, trustedPeer: settings.trustedHubKeys.contains(k)) { continue }
             var target = t
             do {
                 target.sessionID = try links.dial(t.address, expectedKey: t.expectedKey)
@@ -578,7 +585,11 @@ public final class MeshEngine: @unchecked Sendable {
         }
         let discovered = targets.filter { if case .discovered = $0.key { return true } else { return false } }
         if discovered.count >= settings.maxBeaconTable {
-            guard let victim = discovered.filter({ $0.value.sessionID == nil }).min(by: { $0.value.lastBeaconMs < $1.value.lastBeaconMs }) else {
+            // Throwaway keys beaconing cannot push a trusted hub out of the table.
+            guard let victim = discovered.filter({ key, t in
+                guard t.sessionID == nil, case .discovered(let k) = key else { return false }
+                return !settings.trustedHubKeys.contains(k)
+            }).min(by: { $0.value.lastBeaconMs < $1.value.lastBeaconMs }) else {
                 counters.beaconsDropped += 1
                 return
             }

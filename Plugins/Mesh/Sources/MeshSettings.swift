@@ -43,6 +43,9 @@ public struct MeshSettings: Sendable, Equatable {
     public var handshakeTimeoutMs: Int64 = 10_000
     /// Beacon-table entries (distinct hubs heard) kept at once.
     public var maxBeaconTable: Int = 256
+    /// Hubs trusted by name (`router.trusted_hubs`, passed by the host): heard by beacon, they
+    /// get a reserved slot and may take a stranger's session (README, "Trusted hubs").
+    public var trustedHubKeys: Set<[UInt8]> = []
 
     /// Every key the section accepts (besides `enabled`).
     public static let keys: Set<String> = [
@@ -96,5 +99,6 @@ public struct MeshSettings: Sendable, Equatable {
             throw config.error("idle_timeout_s", "must be longer than keepalive_s (\(keepaliveMs / 1000) s), or idle links would close between pings")
         }
         maxFramesPerSecond = try config.int("max_frames_per_second", default: 4000, range: 10...1_000_000)
+        trustedHubKeys = Set(config.trustedHubKeys)
     }
 }

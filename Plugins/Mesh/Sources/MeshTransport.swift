@@ -95,6 +95,7 @@ public final class MeshTransport: Transport, @unchecked Sendable {
             "refused_max_sessions": String(c.refusedFull),
             "half_open_evicted": String(c.halfOpenEvicted),
             "crowd_evicted": String(c.crowdEvicted),
+            "trusted_displaced": String(c.trustedDisplaced),
             "duplicates_closed": String(c.duplicatesClosed),
             "unsealed_frames": String(c.unsealedFrames),
             "disconnects_misbehaviour": String(c.misbehaviourDisconnects),

@@ -154,14 +154,7 @@ final class DualStackBeaconTests: XCTestCase {
             .encoded(sign: neighbour.sign)
     }
 
-    /// Sends `bytes` from a fresh socket of `host`'s family to `host:port`.
-    func send(_ bytes: [UInt8], to host: String, port: UInt16) {
-        let to = IPEndpoint(host: host, port: port)
-        let fd = socket(to.family, Int32(SOCK_DGRAM.rawValue), 0)
-        defer { close(fd) }
-        let n = to.withSockaddr { sa, len in bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, len) } }
-        XCTAssertEqual(n, bytes.count, "sendto \(to)")
-    }
+    func send(_ bytes: [UInt8], to host: String, port: UInt16) { MeshTestSupport.sendDatagram(bytes, to: host, port: port) }
 
     func engine(intervalS: Double, _ recorder: LinkEventRecorder) throws -> (MeshEngine, UInt16) {
         let port = MeshTestSupport.freePort()

@@ -365,4 +365,53 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(honest.send(TLVRecord(.summary, value: [0, 0]).encoded))
         r.wait("its frames still arrive") { !$0.frames.isEmpty }
     }
+
+    /// Issue 47 #5b: strangers with throwaway keys, one per network, held the whole table, so no
+    /// newcomer's network was less crowded than theirs and a hub this one trusts was refused for
+    /// as long as they stayed. Now a hub in `router.trusted_hubs` heard by beacon is dialled and
+    /// takes the idlest stranger's place; an untrusted hub heard the same way still waits.
+    func testATrustedHubHeardByBeaconTakesTheSessionOfAStranger() throws {
+        // The hub under test has the lowest key, so it dials a hub at once when it hears it.
+        let ids = (100...130).map { TestLinkIdentity(seed: UInt8($0)) }.sorted { $0.signingKey.lexicographicallyPrecedes($1.signingKey) }
+        let (hub, trustedHub, strangerHub) = (ids[0], ids[1], ids[2])
+        let rTrusted = LinkEventRecorder(), rStranger = LinkEventRecorder()
+        let trustedPort = try XCTUnwrap(try started(trustedHub, try MeshTestSupport.loopback(), rTrusted).listenAddress?.port)
+        let strangerPort = try XCTUnwrap(try started(strangerHub, try MeshTestSupport.loopback(), rStranger).listenAddress?.port)
+        let beaconPort = MeshTestSupport.freePort()
+        let r = LinkEventRecorder()
+        let engine = try started(hub, try MeshTestSupport.settings([
+            "listen": .string("127.0.0.1:0"), "interfaces": .list([.string("lo")]), "beacon_port": .int(Int(beaconPort)),
+            "beacon_interval_s": .double(600), "max_sessions": .int(4),
+        ], trustedHubs: [trustedHub.signingKey]), r)
+        let port = try XCTUnwrap(engine.listenAddress?.port)
+        var strangers: [RawPeer] = []
+        for n in 1...4 {
+            let p = try RawPeer(port: port, source: "127.0.\(n).2")
+            XCTAssertTrue(p.handshake(as: TestLinkIdentity(seed: UInt8(40 + n)), role: .hub))
+            strangers.append(p)
+            r.wait("stranger \(n) linked") { $0.ups.count == n }   // one at a time: the first is the idlest
+        }
+        func beacon(_ id: TestLinkIdentity, port: UInt16) throws -> [UInt8] {
+            try Beacon(signingKey: id.signingKey, kxKey: id.kxKey, tcpPort: port, timestampMs: Int64(Date().timeIntervalSince1970 * 1000))
+                .encoded(sign: id.sign)
+        }
+        MeshTestSupport.sendDatagram(try beacon(strangerHub, port: strangerPort), to: "127.0.0.1", port: beaconPort)
+        r.wait("the untrusted hub heard") { $0.logs.contains { $0.contains("heard hub \(MeshEngine.shortKey(strangerHub.signingKey))") } }
+        MeshTestSupport.sendDatagram(try beacon(trustedHub, port: trustedPort), to: "127.0.0.1", port: beaconPort)
+        r.wait("linked with the trusted hub") { $0.ups.contains { $0.peerSigningKey == trustedHub.signingKey } }
+        rTrusted.wait("the trusted hub has the link too") { $0.ups.contains { $0.peerSigningKey == hub.signingKey } }
+        XCTAssertTrue(strangers[0].waitForClose(timeout: 5), "the idlest stranger gave its place")
+        XCTAssertEqual(engine.snapshot.counters.trustedDisplaced, 1)
+        XCTAssertEqual(engine.snapshot.sessions, 4)
+        // The untrusted hub, heard first and considered on every dial round since, got nothing.
+        XCTAssertFalse(r.snapshot.ups.contains { $0.peerSigningKey == strangerHub.signingKey })
+        XCTAssertTrue(rStranger.snapshot.ups.isEmpty)
+        // Another stranger from a fifth network is refused; the trusted link stays and carries frames.
+        XCTAssertTrue(try RawPeer(port: port, source: "127.0.5.2").waitForClose(timeout: 5))
+        let link = try XCTUnwrap(r.snapshot.ups.first { $0.peerSigningKey == trustedHub.signingKey })
+        try engine.send(TLVRecord(.summary, value: [0, 0]).encoded, to: link.id)
+        rTrusted.wait("a frame crosses the trusted link") { !$0.frames.isEmpty }
+        XCTAssertEqual(engine.snapshot.counters.trustedDisplaced, 1)
+        _ = strangers
+    }
 }

@@ -16,10 +16,13 @@ struct ClaimedIdentity: LinkIdentity {
 
 enum MeshTestSupport {
     /// A mesh config section from key/value pairs.
-    static func settings(_ values: [String: ConfigValue]) throws -> MeshSettings {
+    /// A mesh config section from key/value pairs, with the trusted hub keys the host would add
+    /// (passed through the config JSON, as across the ABI).
+    static func settings(_ values: [String: ConfigValue], trustedHubs: [[UInt8]] = []) throws -> MeshSettings {
         var entries: [String: ConfigSection.Entry] = [:]
         for (i, (k, v)) in values.sorted(by: { $0.key < $1.key }).enumerated() { entries[k] = .init(line: 10 + i, value: v) }
-        return try MeshSettings(config: ConfigSection(path: "transports.mesh", line: 9, entries: entries))
+        let section = ConfigSection(path: "transports.mesh", line: 9, entries: entries, trustedHubKeys: trustedHubs)
+        return try MeshSettings(config: ConfigSection(json: section.json()))
     }
 
     /// Settings for a loopback engine: no discovery, fast timers.
@@ -38,6 +41,16 @@ enum MeshTestSupport {
                                 wallClockMs: { Int64(Date().timeIntervalSince1970 * 1000) },
                                 monotonicNs: { DispatchTime.now().uptimeNanoseconds }, events: recorder)
         return engine
+    }
+
+    /// Sends `bytes` from a fresh UDP socket of `host`'s family to `host:port` (a beacon by
+    /// unicast: the engine's beacon sockets take any datagram on their port).
+    static func sendDatagram(_ bytes: [UInt8], to host: String, port: UInt16, file: StaticString = #filePath, line: UInt = #line) {
+        let to = IPEndpoint(host: host, port: port)
+        let fd = socket(to.family, Int32(SOCK_DGRAM.rawValue), 0)
+        defer { close(fd) }
+        let n = to.withSockaddr { sa, len in bytes.withUnsafeBytes { sendto(fd, $0.baseAddress, $0.count, 0, sa, len) } }
+        XCTAssertEqual(n, bytes.count, "sendto \(to)", file: file, line: line)
     }
 
     /// A TCP port that was free a moment ago.

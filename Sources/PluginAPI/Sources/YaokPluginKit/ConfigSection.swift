@@ -97,34 +97,54 @@ public struct ConfigSection: Sendable, Equatable {
     public let line: Int?
     /// Flattened keys (nested maps as `a.b`) relative to ``path``.
     public let entries: [String: Entry]
+    /// Ed25519 keys of the hubs this hub trusts by name (`router.trusted_hubs`), which the
+    /// host adds to every section: a transport that keeps a session table may give such a hub,
+    /// once it has heard its key, the place of a session with a stranger
+    /// (Plugins/Mesh/README.md, "Trusted hubs").
+    public var trustedHubKeys: [[UInt8]] = []
 
-    public init(path: String, line: Int? = nil, entries: [String: Entry]) {
+    public init(path: String, line: Int? = nil, entries: [String: Entry], trustedHubKeys: [[UInt8]] = []) {
         self.path = path
         self.line = line
         self.entries = entries
+        self.trustedHubKeys = trustedHubKeys
     }
 
     struct Wire: Codable {
         var path: String
         var line: Int?
         var values: [String: Entry]
+        var trustedHubs: [String]?
+
+        enum CodingKeys: String, CodingKey {
+            case path, line, values
+            case trustedHubs = "trusted_hubs"
+        }
     }
 
     /// Decodes the JSON form the host passes across the ABI.
     public init(json: String) throws {
+        let wire: Wire
         do {
-            let wire = try JSONDecoder().decode(Wire.self, from: Data(json.utf8))
-            self.init(path: wire.path, line: wire.line, entries: wire.values)
+            wire = try JSONDecoder().decode(Wire.self, from: Data(json.utf8))
         } catch {
             throw ConfigError(keyPath: "(plugin config)", line: nil, message: "the host passed unreadable config JSON: \(error)")
         }
+        let keys = try (wire.trustedHubs ?? []).map { hex in
+            guard let key = Hex.decode(hex), key.count == 32 else {
+                throw ConfigError(keyPath: "(plugin config)", line: nil, message: "the host passed a trusted hub key that is not 64 hex digits")
+            }
+            return key
+        }
+        self.init(path: wire.path, line: wire.line, entries: wire.values, trustedHubKeys: keys)
     }
 
     /// The JSON form the host passes across the ABI.
     public func json() -> String {
         let encoder = JSONEncoder()
         encoder.outputFormatting = [.sortedKeys]
-        let data = (try? encoder.encode(Wire(path: path, line: line, values: entries))) ?? Data("{}".utf8)
+        let wire = Wire(path: path, line: line, values: entries, trustedHubs: trustedHubKeys.isEmpty ? nil : trustedHubKeys.map { Hex.encode($0) })
+        let data = (try? encoder.encode(wire)) ?? Data("{}".utf8)
         return String(decoding: data, as: UTF8.self)
     }
 

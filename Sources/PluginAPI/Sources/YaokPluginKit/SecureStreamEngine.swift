@@ -99,6 +99,8 @@ public final class SecureStreamEngine: @unchecked Sendable {
         /// Inbound sessions of the most crowded network closed to make room for a peer from
         /// a less crowded one.
         public var crowdEvicted: UInt64 = 0
+        /// Inbound sessions with a stranger closed to make room for a dial to a trusted hub.
+        public var trustedDisplaced: UInt64 = 0
         public init() {}
     }
 
@@ -145,6 +147,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
     private var pending: [Event] = []
     private var lastError: String?
     private var reserved = 0
+    private var trusted = Set<[UInt8]>()
 
     private enum Event {
         case up(LinkInfo), down(LinkID, String), frame([UInt8], LinkID), log(LogLevel, String)
@@ -224,6 +227,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
     public var reservedSlots: Int {
         get { lock.withLock { reserved } }
         set { lock.withLock { reserved = newValue } }
+    }
+
+    /// Keys of trusted hubs: their sessions are never closed to make room, and a dial to one
+    /// may take the place of a stranger's (``makeRoomToDial(_:trustedPeer:)``).
+    public var trustedPeerKeys: Set<[UInt8]> {
+        get { lock.withLock { trusted } }
+        set { lock.withLock { trusted = newValue } }
     }
 
     public var snapshot: Snapshot {
@@ -443,12 +453,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
             close(oldest, reason: "\(oldest.remote) had not finished its handshake and the session table is full", level: .debug, goodbye: false)
             return true
         }
-        // Crowds are counted over every session (our own dials too), evicted only among inbound ones.
+        // Crowds are counted over every session (our own dials too), evicted only among inbound
+        // sessions with strangers.
         let crowds = Dictionary(grouping: sessions.values) { $0.remote.crowd }
         let mineCount = crowds[mine]?.count ?? 0
         guard let (crowd, members) = crowds.filter({ $0.key != mine }).max(by: { $0.value.count < $1.value.count }),
               members.count > mineCount + 1,
-              let idlest = members.filter({ !$0.outbound }).min(by: { ($0.lastHeardMs, $0.id) < ($1.lastHeardMs, $1.id) }) else { return false }
+              let idlest = members.filter(isStrangerInbound).min(by: { ($0.lastHeardMs, $0.id) < ($1.lastHeardMs, $1.id) }) else { return false }
         counters.crowdEvicted += 1
         close(idlest, reason: "\(idlest.remote) gave its place to a peer from a less crowded network (\(crowd) held \(members.count) of \(settings.maxSessions) sessions)",
               level: .info)
@@ -458,13 +469,37 @@ public final class SecureStreamEngine: @unchecked Sendable {
     /// Whether a dial to `address` fits now: room in the table, made as for an inbound peer
     /// from that network (``makeRoom(forCrowd:)``). For peers that need no reserved slot
     /// (discovered ones); configured peers are dialled whatever the count.
-    public func makeRoomToDial(_ address: IPEndpoint) -> Bool {
+    ///
+    /// A dial to a `trustedPeer` (its key, from a signed beacon, is one of ``trustedPeerKeys``;
+    /// the handshake must still prove it) counts the slot its owner reserved for it as its own,
+    /// and with the table full takes the place of an inbound session with a stranger (the
+    /// oldest unfinished handshake, else the idlest), from any network: strangers on many
+    /// networks cannot keep a trusted hub out.
+    public func makeRoomToDial(_ address: IPEndpoint, trustedPeer: Bool = false) -> Bool {
         let (fits, evicted) = lock.withLock {
-            let before = counters.crowdEvicted + counters.halfOpenEvicted
-            return (makeRoom(forCrowd: address.crowd), counters.crowdEvicted + counters.halfOpenEvicted != before)
+            let before = counters.crowdEvicted + counters.halfOpenEvicted + counters.trustedDisplaced
+            let fits = trustedPeer ? makeRoomForTrustedDial(to: address) : makeRoom(forCrowd: address.crowd)
+            return (fits, counters.crowdEvicted + counters.halfOpenEvicted + counters.trustedDisplaced != before)
         }
         if evicted { wake() }   // the poll thread reports the closed session
         return fits
+    }
+
+    /// An inbound session whose peer is not a trusted hub (or has not proved who it is yet). Under the lock.
+    private func isStrangerInbound(_ s: StreamSession) -> Bool {
+        !s.outbound && !(s.link.peer.map { trusted.contains($0.signingKey) } ?? false)
+    }
+
+    /// Under the lock.
+    private func makeRoomForTrustedDial(to address: IPEndpoint) -> Bool {
+        guard sessions.count >= settings.maxSessions else { return true }
+        guard let victim = sessions.values.filter(isStrangerInbound).min(by: {
+            ($0.state == .up ? 1 : 0, $0.lastHeardMs, $0.id) < ($1.state == .up ? 1 : 0, $1.lastHeardMs, $1.id)
+        }) else { return false }
+        counters.trustedDisplaced += 1
+        close(victim, reason: "\(victim.remote) gave its place to a trusted hub at \(address) (\(sessions.count) of \(settings.maxSessions) sessions)",
+              level: .info)
+        return true
     }
 
     private func beginHandshake(_ s: StreamSession) {
@@ -822,6 +857,7 @@ extension SecureStreamEngine.Counters {
         c.throttled = a.throttled + b.throttled; c.rateLimitDisconnects = a.rateLimitDisconnects + b.rateLimitDisconnects
         c.idleTimeouts = a.idleTimeouts + b.idleTimeouts; c.queueFull = a.queueFull + b.queueFull
         c.halfOpenEvicted = a.halfOpenEvicted + b.halfOpenEvicted; c.crowdEvicted = a.crowdEvicted + b.crowdEvicted
+        c.trustedDisplaced = a.trustedDisplaced + b.trustedDisplaced
         return c
     }
 }

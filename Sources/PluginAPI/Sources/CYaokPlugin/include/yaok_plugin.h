@@ -116,7 +116,8 @@ typedef struct yaok_host_api {
     /**
      * The plugin's config section as JSON: {"path":"transports.udp","values":{...}}
      * where every value is {"line":N,"value":V} and nested maps are flattened
-     * to dotted keys. See Docs/plugin-guide.md.
+     * to dotted keys; "trusted_hubs", when present, lists the Ed25519 keys (hex) of
+     * the hubs in router.trusted_hubs. See Docs/plugin-guide.md.
      */
     const char *config_json;
     /** The hub's Ed25519 public key (its identity). */
