@@ -129,6 +129,19 @@ private func runCarriers(_ input: inout FuzzStream) {
         }
     }
 
+    /// The program reported a link down: a carrier whose link was not up is gone silently (the
+    /// hub forgets it, and a carrier with that ID may come up again, either way round).
+    func carrierDown(_ link: UInt64) {
+        if carriers.isCarrier(link) {
+            let wasUp = carriers.down(link)
+            known[link] = nil
+            hubSent[link] = nil
+            if !wasUp { peers[link] = nil; return }
+        }
+        up.remove(link)
+        peers[link] = nil
+    }
+
     while let op = input.byte(), let c = input.chunk() {
         let id = UInt64((c.first ?? 0) & 7)
         switch op % 8 {
@@ -136,13 +149,12 @@ private func runCarriers(_ input: inout FuzzStream) {
             guard let m = parse(c) else { break }
             switch m {
             case .carrierUp(let info):
-                known[info.id] = info
+                // A second report of a live carrier is ignored by the hub: the first one stands.
+                if !carriers.isCarrier(info.id) { known[info.id] = info }
                 apply(carriers.up(info))
             case .carrierRecord(let link, let record): apply(carriers.record(record, on: link))
             case .linkDown(let link, _):
-                if carriers.isCarrier(link) && !carriers.down(link) { break }
-                up.remove(link)
-                peers[link] = nil
+                carrierDown(link)
             default: break
             }
         case 1:
@@ -150,7 +162,7 @@ private func runCarriers(_ input: inout FuzzStream) {
             let mtu = c.count > 2 ? Int(c[2]) * 16 : 2048
             let info = CarrierInfo(id: id, dialled: flags & 1 == 1, mtu: mtu, cost: Int(c.count > 3 ? c[3] : 1), kind: "tcp",
                                    remote: flags & 2 == 0 ? nil : "198.51.100.7:7000")
-            if known[id] == nil { known[id] = info }
+            if !carriers.isCarrier(id) { known[id] = info }
             apply(carriers.up(info))
         case 2:
             apply(carriers.record(Array(c.dropFirst()), on: id))
@@ -176,9 +188,7 @@ private func runCarriers(_ input: inout FuzzStream) {
             peerSent.append(sealed)
             apply(carriers.record(sealed, on: id))
         case 5:
-            if carriers.isCarrier(id) && !carriers.down(id) { break }
-            up.remove(id)
-            peers[id] = nil
+            carrierDown(id)
         case 6:
             guard c.count >= 2, !peerSent.isEmpty else { break }
             apply(carriers.record(peerSent[Int(c[1]) % peerSent.count], on: id))
