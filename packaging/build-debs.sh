@@ -6,12 +6,14 @@
 #   yaok-relay          the internet relay and its systemd unit
 #   yaok                the Ya OK command-line endpoint
 #
-# Usage: packaging/build-debs.sh [--arch amd64|arm64] [--skip-build] [--out DIR]
-#   --arch ARCH   the machine's own architecture (default), or arm64 from amd64: cross-built
-#                 with Swift 6.2.3 against Debian 13 (trixie) arm64 (packaging/cross/, as root;
-#                 the packages need Debian 13 / Raspberry Pi OS trixie or later)
-#   --skip-build  reuse the release build in the scratch path
-#   --out DIR     where the .deb files go (default: SCRATCH/debs)
+# Usage: packaging/build-debs.sh [--arch amd64|arm64] [--scratch DIR] [--skip-build] [--out DIR]
+#   --arch ARCH    the machine's own architecture (default), or arm64 from amd64: cross-built
+#                  with Swift 6.2.3 against Debian 13 (trixie) arm64 (packaging/cross/, as root;
+#                  the packages need Debian 13 / Raspberry Pi OS trixie or later)
+#   --scratch DIR  the build directory (as SCRATCH). A release build already there is reused:
+#                  `swift build -c release` then `--scratch .build` rebuilds nothing that is up to date
+#   --skip-build   package the release build in the scratch path as it is, without `swift build`
+#   --out DIR      where the .deb files go (default: SCRATCH/debs)
 # Environment: SCRATCH (default .build-pkg, for arm64 .build-arm64), VERSION (default
 #              0.1.0+git<date>.<commit>), SWIFT (default: swift on PATH, else /opt/swift/usr/bin/swift),
 #              YAOK_CROSS_CACHE (the arm64 toolchain's cache, packaging/cross/arm64-toolchain.sh).
@@ -28,9 +30,10 @@ arch=$host_arch
 while [ $# -gt 0 ]; do
   case "$1" in
     --skip-build) skip_build=1 ;;
-    --out) out=$(realpath -m "$2"); shift ;;
-    --arch) arch=$2; shift ;;
-    *) echo "usage: $0 [--arch amd64|arm64] [--skip-build] [--out DIR]" >&2; exit 2 ;;
+    --out) [ $# -ge 2 ] || { echo "error: --out needs a directory" >&2; exit 2; }; out=$(realpath -m "$2"); shift ;;
+    --arch) [ $# -ge 2 ] || { echo "error: --arch needs amd64 or arm64" >&2; exit 2; }; arch=$2; shift ;;
+    --scratch) [ $# -ge 2 ] || { echo "error: --scratch needs a directory" >&2; exit 2; }; SCRATCH=$2; shift ;;
+    *) echo "usage: $0 [--arch amd64|arm64] [--scratch DIR] [--skip-build] [--out DIR]" >&2; exit 2 ;;
   esac
   shift
 done
@@ -81,7 +84,18 @@ if [ "$skip_build" -eq 0 ]; then
 fi
 # (A cross build runs in the toolchain's root, where this directory has the same path.)
 bin=$("${swift_build[@]}" --show-bin-path)
-for f in yaok-hub yaok-relay yaok yaok-bench; do [ -x "$bin/$f" ] || { echo "error: $bin/$f not built" >&2; exit 1; }; done
+for f in yaok-hub yaok-relay yaok yaok-bench; do
+  [ -x "$bin/$f" ] && continue
+  echo "error: $bin/$f is not built: there is no release build in $scratch" >&2
+  if [ "$skip_build" -eq 1 ]; then
+    for other in .build .build-pkg; do
+      [ "$other" != "$scratch" ] && [ -x "$other/release/$f" ] \
+        && echo "  a release build is in $other: package it with --scratch $other --skip-build" >&2
+    done
+    echo "  or leave out --skip-build to build in $scratch" >&2
+  fi
+  exit 1
+done
 plugins=("$bin"/libyaok-plugin-*.so)
 [ -e "${plugins[0]}" ] || { echo "error: no plugins in $bin" >&2; exit 1; }
 [ -d "$toolchain_lib" ] || { echo "error: no Swift runtime in $toolchain_lib" >&2; exit 1; }

@@ -65,7 +65,7 @@ rm -rf "$debs"
 build_args=(--arch "$arch" --out "$debs")
 [ "${SKIP_BUILD:-0}" = 1 ] && build_args+=(--skip-build)
 scratch=${SCRATCH:-.build-pkg}; [ $native = 1 ] || scratch=${SCRATCH_ARM64:-.build-$arch}
-if ! SCRATCH=$scratch bash packaging/build-debs.sh "${build_args[@]}"; then
+if ! bash packaging/build-debs.sh --scratch "$scratch" "${build_args[@]}"; then
   echo "FAIL: packaging/build-debs.sh --arch $arch"; exit 1
 fi
 ls -l "$debs"
