@@ -207,59 +207,61 @@ extension HubConfig {
         }
         guard let root else { throw ConfigError(keyPath: "(root)", line: nil, message: "the config file is empty") }
         let top = try MappingReader(node: root, path: "")
-        try top.allowOnly(["hub", "store", "router", "clock", "metrics", "console", "transports"])
+        // A wrong value is recorded and its default used, so every wrong key is named at once.
+        let problems = ConfigProblems()
+        problems.record(top.unknownKeys(["hub", "store", "router", "clock", "metrics", "console", "transports"]))
 
-        let hub = try top.mapping("hub")
-        try hub?.allowOnly(["name", "data_dir", "identity_file", "plugin_dirs", "control_socket", "log_level"])
-        let store = try top.mapping("store")
-        try store?.allowOnly(["key_file", "size_cap_mb", "vacuum_interval_h"])
-        let router = try top.mapping("router")
-        try router?.allowOnly(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s",
-                                  "max_ttl_h", "clock_skew_s", "hub_trust", "trusted_hubs", "network_key", "hub_certificate"])
-        let clock = try top.mapping("clock")
-        try clock?.allowOnly(["trust_system_clock", "set_system_clock"])
-        let metrics = try top.mapping("metrics")
-        try metrics?.allowOnly(["enabled", "listen"])
-        let console = try top.mapping("console")
-        try console?.allowOnly(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s", "tls", "tls_certificate", "tls_key"])
-        if let listen = try console?.string("listen"), !Self.isHostPort(listen) {
-            throw console!.error("listen", "expected host:port (e.g. 127.0.0.1:8480 or [::1]:8480), got \"\(listen)\"")
+        let hub = problems.take { try top.mapping("hub") }
+        problems.record(hub?.unknownKeys(["name", "data_dir", "identity_file", "plugin_dirs", "control_socket", "log_level"]))
+        let store = problems.take { try top.mapping("store") }
+        problems.record(store?.unknownKeys(["key_file", "size_cap_mb", "vacuum_interval_h"]))
+        let router = problems.take { try top.mapping("router") }
+        problems.record(router?.unknownKeys(["policy", "spray_copies", "hop_limit", "link_frames_per_second", "sender_envelopes_per_minute", "custody_timeout_s",
+                                  "max_ttl_h", "clock_skew_s", "hub_trust", "trusted_hubs", "network_key", "hub_certificate"]))
+        let clock = problems.take { try top.mapping("clock") }
+        problems.record(clock?.unknownKeys(["trust_system_clock", "set_system_clock"]))
+        let metrics = problems.take { try top.mapping("metrics") }
+        problems.record(metrics?.unknownKeys(["enabled", "listen"]))
+        let console = problems.take { try top.mapping("console") }
+        problems.record(console?.unknownKeys(["enabled", "listen", "password_file", "session_minutes", "sample_interval_s", "tls", "tls_certificate", "tls_key"]))
+        if let listen = (try? console?.string("listen")) ?? nil, !Self.isHostPort(listen) {
+            problems.record(console!.error("listen", "expected host:port (e.g. 127.0.0.1:8480 or [::1]:8480), got \"\(listen)\""))
         }
 
         var config = HubConfig(
             source: source,
-            hubName: try hub?.string("name") ?? "yaok-hub",
-            dataDir: try hub?.string("data_dir").flatMap { $0.isEmpty ? nil : $0 },
-            identityFile: try hub?.string("identity_file") ?? "identity.key",
-            pluginDirs: try hub?.strings("plugin_dirs") ?? [],
-            controlSocket: try hub?.string("control_socket").flatMap { $0.isEmpty ? nil : $0 },
-            logLevel: try hub?.choice("log_level", ["trace", "debug", "info", "notice", "warning", "error", "critical"]) ?? "info",
+            hubName: problems.take { try hub?.string("name") } ?? "yaok-hub",
+            dataDir: problems.take { try hub?.string("data_dir").flatMap { $0.isEmpty ? nil : $0 } },
+            identityFile: problems.take { try hub?.string("identity_file") } ?? "identity.key",
+            pluginDirs: problems.take { try hub?.strings("plugin_dirs") } ?? [],
+            controlSocket: problems.take { try hub?.string("control_socket").flatMap { $0.isEmpty ? nil : $0 } },
+            logLevel: problems.take { try hub?.choice("log_level", ["trace", "debug", "info", "notice", "warning", "error", "critical"]) } ?? "info",
             store: StoreSettings(
-                keyFile: try store?.string("key_file") ?? "store.key",
-                sizeCapBytes: Int64(try store?.int("size_cap_mb", range: 1...1_000_000) ?? 500) * 1_000_000,
-                vacuumIntervalMs: Int64(try store?.int("vacuum_interval_h", range: 1...8760) ?? 24) * 3_600_000),
+                keyFile: problems.take { try store?.string("key_file") } ?? "store.key",
+                sizeCapBytes: Int64(problems.take { try store?.int("size_cap_mb", range: 1...1_000_000) } ?? 500) * 1_000_000,
+                vacuumIntervalMs: Int64(problems.take { try store?.int("vacuum_interval_h", range: 1...8760) } ?? 24) * 3_600_000),
             router: RouterSettings(
-                policy: try router?.choice("policy", ["epidemic", "spray-and-wait"]) ?? "epidemic",
-                sprayCopies: try router?.int("spray_copies", range: 1...64) ?? 4,
-                hopLimit: try router?.int("hop_limit", range: 1...255) ?? 10,
-                linkFramesPerSecond: try router?.int("link_frames_per_second", range: 1...1_000_000) ?? 2000,
-                senderEnvelopesPerMinute: try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) ?? 600,
-                custodyTimeoutMs: Int64(try router?.int("custody_timeout_s", range: 1...3600) ?? 30) * 1000,
-                maxTTLMs: Int64(try router?.int("max_ttl_h", range: 1...168) ?? 168) * 3_600_000,
-                clockSkewMs: Int64(try router?.int("clock_skew_s", range: 0...604_800) ?? 604_800) * 1000,
-                hubTrust: try router.map(hubTrust) ?? HubTrustSettings()),
+                policy: problems.take { try router?.choice("policy", ["epidemic", "spray-and-wait"]) } ?? "epidemic",
+                sprayCopies: problems.take { try router?.int("spray_copies", range: 1...64) } ?? 4,
+                hopLimit: problems.take { try router?.int("hop_limit", range: 1...255) } ?? 10,
+                linkFramesPerSecond: problems.take { try router?.int("link_frames_per_second", range: 1...1_000_000) } ?? 2000,
+                senderEnvelopesPerMinute: problems.take { try router?.int("sender_envelopes_per_minute", range: 1...1_000_000) } ?? 600,
+                custodyTimeoutMs: Int64(problems.take { try router?.int("custody_timeout_s", range: 1...3600) } ?? 30) * 1000,
+                maxTTLMs: Int64(problems.take { try router?.int("max_ttl_h", range: 1...168) } ?? 168) * 3_600_000,
+                clockSkewMs: Int64(problems.take { try router?.int("clock_skew_s", range: 0...604_800) } ?? 604_800) * 1000,
+                hubTrust: problems.take { try router.map(hubTrust) } ?? HubTrustSettings()),
             metrics: MetricsSettings(
-                enabled: try metrics?.bool("enabled") ?? false,
-                listen: try metrics?.string("listen") ?? "127.0.0.1:9478"),
+                enabled: problems.take { try metrics?.bool("enabled") } ?? false,
+                listen: problems.take { try metrics?.string("listen") } ?? "127.0.0.1:9478"),
             console: ConsoleSettings(
-                enabled: try console?.bool("enabled") ?? false,
-                listen: try console?.string("listen") ?? "127.0.0.1:8480",
-                passwordFile: try console?.string("password_file").flatMap { $0.isEmpty ? nil : $0 } ?? "console.pass",
-                sessionMinutes: try console?.int("session_minutes", range: 1...1440) ?? 30,
-                sampleIntervalSeconds: try console?.int("sample_interval_s", range: 1...60) ?? 10,
-                tls: try console?.bool("tls") ?? false,
-                tlsCertificate: try console?.string("tls_certificate").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.crt",
-                tlsKey: try console?.string("tls_key").flatMap { $0.isEmpty ? nil : $0 } ?? "console-tls.key"),
+                enabled: problems.take { try console?.bool("enabled") } ?? false,
+                listen: problems.take { try console?.string("listen") } ?? "127.0.0.1:8480",
+                passwordFile: problems.take { try console?.string("password_file").flatMap { $0.isEmpty ? nil : $0 } } ?? "console.pass",
+                sessionMinutes: problems.take { try console?.int("session_minutes", range: 1...1440) } ?? 30,
+                sampleIntervalSeconds: problems.take { try console?.int("sample_interval_s", range: 1...60) } ?? 10,
+                tls: problems.take { try console?.bool("tls") } ?? false,
+                tlsCertificate: problems.take { try console?.string("tls_certificate").flatMap { $0.isEmpty ? nil : $0 } } ?? "console-tls.crt",
+                tlsKey: problems.take { try console?.string("tls_key").flatMap { $0.isEmpty ? nil : $0 } } ?? "console-tls.key"),
             transports: [])
         if config.console.enabled, !config.console.tls, !Self.isLoopback(hostPort: config.console.listen) {
             let line = console?.entry("listen")?.1.map { " (line \($0))" } ?? ""
@@ -267,12 +269,13 @@ extension HubConfig {
                 + "cross the network in clear; set `tls: true`, or listen on 127.0.0.1 and reach it with `ssh -L 8480:127.0.0.1:8480`")
         }
         config.clock = ClockSettings(
-            trustSystemClock: HubTime.SystemClockTrust(rawValue: try clock?.choice("trust_system_clock", HubTime.SystemClockTrust.allCases.map(\.rawValue)) ?? "auto") ?? .auto,
-            setSystemClock: try clock?.bool("set_system_clock") ?? false)
+            trustSystemClock: HubTime.SystemClockTrust(rawValue: problems.take { try clock?.choice("trust_system_clock", HubTime.SystemClockTrust.allCases.map(\.rawValue)) } ?? "auto") ?? .auto,
+            setSystemClock: problems.take { try clock?.bool("set_system_clock") } ?? false)
 
-        if let transports = try top.mapping("transports") {
+        if let transports = problems.take({ try top.mapping("transports") }) {
             var kinds: [String: String] = [:]
-            for (name, node, line) in transports.pairs {
+            // A section's first error is recorded and the next section read.
+            for (name, node, line) in transports.pairs { do {
                 let path = "transports.\(name)"
                 guard case .mapping = node else {
                     throw ConfigError(keyPath: path, line: line, message: "expected a mapping with at least `enabled: true|false`")
@@ -338,8 +341,9 @@ extension HubConfig {
                 }
                 config.transports.append(TransportSection(name: name, kind: kind, enabled: enabled, peerRoles: roles, section: section,
                                                           memoryLimitMB: memory, capabilities: capabilities, command: command))
-            }
+            } catch { problems.record(error) } }
         }
+        try problems.throwIfAny()
         // Transports that keep a session table let a trusted hub displace a stranger.
         for i in config.transports.indices { config.transports[i].section.trustedHubKeys = config.router.hubTrust.trustedHubs }
         return config
@@ -471,6 +475,31 @@ extension HubConfig {
     }
 }
 
+/// The errors one parse found: a wrong value is recorded and its default used, so
+/// `check-config` names every wrong key at once, in file order.
+final class ConfigProblems {
+    private var errors: [ConfigError] = []
+
+    /// The value `read` returns, or nil (and its error recorded) when it throws.
+    func take<T>(_ read: () throws -> T?) -> T? {
+        do { return try read() } catch { record(error); return nil }
+    }
+
+    func record(_ error: Error) {
+        errors.append(error as? ConfigError ?? ConfigError(keyPath: "(config)", line: nil, message: "\(error)"))
+    }
+
+    func record(_ found: [ConfigError]?) { errors += found ?? [] }
+
+    /// Throws the first error (by line) with the others attached, if any was found.
+    func throwIfAny() throws {
+        let sorted = errors.enumerated().sorted { ($0.element.line ?? .max, $0.offset) < ($1.element.line ?? .max, $1.offset) }.map(\.element)
+        guard var first = sorted.first else { return }
+        first.others = Array(sorted.dropFirst())
+        throw first
+    }
+}
+
 /// Typed reading of one YAML mapping, with key-path-and-line errors.
 struct MappingReader {
     let path: String
@@ -507,10 +536,9 @@ struct MappingReader {
         ConfigError(keyPath: Self.join(path, key), line: entry(key)?.1 ?? line, message: message)
     }
 
-    func allowOnly(_ keys: Set<String>) throws {
-        for (key, _, _) in pairs where !keys.contains(key) {
-            throw error(key, ConfigSection.unknownKeyMessage(key, known: keys))
-        }
+    /// An error for each key not in `keys`.
+    func unknownKeys(_ keys: Set<String>) -> [ConfigError] {
+        pairs.filter { !keys.contains($0.0) }.map { error($0.0, ConfigSection.unknownKeyMessage($0.0, known: keys)) }
     }
 
     func mapping(_ key: String) throws -> MappingReader? {

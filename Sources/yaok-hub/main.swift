@@ -81,6 +81,15 @@ struct CheckConfig: ParsableCommand {
         let config: HubConfig
         do {
             config = try HubConfig.load(path: file)
+        } catch let e as ConfigError {
+            // Every wrong key, one line each, in file order.
+            for one in [e] + e.others {
+                var alone = one
+                alone.others = []
+                print("\(file): \(alone)")
+            }
+            if !e.others.isEmpty { print("\(file): \(e.others.count + 1) errors") }
+            throw ExitCode(exitConfigError)
         } catch {
             print("\(file): \(error)")
             throw ExitCode(exitConfigError)

@@ -252,6 +252,18 @@ final class HubProcessTests: XCTestCase {
         let check4 = try TestSupport.run(hubExe, ["check-config", hostTypo])
         XCTAssertEqual(check4.status, 78)
         XCTAssertTrue(check4.output.contains("router.custody_timout_s (line 4): unknown key; did you mean `custody_timeout_s`?"), check4.output)
+        // Issue 48 #13: every wrong host key is named in one run, in file order, each with its line.
+        let several = dir + "/several.yaml"
+        try "hub:\n  nmae: x\nrouter:\n  hop_limit: many\n  policy: flood\ntransports:\n  udp:\n    port: 1\n  mesh:\n    enabled: yes please\n"
+            .write(toFile: several, atomically: true, encoding: .utf8)
+        let checkAll = try TestSupport.run(hubExe, ["check-config", several])
+        XCTAssertEqual(checkAll.status, 78)
+        let said = checkAll.output.split(separator: "\n").map(String.init)
+        let expected = ["hub.nmae (line 2): unknown key; did you mean `name`?", "router.hop_limit (line 4): expected an integer",
+                        "router.policy (line 5): \"flood\" is not one of", "transports.udp.enabled (line 7): is required",
+                        "transports.mesh.enabled (line 10): expected", "5 errors"]
+        XCTAssertEqual(said.count, expected.count, checkAll.output)
+        for (line, says) in zip(said, expected) { XCTAssertTrue(line.hasPrefix(several + ": ") && line.contains(says), "\(line) should say \(says)") }
 
         let good = dir + "/good.yaml"
         try Self.config(dir: dir, pluginDirs: [plugins], udpPort: 7000).write(toFile: good, atomically: true, encoding: .utf8)

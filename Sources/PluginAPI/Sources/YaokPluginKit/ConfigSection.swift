@@ -63,6 +63,9 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     public var line: Int?
     /// What is wrong.
     public var message: String
+    /// Further errors found in the same file (the host's config check names them all), each
+    /// described on a line of its own after this one.
+    public var others: [ConfigError] = []
 
     public init(keyPath: String, line: Int?, message: String) {
         self.keyPath = keyPath
@@ -71,8 +74,8 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public var description: String {
-        if let line { return "\(keyPath) (line \(line)): \(message)" }
-        return "\(keyPath): \(message)"
+        let this = line.map { "\(keyPath) (line \($0)): \(message)" } ?? "\(keyPath): \(message)"
+        return ([this] + others.map(\.description)).joined(separator: "\n")
     }
 }
 
