@@ -35,7 +35,13 @@ enum Assets {
     h1 { font-size: 1.5rem; margin: .25rem 0 .75rem; }
     h2.section { font-size: 1.2rem; margin: 1.25rem 0 .5rem; }
     h3.sub { font-size: 1rem; margin: 1rem 0 .25rem; }
-    .summary { font-size: 1.05rem; }
+    .summary { font-size: 1.05rem; margin: .25rem 0 0; }
+    .glance { background: var(--card); border: 1px solid var(--line); border-radius: 8px; padding: .5rem .75rem; }
+    .glance h2.section { margin: 0 0 .25rem; }
+    .glance dl { display: grid; grid-template-columns: repeat(auto-fill, minmax(9rem, 1fr)); gap: .2rem .75rem; margin: 0; }
+    .glance dl div { min-width: 0; } .glance dt { color: var(--muted); font-size: .85rem; }
+    .glance dd { margin: 0; font-weight: 700; overflow-wrap: anywhere; }
+    @media (max-width: 640px) { .glance dl { grid-template-columns: 1fr 1fr; } .glance .wide { grid-column: 1 / -1; } h1 { margin-bottom: .4rem; } }
     #live { color: var(--muted); font-size: .9rem; }
     .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(280px, 1fr)); gap: .75rem; }
     .card { background: var(--card); border: 1px solid var(--line); border-left-width: 8px; border-radius: 8px; padding: .75rem; }

@@ -20,14 +20,21 @@ enum OverviewPage {
         }
     }
 
-    /// The reason, with the retry time when the host is backing off.
+    /// The reason, with the retry time when the host is backing off, and what to do about it.
     static func reason(_ t: TransportRuntimeStatus) -> String {
         var r = t.status.reason.isEmpty ? "—" : t.status.reason
         if let next = t.nextRetryInSeconds { r += " (next try in \(Int(next.rounded())) s)" }
+        switch t.status.state {
+        case .unavailable where t.enabled:
+            r += ". To fix: give this box what is named here, or switch the transport off if it will never have it."
+        case .failed where t.enabled:
+            r += ". The hub keeps trying by itself; the log says more (journalctl -u yaok-hub)."
+        default: break
+        }
         return r
     }
 
-    static func fields(_ r: Hub.StatusReport) -> [Field] {
+    static func fields(_ r: Hub.StatusReport, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> [Field] {
         var f: [Field] = []
         func n<T: BinaryInteger>(_ key: String, _ v: T) { f.append(Field(key: key, value: String(v), text: String(v))) }
         for t in r.transports {
@@ -42,8 +49,9 @@ enum OverviewPage {
             n(p + "framesOut", t.status.framesOut)
             f.append(Field(key: p + "bytesIn", value: String(t.status.bytesIn), text: HTML.bytes(t.status.bytesIn)))
             f.append(Field(key: p + "bytesOut", value: String(t.status.bytesOut), text: HTML.bytes(t.status.bytesOut)))
+            // Said once: a last error that is the reason above is not repeated.
             let last = t.status.lastError ?? ""
-            f.append(Field(key: p + "lastError", value: last, text: last.isEmpty ? "none" : last))
+            f.append(Field(key: p + "lastError", value: last, text: last.isEmpty ? "none" : last == t.status.reason ? "the reason above" : last))
             let restarts = t.restarts ?? 0
             f.append(Field(key: p + "restarts", value: String(restarts),
                            text: restarts == 0 ? "0" : "\(restarts) (last: \(t.lastExit ?? "?"))"))
@@ -58,7 +66,14 @@ enum OverviewPage {
         let refused = StatusFormatter.refusedByReason(c)
         n("msg.refused", refused.reduce(0) { $0 + $1.count })
         for (i, item) in refused.enumerated() { n("refused.\(i)", item.count) }
-        n("hub.working", r.transports.filter { $0.status.state == .running }.count)
+        // The first screen: is mail flowing? (the same answers as `yaok-hub status`).
+        let g = StatusFormatter.glance(r, nowMs: nowMs)
+        f.append(Field(key: "glance.transports", value: g.transports, text: g.transports))
+        n("glance.phones", g.phones)
+        n("glance.hubs", g.hubs)
+        n("glance.waiting", g.waiting)
+        f.append(Field(key: "glance.lastDelivery", value: g.lastDeliveryAtMs.map(String.init) ?? "", text: g.lastDelivery))
+        f.append(Field(key: "glance.relay", value: g.relayUp.map { $0 ? "up" : "down" } ?? "none", text: g.relay))
         // Whether the hub's clock is right, and how it knows (Docs/protocol.md, clock).
         if let clock = r.router.clock {
             f.append(Field(key: "hub.clock", value: clock.known ? "known" : (clock.source == .none ? "unknown" : "estimated"), text: clock.summary))
@@ -91,10 +106,15 @@ enum OverviewPage {
             s += "<button type=\"submit\" class=\"off\" id=\"confirm-off\">Switch \(HTML.esc(c.name)) off and drop \(what)</button> "
             s += "<a href=\"/\" id=\"keep-on\">Keep it on</a></form></div>"
         }
-        let enabled = r.transports.filter(\.enabled).count
-        s += "<p class=\"summary\">\(v("hub.working")) of \(r.transports.count) transports working (\(enabled) switched on). "
-        s += "<span id=\"live\">Live updates: connecting…</span></p>"
-        if fields["hub.clock"] != nil { s += "<p class=\"clock\" id=\"clock\">Clock: \(v("hub.clock"))</p>" }
+        // First, on a phone's first screen: is mail flowing?
+        s += "<section class=\"glance\" id=\"glance\" aria-labelledby=\"glance-h\"><h2 id=\"glance-h\" class=\"section\">Now</h2><dl>"
+        // Counts two to a row; the answers in words a row each, so a phone's narrow screen holds them all.
+        var rows = [("Phones attached", "glance.phones", ""), ("Hubs linked", "glance.hubs", ""), ("Messages waiting", "glance.waiting", ""),
+                    ("Last delivery", "glance.lastDelivery", ""), ("Internet relay", "glance.relay", " class=\"wide\"")]
+        if fields["hub.clock"] != nil { rows.append(("Clock", "hub.clock", " class=\"wide\"")) }
+        rows.append(("Transports", "glance.transports", " class=\"wide\""))
+        for (label, key, css) in rows { s += "<div\(css)><dt>\(label)</dt><dd>\(v(key))</dd></div>" }
+        s += "</dl></section><p class=\"summary\"><span id=\"live\">Live updates: connecting…</span></p>"
         s += "<h2 class=\"section\">Transports</h2><div class=\"cards\">"
         for t in r.transports {
             let p = "t.\(t.name)."

@@ -429,7 +429,7 @@ public final class Hub: @unchecked Sendable {
     /// enabled transport as running, even those the box cannot run.
     static func readySummary(_ states: [TransportRuntimeStatus]) -> String {
         let running = states.filter { $0.status.state == .running || $0.status.state == .degraded }
-        var line = "\(running.count) of \(states.count) transports running"
+        var line = StatusFormatter.transportsRunning(states)
         if !running.isEmpty { line += " (" + running.map(\.name).joined(separator: ", ") + ")" }
         let others = states.filter { $0.status.state != .running && $0.status.state != .degraded }
         if !others.isEmpty {

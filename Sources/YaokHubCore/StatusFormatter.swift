@@ -1,13 +1,83 @@
 import Foundation
+import YaokPluginKit
 
 /// Human text for `yaok-hub status`.
 public enum StatusFormatter {
-    public static func text(_ r: Hub.StatusReport) -> String {
+    /// The answers to "is mail flowing?": what `yaok-hub status` prints first and the
+    /// console's first screen shows, made once from one status report so the two agree.
+    public struct Glance: Sendable, Equatable {
+        /// "2 of 4 transports running (1 switched off)": ``transportsRunning(_:)``.
+        public var transports: String
+        /// Phones (endpoint links) attached now.
+        public var phones: Int
+        /// Hubs linked now.
+        public var hubs: Int
+        /// Messages held for someone: waiting to be sent, or sent and not yet acknowledged.
+        public var waiting: Int
+        /// When this hub last delivered a message (its store's newest delivery), if ever.
+        public var lastDeliveryAtMs: Int64?
+        /// "3 min ago", or "none yet".
+        public var lastDelivery: String
+        /// Whether a link to the internet relay is up; nil when no relay transport is switched on.
+        public var relayUp: Bool?
+        /// The relay link in words, with the reason when it is down.
+        public var relay: String
+        /// Whether the hub's clock is right, and how it knows.
+        public var clock: String?
+    }
+
+    /// How many switched-on transports run (or run with problems): one phrase for the ready
+    /// log line, `yaok-hub status` and the console.
+    public static func transportsRunning(_ transports: [TransportRuntimeStatus]) -> String {
+        let on = transports.filter(\.enabled)
+        let running = on.filter { $0.status.state == .running || $0.status.state == .degraded }.count
+        let off = transports.count - on.count
+        return "\(running) of \(on.count) transports running" + (off > 0 ? " (\(off) switched off)" : "")
+    }
+
+    public static func glance(_ r: Hub.StatusReport, nowMs: Int64) -> Glance {
+        let roles = r.router.links.map(\.role)
+        let last = r.router.lastDelivery.map(\.atMs).max()
+        let relays = r.transports.filter { $0.enabled && $0.kind == "relay" }
+        let relayUp: Bool? = roles.contains(PeerRole.relay.description) ? true : (relays.isEmpty ? nil : false)
+        let relay: String
+        switch relayUp {
+        case true?: relay = "connected"
+        case false?:
+            let why = relays.map { $0.status.reason }.filter { !$0.isEmpty }.joined(separator: "; ")
+            relay = "not connected" + (why.isEmpty ? "" : ": \(why)")
+        case nil: relay = "none switched on"
+        }
+        return Glance(transports: transportsRunning(r.transports),
+                      phones: roles.filter { $0 == PeerRole.endpoint.description }.count,
+                      hubs: roles.filter { $0 == PeerRole.hub.description }.count,
+                      waiting: r.router.queue.queued + r.router.queue.inFlight,
+                      lastDeliveryAtMs: last, lastDelivery: last.map { ago(nowMs - $0) } ?? "none yet",
+                      relayUp: relayUp, relay: relay, clock: r.router.clock?.summary)
+    }
+
+    /// "just now", "42 s ago", "5 min ago", "3 h ago", "2 days ago" (a delivery "in the future",
+    /// from a clock set back since, reads "just now").
+    public static func ago(_ ms: Int64) -> String {
+        let s = max(0, ms / 1000)
+        if s < 5 { return "just now" }
+        if s < 120 { return "\(s) s ago" }
+        if s < 7200 { return "\(s / 60) min ago" }
+        if s < 172_800 { return "\(s / 3600) h ago" }
+        return "\(s / 86_400) days ago"
+    }
+
+    public static func text(_ r: Hub.StatusReport, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> String {
         var out: [String] = []
         out.append("hub \(r.hub.name)  id \(r.hub.id.prefix(16))…  up \(duration(r.hub.uptimeSeconds))  config \(r.hub.config)")
         out.append("fingerprint \(r.hub.fingerprint)")
+        let g = glance(r, nowMs: nowMs)
+        out.append("now: \(g.phones) phone\(g.phones == 1 ? "" : "s") attached, \(g.hubs) hub\(g.hubs == 1 ? "" : "s") linked, "
+            + "\(g.waiting) message\(g.waiting == 1 ? "" : "s") waiting, last delivery \(g.lastDelivery)")
+        out.append("relay: \(g.relay)")
         // Whether this hub's clock can be believed, and from whom it knows (Docs/protocol.md, clock).
-        if let clock = r.router.clock { out.append("clock: \(clock.summary)") }
+        if let clock = g.clock { out.append("clock: \(clock)") }
+        out.append("transports: \(g.transports)")
         out.append("")
         let header = ["TRANSPORT", "KIND", "STATE", "LINKS", "PEERS", "FRAMES IN/OUT", "BYTES IN/OUT", "REASON"]
         var rows = [header]

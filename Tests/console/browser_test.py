@@ -12,7 +12,7 @@ hub. Screenshots of every page at 360 px and 1280 px go to Tests/console/out (or
 
 Exit 0: passed; 1: failed; 77: skipped because a tool is missing (a failure when YAOK_CI=1).
 """
-import base64, json, os, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.error, urllib.request
+import base64, json, os, re, shutil, signal, socket, subprocess, sys, tempfile, time, urllib.error, urllib.request
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.environ.get("BIN", os.path.join(ROOT, ".build", "debug"))
@@ -246,6 +246,34 @@ try:
     check("the phone's traffic shows (udp links and frames in non-zero)", udp_st["links"] >= 1 and udp_st["frames_in"] > 0, json.dumps(udp_st))
     check("overview matches yaok-hub status --json (state, reason, links, peers, frames, bytes, restarts, queue, messages)",
           not mismatches, "; ".join(mismatches))
+    # Issue 48 #14: the first screen answers "is mail flowing?", as the CLI does.
+    def glance_wanted():
+        s = status()
+        roles = [l["role"] for l in s["router"]["links"]]
+        q = s["router"]["queue"]
+        return {"glance.phones": str(roles.count("endpoint")), "glance.hubs": str(roles.count("hub")),
+                "glance.waiting": str(q["queued"] + q["inFlight"])}
+    end = time.time() + 15
+    while True:
+        want = glance_wanted()
+        got = {k: field(k)[0] for k in want}
+        if got == want or time.time() > end:
+            break
+        time.sleep(0.5)
+    check("the first screen's phones, hubs and waiting messages match status --json", got == want and want["glance.phones"] != "0",
+          f"page {got}, status {want}")
+    cli = subprocess.run([hub_bin, "status", "-c", config], capture_output=True, text=True, check=True).stdout
+    cli_transports = next((l[len("transports: "):] for l in cli.splitlines() if l.startswith("transports: ")), None)
+    check("the first screen's transport summary is the CLI's", field("glance.transports")[1] == cli_transports,
+          f"page {field('glance.transports')[1]!r}, CLI {cli_transports!r}")
+    check("the CLI says first who is attached, what waits and the last delivery",
+          re.search(r"^now: [1-9]\d* phones? attached, \d+ hubs? linked, \d+ messages? waiting, last delivery ", cli, re.M) is not None, cli[:400])
+    size = driver.get_window_size()
+    driver.set_window_size(360, 740)
+    rect = driver.execute_script("""window.scrollTo(0, 0); var r = document.getElementById('glance').getBoundingClientRect();
+      return [r.top, r.bottom, window.innerHeight];""")
+    check("at 360 px the answers (phones, waiting, last delivery, relay, clock) fit the first screen", rect[1] <= rect[2], f"{rect}")
+    driver.set_window_size(size["width"], size["height"])
     udp_state = driver.find_element(By.CSS_SELECTOR, '[data-transport="udp"] .state').text
     check("state in words and a glyph, not colour alone", "Working" in udp_state and "✓" in udp_state, udp_state)
     page_text = driver.page_source
