@@ -175,6 +175,8 @@ public final class HubSession: @unchecked Sendable {
         /// An untrusted hub took it: the item goes back to pending after ``untrustedResendMs``
         /// unless the recipient's receipt comes first.
         case carried([UInt8])
+        /// A delivery or read receipt this endpoint sent was taken: machinery, not news for a person.
+        case receiptHandedOver([UInt8])
         case refused([UInt8], String)
         case incoming(Endpoint.Incoming)
     }
@@ -574,9 +576,10 @@ public final class HubSession: @unchecked Sendable {
     /// From an untrusted hub, a message stays ours to resend (Docs/protocol.md §5).
     private func handedOver(_ bundleID: [UInt8]) -> Bool {
         guard let messageID = inFlight.remove(bundleID: bundleID) ?? endpoint.outboxMessageID(bundleID: bundleID) else { return false }
-        if hubTrusted || (try? endpoint.store.outboxItem(messageID))?.kind != Envelope.Kind.message.rawValue {
+        let isMessage = (try? endpoint.store.outboxItem(messageID))?.kind == Envelope.Kind.message.rawValue
+        if hubTrusted || !isMessage {
             try? endpoint.store.advance(messageID, to: .handedOver)
-            report(.handedOver(messageID))
+            report(isMessage ? .handedOver(messageID) : .receiptHandedOver(messageID))
         } else {
             try? endpoint.store.handedToUntrustedHub(messageID, resendAfterMs: endpoint.now() + untrustedResendMs)
             report(.carried(messageID))

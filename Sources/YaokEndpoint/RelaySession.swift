@@ -149,7 +149,7 @@ public final class RelaySession: @unchecked Sendable {
                 try session.send(bundle.envelope)
                 notBefore[item.messageID] = nil
                 try? endpoint.store.advance(item.messageID, to: .handedOver)
-                onEvent(.handedOver(item.messageID))
+                onEvent(item.kind == Envelope.Kind.message.rawValue ? .handedOver(item.messageID) : .receiptHandedOver(item.messageID))
             } catch RelayProtocolError.refused(let notice) {
                 switch notice.code {
                 case .rateLimited, .recipientQueueFull, .relayFull, .internalError, .notRegistered:

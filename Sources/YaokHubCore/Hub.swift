@@ -417,6 +417,9 @@ public final class Hub: @unchecked Sendable {
             public var dataDirectory: String
             public var uptimeSeconds: Int64
             public var pid: Int32
+            /// The hub's Ed25519 key, hex: the name other hubs' logs and status give it, and
+            /// what their `trusted_hubs` list.
+            public var signingKey: String?
         }
         public var hub: HubInfo
         public var transports: [TransportRuntimeStatus]
@@ -441,7 +444,8 @@ public final class Hub: @unchecked Sendable {
     public func statusReport() -> StatusReport {
         StatusReport(hub: .init(id: YaokPluginKit.Hex.encode(identity.userID), fingerprint: identity.fingerprint, name: config.hubName,
                                 config: config.source, dataDirectory: dataDirectory,
-                                uptimeSeconds: (Clock.nowMilliseconds() - startedAtMs) / 1000, pid: getpid()),
+                                uptimeSeconds: (Clock.nowMilliseconds() - startedAtMs) / 1000, pid: getpid(),
+                                signingKey: YaokPluginKit.Hex.encode(identity.signingKey)),
                      transports: transportStatuses(), router: router.statusSnapshot())
     }
 

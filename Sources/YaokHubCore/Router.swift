@@ -172,6 +172,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let transport: TransportHost
         let info: LinkInfo
         let peerID: [UInt8]
+        /// How status and the log name the peer (``Router/peerName(_:peerID:)``).
+        var peerName: String { Router.peerName(info, peerID: peerID) }
         let upAtMs: Int64
         /// The fairness principal for what arrives on this link (see ``NewBundle/origin``).
         let origin: String
@@ -587,7 +589,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             counters.rolesRefused += 1
             let allowed = transport.section.peerRoles.map(\.description).sorted().joined(separator: ", ")
             logger.warning("link \(key) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
-            logger.debug("link \(key) claiming the \(info.peerRole) role: key \(Self.shortID(peerID)) at \(info.remote ?? "?")")
+            logger.debug("link \(key) claiming the \(info.peerRole) role: key \(Self.peerName(info, peerID: peerID)) at \(info.remote ?? "?")")
             return
         }
         let link = Link(key: key, transport: transport, info: info, peerID: peerID, now: now(), custodyTimeoutMs: settings.custodyTimeoutMs)
@@ -598,7 +600,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             logger.info("link up \(key): endpoint via \(info.kind)")
             logger.debug("link up \(key): endpoint \(Self.shortID(peerID)) at \(info.remote ?? "")")
         } else {
-            logger.info("link up \(key): \(info.peerRole) \(Self.shortID(peerID)) via \(info.kind) \(info.remote ?? "")")
+            logger.info("link up \(key): \(info.peerRole) \(Self.peerName(info, peerID: peerID)) via \(info.kind) \(info.remote ?? "")")
         }
         // We read ack lists (Docs/protocol.md, custodyAcks): said to phones and hubs (a hub's
         // certificate still goes first); the relay plugin speaks its own protocol and is not told.
@@ -621,7 +623,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 startSync(with: link)
                 sendAttachmentAnnouncement(to: link)
             } else {
-                logger.notice("hub \(Self.shortID(peerID)) on \(key) is not trusted (hub_trust: \(settings.trust.mode.rawValue)); it gets nothing until it is")
+                logger.notice("hub \(Self.peerName(info, peerID: peerID)) on \(key) is not trusted (hub_trust: \(settings.trust.mode.rawValue)); it gets nothing until it is")
             }
         case .relay:
             for endpoint in links.values where endpoint.info.peerRole == .endpoint {
@@ -1004,13 +1006,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 } else {
                     failAttemptIfStillInFlight(id, nowMs: t)
                 }
-                logger.debug("untrusted hub \(Self.shortID(link.peerID)) acknowledged \(Self.shortID(id)); still in our custody")
+                logger.debug("untrusted hub \(link.peerName) acknowledged \(Self.shortID(id)); still in our custody")
                 continue
             }
             switch storeCall("custodyTaken", { try store.custodyTaken(id, by: link.peerID, peerIsEndpoint: link.info.peerRole == .endpoint, nowMs: t) }) {
             case .delivered?:
                 counters.deliveredDirect += 1
-                logger.debug("delivered \(Self.shortID(id)) to \(Self.shortID(link.peerID))")
+                logger.debug("delivered \(Self.shortID(id)) to \(link.peerName)")
             case .handedOver?:
                 counters.forwarded += 1
             case nil:
@@ -1563,7 +1565,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             link.sync = nil
             counters.reconciled += 1
             counters.reconcileDifferences += peerLacks.count + iLack.count
-            logger.info("reconciled \(reconciled.count) bundle IDs with hub \(Self.shortID(link.peerID)) on \(link.key): it lacks \(peerLacks.count), we lack \(iLack.count)")
+            logger.info("reconciled \(reconciled.count) bundle IDs with hub \(link.peerName) on \(link.key): it lacks \(peerLacks.count), we lack \(iLack.count)")
             offerAll(to: link)
         case .fallBack(let reason, let abort, let detail):
             if let abort { sendReconcile([abort], on: link) }
@@ -1600,7 +1602,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func endSync(_ link: Link, _ why: String) {
         link.sync = nil
         counters.reconcileFallbacks += 1
-        logger.info("reconciliation with hub \(Self.shortID(link.peerID)) on \(link.key) fell back to listing offers: \(why)")
+        logger.info("reconciliation with hub \(link.peerName) on \(link.key) fell back to listing offers: \(why)")
         offerAll(to: link)
     }
 
@@ -1674,13 +1676,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             try cert.check(networkKey: network, hubKey: link.info.peerSigningKey, nowMs: best.timeMs, clockSkewMs: best.toleranceMs)
         } catch {
             counters.certificatesRefused += 1
-            logger.warning("certificate from hub \(Self.shortID(link.peerID)) on \(link.key) refused: \(error)")
+            logger.warning("certificate from hub \(link.peerName) on \(link.key) refused: \(error)")
             return
         }
         let before = link.trusted
         link.certifiedUntilMs = cert.notAfterMs
         counters.certificatesAccepted += 1
-        logger.info("hub \(Self.shortID(link.peerID)) on \(link.key) presented a valid certificate; trusted")
+        logger.info("hub \(link.peerName) on \(link.key) presented a valid certificate; trusted")
         if !before { becameTrusted(link) }
         onChange?()
     }
@@ -1773,7 +1775,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         for link in links.values {
             if let until = link.certifiedUntilMs, best.timeMs - best.toleranceMs > until {
                 link.certifiedUntilMs = nil
-                logger.notice("hub \(Self.shortID(link.peerID)) on \(link.key): its certificate expired; no longer trusted")
+                logger.notice("hub \(link.peerName) on \(link.key): its certificate expired; no longer trusted")
             }
             for (id, deadline) in link.inFlight where deadline <= t {
                 link.inFlight[id] = nil
@@ -1892,7 +1894,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                                                   conflicts: store.statistics.conflicts),
                 counters: countersWithAdmission(),
                 links: links.values.sorted { $0.key.description < $1.key.description }.map {
-                    RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: Self.shortID($0.peerID),
+                    RouterStatus.LinkView(link: $0.key.description, role: $0.info.peerRole.description, peer: $0.peerName,
                                           kind: $0.info.kind, remote: $0.info.remote, inFlight: $0.inFlight.count, trust: Self.trustLabel($0),
                                           window: $0.pacing.window, roundTripMs: $0.pacing.smoothedRTTMs.map { Int($0.rounded()) },
                                           custodyTimeoutMs: $0.pacing.timeoutMs(),
@@ -1957,6 +1959,13 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// The first 8 hex digits of an ID: enough for an operator, not a full identifier in logs.
     static func shortID(_ id: [UInt8]) -> String { YaokPluginKit.Hex.encode(id.prefix(4)) }
+
+    /// A peer by the name its people know it by: a phone by its user ID (what `yaok` shows for
+    /// a contact), a hub or the relay by its Ed25519 key (what `trusted_hubs` and `relay_key`
+    /// hold), each as its first 8 hex digits.
+    static func peerName(_ info: LinkInfo, peerID: [UInt8]) -> String {
+        info.peerRole == .endpoint ? shortID(peerID) : shortID(info.peerSigningKey)
+    }
 
     /// The fairness principal of a link: the transport and the network of the remote address
     /// (``IPEndpoint/crowd``: its /24 or /64 — a device picks ports freely and addresses within

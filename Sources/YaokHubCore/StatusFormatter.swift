@@ -69,7 +69,8 @@ public enum StatusFormatter {
 
     public static func text(_ r: Hub.StatusReport, nowMs: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> String {
         var out: [String] = []
-        out.append("hub \(r.hub.name)  id \(r.hub.id.prefix(16))…  up \(duration(r.hub.uptimeSeconds))  config \(r.hub.config)")
+        // The key prefix is how other hubs name this one (their logs, status and trusted_hubs).
+        out.append("hub \(r.hub.name)  key \(r.hub.signingKey.map { String($0.prefix(8)) } ?? "?")  up \(duration(r.hub.uptimeSeconds))  config \(r.hub.config)")
         out.append("fingerprint \(r.hub.fingerprint)")
         let g = glance(r, nowMs: nowMs)
         out.append("now: \(g.phones) phone\(g.phones == 1 ? "" : "s") attached, \(g.hubs) hub\(g.hubs == 1 ? "" : "s") linked, "

@@ -257,6 +257,9 @@ func report(_ event: HubSession.Event, via peer: Peer, json: Bool) {
     case .handedOver(let id):
         json ? printJSON(["event": "handed_over", "id": hex(id)].merging(peer == .hub ? ["hub_trusted": true] : [:]) { a, _ in a })
              : print("\(peer.rawValue) took \(hex(id).prefix(8))")
+    case .receiptHandedOver(let id):
+        // Your own receipts going out are not news; only --json says so.
+        if json { printJSON(["event": "receipt_handed_over", "id": hex(id)]) }
     case .carried(let id):
         json ? printJSON(["event": "handed_over", "id": hex(id), "hub_trusted": false])
              : print("\(peer.rawValue) took \(hex(id).prefix(8)) (a hub you do not trust: sent again later unless it is delivered first)")
@@ -322,9 +325,11 @@ struct Send: ParsableCommand {
         }
         if rate == nil {
             if `repeat` == 1 {
-                let id = try e.compose(to: c, text: text).messageID
-                _ = queued(id)
-                if !json { print("queued \(hex(id).prefix(8)) for \(c.name)") }
+                let item = try e.compose(to: c, text: text)
+                _ = queued(item.messageID)
+                // The hubs see only the sealed bundle: its ID is the one their logs name.
+                let bundle = (try? YaokWire.Bundle(parsing: item.bundle)).map { " (hubs log it as bundle \(hex($0.envelope.bundleID).prefix(8)))" } ?? ""
+                if !json { print("queued \(hex(item.messageID).prefix(8)) for \(c.name)\(bundle)") }
             } else {
                 let width = String(`repeat`).count
                 for start in stride(from: 1, through: `repeat`, by: Self.batchSize) {

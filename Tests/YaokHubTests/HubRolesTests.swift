@@ -62,7 +62,7 @@ final class HubRolesTests: XCTestCase {
     }
 
     func linkTrust(_ s: Setup, _ who: Identity) throws -> String? {
-        try s.hub.status().router.links.first { $0.peer == Hex.encode(who.userID.prefix(4)) && $0.role == "hub" }?.trust
+        try s.hub.status().router.links.first { $0.peer == Hex.encode(who.signingKey.prefix(4)) && $0.role == "hub" }?.trust
     }
 
     // MARK: list
@@ -257,7 +257,7 @@ final class HubRolesTests: XCTestCase {
         let (hubA, idA) = try makeHub(port: portA, peers: [portB, portC], certified: true)
         defer { hubA.stop() }
         func trust(_ hub: HubProcess, _ of: Identity) throws -> String? {
-            try hub.status().router.links.first { $0.peer == Hex.encode(of.userID.prefix(4)) }?.trust
+            try hub.status().router.links.first { $0.peer == Hex.encode(of.signingKey.prefix(4)) }?.trust
         }
         try Wait.until(timeout: 20, "A and B certified to each other") { try trust(hubA, idB) == "certified" && trust(hubB, idA) == "certified" }
         try Wait.until(timeout: 10, "C untrusted at A") { try trust(hubA, idC) == "untrusted" }

@@ -79,6 +79,14 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(words.status, 0, words.output)
         XCTAssertTrue(words.output.contains("hub took"), words.output)
         XCTAssertFalse(words.output.contains("disconnected"), words.output)
+        // One name for one thing: the message's ID, and the bundle ID the hub's log uses for it.
+        let queuedLine = try XCTUnwrap(words.output.split(separator: "\n").first { $0.hasPrefix("queued ") }, words.output)
+        let bundleShort = try XCTUnwrap(queuedLine.range(of: "hubs log it as bundle ").map { String(queuedLine[$0.upperBound...].prefix(8)) })
+        XCTAssertTrue(hub.log.contains("bundle \(bundleShort)"), "the hub's (debug) log names bundle \(bundleShort)")
+        // Bob's own receipt going out is not "hub took …" in his words.
+        let bobWords = try TestSupport.run(try TestSupport.product("yaok"), ["listen", "--home", bob, "--hub", url, "--count", "1", "--timeout", "20"])
+        XCTAssertTrue(bobWords.output.contains("[Alice] again, in words"), bobWords.output)
+        XCTAssertFalse(bobWords.output.contains("took"), bobWords.output)
 
         // Bob answers with --wait-delivered: it returns only when Alice's receipt is back.
         let aliceListening = DispatchQueue(label: "alice")

@@ -35,6 +35,9 @@ final class RelayPathTests: XCTestCase {
         let id = try XCTUnwrap(sent.first { $0["event"] as? String == "queued" }?["id"] as? String)
         let bobGot = try XCTUnwrap(bobListen.events(), "bob's listen returned")
         XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
+        // Issue 48 #10: status names the relay link by the key the operator pinned.
+        let relayLinks = try hub.status().router.links.filter { $0.role == "relay" }
+        XCTAssertEqual(relayLinks.map(\.peer), [String(key.prefix(8))], "\(relayLinks)")
 
         // Bob's delivery receipt travels relay → hub → Alice: it may already have reached her
         // while her send was still attached, or it comes with one of her next listens.
