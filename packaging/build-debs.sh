@@ -62,10 +62,7 @@ elif [ "$arch" = arm64 ] && [ "$host_arch" = amd64 ]; then
   scratch=${SCRATCH:-.build-arm64}
   cache=$(bash packaging/cross/arm64-toolchain.sh) || { echo "error: no arm64 cross toolchain (above)" >&2; exit 1; }
   sysroot="$cache/sysroot"
-  swift_build=(env PKG_CONFIG_SYSROOT_DIR="$sysroot"
-               PKG_CONFIG_PATH="$sysroot/usr/lib/aarch64-linux-gnu/pkgconfig:$sysroot/usr/share/pkgconfig"
-               bash packaging/cross/in-toolchain.sh swift build -c release --scratch-path "$scratch"
-               --swift-sdks-path "$cache/sdks" --swift-sdk yaok-aarch64)
+  swift_build=(env YAOK_CROSS_CACHE="$cache" bash packaging/cross/swift-arm64.sh build -c release --scratch-path "$scratch")
   toolchain_lib="$sysroot/usr/libexec/swift/lib/swift/linux"
   # Resolved in the arm64 sysroot, never on this machine: its libraries and its packages.
   lib_dirs=("$sysroot/usr/lib/aarch64-linux-gnu" "$sysroot/lib/aarch64-linux-gnu" "$sysroot/usr/lib")

@@ -27,22 +27,19 @@ cache=$(bash packaging/cross/arm64-toolchain.sh) || skip "no cross toolchain for
 sysroot="$cache/sysroot"
 release_scratch=${ARM64_SCRATCH:-$cache/scratch-release}
 test_scratch=${ARM64_TEST_SCRATCH:-$cache/scratch-tests}
-cross_swift=(env PKG_CONFIG_SYSROOT_DIR="$sysroot"
-             PKG_CONFIG_PATH="$sysroot/usr/lib/aarch64-linux-gnu/pkgconfig:$sysroot/usr/share/pkgconfig"
-             bash packaging/cross/in-toolchain.sh swift)
-sdk=(--swift-sdks-path "$cache/sdks" --swift-sdk yaok-aarch64)
+cross_swift=(env YAOK_CROSS_CACHE="$cache" bash packaging/cross/swift-arm64.sh)
 rc=0
 
 if [ "$what" = build ] || [ "$what" = all ]; then
   t0=$SECONDS
   echo "== aarch64 release build ($release_scratch)"
-  "${cross_swift[@]}" build -c release --scratch-path "$release_scratch" "${sdk[@]}" 2>&1 \
+  "${cross_swift[@]}" build -c release --scratch-path "$release_scratch" 2>&1 \
     | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: aarch64 release build"; exit 1; }
   echo "-- release build: $((SECONDS - t0)) s"
   t0=$SECONDS
   echo "== aarch64 portable unit tests, debug build ($test_scratch)"
-  YAOK_PORTABLE_TESTS=1 "${cross_swift[@]}" build --build-tests --scratch-path "$test_scratch" "${sdk[@]}" 2>&1 \
+  YAOK_PORTABLE_TESTS=1 "${cross_swift[@]}" build --build-tests --scratch-path "$test_scratch" 2>&1 \
     | tail -n 30
   [ "${PIPESTATUS[0]}" -eq 0 ] || { echo "FAIL: aarch64 unit test build"; exit 1; }
   # UDPPluginTests load the plugin as the hub does, through the C ABI from its built .so.
