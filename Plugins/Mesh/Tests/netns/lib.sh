@@ -166,8 +166,9 @@ if not reply.get("ok"):
 print(reply["result"]["text"], end="")
 PY
 }
-hub_id() { hub_status "$1" | jq -r '.hub.id[0:8]'; }
-# The router's view: short peer IDs of the hub links over tcp, sorted, comma-separated.
+# How other hubs name this one: the first 8 hex digits of its Ed25519 key.
+hub_id() { hub_status "$1" | jq -r '.hub.signingKey[0:8]'; }
+# The router's view: the names of the hub links over tcp, sorted, comma-separated.
 tcp_peers() { hub_status "$1" | jq -r '[.router.links[] | select(.kind == "tcp") | .peer] | sort | join(",")'; }
 
 # wait_for SECONDS DESCRIPTION COMMAND...: polls every 0.2 s until COMMAND succeeds.
