@@ -64,6 +64,8 @@ extension Hub {
             ])
         }
         metric("yaok_router_custody_timeouts_total", "counter", "custody acknowledgements that did not come in time", [("", Double(c.custodyTimeouts))])
+        metric("yaok_router_stalls_deferred_total", "counter", "times the hub found it had not run for a while and moved custody deadlines on by that time",
+               [("", Double(c.stallsDeferred))])
         metric("yaok_router_receipts_unverified_total", "counter", "delivery receipts that named no held message of theirs (suppressed nothing)",
                [("", Double(c.receiptsUnverified))])
         metric("yaok_router_receipts_proven_total", "counter", "delivery receipts admitted by the proof their message committed to, without a signature check",

@@ -79,6 +79,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var deliveredDirect = 0
         public var receiptsSeen = 0
         public var custodyTimeouts = 0
+        /// Ticks that found this hub had not run for a while (overloaded, stopped, a slow VM)
+        /// and moved the custody deadlines on by that time (``tick()``).
+        public var stallsDeferred = 0
         public var framesRateLimited = 0
         public var unknownFrames = 0
         public var expired = 0
@@ -372,6 +375,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.admission = FrameAdmission(framesPerSecond: settings.linkFramesPerSecond)
         self.group = Self.groupCommit(on: queue)
     }
+
+    /// When the last tick ran, on the monotonic clock (a stopped or starved hub shows as a gap).
+    private var lastTickMonotonicMs: Int64?
+    /// A tick this late (ticks are 1 s apart) means the hub did not run for the difference.
+    static let stallThresholdMs: Int64 = 1_500
 
     /// Starts the periodic work: custody timeouts, retries on the backoff schedule, expiry, vacuum.
     public func start() {
@@ -1771,6 +1779,17 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func tick() {
         let t = now()
         tickClock(hubNowMs: t)
+        // A tick much later than its 1 s means this hub itself did not run meanwhile: the
+        // acknowledgements that came in are still queued behind this tick, so a deadline that
+        // passed while we were not running says nothing about the peer. Move every deadline on
+        // by the time we lost; otherwise each stall resends what the peer already took.
+        let mono = Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
+        if let last = lastTickMonotonicMs, mono - last > Self.stallThresholdMs {
+            let lost = mono - last - 1_000
+            for link in links.values { for (id, deadline) in link.inFlight { link.inFlight[id] = deadline + lost } }
+            counters.stallsDeferred += 1
+        }
+        lastTickMonotonicMs = mono
         let best = time.bestTrueTimeMs()
         for link in links.values {
             if let until = link.certifiedUntilMs, best.timeMs - best.toleranceMs > until {

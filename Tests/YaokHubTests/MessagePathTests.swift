@@ -43,6 +43,32 @@ final class MessagePathTests: XCTestCase {
         return (hub, port)
     }
 
+    /// Issue 48 #6: a hub that does not run for seconds at a time (overloaded, a slow VM; here
+    /// stopped with SIGSTOP) pushed messages a phone had already taken again after each stall:
+    /// the custody deadlines passed while the phone's acknowledgements waited behind the
+    /// hub's own timer. Now a late tick moves the deadlines on by the time lost, and each
+    /// message goes to the phone once. (Without it this run showed 24 copies in 500.)
+    func testAHubThatStallsPushesEachMessageOnce() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (alice, bob) = try Self.initPair(dir)
+        let (hub, port) = try startHub()
+        defer { hub.stop() }
+        let url = "udp://127.0.0.1:\(port)"
+        let count = 600
+        let sent = try Self.yaok(alice, ["send", "Bob", "stalled {n}", "--repeat", "\(count)", "--hub", url, "--json", "--timeout", "60"])
+        XCTAssertEqual(sent.filter { $0["event"] as? String == "handed_over" }.count, count)
+        // Stopped most of the time: the pushes to Bob span several stalls.
+        let stalls = StallingProcess(hub.process.processIdentifier, stoppedFor: 2, runningFor: 0.25)
+        let got = try Self.yaok(bob, ["listen", "--hub", url, "--count", "\(count)", "--json", "--timeout", "120"])
+        let stops = stalls.end()
+        XCTAssertGreaterThan(stops, 0)
+        XCTAssertEqual(Set(got.filter { $0["event"] as? String == "message" }.compactMap { $0["id"] as? String }).count, count)
+        XCTAssertEqual(got.filter { $0["event"] as? String == "duplicate" }.count, 0, "copies pushed again within one session")
+        // The first tick after the last stall counts it (ticks are 1 s apart).
+        try Wait.until(timeout: 5, "the hub noticed it had not run (\(stops) stops)") { try hub.status().router.counters.stallsDeferred > 0 }
+        XCTAssertEqual(try hub.status().router.counters.custodyTimeouts, 0)
+    }
+
     func testTwoEndpointsExchangeMessagesAndReceiptsThroughAHub() throws {
         let (hub, port) = try startHub()
         defer { hub.stop() }
@@ -233,5 +259,33 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(events.first?["kind"] as? String, "non_contact")
         let raw = try TestSupport.run(try TestSupport.product("yaok"), ["events", "--home", bob, "--json"]).output
         XCTAssertFalse(raw.contains("SECRET-SPAM-TEXT"))
+    }
+}
+
+/// Stops and continues a process in a loop (SIGSTOP, SIGCONT), as a starved machine would,
+/// until ``end()``, which leaves it running and says how many stops there were.
+final class StallingProcess: @unchecked Sendable {
+    private let lock = NSLock()
+    private var ending = false
+    private var stops = 0
+    private let done = DispatchSemaphore(value: 0)
+
+    init(_ pid: Int32, stoppedFor: TimeInterval, runningFor: TimeInterval) {
+        Thread.detachNewThread { [self] in
+            while !lock.withLock({ ending }) {
+                kill(pid, SIGSTOP)
+                lock.withLock { stops += 1 }
+                Thread.sleep(forTimeInterval: stoppedFor)
+                kill(pid, SIGCONT)
+                Thread.sleep(forTimeInterval: runningFor)
+            }
+            done.signal()
+        }
+    }
+
+    func end() -> Int {
+        lock.withLock { ending = true }
+        _ = done.wait(timeout: .now() + 10)
+        return lock.withLock { stops }
     }
 }
