@@ -29,17 +29,9 @@ enum Pages {
         return f.string(from: Date(timeIntervalSince1970: Double(ms) / 1000))
     }
 
-    static func ago(_ ms: Int64, now: Int64) -> String {
-        let s = max(0, (now - ms) / 1000)
-        if s < 120 { return "\(s) s ago" }
-        if s < 7200 { return "\(s / 60) min ago" }
-        return "\(s / 3600) h \((s % 3600) / 60) min ago"
-    }
-
     /// Links: kind, peer role, fingerprint prefix, MTU, up since, frames and bytes received.
     /// The peer appears only as the router's short ID prefix, never a full ID.
-    static func links(_ r: Hub.StatusReport) -> String {
-        let now = Int64(Date().timeIntervalSince1970 * 1000)
+    static func links(_ r: Hub.StatusReport, now: Int64 = Int64(Date().timeIntervalSince1970 * 1000)) -> String {
         var s = "<h1>Links</h1>"
         if r.router.links.isEmpty {
             s += "<p id=\"no-links\">No links are up. Phones and hubs appear here while they are connected.</p>"
@@ -54,7 +46,7 @@ enum Pages {
             s += "<tr><td data-label=\"Kind\">\(HTML.esc(l.kind))</td><td data-label=\"Peer role\">\(HTML.esc(role))</td>"
             s += "<td data-label=\"Peer\"><code>\(HTML.esc(String(l.peer.prefix(8))))</code></td>"
             s += "<td data-label=\"MTU\">\(l.mtu.map { "\($0) B" } ?? "—")</td>"
-            s += "<td data-label=\"Up since\">\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(ago($0, now: now))</time>" } ?? "—")</td>"
+            s += "<td data-label=\"Up since\">\(l.upAtMs.map { "<time datetime=\"\(time($0))\">\(StatusFormatter.ago($0, in: r, nowMs: now))</time>" } ?? "—")</td>"
             func count(_ n: Int?) -> String { n.map(String.init) ?? "—" }
             func bytes(_ n: Int?) -> String { n.map { HTML.bytes(UInt64(max(0, $0))) } ?? "—" }
             s += "<td data-label=\"Frames in / out\">\(count(l.framesIn)) / \(count(l.framesOut))</td>"

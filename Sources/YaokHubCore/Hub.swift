@@ -431,10 +431,10 @@ public final class Hub: @unchecked Sendable {
     /// ble unavailable (no Bluetooth adapter), wifidirect failed (…)`. Before, it counted every
     /// enabled transport as running, even those the box cannot run.
     static func readySummary(_ states: [TransportRuntimeStatus]) -> String {
-        let running = states.filter { $0.status.state == .running || $0.status.state == .degraded }
+        let running = states.filter(\.isRunning)
         var line = StatusFormatter.transportsRunning(states)
         if !running.isEmpty { line += " (" + running.map(\.name).joined(separator: ", ") + ")" }
-        let others = states.filter { $0.status.state != .running && $0.status.state != .degraded }
+        let others = states.filter { !$0.isRunning }
         if !others.isEmpty {
             line += "; not running: " + others.map { "\($0.name) \($0.status.state.rawValue) (\($0.status.reason))" }.joined(separator: ", ")
         }

@@ -17,7 +17,7 @@ extension Hub {
         func label(_ t: TransportRuntimeStatus) -> String { "transport=\"\(t.name)\",kind=\"\(t.kind)\"" }
         let ts = report.transports
         metric("yaok_transport_up", "gauge", "1 when the transport is running or degraded",
-               ts.map { (label($0), ($0.status.state == .running || $0.status.state == .degraded) ? 1 : 0) })
+               ts.map { (label($0), $0.isRunning ? 1 : 0) })
         metric("yaok_transport_state", "gauge", "the transport's current state (1 for the state it is in)",
                ts.map { ("\(label($0)),state=\"\($0.status.state.rawValue)\"", 1) })
         metric("yaok_transport_links", "gauge", "links currently up", ts.map { (label($0), Double($0.status.links)) })

@@ -30,7 +30,7 @@ public enum StatusFormatter {
     /// log line, `yaok-hub status` and the console.
     public static func transportsRunning(_ transports: [TransportRuntimeStatus]) -> String {
         let on = transports.filter(\.enabled)
-        let running = on.filter { $0.status.state == .running || $0.status.state == .degraded }.count
+        let running = on.filter(\.isRunning).count
         let off = transports.count - on.count
         return "\(running) of \(on.count) transports running" + (off > 0 ? " (\(off) switched off)" : "")
     }
@@ -52,18 +52,25 @@ public enum StatusFormatter {
                       phones: roles.filter { $0 == PeerRole.endpoint.description }.count,
                       hubs: roles.filter { $0 == PeerRole.hub.description }.count,
                       waiting: r.router.queue.queued + r.router.queue.inFlight,
-                      lastDeliveryAtMs: last, lastDelivery: last.map { ago(nowMs - $0) } ?? "none yet",
+                      lastDeliveryAtMs: last, lastDelivery: last.map { ago($0, in: r, nowMs: nowMs) } ?? "none yet",
                       relayUp: relayUp, relay: relay, clock: r.router.clock?.summary)
     }
 
-    /// "just now", "42 s ago", "5 min ago", "3 h ago", "2 days ago" (a delivery "in the future",
-    /// from a clock set back since, reads "just now").
+    /// How long before `nowMs` (this machine's clock) a time in `r` was. Times in a status
+    /// report are on the hub's estimate of true time, not its system clock, which on a Pi booted
+    /// offline may be days off: `nowMs` is put on the same estimate first.
+    public static func ago(_ shownMs: Int64, in r: Hub.StatusReport, nowMs: Int64) -> String {
+        ago(nowMs &- (r.router.clock?.systemClockErrorMs ?? 0) &- shownMs)
+    }
+
+    /// "just now", "42 s ago", "5 min ago", "3 h 5 min ago", "2 days ago", for a span in ms (a
+    /// time "in the future", from a clock set back since, reads "just now").
     public static func ago(_ ms: Int64) -> String {
         let s = max(0, ms / 1000)
         if s < 5 { return "just now" }
         if s < 120 { return "\(s) s ago" }
         if s < 7200 { return "\(s / 60) min ago" }
-        if s < 172_800 { return "\(s / 3600) h ago" }
+        if s < 172_800 { return "\(s / 3600) h \((s % 3600) / 60) min ago" }
         return "\(s / 86_400) days ago"
     }
 

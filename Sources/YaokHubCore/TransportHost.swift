@@ -51,6 +51,10 @@ public struct TransportRuntimeStatus: Sendable, Codable, Equatable {
         self.status = status; self.startFailures = startFailures; self.nextRetryInSeconds = nextRetryInSeconds
         self.pid = pid; self.restarts = restarts; self.lastExit = lastExit
     }
+
+    /// Running, or running with problems: what the ready line, status, the console and the
+    /// `yaok_transport_up` metric count as running.
+    public var isRunning: Bool { status.state == .running || status.state == .degraded }
 }
 
 /// One configured transport instance, run in its own plugin process (``PluginProcess``) and

@@ -39,9 +39,25 @@ final class GlanceTests: XCTestCase {
         XCTAssertEqual(StatusFormatter.glance(FakeBackend().status(), nowMs: nowMs).relayUp, nil, "no relay switched on")
         XCTAssertEqual(StatusFormatter.glance(FakeBackend().status(), nowMs: nowMs).relay, "none switched on")
         XCTAssertEqual(StatusFormatter.glance(FakeBackend().status(), nowMs: nowMs).lastDelivery, "none yet")
-        for (ms, says) in [(Int64(1_000), "just now"), (-60_000, "just now"), (42_000, "42 s ago"), (3 * 3_600_000, "3 h ago"), (3 * 86_400_000, "3 days ago")] {
+        for (ms, says) in [(Int64(1_000), "just now"), (-60_000, "just now"), (42_000, "42 s ago"), (3 * 3_600_000 + 300_000, "3 h 5 min ago"), (3 * 86_400_000, "3 days ago")] {
             XCTAssertEqual(StatusFormatter.ago(ms), says)
         }
+    }
+
+    /// A Pi booted offline: its system clock is 3 days behind what the relay says, and status
+    /// times are on the relay's time. A delivery 5 minutes ago still reads "5 min ago", in the
+    /// glance and on the Links page, not "just now" for three days.
+    func testHowLongAgoIsRightOnAHubWhoseClockIsDaysOff() throws {
+        var r = try report()
+        let behind: Int64 = 3 * 86_400_000
+        r.router.clock = try JSONDecoder().decode(ClockEstimate.self, from: Data(
+            #"{"source":"relay","trueMinusHubMs":\#(behind),"wallMinusHubMs":0,"systemSynchronised":false,"relay":true,"hubs":0,"phones":0,"phonesAgree":false}"#.utf8))
+        r.router.lastDelivery = try JSONDecoder().decode([RouterStatus.Delivery].self, from: Data(
+            #"[{"destination":"ef56","atMs":\#(nowMs + behind - 300_000)}]"#.utf8))
+        XCTAssertEqual(StatusFormatter.glance(r, nowMs: nowMs).lastDelivery, "5 min ago")
+        r.router.links[0].upAtMs = nowMs + behind - 600_000
+        let links = Pages.links(r, now: nowMs)
+        XCTAssertTrue(links.contains(">10 min ago</time>"), links)
     }
 
     func testTheConsoleShowsTheGlanceFirstAndTheCLISaysTheSame() throws {
