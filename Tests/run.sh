@@ -12,10 +12,10 @@ bash packaging/dev-setup.sh || exit 1
 # the secure-link interop check: python3-cryptography; the relay cluster tests: postgresql-15,
 # started by the tests themselves in a temporary directory; the console's browser test:
 # chromium, chromium-driver, python3-selenium, and zbar-tools to decode its QR code; the
-# Wi-Fi Direct unit tests: wpasupplicant; TLS tests: openssl; the field-clock tests: faketime). Installed before the Swift
+# Wi-Fi Direct unit tests: wpasupplicant; TLS tests: openssl; the field-clock tests: faketime; gdb, for the threads of a test hub that hangs). Installed before the Swift
 # tests: with YAOK_CI=1 a Swift test whose tool is missing fails instead of skipping.
 test_tools=(debootstrap patchelf systemd-container sqlcipher python3 python3-cryptography postgresql-15
-            chromium chromium-driver python3-selenium zbar-tools wpasupplicant openssl faketime)
+            chromium chromium-driver python3-selenium zbar-tools wpasupplicant openssl faketime gdb)
 missing=()
 for p in "${test_tools[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

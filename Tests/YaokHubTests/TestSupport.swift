@@ -119,7 +119,8 @@ struct RelayChild {
     /// once it is ready and its relay link is up. The caller stops it.
     func startHub(_ test: XCTestCase, dir: String, extraEnvironment: [String: String] = [:], launcher: [String] = []) throws -> (hub: HubProcess, url: String) {
         let plugins = try TestSupport.pluginDirectory(test, plugins: ["udp", "relay"])
-        let hubDir = dir + "/hub"
+        // A second start (after one that hung) gets a directory of its own.
+        let hubDir = FileManager.default.fileExists(atPath: dir + "/hub") ? dir + "/hub-\(UUID().uuidString.prefix(8))" : dir + "/hub"
         try FileManager.default.createDirectory(atPath: hubDir, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
         let port = HubProcessTests.freePort()
         let hub = try HubProcess(dir: hubDir, config: HubProcessTests.config(dir: hubDir, pluginDirs: [plugins], udpPort: port, extra: transportSection),
@@ -188,15 +189,15 @@ final class HubProcess {
 
     var client: YaokHubCore.ControlClient { ControlClient(path: socketPath, timeoutSeconds: 5) }
 
-    /// The hub's status. A request answered with nothing is retried twice (and said so on
-    /// stderr, for whoever reads the CI log): a rare empty answer was seen under the full suite
-    /// and is not yet explained; a hub that is gone still fails at once.
     /// The hub's signing key in hex (`yaok-hub identity`): what a phone pins (`--trust-hub`).
     func signingKeyHex() throws -> String {
         let object = try JSONSerialization.jsonObject(with: client.request("identity")) as? [String: Any]
         return try XCTUnwrap(object?["signingKey"] as? String, "no signingKey in the identity answer")
     }
 
+    /// The hub's status. A request answered with nothing is retried twice (and said so on
+    /// stderr, for whoever reads the CI log): a rare empty answer was seen under the full suite
+    /// and is not yet explained; a hub that is gone still fails at once.
     func status() throws -> Hub.StatusReport {
         var lastError: Error?
         for attempt in 1...3 {
@@ -217,13 +218,53 @@ final class HubProcess {
         try status().transports.first { $0.name == name }
     }
 
+    /// Waits until the control socket answers; if it does not, throws ``DidNotStart`` (which
+    /// fails the test unless the caller catches it) with the log and what each thread is doing.
     func waitReady(timeout: TimeInterval = 30) throws {
-        try Wait.until(timeout: timeout, "hub control socket at \(socketPath) (log: \(log))") {
-            (try? client.request("ping")) != nil
+        if !Wait.poll(timeout: timeout, { (try? client.request("ping")) != nil }) {
+            throw DidNotStart(seconds: timeout, socketPath: socketPath, log: log, threads: threadReport())
+        }
+    }
+
+    /// A hub whose control socket never answered.
+    struct DidNotStart: Error, CustomStringConvertible {
+        let seconds: TimeInterval
+        let socketPath: String
+        let log: String
+        let threads: String
+        var description: String {
+            "no answer on the hub's control socket \(socketPath) within \(Int(seconds)) s; log: \(log.isEmpty ? "(empty)" : log)\nthreads:\n\(threads)"
         }
     }
 
     var log: String { (try? String(contentsOfFile: logPath, encoding: .utf8)) ?? "" }
+
+    /// What each thread of the process (and of the hub a launcher runs) is doing: its state,
+    /// kernel wait channel and system call from /proc, and each thread's backtrace from gdb.
+    /// For a hub that hangs, so the log says where.
+    func threadReport() -> String {
+        let root = process.processIdentifier
+        var report = ""
+        for pid in [root] + (launched ? children(of: root) : []) {
+            let command = ((try? String(contentsOfFile: "/proc/\(pid)/cmdline", encoding: .utf8)) ?? "?")
+                .replacingOccurrences(of: "\0", with: " ")
+            report += "process \(pid): \(command)\n"
+            let tasks = (try? FileManager.default.contentsOfDirectory(atPath: "/proc/\(pid)/task")) ?? []
+            for task in tasks.sorted() {
+                func read(_ name: String) -> String {
+                    ((try? String(contentsOfFile: "/proc/\(pid)/task/\(task)/\(name)", encoding: .utf8)) ?? "?")
+                        .trimmingCharacters(in: .whitespacesAndNewlines)
+                }
+                let state = read("stat").split(separator: ")").last?.split(separator: " ").first.map(String.init) ?? "?"
+                report += "  thread \(task) \(read("comm")): state \(state), wchan \(read("wchan")), syscall \(read("syscall"))\n"
+            }
+            if FileManager.default.isExecutableFile(atPath: "/usr/bin/gdb"),
+               let bt = try? TestSupport.run("/usr/bin/gdb", ["-batch", "-p", "\(pid)", "-ex", "thread apply all bt 16"], timeout: 60) {
+                report += bt.output.split(separator: "\n").filter { $0.hasPrefix("#") || $0.hasPrefix("Thread") }.joined(separator: "\n") + "\n"
+            }
+        }
+        return report
+    }
 
     /// Signals the hub (under a launcher, the launcher's children too: a launcher that dies of
     /// the signal would leave its hub running, orphaned, for the rest of the suite).
