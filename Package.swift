@@ -10,6 +10,7 @@
 //   YaokHubCore  — the host: config, plugin loader, router, control socket, lifecycle
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`)
 //   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
+//   YaokQR       — QR codes of contact codes (libqrencode): SVG in the console, text in `yaok qr`
 // Plugins/<Name> — one folder per transport plugin, built as libyaok-plugin-<name>.so
 import PackageDescription
 
@@ -55,6 +56,8 @@ let package = Package(
         .systemLibrary(name: "CNetlink", pkgConfig: "libnl-genl-3.0", providers: [.apt(["libnl-genl-3-dev"])]),
         .systemLibrary(name: "CLinuxProcess"),
         .systemLibrary(name: "CSQLCipher", pkgConfig: "sqlcipher", providers: [.apt(["libsqlcipher-dev"])]),
+        .systemLibrary(name: "CQRencode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
+        .target(name: "YaokQR", dependencies: ["CQRencode"]),
         .target(name: "YaokCrypto", dependencies: [.product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokWire", dependencies: [
             "YaokCrypto",
@@ -75,7 +78,7 @@ let package = Package(
         ]),
         // The operator console: a web page served by the hub (Hummingbird 2), assets embedded.
         .target(name: "YaokConsole", dependencies: [
-            "YaokHubCore", "YaokCrypto", "YaokWire",
+            "YaokHubCore", "YaokCrypto", "YaokWire", "YaokQR",
             .product(name: "CSodium", package: "PluginAPI"),
             .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -128,7 +131,7 @@ let package = Package(
                                                      .product(name: "YaokPluginKit", package: "PluginAPI")],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(name: "yaok", dependencies: [
-            "YaokEndpoint",
+            "YaokEndpoint", "YaokQR",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
@@ -173,6 +176,7 @@ let package = Package(
         .target(name: "RelayTestSupport", dependencies: ["YaokRelayServer", "YaokCrypto", "YaokWire", "YaokTesting",
                                                        .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Tests/RelayTestSupport"),
+        .testTarget(name: "YaokQRTests", dependencies: ["YaokQR", "YaokTesting"]),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),

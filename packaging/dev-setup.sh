@@ -2,7 +2,7 @@
 # Installs the Debian packages Ya OK Hub builds and runs against. Idempotent; needs root
 # (or sudo). The Swift toolchain itself is expected at /opt/swift or on PATH.
 set -euo pipefail
-packages=(libsodium-dev libsqlcipher-dev libbluetooth-dev libnl-genl-3-dev pkg-config iproute2 jq patchelf)
+packages=(libsodium-dev libsqlcipher-dev libbluetooth-dev libnl-genl-3-dev libqrencode-dev pkg-config iproute2 jq patchelf)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "ok installed" || missing+=("$p")

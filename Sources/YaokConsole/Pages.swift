@@ -1,6 +1,7 @@
 import Foundation
 import YaokHubCore
 import YaokPluginKit
+import YaokQR
 
 /// The pages other than the overview. Each is a pure function of what the hub reports.
 enum Pages {

@@ -2,6 +2,7 @@ import ArgumentParser
 import Foundation
 import YaokCrypto
 import YaokEndpoint
+import YaokQR
 import YaokPluginKit
 import YaokWire
 
@@ -63,9 +64,24 @@ struct Init: ParsableCommand {
 }
 
 struct QR: ParsableCommand {
-    static let configuration = CommandConfiguration(commandName: "qr", abstract: "Print your contact code (yaok://contact?...).")
+    static let configuration = CommandConfiguration(
+        commandName: "qr", abstract: "Print your contact code (yaok://contact?...), on a terminal also as a QR code to scan.",
+        discussion: "On a terminal the QR code comes first, black on white, then the code. Piped or redirected, only the code is printed "
+            + "(so `yaok contacts add \"$(yaok qr --home bob)\"` works) unless --picture asks for the QR code too, drawn without colours.")
     @OptionGroup var home: HomeOption
-    func run() throws { print(try home.open().contactCode()) }
+    @Flag(help: "Draw the QR code even when the output is not a terminal.") var picture = false
+    func run() throws {
+        let code = try home.open().contactCode()
+        let terminal = isatty(STDOUT_FILENO) == 1
+        if terminal || picture {
+            do {
+                print(try QRCode.encode(Array(code.utf8), level: .medium).terminalText(colours: terminal))
+            } catch {
+                FileHandle.standardError.write(Data("no QR code: \(error)\n".utf8))
+            }
+        }
+        print(code)
+    }
 }
 
 struct Contacts: ParsableCommand {

@@ -22,9 +22,9 @@ work="$(pwd)/.build-pkg"
 mkdir -p "$work"
 cannot() { echo "cannot make the Debian root: $*" >&2; exit 77; }
 
-base_packages=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,adduser,procps
+base_packages=libsodium23,libsqlcipher0,libbluetooth3,libnl-genl-3-200,libqrencode4,adduser,procps
 systemd_packages="systemd dbus procps curl"
-arm64_packages=libsodium23,libsqlcipher1,libbluetooth3,libnl-genl-3-200,libstdc++6,adduser,procps
+arm64_packages=libsodium23,libsqlcipher1,libbluetooth3,libnl-genl-3-200,libqrencode4,libstdc++6,adduser,procps
 base_tarball="$work/rootfs-$(echo "$base_packages" | md5sum | cut -c1-8).tgz"
 systemd_tarball="$work/sdroot-$(echo "$systemd_packages" | md5sum | cut -c1-8)-$(basename "$base_tarball")"
 

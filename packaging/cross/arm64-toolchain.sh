@@ -22,7 +22,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 
 # sid moves; these are the exact versions this was made and tested with.
 swift_version=6.2.3-1+b1
-sysroot_packages=libc6-dev,libgcc-14-dev,libstdc++-14-dev,linux-libc-dev,libsodium-dev,libsqlcipher-dev,libbluetooth-dev,libnl-genl-3-dev,zlib1g-dev
+sysroot_packages=libc6-dev,libgcc-14-dev,libstdc++-14-dev,linux-libc-dev,libsodium-dev,libsqlcipher-dev,libbluetooth-dev,libnl-genl-3-dev,libqrencode-dev,zlib1g-dev
 toolchain_packages="swiftlang=$swift_version,libswiftlang=$swift_version,libc6-dev,git,ca-certificates"
 # Raise when what is made below changes (the SDK files, the sysroot's layout).
 layout=5

@@ -1,0 +1,2 @@
+// libqrencode (Debian: libqrencode-dev to build, libqrencode4 at run time).
+#include <qrencode.h>
