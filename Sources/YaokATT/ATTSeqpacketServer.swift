@@ -185,6 +185,17 @@ public final class ATTSeqpacketServer: @unchecked Sendable {
         return box.value
     }
 
+    /// Queues `body` for the poll thread's next turn and returns at once. From inside a
+    /// callback it runs after the response to the request being handled was queued and written
+    /// (a link dropped on a write is dropped after the write's answer).
+    public func later(_ body: @escaping () -> Void) {
+        lock.lock()
+        defer { lock.unlock() }
+        guard state == .running else { return }
+        jobs.append(body)
+        wakeLocked()
+    }
+
     /// Serves an already-connected `SOCK_SEQPACKET` descriptor (one ATT PDU per packet) with
     /// a fresh table copy and the given link security. The server takes ownership of `fd`
     /// in every case: it is closed when the connection ends, or at once when the server is

@@ -133,6 +133,9 @@ final class CarrierLinks: @unchecked Sendable {
                         let why = "duplicate carrier to this peer; keeping carrier \(link)"
                         effects += [.send(.carrierClose(link: other.info.id, reason: why)), .linkDown(other.info.id, why)]
                     }
+                    if !c.link.isInitiator, let accepted = try? c.link.accept() {
+                        effects.append(.send(.carrierSend(link: link, record: accepted)))
+                    }
                     let mtu = min(c.info.mtu, TLVRecord.headerLength + TLVRecord.maxValueLength) - SecureLink.overhead
                     effects.append(.linkUp(LinkInfo(id: link, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey, peerRole: peer.role,
                                                      mtu: mtu, cost: c.info.cost, kind: c.info.kind, remote: c.info.remote)))
@@ -150,6 +153,9 @@ final class CarrierLinks: @unchecked Sendable {
                     default:
                         effects.append(.frame(inner, link))
                     }
+                case .refused(let why):
+                    // A refusal of the peer's identity went out as the output before this one.
+                    return effects + end("handshake refused: \(why)")
                 }
             }
             return effects

@@ -783,7 +783,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .registration: handleRegistration(record.value, from: link)
         case .ping: send(TLVRecord(.pong, value: record.value), on: link)
         case .pong, .linkClose, .hubCertificate, .clock: break
-        case .linkIdentity, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
+        case .linkIdentity, .linkOutcome, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1
             logger.debug("unknown frame type 0x\(String(record.type, radix: 16)) on \(key)")

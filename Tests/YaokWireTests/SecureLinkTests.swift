@@ -124,8 +124,65 @@ final class SecureLinkTests: XCTestCase {
         }
         let liar = SecureLink(identity: Liar(), role: .hub, isInitiator: true, channel: .stream)
         let hub = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
-        XCTAssertThrowsError(try SecureLinkPair.establish(liar, hub)) { XCTAssertEqual($0 as? SecureLinkError, .badSignature) }
+        guard case .send(let reply)? = try hub.receive(TLVRecord(parsing: liar.hello())).first,
+              case .send(let identity)? = try liar.receive(TLVRecord(parsing: reply)).first else { return XCTFail("no reply or identity") }
+        // The identity opened under the session's key but does not verify: the hub answers
+        // with a sealed refusal (Docs/protocol.md §5, "The handshake's outcome") and ends the session.
+        let answer = try hub.receive(TLVRecord(parsing: identity))
+        guard answer.count == 2, case .send(let refusal) = answer[0], case .refused(let why) = answer[1] else { return XCTFail("\(answer)") }
+        XCTAssertEqual(why, "identity refused: the peer's identity signature does not verify for this session")
         XCTAssertFalse(hub.isEstablished)
+        XCTAssertEqual(hub.state, .refused)
+        XCTAssertThrowsError(try hub.seal(TLVRecord(.ping, value: []).encoded), "nothing more is sealed in a refused session")
+        XCTAssertLessThan(refusal.count, identity.count, "the refusal is smaller than what provoked it")
+        XCTAssertEqual(try liar.receive(TLVRecord(parsing: refusal)),
+                       [.refused("the peer refused the link (identity refused): your identity does not verify: the peer's identity signature does not verify for this session")])
+        XCTAssertEqual(liar.state, .refused)
+    }
+
+    /// The responder's explicit answer: an initiator learns it was accepted, or why not, from
+    /// a frame only this session's responder can seal.
+    func testTheResponderSaysWhetherItTookTheInitiator() throws {
+        let phone = SecureLink(identity: Fixed.recipient, role: .endpoint, isInitiator: true, channel: .stream)
+        let hub = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
+        _ = try SecureLinkPair.establish(phone, hub)
+        XCTAssertFalse(phone.accepted, "a responder that predates the outcome says nothing; nothing waits for it")
+        XCTAssertEqual(try phone.receive(TLVRecord(parsing: hub.accept())), [])
+        XCTAssertTrue(phone.accepted)
+        XCTAssertThrowsError(try phone.accept(), "only a responder answers")
+
+        // A refusal after the handshake (the hub's table is full): the phone learns why; the
+        // reason is cut to 96 bytes, so the sealed answer stays smaller than an identity record.
+        let phone2 = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .stream)
+        let hub2 = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
+        _ = try SecureLinkPair.establish(phone2, hub2)
+        let full = try hub2.refuse(.noRoom, String(repeating: "é", count: 100))
+        XCTAssertEqual(full.count, SecureLink.overhead + TLVRecord.headerLength + 1 + 96)
+        XCTAssertLessThan(full.count, SecureLink.overhead + TLVRecord.headerLength + SecureLink.identityLength)
+        XCTAssertEqual(try phone2.receive(TLVRecord(parsing: full)), [.refused("the peer refused the link (no room): " + String(repeating: "é", count: 48))])
+        XCTAssertThrowsError(try hub2.seal(TLVRecord(.ping, value: []).encoded))
+
+        // Forged ones: in clear it is refused like any clear record after the handshake; sealed
+        // for another session it fails authentication. Neither ends the phone's session.
+        XCTAssertThrowsError(try phone.receive(TLVRecord(.linkOutcome, value: [3] + Array("full".utf8))))
+        let phone3 = SecureLink(identity: Fixed.sender, role: .endpoint, isInitiator: true, channel: .stream)
+        let hub3 = SecureLink(identity: Fixed.hub, role: .hub, isInitiator: false, channel: .stream)
+        _ = try SecureLinkPair.establish(phone3, hub3)
+        _ = try hub3.accept()
+        let otherSessions = try hub3.refuse(.noRoom, "full")   // counter 1, unseen by `phone`
+        XCTAssertThrowsError(try phone.receive(TLVRecord(parsing: otherSessions))) { XCTAssertEqual($0 as? SecureLinkError, .decryptionFailed) }
+        XCTAssertEqual(phone.state, .established)
+    }
+
+    func testLinkOutcomeLayout() throws {
+        XCTAssertEqual(LinkOutcome.accepted.encoded, [0])
+        XCTAssertEqual(LinkOutcome.refused(.role, "mesh takes hubs").encoded, [2] + Array("mesh takes hubs".utf8))
+        XCTAssertEqual(try LinkOutcome(parsing: [9] + Array("later".utf8)), .refused(LinkOutcome.Refusal(rawValue: 9), "later"),
+                       "a code this side does not know is still a refusal, kept as it came")
+        XCTAssertEqual("\(LinkOutcome.Refusal(rawValue: 9))", "refusal 9")
+        XCTAssertThrowsError(try LinkOutcome(parsing: []))
+        XCTAssertThrowsError(try LinkOutcome(parsing: [0, 0x41]), "accepted carries no reason")
+        XCTAssertThrowsError(try LinkOutcome(parsing: [1] + [UInt8](repeating: 0x41, count: 97)), "longer than 96 bytes of reason")
     }
 
     func testDatagramCookieRoundAmplifiesNothing() throws {

@@ -329,8 +329,14 @@ public final class BLEHubClient {
                 if let frame = try reassembler.add(Array(pdu[3...]), now: monotonicNanoseconds()) {
                     if let link {
                         // Only frames sealed for this session reach the caller.
-                        if let record = try? TLVRecord(parsing: frame), case .frame(let inner)? = try? link.receive(record).first {
-                            pendingFrames.append(inner)
+                        if let record = try? TLVRecord(parsing: frame), let outputs = try? link.receive(record) {
+                            for output in outputs {
+                                switch output {
+                                case .frame(let inner): pendingFrames.append(inner)
+                                case .refused(let why): throw BLEClientError.handshake(why)
+                                case .send, .established: break
+                                }
+                            }
                         } else {
                             refusedFrames += 1
                         }
@@ -338,6 +344,8 @@ public final class BLEHubClient {
                         pendingFrames.append(frame)
                     }
                 }
+            } catch let e as BLEClientError {
+                throw e
             } catch {
                 throw BLEClientError.protocolViolation("bad TX chunk: \(error)")
             }

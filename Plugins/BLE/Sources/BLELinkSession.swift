@@ -87,15 +87,22 @@ final class BLELinkSession {
                     out.framesToSend.append(reply)
                 case .established(let peer):
                     guard acceptedRoles.contains(peer.role) else {
+                        let allowed = acceptedRoles.map { "\($0)" }.sorted().joined(separator: " or ")
+                        if let refusal = try? link.refuse(.role, "this BLE transport takes role \(allowed) only") { out.framesToSend.append(refusal) }
                         out.drop = "the central proved role \(peer.role), which this link does not accept"
                         return out
                     }
                     self.peer = peer
                     state = .up
                     out.authenticated = peer
+                    if let accepted = try? link.accept() { out.framesToSend.append(accepted) }
                 case .frame(let inner):
                     if inner[0] == FrameType.linkIdentity.rawValue { continue }
                     out.framesReceived.append(inner)
+                case .refused(let why):
+                    // The refusal went out as the output before this one.
+                    out.drop = "handshake refused: \(why)"
+                    return out
                 }
             }
         } catch {

@@ -297,8 +297,13 @@ public final class BLETransport: Transport, @unchecked Sendable {
             context.logger.warning("BLE: dropping link \(session.id): \(why)")
             session.close()
             // The ATT loop owns the descriptor; shutting it down makes the loop see EOF and
-            // end the connection (onDisconnect). Safe here: the connection is still open.
-            if let fd = descriptors[session.id] { shutdown(fd, Int32(SHUT_RDWR)) }
+            // end the connection (onDisconnect). On the loop's next turn: after the answer to
+            // the write that carried this input, so a refused phone is not left waiting for it
+            // (Docs/protocol.md §5, "The handshake's outcome"). Looked up then: a connection
+            // that ended meanwhile has no descriptor left to shut.
+            server.later { [self] in
+                if let fd = descriptors[session.id] { shutdown(fd, Int32(SHUT_RDWR)) }
+            }
         }
     }
 

@@ -87,6 +87,31 @@ final class BLELinkSessionTests: XCTestCase {
 
     /// Bumble found the old hub notifying its challenge before answering the CCCD write; now the
     /// hub notifies nothing until the phone, subscribed and acknowledged, sends its hello.
+    /// The hub answers the phone's identity (Docs/protocol.md §5, "The handshake's outcome"):
+    /// accepted once the link is up; a role this link does not take is refused, with the
+    /// reason, in the same output that drops the link, so the phone never waits for a timeout.
+    func testThePhoneLearnsWhetherTheHubTookIt() throws {
+        let s = BLELinkSession(id: 5, remote: "x", identity: TestLinkIdentity(seed: 1), reassemblyTimeoutNanoseconds: 1_000_000_000)
+        let taken = phone(2)
+        let up = try handshake(taken, with: s)
+        XCTAssertNotNil(up.authenticated)
+        XCTAssertEqual(up.framesToSend.count, 1, "the sealed answer")
+        XCTAssertTrue(taken.accepted)
+
+        let hubsOnly = BLELinkSession(id: 6, remote: "x", identity: TestLinkIdentity(seed: 1),
+                                      reassemblyTimeoutNanoseconds: 1_000_000_000, acceptedRoles: [.hub])
+        let refusedPhone = phone(3)
+        guard case .send(let identity)? = try refusedPhone.receive(TLVRecord(parsing: deliver(refusedPhone.hello(), to: hubsOnly).framesToSend[0])).first else {
+            return XCTFail("no identity")
+        }
+        let out = try deliver(identity, to: hubsOnly)
+        XCTAssertNil(out.authenticated)
+        XCTAssertEqual(out.drop, "the central proved role endpoint, which this link does not accept")
+        XCTAssertEqual(out.framesToSend.count, 1)
+        XCTAssertEqual(try refusedPhone.receive(TLVRecord(parsing: out.framesToSend[0])),
+                       [.refused("the peer refused the link (role not admitted): this BLE transport takes role hub only")])
+    }
+
     func testSubscribeSendsNothing() throws {
         let s = session()
         XCTAssertTrue(s.notificationsEnabled().framesToSend.isEmpty)

@@ -88,17 +88,22 @@ final class RawPeer: @unchecked Sendable {
     }
 
     /// The next record (opened, once the secure session is up), or nil on EOF / error / 5 s timeout.
+    /// The engine's answer to the handshake (accepted) is taken on the way, not returned.
     func readRecord() -> TLVRecord? {
         var buf = [UInt8](repeating: 0, count: 65_536)
-        while pending.isEmpty {
-            let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            guard n > 0, let frames = try? decoder.feed(buf[0..<n]) else { return nil }
-            pending += frames
+        while true {
+            while pending.isEmpty {
+                let n = buf.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+                guard n > 0, let frames = try? decoder.feed(buf[0..<n]) else { return nil }
+                pending += frames
+            }
+            guard let record = try? TLVRecord(parsing: pending.removeFirst()) else { return nil }
+            guard let link, link.isEstablished else { return record }
+            guard let outputs = try? link.receive(record) else { return nil }
+            if outputs.isEmpty { continue }
+            guard case .frame(let inner)? = outputs.first else { return nil }
+            return try? TLVRecord(parsing: inner)
         }
-        guard let record = try? TLVRecord(parsing: pending.removeFirst()) else { return nil }
-        guard let link, link.isEstablished else { return record }
-        guard case .frame(let inner)? = try? link.receive(record).first else { return nil }
-        return try? TLVRecord(parsing: inner)
     }
 
     /// Seals a frame for the engine (after ``handshake(as:role:)``).

@@ -330,6 +330,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
         var linkForDelivery: LinkID = 0
         var logLine: String?
         var closed: LinkID?
+        var closeReason: String?
         var evicted: [LinkID] = []
         lock.withLock {
             counters.framesIn += 1
@@ -407,8 +408,8 @@ public final class UDPLinkEngine: @unchecked Sendable {
                     for out in try link.receive(record) {
                         switch out {
                         case .send(let r): replies.append(r)
-                        case .established(let peer): upInfo = established(s, link: link, peer: peer, now: now, log: &logLine, evicted: &evicted)
-                        case .frame: break
+                        case .established(let peer): upInfo = established(s, link: link, peer: peer, now: now, log: &logLine, evicted: &evicted, replies: &replies)
+                        case .frame, .refused: break
                         }
                     }
                 } catch {
@@ -433,7 +434,22 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 for out in outputs {
                     switch out {
                     case .send(let r): replies.append(r)
-                    case .established(let peer): upInfo = established(s, link: from, peer: peer, now: now, log: &logLine, evicted: &evicted)
+                    case .established(let peer): upInfo = established(s, link: from, peer: peer, now: now, log: &logLine, evicted: &evicted, replies: &replies)
+                    case .refused(let why):
+                        // Our refusal of its identity went out with the replies above, or the
+                        // peer refused ours: either way this session is over.
+                        counters.handshakeFailures += 1
+                        if from === s.link {
+                            sessions[address] = nil
+                            if s.up {
+                                byLink[s.linkID] = nil
+                                closed = s.linkID
+                                closeReason = why
+                            }
+                        } else {
+                            s.pending = nil
+                        }
+                        logLine = "link with \(address) refused: \(why)"
                     case .frame(let inner):
                         guard s.up, from === s.link else { continue }
                         switch FrameType(rawValue: inner[0]) {
@@ -466,7 +482,7 @@ public final class UDPLinkEngine: @unchecked Sendable {
                 events.log(.debug, logLine)
             }
         }
-        if let closed { events.linkDown(closed, reason: "peer closed the link") }
+        if let closed { events.linkDown(closed, reason: closeReason ?? "peer closed the link") }
         for id in evicted { events.linkDown(id, reason: "closed to make room: the session table was full and this was the idlest session of the most crowded network") }
         for reply in replies { try? sendDatagram(reply, to: address, fd: fd) }
         if let upInfo { events.linkUp(upInfo) }
@@ -481,9 +497,20 @@ public final class UDPLinkEngine: @unchecked Sendable {
     }
 
     /// A handshake completed on `link` for session `s`. Returns the link to report up, if any. Under the lock.
+    /// As responder it answers the handshake (Docs/protocol.md §5, "The handshake's outcome")
+    /// into `replies`: accepted, or refused with the reason.
     private func established(_ s: Session, link: SecureLink, peer: AuthenticatedPeer, now: Int64, log: inout String?,
-                             evicted: inout [LinkID]) -> LinkInfo? {
+                             evicted: inout [LinkID], replies: inout [[UInt8]]) -> LinkInfo? {
         s.lastAuthenticMs = now
+        func answer(_ outcome: LinkOutcome) {
+            guard !link.isInitiator else { return }
+            let record: [UInt8]?
+            switch outcome {
+            case .accepted: record = try? link.accept()
+            case .refused(let code, let reason): record = try? link.refuse(code, reason)
+            }
+            if let record { replies.append(record) }
+        }
         if s.up {
             // A second handshake beside a live session: only the same proven key may replace it (the peer restarted).
             s.pending = nil
@@ -491,20 +518,24 @@ public final class UDPLinkEngine: @unchecked Sendable {
             guard s.link.peer?.signingKey == peer.signingKey else {
                 counters.takeoversRefused += 1
                 log = "refused a new session from \(s.address) with another key while the link with the current one is live"
+                answer(.refused(.noRoom, "a live session from this address has another key"))
                 return nil
             }
             s.link = link
+            answer(.accepted)
             return nil
         }
         guard makeRoom(for: peer.signingKey, at: s.address, evicted: &evicted) else {
             counters.slotsRefused += 1
             sessions[s.address] = nil
             log = "no session slot for \(s.address)"
+            answer(.refused(.noRoom, "the hub's session table is full; try again later"))
             return nil
         }
         s.link = link
         s.up = true
         byLink[s.linkID] = s.address
+        answer(.accepted)
         return linkInfo(s, peer)
     }
 

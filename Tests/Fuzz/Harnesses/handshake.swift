@@ -154,7 +154,9 @@ private func runHandshake(_ input: inout FuzzStream, channel: LinkChannel, asRes
             switch out {
             case .send(let bytes):
                 guard let sent = try? TLVRecord(parsing: bytes) else { check(false, "sent bytes are not one TLV record"); return }
-                if asResponder {
+                if asResponder && outputs.contains(where: { if case .refused = $0 { return true } else { return false } }) {
+                    check(sent.type == FrameType.sealed.rawValue && !wasEstablished, "a refusal that is not one sealed record before the session was up")
+                } else if asResponder {
                     check(sent.type == FrameType.linkReply.rawValue && sent.value.count == SecureLink.replyLength, "a responder sent something else than a reply")
                     if channel == .datagram { check(bytes.count <= record.encoded.count, "a datagram reply larger than its hello") }
                 } else if sent.type == FrameType.linkHello.rawValue {
@@ -170,6 +172,11 @@ private func runHandshake(_ input: inout FuzzStream, channel: LinkChannel, asRes
             case .established(let peer):
                 check(asResponder ? Honest.isInitiator(peer) : Honest.isResponder(peer), "established for a key other than the honest peer's")
                 check(link.isEstablished && link.peer == peer && !wasEstablished, "established state inconsistent")
+            case .refused:
+                // Only an identity that opened under this session's key can be refused, and the
+                // honest peer's verifies: a mutated record never gets this far.
+                check(link.state == .refused, "refused without ending the session")
+                check(false, "the honest peer was refused")
             case .frame(let inner):
                 check(wasEstablished, "a frame before the session was up")
                 check(expected.contains(inner), "a frame the honest peer never sealed for this end")
@@ -266,6 +273,15 @@ private func runEstablished(_ input: inout FuzzStream, channel: LinkChannel, tar
         held.append((counter, rec.value, inner))
     }
 
+    /// To an initiator, a sealed linkOutcome is the handshake's answer (nil inside: malformed),
+    /// not a frame; `.none` for every other frame.
+    func outcome(_ inner: [UInt8], to receiver: SecureLink) -> LinkOutcome?? {
+        guard receiver.isInitiator, inner.first == FrameType.linkOutcome.rawValue, let r = try? TLVRecord(parsing: inner) else { return .none }
+        return .some(try? LinkOutcome(parsing: r.value))
+    }
+    /// Set when an authentic refusal ended the session: nothing after it is checked.
+    var ended = false
+
     func deliver(_ record: TLVRecord) {
         let authentic = record.type == FrameType.sealed.rawValue ? held.first { $0.value == record.value } : nil
         let fresh = authentic.map { model.accepts($0.counter) } ?? false
@@ -273,12 +289,22 @@ private func runEstablished(_ input: inout FuzzStream, channel: LinkChannel, tar
             let out = try target.receive(record)
             guard let a = authentic, fresh else { check(false, "accepted a record that is not a fresh frame of the peer's"); return }
             model.mark(a.counter)
-            check(out == [.frame(a.inner)], "an accepted frame is not what the peer sealed")
+            switch outcome(a.inner, to: target) {
+            case .none: check(out == [.frame(a.inner)], "an accepted frame is not what the peer sealed")
+            case .some(.none): check(false, "a malformed link outcome was taken")
+            case .some(.some(.accepted)): check(out == [] && target.accepted, "an accepted outcome not taken as such")
+            case .some(.some(.refused)):
+                check(out.count == 1 && target.state == .refused, "a refusal did not end the session")
+                ended = true
+                return
+            }
         } catch {
             check(error is SecureLinkError, "receive threw \(error)")
             if let a = authentic, fresh {
-                // Authentic and fresh, refused only when it does not hold one TLV record (its counter is spent).
-                check((try? TLVRecord(parsing: a.inner)) == nil, "refused a fresh frame of the peer's: \(error)")
+                // Authentic and fresh, refused only when it does not hold one TLV record or is a
+                // malformed link outcome (its counter is spent either way).
+                check((try? TLVRecord(parsing: a.inner)) == nil || outcome(a.inner, to: target) == .some(.none),
+                      "refused a fresh frame of the peer's: \(error)")
                 model.mark(a.counter)
             }
         }
@@ -286,7 +312,7 @@ private func runEstablished(_ input: inout FuzzStream, channel: LinkChannel, tar
         check(targetIsInitiator ? Honest.isResponder(target.peer!) : Honest.isInitiator(target.peer!), "the peer changed")
     }
 
-    while let op = input.byte(), let c = input.chunk() {
+    while !ended, let op = input.byte(), let c = input.chunk() {
         switch op % 8 {
         case 0:
             if let first = c.first { deliver(TLVRecord(type: first, value: Array(c.dropFirst()))) }
@@ -310,10 +336,23 @@ private func runEstablished(_ input: inout FuzzStream, channel: LinkChannel, tar
         case 6:
             guard let first = c.first else { break }
             let inner = TLVRecord(type: first, value: Array(c.dropFirst())).encoded
+            // To an initiator, a sealed linkOutcome is the handshake's answer, not a frame.
+            let outcome: LinkOutcome?? = peer.isInitiator && first == FrameType.linkOutcome.rawValue
+                ? .some(try? LinkOutcome(parsing: Array(c.dropFirst()))) : .none
             do {
                 let sealed = try target.seal(inner)
                 let out = try peer.receive(TLVRecord(parsing: sealed))
-                check(out == [.frame(inner)], "the peer did not open the target's frame")
+                switch outcome {
+                case .none: check(out == [.frame(inner)], "the peer did not open the target's frame")
+                case .some(.none): check(false, "a malformed link outcome was taken")
+                case .some(.some(.accepted)): check(out == [] && peer.accepted, "an accepted outcome not taken as such")
+                case .some(.some(.refused)):
+                    check(out.count == 1 && peer.state == .refused, "a refusal did not end the session")
+                    if case .refused? = out.first {} else { check(false, "a refusal gave another output") }
+                    return
+                }
+            } catch let error where outcome == .some(.none) {
+                check(error is SecureLinkError, "a malformed link outcome threw \(error)")
             } catch {
                 check(inner.count > SecureLink.maxFrameLength, "round trip to the peer failed: \(error)")
             }
@@ -322,6 +361,7 @@ private func runEstablished(_ input: inout FuzzStream, channel: LinkChannel, tar
         }
     }
 
+    if ended { return }
     // Hostile records cost the session nothing: the peer's next frame still arrives.
     let last = TLVRecord(.ping, value: Array("last".utf8)).encoded
     seal(last)

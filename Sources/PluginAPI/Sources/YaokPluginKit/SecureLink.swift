@@ -24,6 +24,60 @@ public struct AuthenticatedPeer: Sendable, Equatable {
     public var proof: LinkProof?
 }
 
+/// The responder's answer to the initiator's identity (Docs/protocol.md §5, "The handshake's
+/// outcome"), sent sealed as ``FrameType/linkOutcome``.
+public enum LinkOutcome: Sendable, Equatable {
+    case accepted
+    case refused(Refusal, String)
+
+    /// Why: a code from Docs/protocol.md §5; a code this side does not know is kept as is.
+    public struct Refusal: RawRepresentable, Sendable, Equatable, CustomStringConvertible {
+        public let rawValue: UInt8
+        public init(rawValue: UInt8) { self.rawValue = rawValue }
+        /// Its layout, role byte or signature does not verify for this session.
+        public static let identity = Refusal(rawValue: 1)
+        /// The role is not one this transport admits (`peer_roles`).
+        public static let role = Refusal(rawValue: 2)
+        /// The session table is full: try again later or another hub.
+        public static let noRoom = Refusal(rawValue: 3)
+
+        public var description: String {
+            switch rawValue {
+            case 1: return "identity refused"
+            case 2: return "role not admitted"
+            case 3: return "no room"
+            default: return "refusal \(rawValue)"
+            }
+        }
+    }
+
+    /// Longest reason carried, in bytes: the sealed answer stays smaller than the identity record.
+    public static let maxReasonLength = 96
+
+    public var encoded: [UInt8] {
+        switch self {
+        case .accepted: return [0]
+        case .refused(let code, let reason):
+            // Cut on a character boundary within the byte limit.
+            var text = ""
+            for c in reason where text.utf8.count + String(c).utf8.count <= Self.maxReasonLength { text.append(c) }
+            return [code.rawValue] + Array(text.utf8)
+        }
+    }
+
+    public init(parsing value: [UInt8]) throws {
+        guard let first = value.first else { throw SecureLinkError.malformed("empty link outcome") }
+        guard value.count <= 1 + Self.maxReasonLength else { throw SecureLinkError.malformed("link outcome of \(value.count) bytes") }
+        if first == 0 {
+            guard value.count == 1 else { throw SecureLinkError.malformed("an accepted link outcome with a reason") }
+            self = .accepted
+            return
+        }
+        // An unknown code is still a refusal: the responder is ending the session.
+        self = .refused(Refusal(rawValue: first), String(decoding: value.dropFirst(), as: UTF8.self))
+    }
+}
+
 /// Why a secure link refused a record. Every case names what was wrong; none crashes.
 public enum SecureLinkError: Error, Sendable, Equatable, CustomStringConvertible {
     case malformed(String)
@@ -233,13 +287,18 @@ public final class SecureLink: @unchecked Sendable {
     public enum Output: Sendable, Equatable {
         /// Send these record bytes to the peer as they are.
         case send([UInt8])
-        /// The peer is authenticated: report the link up.
+        /// The peer is authenticated: report the link up. A responder then answers with
+        /// ``accept()`` or ``refuse(_:_:)`` (Docs/protocol.md §5, "The handshake's outcome").
         case established(AuthenticatedPeer)
         /// A frame from the peer (one inner TLV record, whole).
         case frame([UInt8])
+        /// The session ends: send what came before this output, then close the link (or forget
+        /// the datagram session) and report this reason. A responder whose peer's identity did
+        /// not verify, or an initiator the responder refused.
+        case refused(String)
     }
 
-    public enum State: Sendable, Equatable { case initial, awaitingReply, awaitingIdentity, established }
+    public enum State: Sendable, Equatable { case initial, awaitingReply, awaitingIdentity, established, refused }
 
     public let isInitiator: Bool
     public let channel: LinkChannel
@@ -360,22 +419,61 @@ public final class SecureLink: @unchecked Sendable {
         case .sealed:
             guard acceptsSealed else { throw SecureLinkError.unexpected("sealed frame before the handshake") }
             let inner = try open(record.value)
+            if isInitiator && inner.first == FrameType.linkOutcome.rawValue {
+                switch try LinkOutcome(parsing: TLVRecord(parsing: inner).value) {
+                case .accepted:
+                    accepted = true
+                    return []
+                case .refused(let code, let reason):
+                    state = .refused
+                    return [.refused("the peer refused the link (\(code)): \(reason)")]
+                }
+            }
             guard state == .awaitingIdentity else { return [.frame(inner)] }
+            // A later frame of the initiator's can overtake its identity on a datagram link: it
+            // is refused alone and the session keeps waiting.
             guard let parsed = try? TLVRecord(parsing: inner), parsed.type == FrameType.linkIdentity.rawValue else {
                 throw SecureLinkError.unexpected("first sealed frame is not the initiator's identity")
             }
-            var initiator = try verifyIdentity(parsed.value, context: Self.initiatorContext, hash: noise.handshakeHash)
-            initiator.proof = LinkProof(responderHash: responderHash, replyPayload: replyPayload, peerSignature: Array(parsed.value[65..<129]))
-            peer = initiator
-            state = .established
-            return [.established(initiator)]
+            // The identity opened under this session's key: only the initiator sent it, so a
+            // refusal answers the initiator and no one else.
+            do {
+                var initiator = try verifyIdentity(parsed.value, context: Self.initiatorContext, hash: noise.handshakeHash)
+                initiator.proof = LinkProof(responderHash: responderHash, replyPayload: replyPayload, peerSignature: Array(parsed.value[65..<129]))
+                peer = initiator
+                state = .established
+                return [.established(initiator)]
+            } catch {
+                let refusal = try refuse(.identity, "your identity does not verify: \(error)")
+                return [.send(refusal), .refused("identity refused: \(error)")]
+            }
         default:
             throw SecureLinkError.unexpected("record type 0x\(String(record.type, radix: 16)) in clear")
         }
     }
 
+    /// Responder, after ``Output/established(_:)``: the sealed "accepted" answer to send.
+    public func accept() throws -> [UInt8] {
+        guard !isInitiator, state == .established else { throw SecureLinkError.unexpected("accept in state \(state)") }
+        return try seal(TLVRecord(.linkOutcome, value: LinkOutcome.accepted.encoded).encoded)
+    }
+
+    /// Responder: the sealed refusal to send before ending the session (after a handshake
+    /// the owner will not admit, e.g. for a role or a full table); the session is over.
+    public func refuse(_ code: LinkOutcome.Refusal, _ reason: String) throws -> [UInt8] {
+        guard !isInitiator, sendCipher != nil, state != .refused else { throw SecureLinkError.unexpected("refuse in state \(state)") }
+        let record = try seal(TLVRecord(.linkOutcome, value: LinkOutcome.refused(code, reason).encoded).encoded)
+        state = .refused
+        return record
+    }
+
+    /// Initiator: whether the responder said it accepted the link (a responder that predates
+    /// ``LinkOutcome`` never says).
+    public private(set) var accepted = false
+
     /// Seals one frame (a whole inner TLV record) for the peer.
     public func seal(_ frame: [UInt8]) throws -> [UInt8] {
+        guard state != .refused else { throw SecureLinkError.unexpected("sealing after the session was refused") }
         guard var cipher = sendCipher else { throw SecureLinkError.unexpected("sealing before the handshake") }
         guard frame.count <= Self.maxFrameLength else {
             throw SecureLinkError.malformed("frame of \(frame.count) bytes exceeds \(Self.maxFrameLength)")

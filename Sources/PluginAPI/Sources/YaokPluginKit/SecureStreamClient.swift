@@ -84,7 +84,9 @@ public final class SecureStreamClient: @unchecked Sendable {
             let left = deadline.timeIntervalSinceNow
             guard left > 0 else { return nil }
             guard let record = try Self.readRecord(fd, &decoder, &ready, timeoutMs: Int32(left * 1000)) else { return nil }
-            guard case .frame(let frame)? = try link.receive(TLVRecord(parsing: record)).first else { continue }
+            let outputs = try link.receive(TLVRecord(parsing: record))
+            if case .refused(let why)? = outputs.first { throw TransportError.failed("\(remote) refused the link: \(why)") }
+            guard case .frame(let frame)? = outputs.first else { continue }
             lastHeard = Date()
             switch FrameType(rawValue: frame[0]) {
             case .ping: try send(TLVRecord(.pong, value: Array(frame.dropFirst(TLVRecord.headerLength))).encoded)

@@ -601,6 +601,10 @@ public final class SecureStreamEngine: @unchecked Sendable {
                     case .send(let reply): s.queueControl(reply)
                     case .established(let peer): established(s, peer)
                     case .frame: break
+                    case .refused(let why):
+                        flush(s)
+                        counters.handshakeFailures += 1
+                        close(s, reason: "handshake with \(s.remote) refused: \(why)", level: .warning, goodbye: false)
                     }
                     if sessions[s.id] == nil { return }
                 }
@@ -613,7 +617,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
         }
         let inner: [UInt8]
         do {
-            guard case .frame(let f)? = try s.link.receive(record).first else { return }
+            let outputs = try s.link.receive(record)
+            if case .refused(let why)? = outputs.first {
+                counters.handshakeFailures += 1
+                close(s, reason: "\(s.remote) refused the link: \(why)", level: .warning, goodbye: false)
+                return
+            }
+            guard case .frame(let f)? = outputs.first else { return }
             inner = f
         } catch {
             // Anything not sealed with this session's keys (in clear, forged, replayed) ends the stream.
@@ -649,6 +659,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
         guard settings.peerRoles.contains(peer.role) else {
             counters.refusedRole += 1
             let allowed = settings.peerRoles.map { "\($0)" }.sorted().joined(separator: " or ")
+            if !s.outbound { sendNow(s, try? s.link.refuse(.role, "this \(settings.kind) transport takes role \(allowed) only")) }
             close(s, reason: "\(s.remote) proved the role \(peer.role); \(settings.kind) links carry role \(allowed) only", level: .warning, goodbye: false)
             return
         }
@@ -676,6 +687,7 @@ public final class SecureStreamEngine: @unchecked Sendable {
         }
         s.state = .up
         s.stateSinceMs = nowMs
+        if !s.outbound, let accepted = try? s.link.accept() { s.queueControl(accepted) }
         s.bucket = TokenBucket(capacity: Double(settings.maxFramesPerSecond), nowMs: nowMs)
         upByKey[key] = s.id
         peersSeen.insert(key)
@@ -699,6 +711,13 @@ public final class SecureStreamEngine: @unchecked Sendable {
         pending.append(.counter("\(settings.metricPrefix)_misbehaviour_disconnects_total", 1))
         let who = s.link.peer.map { "\($0.role) \(Self.shortKey($0.signingKey)) at \(s.remote)" } ?? "\(s.remote)"
         close(s, reason: "disconnected \(who): it \(what)", level: .warning, misbehaving: true)
+    }
+
+    /// Writes one record at once, before a close (a refusal); between frames only.
+    private func sendNow(_ s: StreamSession, _ record: [UInt8]?) {
+        guard let record, !s.isMidFrame else { return }
+        flush(s)
+        _ = record.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
     /// Closes a session: a sealed goodbye when up and between frames, link down if it was up.

@@ -82,6 +82,8 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case linkClose = 0x14
     /// Secure link: the initiator's proof of identity, the first sealed frame it sends.
     case linkIdentity = 0x15
+    /// Secure link: the responder's answer to the identity, its first sealed frame (``LinkOutcome``).
+    case linkOutcome = 0x16
     /// Secure link, in clear: handshake message 1 (version, ephemeral key, cookie, padding).
     case linkHello = 0x20
     /// Secure link, in clear: a datagram responder's stateless cookie (answers a hello without one).
