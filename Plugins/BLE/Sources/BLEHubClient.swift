@@ -147,7 +147,11 @@ public final class BLEHubClient {
             let record: TLVRecord
             do { record = try TLVRecord(parsing: frame) } catch { throw BLEClientError.handshake("\(error)") }
             do {
-                for case .send(let reply) in try hs.receive(record) { try sendRaw(reply) }
+                let outputs = try hs.receive(record)
+                // The hub's answer to our identity (sealed) is notified before the write that
+                // carries the identity is acknowledged: read it with this session from now on.
+                if hs.isEstablished { link = hs }
+                for case .send(let reply) in outputs { try sendRaw(reply) }
             } catch let e as BLEClientError {
                 throw e
             } catch {
