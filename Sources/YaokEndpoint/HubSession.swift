@@ -1,5 +1,6 @@
 import Foundation
 import Synchronization
+import YaokCrypto
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokStore
@@ -179,6 +180,10 @@ public final class HubSession: @unchecked Sendable {
         case receiptHandedOver([UInt8])
         case refused([UInt8], String)
         case incoming(Endpoint.Incoming)
+        /// What became of our relay registration (Docs/protocol.md, registrationAnswer).
+        case registration(RegistrationAnswer)
+        /// What the hub says of its relay, and the relay key we pin (nil: we asked for none).
+        case hubRelay(RelayAnnouncement, pinned: [UInt8]?)
     }
 
     public let endpoint: Endpoint
@@ -559,6 +564,13 @@ public final class HubSession: @unchecked Sendable {
             // Only that the hub reads ages: a phone keeps its own time.
             guard (try? ClockFrame(parsing: record.value)) != nil else { return }
             hubReadsAge = true
+        case .registrationAnswer:
+            guard let answer = try? RegistrationAnswer(parsing: record.value),
+                  answer.userID == Identity.userID(forSigningKey: endpoint.identity.signingKey) else { return }
+            report(.registration(answer))
+        case .relay:
+            guard let announced = try? RelayAnnouncement(parsing: record.value) else { return }
+            report(.hubRelay(announced, pinned: relayKey))
         case .custodyRefused:
             guard let r = try? CustodyRefusal(parsing: record.value),
                   let messageID = inFlight.remove(bundleID: r.bundleID) ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }

@@ -93,10 +93,12 @@ public final class Hub: @unchecked Sendable {
     }
 
     static func routerSettings(_ c: HubConfig, certificate: [UInt8]?) -> Router.Settings {
-        Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
+        var settings = Router.Settings(hopLimit: c.router.hopLimit, linkFramesPerSecond: c.router.linkFramesPerSecond,
                         senderEnvelopesPerMinute: c.router.senderEnvelopesPerMinute, custodyTimeoutMs: c.router.custodyTimeoutMs,
                         lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs),
                         trust: c.router.hubTrust, ownCertificate: certificate, setSystemClock: c.clock.setSystemClock)
+        settings.relayKey = c.transports.first { $0.enabled && $0.kind == "relay" }.flatMap { (try? $0.section.hexKey("relay_key")) ?? nil }
+        return settings
     }
 
     /// This hub's certificate (`router.hub_certificate`), if configured and usable. A missing,

@@ -35,6 +35,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// `clock.set_system_clock`: step the system clock to a known true time when the kernel
         /// says it is unsynchronised (needs CAP_SYS_TIME).
         public var setSystemClock = false
+        /// The relay key an enabled relay transport pins (`relay_key`): what phones are told
+        /// and their registrations are checked against; nil when the hub has no relay.
+        public var relayKey: [UInt8]?
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
                     lifetime: EnvelopeLifetime = EnvelopeLifetime(),
                     trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil, setSystemClock: Bool = false) {
@@ -619,6 +622,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if let cert = settings.ownCertificate { send(TLVRecord(.hubCertificate, value: cert), on: link) }
             send(time.frame().record, on: link)
             send(CustodyAcks.announcement, on: link)
+            send(TLVRecord(.relay, value: relayAnnouncement.encoded), on: link)
             pushPending(to: link)
             announceAttachments()
         case .hub:
@@ -637,6 +641,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             for endpoint in links.values where endpoint.info.peerRole == .endpoint {
                 if let r = registrations[endpoint.peerID] { send(TLVRecord(.registration, value: r), on: link) }
             }
+            if links.values.filter({ $0.info.peerRole == .relay }).count == 1 { announceRelay() }
             pushForwardable(to: link)
         }
         onChange?()
@@ -648,18 +653,62 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Only the link's own proven user, naming this hub: a phone cannot make the hub carry
     /// registrations for keys it did not prove on this link (throwaway or captured ones), and
     /// the hub keeps one per attached phone, forgotten when the phone leaves.
+    /// Every registration gets an answer (Docs/protocol.md, registrationAnswer): the hub's own
+    /// at once when it does not carry it or cannot yet, the relay's when it comes.
     private func handleRegistration(_ value: [UInt8], from link: Link) {
         guard link.info.peerRole == .endpoint else { counters.refusedMalformed += 1; return }
+        let pinned = settings.relayKey
+        func answer(_ status: UInt8, _ reason: String) {
+            let a = RegistrationAnswer(status: status, userID: link.peerID, relayKey: pinned ?? [UInt8](repeating: 0, count: 32), reason: reason)
+            send(TLVRecord(.registrationAnswer, value: a.encoded), on: link)
+        }
         guard let registration = try? Registration(parsing: value), registration.kind == .carried,
               registration.userSigningKey == link.info.peerSigningKey, registration.binding == hubSigningKey else {
             counters.registrationsRefused += 1
             logger.notice("link \(link.key): a relay registration that is not the link's own user's, carried by this hub; not carried")
+            answer(RegistrationAnswer.notCarried, "only a carried registration of this link's own user naming this hub as collector is carried")
+            return
+        }
+        guard let pinned else {
+            answer(RegistrationAnswer.hubHasNoRelay, "this hub has no relay: register through another hub or with the relay itself")
+            return
+        }
+        guard registration.verifySignature(relaySigningKey: pinned) else {
+            counters.registrationsRefused += 1
+            logger.notice("link \(link.key): a relay registration that does not verify for this hub's relay \(Self.shortID(pinned)); not carried")
+            answer(RegistrationAnswer.otherRelayKey, "it does not verify for this hub's relay, key \(YaokPluginKit.Hex.encode(pinned.prefix(4)))…: signed for another relay?")
             return
         }
         registrations[link.peerID] = value
+        var carried = false
         for relay in links.values where relay.info.peerRole == .relay {
             send(TLVRecord(.registration, value: value), on: relay)
+            carried = true
         }
+        if !carried { answer(RegistrationAnswer.relayNotReachable, "kept: it goes to the relay when this hub's relay link is up") }
+    }
+
+    /// The relay's answer to a carried registration, from the relay transport: to the phone
+    /// links of that user (a phone that left gets nothing; it registers again where it is).
+    private func handleRegistrationAnswer(_ value: [UInt8], from link: Link) {
+        guard link.info.peerRole == .relay, let answer = try? RegistrationAnswer(parsing: value) else {
+            counters.refusedMalformed += 1
+            return
+        }
+        for phone in links.values where phone.info.peerRole == .endpoint && phone.peerID == answer.userID {
+            send(TLVRecord(.registrationAnswer, value: answer.encoded), on: phone)
+        }
+    }
+
+    /// What this hub says to phones about its relay (Docs/protocol.md, relay).
+    private var relayAnnouncement: RelayAnnouncement {
+        guard let key = settings.relayKey else { return RelayAnnouncement(state: .none, relayKey: []) }
+        return RelayAnnouncement(state: links.values.contains { $0.info.peerRole == .relay } ? .linked : .configured, relayKey: key)
+    }
+
+    private func announceRelay() {
+        let record = TLVRecord(.relay, value: relayAnnouncement.encoded)
+        for phone in links.values where phone.info.peerRole == .endpoint { send(record, on: phone) }
     }
 
     private func handleLinkDown(_ key: LinkKey, reason: String?) {
@@ -676,6 +725,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             if !links.values.contains(where: { $0.peerID == link.peerID }) { registrations[link.peerID] = nil }
             announceAttachments()
         }
+        if link.info.peerRole == .relay, !links.values.contains(where: { $0.info.peerRole == .relay }) { announceRelay() }
         onChange?()
     }
 
@@ -781,8 +831,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .request: handleRequest(record.value, from: link)
         case .attachment: handleAttachment(record.value, from: link)
         case .registration: handleRegistration(record.value, from: link)
+        case .registrationAnswer: handleRegistrationAnswer(record.value, from: link)
         case .ping: send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkClose, .hubCertificate, .clock: break
+        case .pong, .linkClose, .hubCertificate, .clock, .relay: break
         case .linkIdentity, .linkOutcome, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1

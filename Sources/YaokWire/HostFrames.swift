@@ -251,3 +251,107 @@ extension Bundle {
     /// The whole ``YaokPluginKit/FrameType/bundle`` TLV frame.
     public var frame: [UInt8] { TLVRecord(.bundle, value: encoded).encoded }
 }
+
+/// The value of a ``YaokPluginKit/FrameType/registrationAnswer`` frame (Docs/protocol.md,
+/// registrationAnswer): what became of a phone's relay registration.
+/// Layout: `status(1) userID(32) relayKey(32) untilMs(8) reason(0–96)`.
+public struct RegistrationAnswer: Sendable, Equatable {
+    /// 0–7: the relay's REGISTERED status; 16–19: the hub's own (``hubHasNoRelay`` …).
+    public var status: UInt8
+    public var userID: [UInt8]
+    /// The relay key the registration was checked against; zeros when the hub has none.
+    public var relayKey: [UInt8]
+    /// When the collection ends (accepted), Unix ms; 0 otherwise.
+    public var untilMs: Int64
+    public var reason: String
+
+    public static let accepted: UInt8 = 0
+    public static let replayed: UInt8 = 3
+    public static let hubHasNoRelay: UInt8 = 16
+    public static let relayNotReachable: UInt8 = 17
+    public static let notCarried: UInt8 = 18
+    public static let otherRelayKey: UInt8 = 19
+    public static let maxReasonLength = 96
+    static let fixedLength = 1 + 32 + 32 + 8
+
+    public init(status: UInt8, userID: [UInt8], relayKey: [UInt8], untilMs: Int64 = 0, reason: String = "") {
+        self.status = status
+        self.userID = userID
+        self.relayKey = relayKey
+        self.untilMs = untilMs
+        var text = ""
+        for c in reason where text.utf8.count + String(c).utf8.count <= Self.maxReasonLength { text.append(c) }
+        self.reason = text
+    }
+
+    public init(parsing value: [UInt8]) throws {
+        guard value.count >= Self.fixedLength, value.count <= Self.fixedLength + Self.maxReasonLength else {
+            throw WireError.badLength(what: "registration answer", detail: "must be \(Self.fixedLength)–\(Self.fixedLength + Self.maxReasonLength) bytes, got \(value.count)")
+        }
+        status = value[0]
+        userID = Array(value[1..<33])
+        relayKey = Array(value[33..<65])
+        untilMs = value[65..<73].reduce(Int64(0)) { $0 << 8 | Int64($1) }
+        reason = String(decoding: value[73...], as: UTF8.self)
+    }
+
+    public var encoded: [UInt8] {
+        var out = [status] + userID + relayKey
+        for shift in stride(from: 56, through: 0, by: -8) { out.append(UInt8(truncatingIfNeeded: untilMs >> Int64(shift))) }
+        return out + Array(reason.utf8)
+    }
+
+    public var frame: [UInt8] { TLVRecord(.registrationAnswer, value: encoded).encoded }
+
+    /// What the status says, in words.
+    public var meaning: String {
+        switch status {
+        case 0: return "accepted by the relay"
+        case 1: return "refused by the relay: bad signature"
+        case 2: return "refused by the relay: the phone's clock is more than 5 minutes off the relay's"
+        case 3: return "refused by the relay: already used"
+        case 4: return "refused by the relay: too many registrations"
+        case 5: return "refused by the relay: wrong channel"
+        case 6: return "refused by the relay: this hub is not the collector it knows"
+        case 7: return "refused by the relay: until is past or more than 7 days ahead"
+        case Self.hubHasNoRelay: return "this hub has no relay"
+        case Self.relayNotReachable: return "kept: the hub's relay is not reachable now"
+        case Self.notCarried: return "not carried: not this link's own user, or another collector"
+        case Self.otherRelayKey: return "not carried: signed for another relay than this hub's"
+        default: return "status \(status)"
+        }
+    }
+}
+
+/// The value of a ``YaokPluginKit/FrameType/relay`` frame (Docs/protocol.md, relay): whether
+/// the hub has an internet relay, its pinned key, and whether the hub is linked to it now.
+/// Layout: `state(1) relayKey(32)`.
+public struct RelayAnnouncement: Sendable, Equatable {
+    public enum State: UInt8, Sendable, CustomStringConvertible {
+        case none = 0, configured = 1, linked = 2
+        public var description: String {
+            switch self {
+            case .none: return "no relay"
+            case .configured: return "relay not reachable now"
+            case .linked: return "linked to its relay"
+            }
+        }
+    }
+    public var state: State
+    public var relayKey: [UInt8]
+
+    public init(state: State, relayKey: [UInt8]) {
+        self.state = state
+        self.relayKey = state == .none ? [UInt8](repeating: 0, count: 32) : relayKey
+    }
+
+    public init(parsing value: [UInt8]) throws {
+        guard value.count == 33 else { throw WireError.badLength(what: "relay announcement", detail: "must be 33 bytes, got \(value.count)") }
+        guard let state = State(rawValue: value[0]) else { throw WireError.badLength(what: "relay announcement", detail: "unknown state \(value[0])") }
+        self.state = state
+        relayKey = Array(value[1...])
+    }
+
+    public var encoded: [UInt8] { [state.rawValue] + relayKey }
+    public var frame: [UInt8] { TLVRecord(.relay, value: encoded).encoded }
+}

@@ -296,6 +296,31 @@ func report(_ event: HubSession.Event, via peer: Peer, json: Bool) {
         case .malformed(let why):
             json ? printJSON(["event": "malformed", "reason": why]) : print("malformed bundle: \(why)")
         }
+    case .registration(let a):
+        if json {
+            var fields: [String: Any] = ["event": "relay_registration", "status": Int(a.status), "meaning": a.meaning, "relay_key": hex(a.relayKey)]
+            if a.untilMs > 0 { fields["until_ms"] = a.untilMs }
+            if !a.reason.isEmpty { fields["reason"] = a.reason }
+            printJSON(fields)
+        } else if a.status == RegistrationAnswer.accepted {
+            let minutes = max(0, (a.untilMs - Int64(Date().timeIntervalSince1970 * 1000)) / 60_000)
+            print("relay registration accepted: internet mail is collected through this hub for \(minutes) min (renewed while attached)")
+        } else {
+            print("relay registration: \(a.meaning)\(a.reason.isEmpty || a.meaning.contains(a.reason) ? "" : " (\(a.reason))")")
+        }
+    case .hubRelay(let r, let pinned):
+        if json {
+            printJSON(["event": "hub_relay", "state": ["none", "configured", "linked"][Int(r.state.rawValue)], "relay_key": hex(r.relayKey)])
+        } else if let pinned {
+            // Said only to someone who asked for the relay (--relay-key), and only when it is not the one pinned.
+            switch r.state {
+            case .none: print("this hub has no relay: your internet mail is not collected through it")
+            case _ where r.relayKey != pinned:
+                print("this hub's relay is \(hex(r.relayKey).prefix(8)), not the \(hex(pinned).prefix(8)) you pinned (--relay-key): your internet mail is not collected through it")
+            case .configured: print("this hub's relay \(hex(pinned).prefix(8)) is not reachable now; your registration waits at the hub")
+            case .linked: break
+            }
+        }
     }
 }
 

@@ -53,6 +53,9 @@ public final class RelayTransport: Transport, @unchecked Sendable {
     private var registrationRefusedAsStale = false
     private var awaitingHost: Set<[UInt8]> = []
     private var pendingRegistrations: [Registration] = []
+    /// Until when each phone's carried registration asked to be collected (by user ID), for
+    /// the answer the phone gets (Docs/protocol.md, registrationAnswer); at most 512 kept.
+    private var carriedUntil: [[UInt8]: Int64] = [:]
     private var lastRemaining: UInt32 = 0
     private var lastError: String?
     private var framesIn: UInt64 = 0, framesOut: UInt64 = 0
@@ -277,6 +280,14 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             context.logger.error("relay \(address): \(error)")
             context.events.statusChanged()
         case .registered(let user, let status):
+            if user != hubUserID && status != .replayed {
+                // The phone hears the relay's answer through the router (status 3, replayed, is
+                // the router's re-sent copy: the phone's answer came with the first).
+                let until = lock.withLock { carriedUntil.removeValue(forKey: user) } ?? 0
+                deliver(RegistrationAnswer(status: status.rawValue, userID: user, relayKey: relayKey,
+                                           untilMs: status == .accepted ? until : 0,
+                                           reason: status == .accepted ? "" : status.description).frame)
+            }
             if user == hubUserID {
                 hubRegistered(status)
             } else if status == .replayed {
@@ -445,6 +456,8 @@ public final class RelayTransport: Transport, @unchecked Sendable {
             return
         }
         let now = lock.withLock { () -> Bool in
+            if carriedUntil.count >= 512 { carriedUntil.removeAll() }
+            carriedUntil[registration.userID] = registration.untilMs
             if registered { return true }
             if pendingRegistrations.count < 512 { pendingRegistrations.append(registration) }
             return false

@@ -74,6 +74,10 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     /// The sender's time and where it comes from; sent first at link up by nodes that read
     /// hop header version 2 (Docs/protocol.md, clock).
     case clock = 0x0C
+    /// A hub's answer to a phone's relay registration (Docs/protocol.md, registrationAnswer).
+    case registrationAnswer = 0x0D
+    /// A hub tells a phone about its internet relay (Docs/protocol.md, relay).
+    case relay = 0x0E
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
