@@ -249,16 +249,44 @@ func withHubSession(_ endpoint: Endpoint, hub: String, attach: AttachOptions, ti
         if done(event) { finished.signal() }
     }
     try attach.configure(session)
+    let terminated = Termination.watch { finished.signal() }
     try session.start()
-    defer {
-        leaving.lock.withLock { leaving.now = true }
-        session.stop()
+    let ok: Bool
+    do {
+        defer {
+            leaving.lock.withLock { leaving.now = true }
+            // Says goodbye on the link: the hub forgets this session now, not after its idle timeout.
+            session.stop()
+        }
+        let deadline = DispatchTime.now() + timeout
+        ok = try during?(session) == true || finished.wait(timeout: deadline) == .success
+        // Let receipts this session produced reach the hub before leaving.
+        session.drain(timeout: 3)
     }
-    let deadline = DispatchTime.now() + timeout
-    let ok = try during?(session) == true || finished.wait(timeout: deadline) == .success
-    // Let receipts this session produced reach the hub before leaving.
-    session.drain(timeout: 3)
+    if let signal = terminated() { exit(128 + signal) }
     return ok
+}
+
+/// SIGTERM and SIGINT while attached end the session as its own end would (receipts drained,
+/// a goodbye to the hub), then the process exits 128 + the signal's number.
+enum Termination {
+    /// Calls `wake` on SIGTERM or SIGINT from now on; returns a check for which one came.
+    static func watch(_ wake: @escaping @Sendable () -> Void) -> () -> Int32? {
+        // The sources live as long as the check the caller holds.
+        final class Caught: @unchecked Sendable { let lock = NSLock(); var signal: Int32?; var sources: [DispatchSourceSignal] = [] }
+        let caught = Caught()
+        for sig in [SIGTERM, SIGINT] {
+            signal(sig, SIG_IGN)
+            let source = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            source.setEventHandler {
+                caught.lock.withLock { if caught.signal == nil { caught.signal = sig } }
+                wake()
+            }
+            source.resume()
+            caught.sources.append(source)
+        }
+        return { caught.lock.withLock { caught.signal } }
+    }
 }
 
 /// What a session is attached to, for the words of its events.

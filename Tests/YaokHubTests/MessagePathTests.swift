@@ -182,9 +182,16 @@ final class MessagePathTests: XCTestCase {
             ((try? String(contentsOfFile: out, encoding: .utf8)) ?? "").contains("into a file, line by line")
         }
         XCTAssertTrue(listen.isRunning)
+        try Wait.until(timeout: 10, "only Bob's link at the hub") { try s.hub.transport("udp")?.status.links == 1 }
         kill(listen.processIdentifier, SIGTERM)
         listen.waitUntilExit()
         XCTAssertTrue(try String(contentsOfFile: out, encoding: .utf8).contains("into a file, line by line"), "kept after SIGTERM")
+        // A SIGTERM ends the session as its own end would: a goodbye, so the hub frees Bob's
+        // session now, not after its 45 s idle timeout (a new process on the same port was
+        // refused meanwhile); then the exit code says what ended it.
+        XCTAssertEqual(listen.terminationReason, .exit)
+        XCTAssertEqual(listen.terminationStatus, 128 + SIGTERM)
+        try Wait.until(timeout: 5, "Bob's session gone at the hub after his SIGTERM") { try s.hub.transport("udp")?.status.links == 0 }
     }
 
     /// Issue 48 #7: a mistyped option printed an error and still queued the message (the
