@@ -81,6 +81,9 @@ make_arm64() {
   arm64_tarball="$cache/roots/trixie-arm64-$(echo "$arm64_packages" | md5sum | cut -c1-8).tgz"
   [ -s "$arm64_tarball" ] && return 0
   mkdir -p "$cache/roots"
+  # mmdebstrap checks with arch-test that this machine runs arm64 binaries (qemu-user).
+  command -v arch-test >/dev/null || apt-get install -y -qq --no-install-recommends arch-test >/dev/null \
+    || cannot "apt-get install arch-test failed (mmdebstrap needs it for an arm64 root)"
   mirror=$(debian_mirror)
   if ! mmdebstrap --variant=minbase --architectures=arm64 --include="$arm64_packages" --format=tar \
       trixie - "$mirror" 2> "$work/mmdebstrap-arm64.log" | gzip -1 > "$arm64_tarball.tmp"; then
