@@ -295,6 +295,34 @@ final class ATTSeqpacketAdoptTests: XCTestCase {
         XCTAssertEqual(secure.request([0x0A] + le16(12)), .pdu([0x0B] + Array("secret".utf8)))
     }
 
+    /// A link dropped on a write is dropped after the write's answer (`later`): a BLE phone
+    /// whose identity the hub refuses gets the Write Response (and the refusal before it), not
+    /// a connection that vanishes under its pending request (Docs/protocol.md §5, "The
+    /// handshake's outcome"). Shut down inside the handler, the answer never leaves.
+    func testALinkDroppedOnAWriteIsDroppedAfterTheWritesAnswer() throws {
+        let server = ATTSeqpacketServer(table: try Fixture.table(), socketPath: nil)
+        try server.start()
+        defer { server.stop() }
+        for deferred in [true, false] {
+            let (serverSide, clientSide) = try socketPair()
+            let client = RawClient(fd: clientSide)
+            server.onConnect = { _, engine in
+                engine.onWrite = { _, _, _ in
+                    if deferred { server.later { shutdown(serverSide, Int32(SHUT_RDWR)) } } else { shutdown(serverSide, Int32(SHUT_RDWR)) }
+                    return nil
+                }
+            }
+            XCTAssertNotNil(server.adopt(fd: serverSide))
+            let answer = client.request([0x12] + le16(6) + Array("bye".utf8))
+            if deferred {
+                XCTAssertEqual(answer, .pdu([0x13]), "the Write Response comes first")
+                XCTAssertEqual(client.request([0x0A] + le16(6)), .closed, "then the link is gone")
+            } else {
+                XCTAssertEqual(answer, .closed, "shut down inside the handler, the answer is lost")
+            }
+        }
+    }
+
     func testAdoptOnAStoppedServerClosesTheDescriptor() throws {
         let server = ATTSeqpacketServer(table: try Fixture.table(), socketPath: nil)
         let (serverSide, clientSide) = try socketPair()
