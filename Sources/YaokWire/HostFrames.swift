@@ -279,9 +279,7 @@ public struct RegistrationAnswer: Sendable, Equatable {
         self.userID = userID
         self.relayKey = relayKey
         self.untilMs = untilMs
-        var text = ""
-        for c in reason where text.utf8.count + String(c).utf8.count <= Self.maxReasonLength { text.append(c) }
-        self.reason = text
+        self.reason = reason.utf8Prefix(maxBytes: Self.maxReasonLength)
     }
 
     public init(parsing value: [UInt8]) throws {

@@ -180,6 +180,9 @@ final class SecureLinkTests: XCTestCase {
         XCTAssertEqual(try LinkOutcome(parsing: [9] + Array("later".utf8)), .refused(LinkOutcome.Refusal(rawValue: 9), "later"),
                        "a code this side does not know is still a refusal, kept as it came")
         XCTAssertEqual("\(LinkOutcome.Refusal(rawValue: 9))", "refusal 9")
+        // Cut at the first character that does not fit, never after skipping one.
+        XCTAssertEqual("ab😀c".utf8Prefix(maxBytes: 5), "ab")
+        XCTAssertEqual("ab😀c".utf8Prefix(maxBytes: 6), "ab😀")
         XCTAssertThrowsError(try LinkOutcome(parsing: []))
         XCTAssertThrowsError(try LinkOutcome(parsing: [0, 0x41]), "accepted carries no reason")
         XCTAssertThrowsError(try LinkOutcome(parsing: [1] + [UInt8](repeating: 0x41, count: 97)), "longer than 96 bytes of reason")

@@ -24,6 +24,22 @@ public struct AuthenticatedPeer: Sendable, Equatable {
     public var proof: LinkProof?
 }
 
+extension String {
+    /// The longest prefix of whole characters that fits `maxBytes` of UTF-8: a reason a peer
+    /// reads is cut, never split inside a character.
+    public func utf8Prefix(maxBytes: Int) -> String {
+        var text = ""
+        var bytes = 0
+        for c in self {
+            let n = String(c).utf8.count
+            guard bytes + n <= maxBytes else { break }
+            text.append(c)
+            bytes += n
+        }
+        return text
+    }
+}
+
 /// The responder's answer to the initiator's identity (Docs/protocol.md §5, "The handshake's
 /// outcome"), sent sealed as ``FrameType/linkOutcome``.
 public enum LinkOutcome: Sendable, Equatable {
@@ -58,10 +74,7 @@ public enum LinkOutcome: Sendable, Equatable {
         switch self {
         case .accepted: return [0]
         case .refused(let code, let reason):
-            // Cut on a character boundary within the byte limit.
-            var text = ""
-            for c in reason where text.utf8.count + String(c).utf8.count <= Self.maxReasonLength { text.append(c) }
-            return [code.rawValue] + Array(text.utf8)
+            return [code.rawValue] + Array(reason.utf8Prefix(maxBytes: Self.maxReasonLength).utf8)
         }
     }
 
