@@ -713,10 +713,12 @@ public final class SecureStreamEngine: @unchecked Sendable {
         close(s, reason: "disconnected \(who): it \(what)", level: .warning, misbehaving: true)
     }
 
-    /// Writes one record at once, before a close (a refusal); between frames only.
+    /// Writes one record at once, before a close (a refusal); between frames only. What is
+    /// queued goes first; a flush that closed the session or stopped mid-frame sends nothing.
     private func sendNow(_ s: StreamSession, _ record: [UInt8]?) {
-        guard let record, !s.isMidFrame else { return }
+        guard let record else { return }
         flush(s)
+        guard sessions[s.id] != nil, !s.isMidFrame else { return }
         _ = record.withUnsafeBytes { Glibc.send(s.fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
     }
 
