@@ -6,7 +6,6 @@ import YaokTesting
 /// whether its hub has a relay and which (Docs/protocol.md, registrationAnswer and relay).
 /// A real hub, a real relay, `yaok` as the phone.
 final class RegistrationAnswerTests: XCTestCase {
-    static func events(_ out: [[String: Any]], _ name: String) -> [[String: Any]] { out.filter { $0["event"] as? String == name } }
 
     func testEveryRegistrationGetsAnAnswerAndThePhoneLearnsTheHubsRelay() throws {
         let dir = try TestSupport.temporaryDirectory(self)
@@ -24,9 +23,9 @@ final class RegistrationAnswerTests: XCTestCase {
         // The relay's key: the hub says it is linked to it, and the relay accepted, until an hour on.
         let now = Int64(Date().timeIntervalSince1970 * 1000)
         var out = try listen(relay.key)
-        XCTAssertEqual(Self.events(out, "hub_relay").first?["state"] as? String, "linked", "\(out)")
-        XCTAssertEqual(Self.events(out, "hub_relay").first?["relay_key"] as? String, relay.key)
-        let accepted = try XCTUnwrap(Self.events(out, "relay_registration").first, "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "hub_relay").first?["state"] as? String, "linked", "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "hub_relay").first?["relay_key"] as? String, relay.key)
+        let accepted = try XCTUnwrap(FieldClockTests.events(out, "relay_registration").first, "\(out)")
         XCTAssertEqual(accepted["status"] as? Int, 0, "\(accepted)")
         let until = try XCTUnwrap(accepted["until_ms"] as? Int64 ?? (accepted["until_ms"] as? Int).map(Int64.init))
         XCTAssertEqual(Double(until - now), 3_600_000, accuracy: 120_000, "collected for an hour")
@@ -34,7 +33,7 @@ final class RegistrationAnswerTests: XCTestCase {
         // Signed for another relay: the hub answers at once, naming its own relay's key prefix.
         let other = String(repeating: "ab", count: 32)
         out = try listen(other)
-        let wrong = try XCTUnwrap(Self.events(out, "relay_registration").first, "\(out)")
+        let wrong = try XCTUnwrap(FieldClockTests.events(out, "relay_registration").first, "\(out)")
         XCTAssertEqual(wrong["status"] as? Int, 19)
         XCTAssertTrue((wrong["reason"] as? String)?.contains(String(relay.key.prefix(8))) == true, "\(wrong)")
         // In words, for a person: what is wrong and what it costs.
@@ -45,7 +44,7 @@ final class RegistrationAnswerTests: XCTestCase {
 
         // A phone whose clock is an hour ahead: the relay refuses the timestamp and the phone hears why.
         out = try listen(relay.key, clock: "+1h")
-        let stale = try XCTUnwrap(Self.events(out, "relay_registration").first, "\(out)")
+        let stale = try XCTUnwrap(FieldClockTests.events(out, "relay_registration").first, "\(out)")
         XCTAssertEqual(stale["status"] as? Int, 2, "\(stale)")
         XCTAssertTrue((stale["meaning"] as? String)?.contains("clock") == true, "\(stale)")
 
@@ -53,8 +52,8 @@ final class RegistrationAnswerTests: XCTestCase {
         relay.stop()
         try Wait.until(timeout: 20, "the hub's relay link down") { try hub.transport("relay")?.status.links == 0 }
         out = try listen(relay.key)
-        XCTAssertEqual(Self.events(out, "hub_relay").first?["state"] as? String, "configured", "\(out)")
-        XCTAssertEqual(Self.events(out, "relay_registration").first?["status"] as? Int, 17, "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "hub_relay").first?["state"] as? String, "configured", "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "relay_registration").first?["status"] as? Int, 17, "\(out)")
     }
 
     func testAHubWithoutARelaySaysSo() throws {
@@ -70,7 +69,7 @@ final class RegistrationAnswerTests: XCTestCase {
         _ = try MessagePathTests.yaok(home, ["init", "--name", "Bob"])
         let out = try MessagePathTests.yaok(home, ["listen", "--hub", url, "--relay-key", String(repeating: "cd", count: 32),
                                                    "--trust-hub", hubKey, "--json", "--timeout", "3"])
-        XCTAssertEqual(Self.events(out, "hub_relay").first?["state"] as? String, "none", "\(out)")
-        XCTAssertEqual(Self.events(out, "relay_registration").first?["status"] as? Int, 16, "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "hub_relay").first?["state"] as? String, "none", "\(out)")
+        XCTAssertEqual(FieldClockTests.events(out, "relay_registration").first?["status"] as? Int, 16, "\(out)")
     }
 }

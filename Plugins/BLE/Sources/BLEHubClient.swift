@@ -162,7 +162,6 @@ public final class BLEHubClient {
         guard hub.role == .hub, Array(advertisedIdentity.dropFirst().prefix(32)) == hub.signingKey else {
             throw BLEClientError.handshake("the proved key differs from the hub's Identity characteristic")
         }
-        link = hs
         peer = hub
         return hub
     }
