@@ -1,6 +1,9 @@
 import Foundation
 import XCTest
+import YaokCrypto
+import YaokPluginKit
 import YaokTesting
+import YaokWire
 
 /// Issue 48, item 21: a phone's relay registration (0x07) gets an answer, and a phone learns
 /// whether its hub has a relay and which (Docs/protocol.md, registrationAnswer and relay).
@@ -71,5 +74,24 @@ final class RegistrationAnswerTests: XCTestCase {
                                                    "--trust-hub", hubKey, "--json", "--timeout", "3"])
         XCTAssertEqual(FieldClockTests.events(out, "hub_relay").first?["state"] as? String, "none", "\(out)")
         XCTAssertEqual(FieldClockTests.events(out, "relay_registration").first?["status"] as? Int, 16, "\(out)")
+    }
+}
+
+extension RegistrationAnswerTests {
+    /// A phone cannot make the hub tell another phone its registration was accepted (or
+    /// refused): a registrationAnswer is taken only from the relay link, and a phone's is
+    /// dropped and counted.
+    func testAPhoneCannotForgeAnAnswerForAnother() throws {
+        let s = try startUDPHub()
+        defer { s.hub.stop() }
+        let bob = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        let mallory = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        let before = try s.hub.status().router.counters.refusedMalformed
+        let forged = RegistrationAnswer(status: RegistrationAnswer.accepted, userID: Identity.userID(forSigningKey: s.bob.signingKey),
+                                        relayKey: [UInt8](repeating: 7, count: 32), untilMs: Int64.max)
+        try mallory.send(TLVRecord(.registrationAnswer, value: forged.encoded))
+        try Wait.until(timeout: 10, "the forged answer dropped and counted") { try s.hub.status().router.counters.refusedMalformed == before + 1 }
+        let answersToBob = bob.lock.withLock { bob.frames.filter { $0.type == FrameType.registrationAnswer.rawValue } }
+        XCTAssertTrue(answersToBob.isEmpty, "Bob never hears Mallory's answer")
     }
 }
