@@ -148,6 +148,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var untrustedHubFramesRefused = 0
         /// Custody acknowledgements from untrusted hubs (`hub_trust: open`): the bundle stayed ours.
         public var untrustedHandOvers = 0
+        /// Of those, receipts: handed over here (kept, no longer retried), since a receipt has no receipt.
+        public var untrustedReceiptHandOvers = 0
         /// Frames the link's role does not allow (offers and requests from an endpoint), dropped.
         public var framesRefusedForRole = 0
         /// Bundles the router declined to send to an endpoint they are not addressed to.
@@ -1054,12 +1056,18 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             answered = true
             link.pacing.answered(rttMs: flight.sentOnceAtMs.map { t - $0 })
             if link.isUntrustedHub {
-                // An untrusted hub (open trust) took a copy: our custody stands. The bundle goes back
+                // An untrusted hub (open trust) took a copy: our custody stands. A message goes back
                 // to queued, stays eligible for every other route, and only a verified delivery
-                // receipt ends it. Nothing is recorded in the store, so this hub's word neither
+                // receipt ends it. No holder is recorded in the store, so this hub's word neither
                 // uses up a spray-and-wait copy nor stops an offer to anybody else.
                 counters.untrustedHandOvers += 1
                 noteUntrustedHolds([id], on: link)
+                // A receipt has no receipt to end it: it is handed over (kept for its addressee and
+                // new neighbours) rather than retried until it expires (protocol.md, custodyAck).
+                if storeCall("receiptTakenByUntrustedHub", { try store.receiptTakenByUntrustedHub(id) }) == true {
+                    counters.untrustedReceiptHandOvers += 1
+                    continue
+                }
                 if untrustedAcks.current.count + untrustedAcks.previous.count < Self.maxUntrustedAcksDeferred {
                     untrustedAcks.current.insert(id)
                 } else {
@@ -1706,9 +1714,14 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             noteUntrustedHolds(held.bundleIDs, on: link)
             return
         }
+        let t = now()
         for id in held.bundleIDs {
-            // Only IDs we hold are recorded (the SQL checks); a claim about others costs one lookup.
-            storeCall("recordPeerHas", { try store.recordPeerHas(id, peer: link.peerID) })
+            // A trusted hub that holds it has it in its custody, as if it had acknowledged it:
+            // recorded as a holder and, if queued here, handed over. Otherwise, after a kill -9
+            // between a hand-over and its commit, the bundle stayed queued here for ever with
+            // nowhere left to go (protocol.md, held). Only IDs we hold are touched; a claim
+            // about others costs one lookup.
+            storeCall("custodyTaken", { try store.custodyTaken(id, by: link.peerID, peerIsEndpoint: false, nowMs: t) })
             link.offeredAtMs[id] = nil
         }
     }

@@ -406,6 +406,22 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
+    /// A hub we do not trust (`hub_trust: open`) acknowledged custody of `id`. A message stays
+    /// ours, queued: only its verified delivery receipt ends it. A receipt has no receipt of its
+    /// own, so nothing would ever end it: a queued one becomes handed over (kept for its
+    /// addressee and offered to each new neighbour, no longer retried on a timer), without
+    /// recording the untrusted hub as its holder. Returns whether `id` is a receipt we hold.
+    public func receiptTakenByUntrustedHub(_ id: [UInt8]) throws -> Bool {
+        try database.transaction {
+            guard let (state, _, kind) = try stateDestinationAndKind(id), kind != Int(Envelope.Kind.message.rawValue) else { return false }
+            if state == .queued || state == .inFlight {
+                try database.execute(SQL.setState, [.int(BundleState.handedOver.rawValue), .blob(id)],
+                                     purpose: "marking a receipt handed over")
+            }
+            return true
+        }
+    }
+
     /// What deciding a delivery needs of a row, without its bytes; nil when it is not held.
     private func stateDestinationAndKind(_ id: [UInt8]) throws -> (BundleState, [UInt8], Int)? {
         guard let row = try database.query(SQL.stateDestinationAndKind, [.blob(id)], purpose: "reading a bundle").first else { return nil }

@@ -47,7 +47,14 @@ final class HeldAnswerTests: XCTestCase {
             try counters(hubA).heldReceived >= 1 && counters(hubB).heldReceived >= 1
         }
         XCTAssertGreaterThanOrEqual(try counters(hubA).heldSent, 1)
-        XCTAssertEqual(try hubA.status().router.queue.queued + hubA.status().router.queue.inFlight, 1, "nothing was dropped: both still carry it")
+        // Each took the other's `held` as its custody (issue 48 item 4: after kill -9s trusting
+        // hubs kept such bundles queued, with nowhere left to send them): both still carry it,
+        // handed over, and neither counts it as work.
+        for hub in [hubA, hubB] {
+            try Wait.until(timeout: 10, "the bundle handed over") { try hub.status().router.queue.handedOver == 1 }
+            let queue = try hub.status().router.queue
+            XCTAssertEqual(queue.queued + queue.inFlight, 0, "nothing left queued")
+        }
 
         // Offers stop. A re-offer would come at the latest when the custody timeout (5 s) lets
         // the same ID go to the same link again; absence is waited out over 7 s.
@@ -68,6 +75,7 @@ final class HeldAnswerTests: XCTestCase {
         Thread.sleep(forTimeInterval: 3)
         XCTAssertEqual(try counters(hubB).offersReceived, offersAfterRestart, "after kill -9 and restart, A still knows B holds it")
         XCTAssertEqual(try counters(hubA).heldReceived, 0, "nothing needed saying again")
+        XCTAssertEqual(try hubA.status().router.queue.handedOver, 1, "still carried after the kill, and not queued")
     }
 
     /// A bundle a hub takes from a neighbour is never offered back to it. The store records

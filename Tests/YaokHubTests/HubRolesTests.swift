@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
+import YaokStore
 import YaokWire
 @testable import YaokHubCore
 import YaokTesting
@@ -158,6 +159,70 @@ final class HubRolesTests: XCTestCase {
         XCTAssertEqual(mallory.receivedEnvelopes.filter { $0.bundleID == victim.bundleID }.count, 1, "never resent to the hub that has it")
         // The recipient still gets it from us, once.
         XCTAssertEqual(try deliver(victim.bundleID, to: s), 1)
+    }
+
+    /// Issue 48 item 4: under open trust every receipt an untrusted hub took stayed queued and
+    /// was retried until it expired, since a receipt has no receipt to end it. Now the
+    /// untrusted hub's acknowledgement hands a receipt over (kept, offered to new neighbours,
+    /// delivered to its addressee) and only the message stays queued work.
+    func testOpenTrustHandsOverAReceiptAnUntrustedHubTookAndRetriesOnlyTheMessage() throws {
+        let trustyKey = Identity.generate()
+        let s = try startHub(router: ["hub_trust: open", "trusted_hubs: [\"\(Hex.encode(trustyKey.signingKey))\"]"])
+        defer { s.hub.stop() }
+        // Bob hands the hub his receipt for a message of Alice's, and a message to Carol; then
+        // he leaves. Neither addressee is attached.
+        let earlier = try seal("earlier", from: s.alice, to: s.bob)
+        let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: earlier.messageID, originalSenderUserID: s.alice.userID,
+                                           from: s.bob, createdMs: Clock.nowMilliseconds())
+        let message = try seal("keep me", from: s.bob, to: Identity.generate())
+        let bobPhone = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
+        try submit(receipt, via: bobPhone)
+        try submit(message, via: bobPhone)
+        bobPhone.engine.stop()
+        try Wait.until(timeout: 10, "bob's link gone") { try !s.hub.status().router.links.contains { $0.role == "endpoint" } }
+
+        // An untrusted hub takes both.
+        let mallory = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: s.port, host: "127.0.0.2")
+        try waitOffered(message.bundleID, to: mallory, "the untrusted hub")
+        try waitOffered(receipt.bundleID, to: mallory, "the untrusted hub")
+        try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [message.bundleID, receipt.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded))
+        try Wait.until(timeout: 10, "both sent to the untrusted hub") {
+            Set(mallory.receivedEnvelopes.map(\.bundleID)).isSuperset(of: [message.bundleID, receipt.bundleID])
+        }
+        for id in [message.bundleID, receipt.bundleID] { try mallory.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded)) }
+        try Wait.until(timeout: 10, "both hand-overs counted") { try s.hub.status().router.counters.untrustedHandOvers == 2 }
+
+        // The message waits out its first retry (a tick after the hand-over); by then the
+        // receipt would have too, had it stayed queued.
+        let db = try TestSupport.openHubStore(s.dir)
+        func row(_ id: [UInt8]) throws -> (state: Int?, attempts: Int?) {
+            let r = try db.query("SELECT state, attempts FROM bundles WHERE bundle_id = ?", [.blob(id)]).first
+            return (r?[0].intValue, r?[1].intValue)
+        }
+        try Wait.until(timeout: 10, "the message's retry scheduled") { try row(message.bundleID).attempts == 1 }
+        XCTAssertEqual(try row(message.bundleID).state, BundleState.queued.rawValue, "the message is still ours, queued")
+        XCTAssertEqual(try row(receipt.bundleID).state, BundleState.handedOver.rawValue, "the receipt is handed over")
+        XCTAssertEqual(try row(receipt.bundleID).attempts, 0, "and not retried")
+        XCTAssertEqual(try db.query("SELECT count(*) FROM bundle_holders h JOIN bundles b ON h.bundle_row = b.id WHERE b.bundle_id = ?",
+                                    [.blob(receipt.bundleID)]).first?.first?.intValue, 0, "the untrusted hub is not recorded as its holder")
+        var status = try s.hub.status().router
+        XCTAssertEqual(status.queue.queued, 1, "only the message is work")
+        XCTAssertEqual(status.queue.handedOver, 1)
+        XCTAssertEqual(status.counters.untrustedReceiptHandOvers, 1)
+        XCTAssertTrue(StatusFormatter.text(try s.hub.status()).contains("of them receipts (kept, not retried) 1"))
+
+        // A new neighbour is offered both at link up: the kept receipt still travels.
+        let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
+        try waitOffered(message.bundleID, to: trusty, "the listed hub")
+        try waitOffered(receipt.bundleID, to: trusty, "the listed hub")
+        // And its addressee gets it from here, once.
+        let alice = try RawPeer(identity: s.alice, role: .endpoint, hubPort: s.port)
+        try Wait.until(timeout: 20, "alice gets the receipt") { alice.receivedEnvelopes.contains { $0.bundleID == receipt.bundleID } }
+        try alice.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: receipt.bundleID).encoded))
+        try Wait.until(timeout: 10, "the receipt delivered") { try s.hub.status().router.queue.delivered == 1 }
+        status = try s.hub.status().router
+        XCTAssertEqual(status.queue.handedOver, 0)
+        XCTAssertEqual(alice.receivedEnvelopes.filter { $0.bundleID == receipt.bundleID }.count, 1)
     }
 
     // MARK: network
