@@ -103,6 +103,10 @@ extension Hub {
             ("from=\"heaviest_sender\"", Double(report.router.store.evictedHeaviestSender)),
             ("from=\"heaviest_origin\"", Double(report.router.store.evictedHeaviestOrigin)),
         ])
+        metric("yaok_store_commit_seconds", "gauge", "how long the store's group commits took (write and fsync); custody answers wait for them", [
+            ("quantile=\"0.5\"", Double(c.commitDurationP50Us) / 1e6), ("quantile=\"0.99\"", Double(c.commitDurationP99Us) / 1e6),
+            ("quantile=\"1\"", Double(c.commitDurationMaxUs) / 1e6),
+        ])
         metric("yaok_store_duplicates_dropped_total", "counter", "duplicate bundles dropped", [("", Double(report.router.store.duplicatesDropped))])
         return lines.joined(separator: "\n") + "\n" + metrics.prometheusText()
     }

@@ -168,6 +168,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         public var custodyLatencyP50Us = 0
         public var custodyLatencyP99Us = 0
         public var custodyLatencyMaxUs = 0
+        /// How long the store's group commits took (the write and fsync), in µs. A custody
+        /// answer waits for one: on a disk whose flushes take seconds, so do the answers.
+        public var commitDurationP50Us = 0
+        public var commitDurationP99Us = 0
+        public var commitDurationMaxUs = 0
         /// `custodyAcks` lists sent and received, and the acks they carried.
         public var ackListsSent = 0
         public var acksInListsSent = 0
@@ -301,6 +306,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var heldArrivals: [UInt64] = []
     /// From a bundle's arrival to its custody answer (ack or refusal), which waits for the commit.
     private var custodyLatency = HopLatency()
+    /// How long each group commit that changed the store took.
+    private var commitDuration = HopLatency()
     /// Where the next tick's page of due bundles starts (nil: from the oldest).
     private var dueCursor: StoredBundle?
     static let duePage = 500
@@ -452,7 +459,18 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             beginFailed: { router, error in
                 router.logger.error("store: cannot open a group transaction, each change commits alone: \(error)")
             },
-            commit: { try $0.store.database.commitGroup() },
+            commit: { router in
+                let started = DispatchTime.now().uptimeNanoseconds
+                let changed = try router.store.database.commitGroup()
+                guard changed else { return false }
+                let took = DispatchTime.now().uptimeNanoseconds &- started
+                router.commitDuration.record(nanoseconds: took)
+                if took >= 1_000_000_000 {
+                    // Custody answers waited this long for the disk: on a field hub, a failing SD card.
+                    router.logger.notice("store: a commit took \(String(format: "%.1f", Double(took) / 1e9)) s (the disk's write and flush); custody answers waited for it")
+                }
+                return true
+            },
             committed: { router, items, _ in
                 router.lastChangeMs = router.now()
                 router.counters.groupCommits += 1
@@ -2025,6 +2043,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         c.custodyLatencyP50Us = custodyLatency.percentileUs(0.5)
         c.custodyLatencyP99Us = custodyLatency.percentileUs(0.99)
         c.custodyLatencyMaxUs = custodyLatency.maxUs
+        c.commitDurationP50Us = commitDuration.percentileUs(0.5)
+        c.commitDurationP99Us = commitDuration.percentileUs(0.99)
+        c.commitDurationMaxUs = commitDuration.maxUs
         return c
     }
 

@@ -117,6 +117,11 @@ public enum StatusFormatter {
         let c = r.router.counters
         let refused = refusedByReason(c)
         out.append("messages: accepted \(c.accepted), duplicates \(c.duplicates), forwarded \(c.forwarded), delivered \(c.deliveredDirect), refused \(refused.reduce(0) { $0 + $1.1 }), evicted \(r.router.store.evicted)")
+        if c.groupCommits > 0 {
+            // A custody answer waits for its commit's fsync: a slow disk shows here first.
+            let ms = { (us: Int) in String(format: "%.1f", Double(us) / 1000) }
+            out.append("  custody answers: median \(ms(c.custodyLatencyP50Us)) ms, 99th percentile \(ms(c.custodyLatencyP99Us)) ms; store commits \(c.groupCommits): median \(ms(c.commitDurationP50Us)) ms, longest \(ms(c.commitDurationMaxUs)) ms")
+        }
         let why = refused.filter { $0.1 > 0 }.map { "\($0.0) \($0.1)" }
         if !why.isEmpty { out.append("  refused: " + why.joined(separator: ", ")) }
         let defended: [(String, Int)] = [

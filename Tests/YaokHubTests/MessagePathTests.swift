@@ -69,6 +69,76 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(try hub.status().router.counters.custodyTimeouts, 0)
     }
 
+    /// Issue 48 #6, the sending side: on a hub that runs 5 ms in every 100 ms (stopped the rest:
+    /// a slow, overloaded Pi; its plugin process runs on), a phone sending 400 messages while
+    /// another takes them gets each acknowledged without having to send it again (its custody
+    /// wait never runs out), and each is pushed to the recipient once per session. The timing,
+    /// with the hub's custody-answer and commit times, is printed, not asserted.
+    func testASlowedHubAcknowledgesAndPushesEachMessageOnce() throws {
+        let dir = try TestSupport.temporaryDirectory(self)
+        let (alice, bob) = try Self.initPair(dir)
+        let (hub, port) = try startHub()
+        defer { hub.stop() }
+        let url = "udp://127.0.0.1:\(port)"
+        let count = 400
+        let exe = try TestSupport.product("yaok")
+        // Bob listens throughout.
+        let listenOut = dir + "/listen.json"
+        FileManager.default.createFile(atPath: listenOut, contents: nil)
+        let listen = Process()
+        listen.executableURL = URL(fileURLWithPath: exe)
+        listen.arguments = ["listen", "--home", bob, "--hub", url, "--count", "\(count)", "--json", "--timeout", "300"]
+        listen.standardOutput = FileHandle(forWritingAtPath: listenOut)
+        listen.standardError = FileHandle.nullDevice
+        try listen.run()
+        defer { if listen.isRunning { listen.terminate() } }
+        try Wait.until(timeout: 10, "Bob attached") { try hub.status().router.links.contains { $0.role == "endpoint" } }
+
+        let slowed = StallingProcess(hub.process.processIdentifier, stoppedFor: 0.095, runningFor: 0.005)
+        let send = Process()
+        send.executableURL = URL(fileURLWithPath: exe)
+        send.arguments = ["send", "--home", alice, "Bob", "slowed {n}", "--repeat", "\(count)", "--hub", url, "--json", "--timeout", "300"]
+        let pipe = Pipe()
+        send.standardOutput = pipe
+        send.standardError = FileHandle.nullDevice
+        let started = DispatchTime.now().uptimeNanoseconds
+        try send.run()
+        // Each line's arrival time: the longest wait between two acknowledgements is the stall.
+        var stamps: [(UInt64, [String: Any])] = []
+        var buffered = Data()
+        while true {
+            let chunk = pipe.fileHandleForReading.availableData
+            if chunk.isEmpty { break }
+            let t = DispatchTime.now().uptimeNanoseconds
+            buffered.append(chunk)
+            while let nl = buffered.firstIndex(of: 0x0A) {
+                let line = buffered[buffered.startIndex..<nl]
+                buffered = Data(buffered[(nl + 1)...])
+                if let o = try? JSONSerialization.jsonObject(with: line) as? [String: Any] { stamps.append((t, o)) }
+            }
+        }
+        send.waitUntilExit()
+        let acks = stamps.filter { $0.1["event"] as? String == "handed_over" }
+        XCTAssertEqual(Set(acks.compactMap { $0.1["id"] as? String }).count, count, "every message acknowledged")
+        try Wait.until(timeout: 300, "Bob got them all") {
+            ((try? String(contentsOfFile: listenOut, encoding: .utf8)) ?? "").split(separator: "\n").filter { $0.contains("\"message\"") }.count >= count
+        }
+        let stops = slowed.end()
+        let status = try hub.status().router
+        let gaps = zip(acks.dropFirst(), acks).map { Double($0.0 &- $1.0) / 1e6 }
+        let total = Double((acks.last?.0 ?? started) &- started) / 1e9
+        print(String(format: "SLOWED_HUB: %d messages acknowledged in %.1f s (%d stops); longest wait between acks %.0f ms; hub custody answer p50 %.1f ms p99 %.1f ms max %.1f ms; commits p50 %.1f ms max %.1f ms; copies resent by the phone %d; pushes timed out %d",
+                     count, total, stops, gaps.max() ?? 0, Double(status.counters.custodyLatencyP50Us) / 1000, Double(status.counters.custodyLatencyP99Us) / 1000,
+                     Double(status.counters.custodyLatencyMaxUs) / 1000, Double(status.counters.commitDurationP50Us) / 1000,
+                     Double(status.counters.commitDurationMaxUs) / 1000, status.counters.duplicates, status.counters.custodyTimeouts))
+        XCTAssertGreaterThan(status.counters.commitDurationMaxUs, 0, "commit times are measured")
+        XCTAssertTrue(StatusFormatter.text(try hub.status()).contains("store commits"), "and shown")
+        XCTAssertEqual(status.counters.duplicates, 0, "the phone never had to send a message twice")
+        let got = ((try? String(contentsOfFile: listenOut, encoding: .utf8)) ?? "").split(separator: "\n")
+        XCTAssertEqual(got.filter { $0.contains("\"duplicate\"") }.count, 0, "copies pushed again within one session")
+        XCTAssertEqual(status.counters.custodyTimeouts, 0)
+    }
+
     func testTwoEndpointsExchangeMessagesAndReceiptsThroughAHub() throws {
         let (hub, port) = try startHub()
         defer { hub.stop() }

@@ -406,7 +406,8 @@ R_ACKED=$ACKED R_LOST=$LOST
 echo "POWERCUT cuts=$CUTS acked=$ACKED lost=$LOST twice=$TWICE$([ "$UNCHECKED" = 0 ] || echo " unchecked=$UNCHECKED (acknowledged after the last checked cut: the run stopped)")"
 echo "powercut: copies the hub sent again within one attach (the recipient dropped them as duplicates): $RESENT;" \
      "cuts that dropped unflushed writes: $(grep -E 'session [0-9]+ ended: cut' "$W/real/nbd.log" | grep -vc 'blocks_discarded=0$')/$CUTS;" \
-     "hub starts whose UDP transport was created again after a late answer: $(cat "$W"/vm.*.log | grep -ac '^NOTE: .* hub: transport udp not started')"
+     "hub starts whose UDP transport was created again after a late answer: $(cat "$W"/vm.*.log | grep -ac '^NOTE: .* hub: transport udp not started');" \
+     "store commits of a second or more (custody answers waited for the disk): $(cat "$W"/real/hub.*.log 2>/dev/null | grep -ac 'store: a commit took')"
 if [ "$LOST" != 0 ]; then
   echo "lost message IDs (the hub's logs and the disk image are in $W/real):"
   head -n 20 "$W/real/lost-ids" | sed 's/^/  /'
