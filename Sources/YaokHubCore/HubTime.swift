@@ -200,6 +200,7 @@ public final class HubTime: Sendable {
 
     private let startHubMs: Int64
     private let startMonotonicNs: UInt64
+    private let monotonicNs: @Sendable () -> UInt64
     private let trust: SystemClockTrust
     private let wallClock: @Sendable () -> Int64
     private let systemSynchronised: @Sendable () -> Bool
@@ -207,11 +208,14 @@ public final class HubTime: Sendable {
 
     /// - Parameters:
     ///   - startHubMs: the hub clock's value now (``HubClockStart/resume(persisted:wallNowMs:)``).
+    ///   - monotonicNs: the monotonic clock the hub clock advances with (tests pass one they move).
     public init(startHubMs: Int64, trust: SystemClockTrust = .auto,
                 wallClock: @escaping @Sendable () -> Int64 = { Clock.nowMilliseconds() },
-                systemSynchronised: @escaping @Sendable () -> Bool = { HubTime.kernelSaysSynchronised() }) {
+                systemSynchronised: @escaping @Sendable () -> Bool = { HubTime.kernelSaysSynchronised() },
+                monotonicNs: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }) {
         self.startHubMs = startHubMs
-        self.startMonotonicNs = DispatchTime.now().uptimeNanoseconds
+        self.monotonicNs = monotonicNs
+        self.startMonotonicNs = monotonicNs()
         self.trust = trust
         self.wallClock = wallClock
         self.systemSynchronised = systemSynchronised
@@ -222,7 +226,7 @@ public final class HubTime: Sendable {
 
     /// The hub clock, ms.
     public func hubNowMs() -> Int64 {
-        startHubMs + Int64((DispatchTime.now().uptimeNanoseconds &- startMonotonicNs) / 1_000_000)
+        startHubMs + Int64((monotonicNs() &- startMonotonicNs) / 1_000_000)
     }
 
     /// The current estimate.

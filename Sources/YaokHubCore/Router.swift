@@ -182,7 +182,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     final class Link {
         let key: LinkKey
-        let transport: TransportHost
+        let transport: any RouterTransport
         let info: LinkInfo
         let peerID: [UInt8]
         /// How status and the log name the peer (``Router/peerName(_:peerID:)``).
@@ -254,7 +254,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             return (was, resent ? nil : first)
         }
 
-        init(key: LinkKey, transport: TransportHost, info: LinkInfo, peerID: [UInt8], now: Int64, custodyTimeoutMs: Int64) {
+        init(key: LinkKey, transport: any RouterTransport, info: LinkInfo, peerID: [UInt8], now: Int64, custodyTimeoutMs: Int64) {
             self.key = key
             self.pacing = CustodyPacing(maxTimeoutMs: custodyTimeoutMs)
             self.transport = transport
@@ -302,7 +302,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private var offerFlushQueued = false
     /// Transports holding frames for ``flushHeldSends()`` (queued when the first was held),
     /// and when each held bundle arrived (its hop latency ends when it is written).
-    private var transportsHoldingSends: [ObjectIdentifier: TransportHost] = [:]
+    private var transportsHoldingSends: [ObjectIdentifier: any RouterTransport] = [:]
     private var heldArrivals: [UInt64] = []
     /// From a bundle's arrival to its custody answer (ack or refusal), which waits for the commit.
     private var custodyLatency = HopLatency()
@@ -394,7 +394,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let stallThresholdMs: Int64 = 1_500
 
     /// Starts the periodic work: custody timeouts, retries on the backoff schedule, expiry, vacuum.
-    public func start() {
+    /// `ticking: false` starts without the 1 s timer: an in-memory test calls ``tickNow()``.
+    public func start(ticking: Bool = true) {
         queue.sync {
             // The WAL a hub starts with (its last run's commits) is history like any other: it
             // is emptied after the first quiet period, not at once.
@@ -408,6 +409,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
                 logger.error("store: cannot requeue in-flight bundles: \(error)")
             }
         }
+        guard ticking else { return }
         let timer = DispatchSource.makeTimerSource(queue: queue)
         timer.schedule(deadline: .now() + 1, repeating: 1)
         timer.setEventHandler { [weak self] in self?.grouped { self?.tick() } }
@@ -423,6 +425,22 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             grouped { persistClock(hubNowMs: now()) }
             commitGroup()
             flushHeldSends()
+        }
+    }
+
+    /// Runs the periodic work once, now (what the timer does each second).
+    func tickNow() {
+        queue.sync { grouped { tick() } }
+    }
+
+    /// Waits for the work queued so far, commits it and sends what waited for the commit; twice,
+    /// for the work that work queued (an offer's lookup, a flush).
+    func settle() {
+        for _ in 0..<2 {
+            queue.sync {
+                commitGroup()
+                flushHeldSends()
+            }
         }
     }
 
@@ -514,11 +532,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: TransportEventHandler (called from plugin threads; hop onto the queue)
 
-    public func linkUp(_ link: LinkInfo, on transport: TransportHost) {
+    public func linkUp(_ link: LinkInfo, on transport: any RouterTransport) {
         work { self.handleLinkUp(link, transport: transport) }
     }
 
-    public func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {
+    public func linkDown(_ link: LinkID, reason: String?, on transport: any RouterTransport) {
         work { self.handleLinkDown(LinkKey(transport: transport.name, link: link), reason: reason) }
     }
 
@@ -532,7 +550,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// - too large: this bundle never goes on this link again (another may carry it);
     /// - failed (or an older plugin's 1): the bundle is no longer in flight on that link and
     ///   waits its retry, as before.
-    public func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost) {
+    public func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: any RouterTransport) {
         work {
             let key = LinkKey(transport: transport.name, link: link)
             switch result {
@@ -567,7 +585,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// The per-link rate limit and backlog bound apply here, on the plugin's thread, before
     /// any work is queued: a flooding link costs a lock and a counter, and cannot grow the
     /// router's queue or delay other links.
-    public func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {
+    public func frameReceived(_ frame: [UInt8], link: LinkID, on transport: any RouterTransport) {
         let key = LinkKey(transport: transport.name, link: link)
         let kind: FrameAdmission.Kind = frame.first == FrameType.bundle.rawValue ? .bundle : .other
         switch admission.admit(key, kind) {
@@ -586,7 +604,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
-    public func statusChanged(on transport: TransportHost) {
+    public func statusChanged(on transport: any RouterTransport) {
         onChange?()
     }
 
@@ -603,7 +621,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     // MARK: Links
 
-    private func handleLinkUp(_ info: LinkInfo, transport: TransportHost) {
+    private func handleLinkUp(_ info: LinkInfo, transport: any RouterTransport) {
         let key = LinkKey(transport: transport.name, link: info.id)
         // A role is the peer's claim. The relay role gets every attached phone's registration
         // and the bundles routed to the internet, so it is honoured only on a link of the relay
@@ -616,9 +634,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         let peerID = Hash.sha256(info.peerSigningKey)
         // A phone-facing transport carries phones only unless its section says otherwise
         // (`peer_roles`): a hub role there would be given offers and custody.
-        guard info.peerRole == .relay || transport.section.peerRoles.contains(info.peerRole) else {
+        guard info.peerRole == .relay || transport.peerRoles.contains(info.peerRole) else {
             counters.rolesRefused += 1
-            let allowed = transport.section.peerRoles.map(\.description).sorted().joined(separator: ", ")
+            let allowed = transport.peerRoles.map(\.description).sorted().joined(separator: ", ")
             logger.warning("link \(key) claims the \(info.peerRole) role; transport \(transport.name) accepts [\(allowed)] (peer_roles); ignored")
             logger.debug("link \(key) claiming the \(info.peerRole) role: key \(Self.peerName(info, peerID: peerID)) at \(info.remote ?? "?")")
             return
@@ -2056,8 +2074,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// Whether a link is the relay this hub pinned: it belongs to a transport of the relay
     /// plugin, and its peer key is that section's `relay_key`.
-    static func isPinnedRelay(_ info: LinkInfo, on transport: TransportHost) -> Bool {
-        guard transport.section.kind == "relay", transport.plugin.command == nil, let pinned = (try? transport.section.section.hexKey("relay_key")) ?? nil else { return false }
+    static func isPinnedRelay(_ info: LinkInfo, on transport: any RouterTransport) -> Bool {
+        guard let pinned = transport.pinnedRelayKey else { return false }
         return pinned == info.peerSigningKey
     }
 

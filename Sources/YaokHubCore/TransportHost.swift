@@ -3,15 +3,35 @@ import Foundation
 import Logging
 import YaokPluginKit
 
+/// What the router needs of a transport: its name, which roles its peers may claim, whether it
+/// is the pinned relay, and sending. ``TransportHost`` is the real one (a plugin in its own
+/// process); tests drive a router through an in-memory one.
+public protocol RouterTransport: AnyObject, Sendable {
+    /// The config section's name (`udp`, `mesh`), which names its links (`udp/3`).
+    var name: String { get }
+    /// The roles its peers may claim (`peer_roles`); the relay role is judged apart.
+    var peerRoles: Set<PeerRole> { get }
+    /// The relay key this transport pins, when it runs the relay plugin itself (a `command:`
+    /// program does not qualify): a link whose proven key is this one is the relay.
+    var pinnedRelayKey: [UInt8]? { get }
+    /// Sends a frame on a link. `held`: more sends follow in this pass, the frame may wait for
+    /// ``flushHeldSends()``. Returns whether it waits. A refusal that comes later reaches the
+    /// handler's `sendFailed`.
+    @discardableResult
+    func send(_ frame: [UInt8], to link: LinkID, held: Bool) throws -> Bool
+    /// Writes the frames held by ``send(_:to:held:)``.
+    func flushHeldSends()
+}
+
 /// Receives what transports report. The router implements it.
 public protocol TransportEventHandler: AnyObject, Sendable {
-    func linkUp(_ link: LinkInfo, on transport: TransportHost)
-    func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost)
-    func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost)
-    func statusChanged(on transport: TransportHost)
+    func linkUp(_ link: LinkInfo, on transport: any RouterTransport)
+    func linkDown(_ link: LinkID, reason: String?, on transport: any RouterTransport)
+    func frameReceived(_ frame: [UInt8], link: LinkID, on transport: any RouterTransport)
+    func statusChanged(on transport: any RouterTransport)
     /// The plugin refused a frame it was handed (sends are pipelined, so this comes later),
     /// saying why as the ABI's `yaok_send_result`.
-    func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost)
+    func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: any RouterTransport)
 }
 
 /// A plugin's refusal of one `send`, with the ABI's reason code.
@@ -64,10 +84,12 @@ public struct TransportRuntimeStatus: Sendable, Codable, Equatable {
 /// custody). Crashing `crashLimit` times in `crashWindow` seconds leaves it `failed` until the
 /// config changes or SIGHUP. The hub's secret key never enters the process.
 // @unchecked: process, state and counters only under `lock`; lifecycle steps run one at a time on `queue`.
-public final class TransportHost: @unchecked Sendable {
+public final class TransportHost: RouterTransport, @unchecked Sendable {
     public let name: String
     public let section: HubConfig.TransportSection
     public let plugin: LoadedPlugin
+    public var peerRoles: Set<PeerRole> { section.peerRoles }
+    public let pinnedRelayKey: [UInt8]?
 
     private let logger: Logger
     private let crypto: HostCrypto
@@ -115,6 +137,7 @@ public final class TransportHost: @unchecked Sendable {
         self.name = section.name
         self.section = section
         self.plugin = plugin
+        self.pinnedRelayKey = section.kind == "relay" && plugin.command == nil ? (try? section.section.hexKey("relay_key")) ?? nil : nil
         self.crypto = crypto
         self.handler = handler
         self.metrics = metrics

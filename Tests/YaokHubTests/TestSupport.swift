@@ -438,13 +438,6 @@ extension XCTestCase {
         return UDPHubSetup(hub: hub, port: port)
     }
 
-    func seal(_ text: String, from sender: Identity, to recipient: Identity, ttl: Int64 = 3_600_000,
-              messageID: [UInt8]? = nil, size: Int? = nil) throws -> Envelope {
-        let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
-        return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
-                                        createdMs: Clock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
-    }
-
     /// Attaches `bob` and waits until the bundle `id` has arrived; then acknowledges every
     /// bundle as a phone would, waits a little longer and returns how often `id` came.
     func deliveries(of id: [UInt8], to bob: RawPeer, settle: TimeInterval = 1.5) throws -> Int {

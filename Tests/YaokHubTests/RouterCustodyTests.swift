@@ -1,0 +1,97 @@
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokStore
+import YaokWire
+@testable import YaokHubCore
+
+/// Custody, trust and `held` on an in-memory router (``RouterHarness``): the same rules the
+/// process tests (HubRolesTests, HeldAnswerTests) check end to end, in milliseconds.
+final class RouterCustodyTests: XCTestCase {
+    let alice = Identity.generate(), bob = Identity.generate()
+
+    func testAPhonesBundleIsAcknowledgedStoredAndPushedToItsRecipientOnce() throws {
+        let h = try RouterHarness(self)
+        let a = h.attach(alice, as: .endpoint)
+        let message = try seal("hello", from: alice, to: bob)
+        h.receive(message, on: a)
+        XCTAssertEqual(h.acknowledged(on: a), [message.bundleID], "acknowledged once committed")
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .queued)
+
+        let b = h.attach(bob, as: .endpoint)
+        XCTAssertEqual(h.envelopes(on: b).map(\.bundleID), [message.bundleID], "pushed to Bob at attach")
+        h.tick()
+        XCTAssertEqual(h.envelopes(on: b).count, 1, "once: its custody answer is awaited, not re-pushed")
+        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
+        XCTAssertTrue(h.envelopes(on: a).isEmpty, "a phone is sent only its own mail")
+    }
+
+    func testAPhoneCannotAskForAnotherPhonesMail() throws {
+        let h = try RouterHarness(self)
+        let a = h.attach(alice, as: .endpoint)
+        let message = try seal("for bob only", from: alice, to: bob)
+        h.receive(message, on: a)
+        let mallory = h.attach(Identity.generate(), as: .endpoint)
+        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [message.bundleID]).encoded), on: mallory)
+        XCTAssertTrue(h.envelopes(on: mallory).isEmpty)
+        XCTAssertEqual(h.router.statusSnapshot().counters.framesRefusedForRole, 1)
+    }
+
+    /// Issue 48 #4 in memory: under open trust, an untrusted hub's custody of a message keeps it
+    /// ours and queued; its custody of a receipt hands the receipt over, kept, with no holder.
+    func testAnUntrustedHubsCustodyHandsOverAReceiptButNotAMessage() throws {
+        let h = try RouterHarness(self)
+        let b = h.attach(bob, as: .endpoint)
+        let earlier = try seal("earlier", from: alice, to: bob)
+        let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: earlier.messageID, originalSenderUserID: alice.userID,
+                                           from: bob, createdMs: Clock.nowMilliseconds())
+        let message = try seal("to carol", from: bob, to: Identity.generate())
+        h.receive(receipt, on: b)
+        h.receive(message, on: b)
+        h.detach(b)
+
+        let malloryKey = Identity.generate()
+        let mallory = h.attach(malloryKey, as: .hub)
+        XCTAssertEqual(Set(h.offered(on: mallory)), [receipt.bundleID, message.bundleID])
+        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [receipt.bundleID, message.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded), on: mallory)
+        XCTAssertEqual(Set(h.envelopes(on: mallory).map(\.bundleID)), [receipt.bundleID, message.bundleID])
+        for id in [receipt.bundleID, message.bundleID] {
+            h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: id).encoded), on: mallory)
+        }
+        XCTAssertEqual(try h.stored(receipt.bundleID)?.state, .handedOver)
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .queued)
+        XCTAssertFalse(try h.store.peerHas(receipt.bundleID, peer: malloryKey.userID), "the untrusted hub is not recorded as its holder")
+        // Two ticks: the message's retry is scheduled, the receipt's never.
+        h.tick()
+        h.tick()
+        XCTAssertEqual(try h.stored(message.bundleID)?.attempts, 1)
+        XCTAssertEqual(try h.stored(receipt.bundleID)?.attempts, 0)
+        let status = h.router.statusSnapshot()
+        XCTAssertEqual(status.queue.queued, 1)
+        XCTAssertEqual(status.counters.untrustedReceiptHandOvers, 1)
+    }
+
+    /// Issue 48 #4 in memory: a trusted hub's `held` for a bundle queued here is its custody.
+    func testATrustedHubsHeldHandsAQueuedBundleOver() throws {
+        let trusty = Identity.generate()
+        var settings = Router.Settings()
+        settings.trust.mode = .list
+        settings.trust.trustedHubs = [trusty.signingKey]
+        let h = try RouterHarness(self, settings: settings)
+        let a = h.attach(alice, as: .endpoint)
+        let message = try seal("held elsewhere", from: alice, to: bob)
+        h.receive(message, on: a)
+        let t = h.attach(trusty, as: .hub)
+        XCTAssertEqual(h.offered(on: t), [message.bundleID])
+        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [message.bundleID]).encoded), on: t)
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .handedOver)
+        XCTAssertEqual(h.router.statusSnapshot().queue.queued, 0)
+        // An untrusted hub's `held` hands nothing over (list trust: it is not even heard).
+        let other = try seal("second", from: alice, to: bob)
+        h.receive(other, on: a)
+        let stranger = h.attach(Identity.generate(), as: .hub)
+        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [other.bundleID]).encoded), on: stranger)
+        XCTAssertEqual(try h.stored(other.bundleID)?.state, .queued)
+    }
+}

@@ -1,0 +1,131 @@
+import Foundation
+import Logging
+import XCTest
+import YaokCrypto
+import YaokPluginKit
+import YaokStore
+import YaokWire
+@testable import YaokHubCore
+
+/// A transport in memory: it records every frame the router sends, per link, and tests report
+/// links and frames to the router as a plugin would. Links need no handshake here: the
+/// transport host checks link proofs before the router hears of a link (LinkProofLedgerTests).
+final class MemoryTransport: RouterTransport, @unchecked Sendable {
+    let name: String
+    let peerRoles: Set<PeerRole>
+    let pinnedRelayKey: [UInt8]?
+    /// Guards `sent`.
+    private let lock = NSLock()
+    private var sent: [LinkID: [TLVRecord]] = [:]
+
+    init(name: String = "mem", peerRoles: Set<PeerRole> = [.endpoint, .hub], pinnedRelayKey: [UInt8]? = nil) {
+        self.name = name
+        self.peerRoles = peerRoles
+        self.pinnedRelayKey = pinnedRelayKey
+    }
+
+    /// Every frame is written at once: nothing waits for ``flushHeldSends()``.
+    func send(_ frame: [UInt8], to link: LinkID, held: Bool) throws -> Bool {
+        let record = try TLVRecord(parsing: frame)
+        lock.withLock { sent[link, default: []].append(record) }
+        return false
+    }
+
+    func flushHeldSends() {}
+
+    /// What the router sent on `link`, in order.
+    func frames(on link: LinkID) -> [TLVRecord] { lock.withLock { sent[link] ?? [] } }
+}
+
+/// A ``Router`` on a real store (a SQLCipher file in a temporary directory) with an in-memory
+/// transport and no timer: routing logic tested in milliseconds, no hub process. Every call
+/// returns once the router has done the work it caused and committed it (``Router/settle()``).
+final class RouterHarness {
+    let router: Router
+    let store: BundleStore
+    let transport: MemoryTransport
+    let hub = Identity.generate()
+    private var nextLink: LinkID = 1
+
+    init(_ test: XCTestCase, settings: Router.Settings = .init(), policy: RoutingPolicy = EpidemicPolicy(),
+         transport: MemoryTransport = MemoryTransport()) throws {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("yaok-router-\(UUID().uuidString)").path
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        test.addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
+        store = try BundleStore(database: try SQLCipherDatabase(path: dir + "/store.db", key: Array(repeating: 7, count: 32)))
+        let time = HubTime(startHubMs: Clock.nowMilliseconds(), trust: .always, systemSynchronised: { true })
+        var logger = Logger(label: "router-harness")
+        logger.logLevel = .warning
+        self.transport = transport
+        router = Router(hubIdentity: hub, store: store, settings: settings, policy: policy, logger: logger, time: time)
+        router.start(ticking: false)
+        test.addTeardownBlock { [router] in router.stop() }
+    }
+
+    /// A peer's link comes up on the transport.
+    /// `mtu` below 60,003 bytes (BLE's frames) makes hub links list offers rather than reconcile.
+    @discardableResult
+    func attach(_ peer: Identity, as role: PeerRole, mtu: Int = 10_500) -> LinkID {
+        let id = nextLink
+        nextLink += 1
+        router.linkUp(LinkInfo(id: id, peerSigningKey: peer.signingKey, peerKXKey: peer.kxKey, peerRole: role,
+                               mtu: mtu, cost: 1, kind: "mem", remote: "mem:\(id)"), on: transport)
+        router.settle()
+        return id
+    }
+
+    func detach(_ link: LinkID) {
+        router.linkDown(link, reason: "test", on: transport)
+        router.settle()
+    }
+
+    /// A frame from the peer on `link`.
+    func receive(_ record: TLVRecord, on link: LinkID) {
+        router.frameReceived(record.encoded, link: link, on: transport)
+        router.settle()
+    }
+
+    /// A bundle from the peer on `link` (as its sender hands it over: hop count 0).
+    func receive(_ envelope: Envelope, on link: LinkID) {
+        receive(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: envelope).encoded), on: link)
+    }
+
+    func tick() {
+        router.tickNow()
+        router.settle()
+    }
+
+    func frames(_ type: FrameType, on link: LinkID) -> [TLVRecord] {
+        transport.frames(on: link).filter { $0.type == type.rawValue }
+    }
+
+    /// Bundle IDs offered on `link` (summary frames).
+    func offered(on link: LinkID) -> [[UInt8]] {
+        frames(.summary, on: link).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] }
+    }
+
+    /// Envelopes sent on `link` in bundle frames.
+    func envelopes(on link: LinkID) -> [Envelope] {
+        frames(.bundle, on: link).compactMap { try? YaokWire.Bundle(parsing: $0.value).envelope }
+    }
+
+    /// Every bundle ID acknowledged on `link`, by single acks and by lists.
+    func acknowledged(on link: LinkID) -> Set<[UInt8]> {
+        var ids = Set(frames(.custodyAck, on: link).map(\.value))
+        for r in frames(.custodyAcks, on: link) { ids.formUnion((try? SummaryVector(parsing: r.value).bundleIDs) ?? []) }
+        return ids
+    }
+
+    /// The store's row for a bundle.
+    func stored(_ id: [UInt8]) throws -> StoredBundle? { try store.bundle(id) }
+}
+
+extension XCTestCase {
+    /// A message from `sender` to `recipient`, sealed as a phone seals it.
+    func seal(_ text: String, from sender: Identity, to recipient: Identity, ttl: Int64 = 3_600_000,
+              messageID: [UInt8]? = nil, size: Int? = nil) throws -> Envelope {
+        let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
+        return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
+                                        createdMs: Clock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
+    }
+}
