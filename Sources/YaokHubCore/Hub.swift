@@ -98,7 +98,19 @@ public final class Hub: @unchecked Sendable {
                         lifetime: EnvelopeLifetime(maxTTLMs: c.router.maxTTLMs, clockSkewMs: c.router.clockSkewMs),
                         trust: c.router.hubTrust, ownCertificate: certificate, setSystemClock: c.clock.setSystemClock)
         settings.relayKey = c.transports.first { $0.enabled && $0.kind == "relay" }.flatMap { (try? $0.section.hexKey("relay_key")) ?? nil }
+        settings.testing = testSwitches(ProcessInfo.processInfo.environment)
         return settings
+    }
+
+    /// The router's test switches from `YAOK_TEST_*` variables (tests that run a hub process
+    /// set them; in-memory tests set ``Router/Testing`` directly).
+    static func testSwitches(_ environment: [String: String]) -> Router.Testing {
+        var t = Router.Testing()
+        t.noReconcile = environment["YAOK_TEST_NO_RECONCILE"] != nil
+        t.reconcileVersion1Only = environment["YAOK_TEST_RECONCILE_V1_ONLY"] != nil
+        t.commitDelayUs = environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0
+        if let quiet = environment["YAOK_TEST_WAL_QUIET_MS"].flatMap({ Int64($0) }) { t.walQuietMs = max(quiet, 100) }
+        return t
     }
 
     /// This hub's certificate (`router.hub_certificate`), if configured and usable. A missing,

@@ -38,6 +38,9 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         /// The relay key an enabled relay transport pins (`relay_key`): what phones are told
         /// and their registrations are checked against; nil when the hub has no relay.
         public var relayKey: [UInt8]?
+        /// Switches only tests set; the daemon takes them from `YAOK_TEST_*` variables
+        /// (``Hub/testSwitches(_:)``), so no routing code reads the environment.
+        public var testing = Testing()
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
                     lifetime: EnvelopeLifetime = EnvelopeLifetime(),
                     trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil, setSystemClock: Bool = false) {
@@ -50,6 +53,25 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             self.senderEnvelopesPerMinute = senderEnvelopesPerMinute
             self.custodyTimeoutMs = custodyTimeoutMs
         }
+    }
+
+    /// What tests change in a router's behaviour.
+    public struct Testing: Sendable, Equatable {
+        /// Behave like a hub from before reconciliation, which ignores record 0x0A as unknown
+        /// and starts no exchange (`YAOK_TEST_NO_RECONCILE`).
+        public var noReconcile = false
+        /// Behave like a hub that speaks reconciliation version 1 only: start version 1, and
+        /// answer any other version's first message with `abort(unsupported version, [1])`,
+        /// then list offers (`YAOK_TEST_RECONCILE_V1_ONLY`).
+        public var reconcileVersion1Only = false
+        /// Hold every group open this much longer before its commit, so a test can SIGKILL the
+        /// hub inside the window and prove nothing that depends on the group (a custody ack)
+        /// left before it (`YAOK_TEST_COMMIT_DELAY_MS`, at most 2 s).
+        public var commitDelayUs: UInt32 = 0
+        /// How long the store must change nothing before its WAL is emptied
+        /// (`YAOK_TEST_WAL_QUIET_MS`, at least 100 ms; 5 minutes otherwise).
+        public var walQuietMs: Int64 = 300_000
+        public init() {}
     }
 
     /// Counters shown in status.
@@ -320,10 +342,6 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// crash loses nothing: the bundles are queued and due, and are offered again.
     private var untrustedAcks: (current: Set<[UInt8]>, previous: Set<[UInt8]>) = ([], [])
     static let maxUntrustedAcksDeferred = 16_384
-    /// Tests only (`YAOK_TEST_COMMIT_DELAY_MS`): holds every group open that much longer
-    /// before its commit, so a test can SIGKILL the hub inside the window and prove nothing
-    /// that depends on the group (a custody ack) left before it.
-    static let testCommitDelayUs: UInt32 = UInt32(ProcessInfo.processInfo.environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
     /// Offer times remembered per link.
     static let maxOfferedMemory = 100_000
     /// A group closes after this many work items even if more are queued.
@@ -355,8 +373,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// them) until it is checkpointed and truncated: whoever takes the hub with its key could
     /// read them. So it is emptied once the store has changed nothing for this long (a phone
     /// walked past, the burst is over), and at least every ``walMaxAgeMs`` while it keeps
-    /// changing (Docs/store.md). Tests shorten it with `YAOK_TEST_WAL_QUIET_MS`.
-    static let walQuietMs: Int64 = ProcessInfo.processInfo.environment["YAOK_TEST_WAL_QUIET_MS"].flatMap { Int64($0) }.map { max($0, 100) } ?? 300_000
+    /// changing (Docs/store.md). Tests shorten it (``Settings/Testing/walQuietMs``).
+    var walQuietMs: Int64 { settings.testing.walQuietMs }
     static let walMaxAgeMs: Int64 = 3_600_000
     /// The hub clock (every deadline) and the estimate of true time (Docs/protocol.md §2.2).
     public let time: HubTime
@@ -385,7 +403,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.logger = logger
         self.time = time
         self.admission = FrameAdmission(framesPerSecond: settings.linkFramesPerSecond)
-        self.group = Self.groupCommit(on: queue)
+        self.group = Self.groupCommit(on: queue, testDelayUs: settings.testing.commitDelayUs)
     }
 
     /// When the last tick ran, on the monotonic clock (a stopped or starved hub shows as a gap).
@@ -467,11 +485,11 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
 
     /// The router's group commit: groups close after ``maxGroupItems`` work items; frames that
     /// waited go only on links still up.
-    private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<Router, WaitingFrame> {
+    private static func groupCommit(on queue: DispatchQueue, testDelayUs: UInt32) -> GroupCommit<Router, WaitingFrame> {
         GroupCommit(
             queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_COMMIT_SPACING_US", defaultUs: commitSpacingUs),
             maxItems: maxGroupItems, closesAfterSpacing: false, unwaitedCommitBoundUs: unwaitedCommitBoundUs,
-            testDelayUs: testCommitDelayUs,
+            testDelayUs: testDelayUs,
             begin: { try $0.store.database.beginGroup() },
             hasChanges: { $0.store.database.groupHasChanges },
             beginFailed: { router, error in
@@ -1539,13 +1557,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case responding(any ReconcileExchange)
     }
 
-    /// Tests only (`YAOK_TEST_NO_RECONCILE`): behave like a hub from before reconciliation,
-    /// which ignores record 0x0A as unknown and starts no exchange.
-    static let reconcileEnabled = ProcessInfo.processInfo.environment["YAOK_TEST_NO_RECONCILE"] == nil
-    /// Tests only (`YAOK_TEST_RECONCILE_V1_ONLY`): behave like a hub that speaks version 1
-    /// only, as hubs did before version 2: start version 1, and answer any other version's
-    /// first message with `abort(unsupported version, [1])`, then list offers.
-    static let reconcileVersion1Only = ProcessInfo.processInfo.environment["YAOK_TEST_RECONCILE_V1_ONLY"] != nil
+    var reconcileEnabled: Bool { !settings.testing.noReconcile }
+    var reconcileVersion1Only: Bool { settings.testing.reconcileVersion1Only }
     /// An exchange waits this long for the neighbour's first message (a neighbour from before
     /// reconciliation never sends one), and this long between messages once under way. The
     /// side waiting for an estimate starts an exchange itself after the first wait (the other
@@ -1570,7 +1583,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// the lower ID initiates, the other answers), else offer everything.
     private func startSync(with link: Link) {
         guard link.sync == nil, link.peerHoldings == nil else { return }
-        guard Self.reconcileEnabled, link.info.mtu == 0 || link.info.mtu >= Self.syncMinimumMTU,
+        guard reconcileEnabled, link.info.mtu == 0 || link.info.mtu >= Self.syncMinimumMTU,
               exchangesUnderWay < Self.maxConcurrentSyncs else {
             offerAll(to: link)
             return
@@ -1586,7 +1599,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     private func initiateSync(with link: Link) {
         guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { endSync(link, "the store could not list its IDs"); return }
         let first: ReconcileMessage
-        if link.peerReconcilesVersion1Only || Self.reconcileVersion1Only {
+        if link.peerReconcilesVersion1Only || reconcileVersion1Only {
             let initiator = ReconcileInitiator(ids: Self.reconcileIDs(ids))
             link.sync = .initiating(initiator)
             first = initiator.firstMessage
@@ -1600,7 +1613,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func handleReconcile(_ value: [UInt8], from link: Link) {
-        guard Self.reconcileEnabled else { counters.unknownFrames += 1; return }
+        guard reconcileEnabled else { counters.unknownFrames += 1; return }
         guard link.info.peerRole == .hub else { counters.framesRefusedForRole += 1; return }
         counters.reconcileBytesIn += value.count
         let header = ReconcileMessage.header(of: value)
@@ -1637,7 +1650,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
             }
             guard let ids = storeCall("allBundleIDs", { try store.allBundleIDs() }) else { return }
             lastSyncAnsweredMs = t
-            if header.version == ReconcileLimits.codedVersion, Self.reconcileVersion1Only {
+            if header.version == ReconcileLimits.codedVersion, reconcileVersion1Only {
                 // What a hub that speaks version 1 only does with it.
                 link.sync = nil
                 sendReconcile([.abort(.init(session: header.session, reason: .unsupportedVersion, versions: [ReconcileLimits.version]))], on: link)
@@ -1956,7 +1969,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     }
 
     private func walEmptyingDue(_ t: Int64) -> Bool {
-        (t - lastChangeMs >= Self.walQuietMs || t - walEmptiedMs >= Self.walMaxAgeMs) && store.database.walFileBytes > 0
+        (t - lastChangeMs >= walQuietMs || t - walEmptiedMs >= Self.walMaxAgeMs) && store.database.walFileBytes > 0
     }
 
     /// The store's maintenance, on the router queue outside any group: the hourly vacuum check
@@ -1980,7 +1993,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         do {
             try store.database.emptyWAL()
             walEmptiedMs = t
-            logger.info("store: WAL emptied, \(t - lastChangeMs >= Self.walQuietMs ? "the store is quiet" : "hourly while it is busy")")
+            logger.info("store: WAL emptied, \(t - lastChangeMs >= walQuietMs ? "the store is quiet" : "hourly while it is busy")")
         } catch {
             logger.warning("store: cannot empty the WAL: \(error)")
         }
