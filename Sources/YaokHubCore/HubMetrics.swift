@@ -93,6 +93,8 @@ extension Hub {
                [("", Double(c.untrustedHubFramesRefused))])
         metric("yaok_router_untrusted_handovers_total", "counter", "custody acknowledgements from untrusted hubs (custody kept)",
                [("", Double(c.untrustedHandOvers))])
+        metric("yaok_router_untrusted_receipt_handovers_total", "counter", "of those, receipts: handed over (kept, not retried), a receipt has no receipt",
+               [("", Double(c.untrustedReceiptHandOvers))])
         metric("yaok_router_frames_refused_for_role_total", "counter", "frames the link's role does not allow (offers, requests from endpoints)",
                [("", Double(c.framesRefusedForRole))])
         var byRoleAndTrust: [String: Int] = [:]

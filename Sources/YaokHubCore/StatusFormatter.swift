@@ -132,6 +132,7 @@ public enum StatusFormatter {
             ("links refused for their claimed role", c.rolesRefused),
             ("certificates refused", c.certificatesRefused), ("frames from untrusted hubs refused", c.untrustedHubFramesRefused),
             ("hand-overs to untrusted hubs (custody kept)", c.untrustedHandOvers),
+            ("of them receipts (kept, not retried)", c.untrustedReceiptHandOvers),
             ("frames refused for the link's role", c.framesRefusedForRole),
             ("sends to the wrong endpoint prevented", c.endpointMisroutesPrevented),
         ]
