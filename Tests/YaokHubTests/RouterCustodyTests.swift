@@ -95,3 +95,59 @@ final class RouterCustodyTests: XCTestCase {
         XCTAssertEqual(try h.stored(other.bundleID)?.state, .queued)
     }
 }
+
+/// Custody waits, resends and stalls (Docs/protocol.md, custodyAck: "When a custody answer is
+/// late") on an in-memory router whose clock the test moves.
+final class RouterCustodyTimingTests: XCTestCase {
+    let alice = Identity.generate(), bob = Identity.generate()
+
+    /// A router with custody_timeout_s 5, Alice's message stored and Bob attached: the push is out.
+    func pushedToBob() throws -> (RouterHarness, LinkID, Envelope) {
+        var settings = Router.Settings()
+        settings.custodyTimeoutMs = 5_000
+        let h = try RouterHarness(self, settings: settings)
+        let message = try seal("are you there", from: alice, to: bob)
+        h.receive(message, on: h.attach(alice, as: .endpoint))
+        let b = h.attach(bob, as: .endpoint)
+        XCTAssertEqual(h.envelopes(on: b).map(\.bundleID), [message.bundleID])
+        return (h, b, message)
+    }
+
+    func testAnUnansweredPushIsResentAfterTheCustodyWaitThenBacksOff() throws {
+        let (h, b, message) = try pushedToBob()
+        h.run(seconds: 4)
+        XCTAssertEqual(h.envelopes(on: b).count, 1, "no resend before the wait (5 s before any measurement)")
+        h.run(seconds: 2)
+        XCTAssertEqual(h.envelopes(on: b).count, 2, "resent on the same link once the wait ran out")
+        XCTAssertEqual(h.router.statusSnapshot().counters.custodyTimeouts, 1)
+        // Resent on the live link until 3 × custody_timeout_s since the first send; then a
+        // failed attempt that waits out the store's first backoff (1 min).
+        h.run(seconds: 10)
+        let copies = h.envelopes(on: b).count
+        XCTAssertGreaterThanOrEqual(copies, 3)
+        XCTAssertEqual(try h.stored(message.bundleID)?.attempts, 1, "a failed attempt after 15 s unanswered")
+        // Bob stays attached: before, he was pushed it again every custody wait, for ever.
+        h.run(seconds: 30)
+        XCTAssertEqual(h.envelopes(on: b).count, copies, "nothing during the backoff, though Bob is attached")
+        h.run(seconds: 31)
+        XCTAssertEqual(h.envelopes(on: b).count, copies + 1, "pushed again once the retry is due")
+        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
+        h.run(seconds: 60)
+        XCTAssertEqual(h.envelopes(on: b).count, copies + 1)
+    }
+
+    /// Issue 48 #6 in memory: a hub that did not run for 4 s (its ticks stopped, the answer
+    /// waiting in its queue) moves its deadlines on instead of resending what the phone took.
+    func testAHubThatDidNotRunDefersItsDeadlinesInsteadOfResending() throws {
+        let (h, b, message) = try pushedToBob()
+        h.run(seconds: 3)
+        h.clock.advance(ms: 4_000)   // stopped: no tick for 4 s
+        h.tick()
+        XCTAssertEqual(h.router.statusSnapshot().counters.stallsDeferred, 1)
+        XCTAssertEqual(h.envelopes(on: b).count, 1, "not resent: the stall was ours")
+        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
+        XCTAssertEqual(h.router.statusSnapshot().counters.custodyTimeouts, 0)
+    }
+}

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import Synchronization
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -37,6 +38,13 @@ final class MemoryTransport: RouterTransport, @unchecked Sendable {
     func frames(on link: LinkID) -> [TLVRecord] { lock.withLock { sent[link] ?? [] } }
 }
 
+/// The monotonic clock a harness's router runs on: it moves only when the test says.
+final class ManualClock: Sendable {
+    private let ns = Mutex<UInt64>(1_000_000_000)
+    var now: UInt64 { ns.withLock { $0 } }
+    func advance(ms: Int64) { ns.withLock { $0 += UInt64(ms) * 1_000_000 } }
+}
+
 /// A ``Router`` on a real store (a SQLCipher file in a temporary directory) with an in-memory
 /// transport and no timer: routing logic tested in milliseconds, no hub process. Every call
 /// returns once the router has done the work it caused and committed it (``Router/settle()``).
@@ -45,6 +53,7 @@ final class RouterHarness {
     let store: BundleStore
     let transport: MemoryTransport
     let hub = Identity.generate()
+    let clock = ManualClock()
     private var nextLink: LinkID = 1
 
     init(_ test: XCTestCase, settings: Router.Settings = .init(), policy: RoutingPolicy = EpidemicPolicy(),
@@ -53,7 +62,8 @@ final class RouterHarness {
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         test.addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
         store = try BundleStore(database: try SQLCipherDatabase(path: dir + "/store.db", key: Array(repeating: 7, count: 32)))
-        let time = HubTime(startHubMs: Clock.nowMilliseconds(), trust: .always, systemSynchronised: { true })
+        let clock = self.clock
+        let time = HubTime(startHubMs: Clock.nowMilliseconds(), trust: .always, systemSynchronised: { true }, monotonicNs: { clock.now })
         var logger = Logger(label: "router-harness")
         logger.logLevel = .warning
         self.transport = transport
@@ -93,6 +103,14 @@ final class RouterHarness {
     func tick() {
         router.tickNow()
         router.settle()
+    }
+
+    /// Time passes on a hub that runs: a tick each second, as its timer does.
+    func run(seconds: Int) {
+        for _ in 0..<seconds {
+            clock.advance(ms: 1_000)
+            tick()
+        }
     }
 
     func frames(_ type: FrameType, on link: LinkID) -> [TLVRecord] {

@@ -118,14 +118,24 @@ extension Router {
         return true
     }
 
-    /// An endpoint attached: hand it everything queued for it.
+    /// An endpoint attached: hand it everything queued for it. What it left unanswered on this
+    /// link until it became a failed attempt waits for its retry time, as on any other route
+    /// (otherwise a phone that never answers is sent it again every custody wait, for ever).
     func pushPending(to link: Link) {
         let room = link.pacing.window - link.inFlight.count
         guard room > 0, let pending = storeCall("pending", { try store.pending(destination: link.peerID, limit: link.pacing.window + room, withBytes: false) }) else { return }
+        let t = now()
         for b in pending where b.state != .delivered && b.state != .expired && link.inFlight[b.bundleID] == nil {
+            if link.unanswered.contains(b.bundleID) {
+                guard b.nextAttemptMs <= t else { continue }
+                link.unanswered.remove(b.bundleID)
+            }
             if !transmit(b, on: link) { break }
         }
     }
+
+    /// Bundles remembered per link as left unanswered there (``Link/unanswered``).
+    static let maxUnansweredPerLink = 4_096
 
     /// The relay came up: hand it what the policy routes there.
     /// Bundles for the relay: not those it refused for now until their time (its hint, or the

@@ -23,13 +23,13 @@ extension Router {
         // acknowledgements that came in are still queued behind this tick, so a deadline that
         // passed while we were not running says nothing about the peer. Move every deadline on
         // by the time we lost; otherwise each stall resends what the peer already took.
-        let mono = Int64(DispatchTime.now().uptimeNanoseconds / 1_000_000)
-        if let last = lastTickMonotonicMs, mono - last > Self.stallThresholdMs {
-            let lost = mono - last - 1_000
+        // (The hub clock advances with the monotonic clock: a gap in it is time we did not run.)
+        if let last = lastTickHubMs, t - last > Self.stallThresholdMs {
+            let lost = t - last - 1_000
             for link in links.values { for (id, deadline) in link.inFlight { link.inFlight[id] = deadline + lost } }
             counters.stallsDeferred += 1
         }
-        lastTickMonotonicMs = mono
+        lastTickHubMs = t
         let best = time.bestTrueTimeMs()
         for link in links.values {
             if let until = link.certifiedUntilMs, best.timeMs - best.toleranceMs > until {
@@ -47,6 +47,7 @@ extension Router {
                     transmit(b, on: link, resend: true)
                 } else {
                     link.endFlight(id)
+                    if link.unanswered.count < Self.maxUnansweredPerLink { link.unanswered.insert(id) }
                     failAttemptIfStillInFlight(id, nowMs: t)
                 }
             }

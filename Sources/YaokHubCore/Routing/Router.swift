@@ -143,8 +143,8 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         self.group = Self.groupCommit(on: queue, testDelayUs: settings.testing.commitDelayUs)
     }
 
-    /// When the last tick ran, on the monotonic clock (a stopped or starved hub shows as a gap).
-    var lastTickMonotonicMs: Int64?
+    /// When the last tick ran, on the hub clock (a stopped or starved hub shows as a gap).
+    var lastTickHubMs: Int64?
     /// A tick this late (ticks are 1 s apart) means the hub did not run for the difference.
     static let stallThresholdMs: Int64 = 1_500
 

@@ -23,6 +23,9 @@ extension Router {
         var resends: [[UInt8]: Int] = [:]
         /// When each bundle in flight was first sent (its round trip, if sent once).
         var firstSentMs: [[UInt8]: Int64] = [:]
+        /// Bundles whose sends on this link went unanswered until they became a failed attempt:
+        /// pushed here again only once the store's backoff says they are due.
+        var unanswered = Set<[UInt8]>()
         /// The custody timeout and window, learnt from this link's acknowledgements.
         var pacing: CustodyPacing
         /// IDs we asked this neighbour for, with a deadline; not asked elsewhere meanwhile.
