@@ -213,7 +213,7 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
                               "YaokUDPPlugin"]  // UDPPluginTests load the built .so through the C ABI
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
-        target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokTesting",
+        target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",
                                .product(name: "YaokPluginKit", package: "PluginAPI")]
     }
     // Only the targets the kept tests reach, so nothing else (Hummingbird, PostgresNIO, TLS) is built.

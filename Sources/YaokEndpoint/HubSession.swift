@@ -366,9 +366,9 @@ public final class HubSession: @unchecked Sendable {
 
     /// The session's group commit: groups close after ``maxGroupItems`` frames or once open for
     /// the spacing; a failed commit undoes the acks we took, so the outbox is pushed again.
-    /// The spacing: 4 ms (2 ms until session 17). Under a backlog, a commit then covers about 20
-    /// frames instead of 13, and each end spends a tenth to a sixth less CPU per message; a
-    /// lone message commits at once either way (Docs/performance.md, "Group commit").
+    /// The spacing: 4 ms. Under a backlog, a commit then covers about 20 frames (13 at 2 ms),
+    /// and each end spends a tenth to a sixth less CPU per message than at 2 ms; a lone
+    /// message commits at once either way (Docs/performance.md, "Group commit").
     static let commitSpacingUs: UInt64 = 4_000
 
     private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<HubSession, Deferred> {

@@ -7,7 +7,7 @@ import YaokWire
 /// Every state change is one transaction and is durable when the call returns. Being sent is
 /// not one of them: a bundle on the wire stays queued here (the router's links know which are
 /// being sent), since a crash would make it queued again anyway, and writing it cost one
-/// update of the row and five or six of its index entries per bundle (issue 16). Bundle bytes
+/// update of the row and five or six of its index entries per bundle. Bundle bytes
 /// are opaque. Times are milliseconds since the Unix epoch, passed in by the caller so that
 /// tests (and the router) control the clock.
 // @unchecked: its state is the database (serialised by its lock), and `cachedStatistics` and
@@ -250,8 +250,8 @@ public final class BundleStore: @unchecked Sendable {
     /// starting after `cursor` (the last bundle of the previous page) when given. A caller
     /// that looks at a page a tick must walk on with the cursor: bundles that stay queued and
     /// due (a copy kept after handing one over) would otherwise fill every first page, and
-    /// the ones behind them would never be looked at again (issue 16's line run: 39 bundles
-    /// whose offer was dropped sat behind 20,000 such copies).
+    /// the ones behind them would never be looked at again (on a line of hubs, 39 bundles
+    /// whose offer was dropped once sat behind 20,000 such copies).
     public func due(nowMs: Int64, limit: Int, withBytes: Bool = true, after cursor: StoredBundle? = nil) throws -> [StoredBundle] {
         // No cursor: start before every acceptance time (no bundle is accepted at Int64.min).
         try database.query(SQL.due(withBytes), [.integer(nowMs), .int(max(0, limit)),
@@ -489,7 +489,7 @@ public final class BundleStore: @unchecked Sendable {
     /// How stale a recipient's persisted last delivery may get: a delivery within this long of
     /// the persisted one is kept in memory only (``lastDelivery()`` still shows it). Written on
     /// every delivery, `deliveries` cost a page of every light-load commit, about a tenth of
-    /// the hub's disk writes per message (Docs/performance.md, session 19); after a crash the
+    /// the hub's disk writes per message (Docs/performance.md); after a crash the
     /// status shows a delivery up to this much older than the last one.
     static let deliveryPersistenceMs: Int64 = 60_000
     /// The most recipients whose last delivery is kept in memory only. Anyone who can make
@@ -565,7 +565,7 @@ public final class BundleStore: @unchecked Sendable {
         try database.scalar(SQL.peersHolding, [.blob(id)], purpose: "counting a bundle's holders")?.intValue ?? 0
     }
 
-    /// On startup: bundles a hub from before issue 16 left in flight never got their custody
+    /// On startup: bundles an older hub left in flight (the state it kept) never got their custody
     /// ack, so they go back to queued, due now (attempts unchanged). Returns how many.
     @discardableResult
     public func requeueInFlight(nowMs: Int64) throws -> Int {
@@ -721,7 +721,7 @@ public final class BundleStore: @unchecked Sendable {
     /// Every write names `OR FAIL` (or another conflict clause): with the default ABORT, a
     /// statement that might fail halfway (a NOT NULL column, a unique index, the carried-bytes
     /// triggers) keeps a statement journal inside a transaction, and SQLCipher encrypts every
-    /// page it journals: ~5× the statement's cost, measured (issue 16). No statement here
+    /// page it journals: ~5× the statement's cost, measured. No statement here
     /// relies on its own rollback: a failed write fails its whole transaction or group.
     enum SQL {
         static let columns = """
@@ -907,7 +907,7 @@ enum BundleSchema {
         // Version 5: the eviction indexes hold only evictable rows (queued or handed over), in
         // the order eviction takes them. Before, `state` was part of their keys, so every
         // state change of every bundle moved its entry in both, and tombstones stayed in them:
-        // about 0.9 of the 5 pages a message dirtied per commit (Docs/performance.md, session 9).
+        // about 0.9 of the 5 pages a message dirtied per commit (Docs/performance.md).
         Migration(version: 5, script: """
             DROP INDEX bundles_by_sender;
             DROP INDEX bundles_by_origin;
@@ -915,7 +915,7 @@ enum BundleSchema {
             CREATE INDEX bundles_evictable_by_origin ON bundles (origin, expires_ms, id) WHERE state IN (0, 2);
             """),
         // Version 6: fewer pages per commit (Tests/bench/store-pages.py broke a line hub's
-        // writes down by b-tree; Docs/performance.md, session 15).
+        // writes down by b-tree; Docs/performance.md).
         // - A bundle's holders are keyed by its row, which follows acceptance order, instead
         //   of its random bundle ID: a relay records a holder for nearly every bundle, and
         //   each cost a random leaf page (27-30 % of a middle hub's pages). Deleting a bundle
@@ -944,7 +944,7 @@ enum BundleSchema {
             """),
         // Version 7: the carried bytes are counted in memory (``carriedBytesInMemory``), not in
         // `bundle_counters`: the persisted counter row cost a page of nearly every commit, as
-        // every message changes it twice (Docs/performance.md, session 19). The carried index
+        // every message changes it twice (Docs/performance.md). The carried index
         // takes `size`, so counting them at open reads only that index.
         Migration(version: 7, script: """
             DROP TRIGGER bundles_carried_insert;

@@ -2,7 +2,7 @@
 public enum BundleState: Int, Sendable, CaseIterable, CustomStringConvertible {
     /// Waiting for a link (or for its retry time).
     case queued = 0
-    /// Being sent; custody not yet acknowledged. Only stores written by hubs before issue 16
+    /// Being sent; custody not yet acknowledged. Only stores older hubs wrote
     /// hold it (``BundleStore/requeueInFlight(nowMs:)`` turns it back into queued at startup):
     /// a bundle on the wire now stays queued in the store and the router's links know it is
     /// being sent, because after a crash it would be queued again anyway.

@@ -121,7 +121,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
     /// The most work items a group nothing is held in may cover and still wait (``unwaitedBoundNs``):
     /// a light load's group covers a frame or two. A bigger one means frames are coming fast,
     /// so its commit runs as before: deferring it under a backlog saved commits but cost the
-    /// hub CPU per message in the single-hub bench (Docs/performance.md, session 18).
+    /// hub CPU per message in the single-hub bench (Docs/performance.md).
     static var unwaitedMaxItems: Int { 4 }
 
     /// The deferred commit of a group nothing was held in (``unwaitedBoundNs``), if that group

@@ -13,7 +13,7 @@ private let sqliteTransient = unsafeBitCast(-1, to: sqlite3_destructor_type.self
 
 /// Process-wide SQLite settings, applied once before the first connection opens (Swift
 /// initializes a global once, thread-safely). Allocation statistics are off: nothing here
-/// reads them, and they cost a global mutex per allocation (issue 16, session 23). If the
+/// reads them, and they cost a global mutex per allocation. If the
 /// library was initialized earlier by other code, the call is refused and nothing changes
 /// but speed.
 private let sqliteProcessSettings: Void = {
@@ -35,16 +35,15 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     public let path: String
 
     private var handle: OpaquePointer?
-    /// The page size this file was made with: 2048 since session 19 of issue 16, 4096 for
-    /// stores made before it, 1024 for stores made before issue 16.
+    /// The page size this file was made with: 2048 for a store made now, 4096 or 1024 for
+    /// stores older hubs made.
     public private(set) var pageSize = 0
     /// Page sizes tried on open, newest first (a new file gets the first). A commit writes
     /// each page it dirtied whole, and at light load a commit dirties one leaf of each of
     /// about seven b-trees, so the page size sets the bytes written per message: at 20 msg/s
     /// 2 KB pages wrote 41.5 KB per message against 69 KB with 4 KB pages, at the same CPU and
     /// with the same throughput under a backlog; 1 KB pages wrote 28 KB at light load but
-    /// cost a backlog about a tenth more CPU and a fifth more writes (Docs/performance.md,
-    /// session 19).
+    /// cost a backlog about a tenth more CPU and a fifth more writes (Docs/performance.md).
     static let pageSizes = [2048, 4096, 1024]
     private let lock = RecursiveLock()
     /// Prepared statements by SQL text. The store's SQL is a fixed set of strings, so the
@@ -80,8 +79,8 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         try Self.prepareFile(path)
 
         // A store keeps the page size it was made with (it cannot change without rewriting the
-        // file): 2 KB since session 19 of issue 16, 4 KB before, SQLCipher 3's default of 1 KB
-        // before issue 16. A wrong page size reads like a wrong key, so the newest is tried first.
+        // file): 2 KB now, 4 KB or SQLCipher 3's default of 1 KB in stores older hubs made.
+        // A wrong page size reads like a wrong key, so the newest is tried first.
         _ = sqliteProcessSettings
         var lastError: Error = StoreError.wrongKey(path: path)
         for (attempt, size) in Self.pageSizes.enumerated() {

@@ -218,7 +218,8 @@ final class HubBox: @unchecked Sendable {
 let hubBox = HubBox(try startHub())
 let hub = hubBox.process
 defer { hubBox.lock.withLock { hubBox.stopped = true; hubBox.process.terminate() } }
-let deadline = Date().addingTimeInterval(30)
+// `--start-timeout S`: how long the hub may take to answer (under callgrind it takes minutes).
+let deadline = Date().addingTimeInterval(argument("--start-timeout").flatMap(Double.init) ?? 30)
 while !FileManager.default.fileExists(atPath: work + "/control.sock") && Date() < deadline { usleep(50_000) }
 guard FileManager.default.fileExists(atPath: work + "/control.sock") else {
     fatalError("the hub did not start: \((try? String(contentsOfFile: work + "/hub.log", encoding: .utf8)) ?? "")")

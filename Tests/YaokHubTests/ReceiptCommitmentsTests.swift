@@ -1,5 +1,6 @@
 import XCTest
 import YaokCrypto
+import YaokReconcile
 import YaokWire
 @testable import YaokHubCore
 
@@ -32,6 +33,17 @@ final class ReceiptCommitmentsTests: XCTestCase {
         let receiptAsMessage = try receipt(for: m, id: proof)
         table.record(receiptAsMessage)
         XCTAssertEqual(table.count, 1, "only messages are recorded")
+    }
+
+    /// The key packing reads the bytes as ReconcileID does, from an array or a slice.
+    func testKeysPackBytesAsReconcileIDs() {
+        for _ in 0..<100 {
+            let bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
+            XCTAssertEqual(ReceiptCommitments.key(bytes), ReconcileID(bytes))
+            XCTAssertEqual(ReceiptCommitments.key(([9] + bytes)[1...]), ReconcileID(bytes))
+        }
+        XCTAssertNil(ReceiptCommitments.key([UInt8](repeating: 1, count: 15)))
+        XCTAssertNil(ReceiptCommitments.key([UInt8](repeating: 1, count: 17)))
     }
 
     func testTheOldestEntryMakesRoom() throws {

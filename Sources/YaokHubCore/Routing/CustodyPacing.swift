@@ -7,9 +7,9 @@
 ///   `custody_timeout_s`. It doubles for each resend of a bundle, and for the whole link after
 ///   each timeout until a fresh measurement comes (RFC 6298 §5.5): a receiver that stalls
 ///   for a moment (a checkpoint, a burst) makes the sender wait longer, not resend its whole
-///   window again and again. Before the first measurement it is `custody_timeout_s`, as before. A frame lost on a working link is resent after about a
-///   second or two instead of the whole `custody_timeout_s` (issue 16: a line of hubs stalled
-///   18–45 s on frames dropped under load).
+///   window again and again. Before the first measurement it is `custody_timeout_s`. A frame lost on a working link is resent after about a
+///   second or two instead of the whole `custody_timeout_s` (with that fixed wait, a line of
+///   hubs stalled 18–45 s on frames dropped under load).
 /// - The window starts at ``initialWindow``, grows by one bundle per acknowledgement (so it can
 ///   double each round trip) up to ``maxWindow`` and halves, down to ``minWindow``, once per
 ///   loss event: a link that loses frames (a slow BLE link, a neighbour whose queue is full)
@@ -29,7 +29,7 @@ struct CustodyPacing: Sendable, Equatable {
     /// The shortest wait for a custody answer. The router's tick runs once a second, and a
     /// loaded hub answers custody after its queue and a group commit: in a line of four hubs
     /// under a 20,000-message backlog a 1 s floor timed out hundreds of answers that were only
-    /// late, each resend adding load (Docs/performance.md, session 9).
+    /// late, each resend adding load.
     static let minTimeoutMs: Int64 = 2_000
 
     /// The configured `custody_timeout_s`: the longest wait, and the wait before any sample.

@@ -43,8 +43,8 @@ struct ReceivedBundleFrame: Sendable {
 /// bundles and, apart, ``maxBacklog`` other frames waiting in the router queue per link.
 /// Apart, because a backlog of bundles must not crowd out the small frames that move it: a
 /// dropped bundle is resent after the link's custody wait (seconds), but a dropped offer or
-/// request is repeated only after `custody_timeout_s` (30 s by default; a 27 s stall on the
-/// line of four in session 13). Called on plugin threads.
+/// request is repeated only after `custody_timeout_s` (30 s by default: sharing one backlog
+/// stalled a line of four hubs for 27 s). Called on plugin threads.
 // @unchecked: the per-link entries and drop counters only under `lock`.
 final class FrameAdmission: @unchecked Sendable {
     enum Decision { case admitted, rateLimited, backlogFull }

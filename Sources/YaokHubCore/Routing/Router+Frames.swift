@@ -131,7 +131,7 @@ extension Router {
             bundleID: id, destination: envelope.recipientUserID, kind: envelope.kind.rawValue,
             sourceUserID: envelope.senderUserID, hopCount: Int(stored.hop.hopCount), hopLimit: Int(stored.hop.hopLimit),
             // A phone is never sent a bundle it did not address to itself, so recording it as
-            // a holder would only cost a random page write per bundle (issue 16).
+            // a holder would only cost a random page write per bundle.
             previousHop: link.info.peerRole == .endpoint ? nil : link.peerID,
             createdMs: t - judgement.ageMs, expiresMs: t + judgement.remainingMs,
             bytes: stored.encoded, receivedFrom: link.key.description, origin: link.origin,

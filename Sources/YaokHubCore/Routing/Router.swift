@@ -71,7 +71,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// in: `current` since the last tick, `previous` the tick before. Custody stays ours, and
     /// the retry the store schedules for each (``failAttemptIfStillInFlight(_:nowMs:)``) waits
     /// a full tick, by when most have their delivery receipt and need no store write at all:
-    /// it was a page write per bundle at every hop of an open-trust line (issue 16). Until
+    /// otherwise it is a page write per bundle at every hop of an open-trust line. Until
     /// then the due walk passes them over, as it does bundles on the wire. Losing these in a
     /// crash loses nothing: the bundles are queued and due, and are offered again.
     var untrustedAcks: (current: Set<[UInt8]>, previous: Set<[UInt8]>) = ([], [])
@@ -83,7 +83,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// Commits at least this far apart while work keeps coming. Only custody answers wait for
     /// a commit, so this is what they wait at most, never what a forwarded bundle waits; 5 ms
     /// rather than 2 cut the hub's CPU per message by about a third at 250 msg/s offered
-    /// (Docs/performance.md, session 14).
+    /// (Docs/performance.md, "Group commit").
     static let commitSpacingUs: UInt64 = 5_000
     /// A small group (``GroupCommit``'s `unwaitedMaxItems`, a light load's frame or two) that
     /// holds no custody answer when its commit comes up commits at most this long after it
@@ -91,7 +91,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     /// custody, a holder learnt, a retry scheduled, a sweep) is safe to lose in a crash: after
     /// a restart those bundles are queued again, resent, and the peer answers that it holds
     /// them. So at light load those changes share the next answer's fsync instead of costing
-    /// one of their own (Docs/performance.md, session 18).
+    /// one of their own (disk writes per message down by about 27 %, Docs/performance.md).
     static let unwaitedCommitBoundUs: UInt64 = 1_000_000
     var lastSweepMs: Int64 = 0
     /// The timestamp of our last attachment announcement (they must increase).
@@ -347,7 +347,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         case .admitted:
             let arrived = DispatchTime.now().uptimeNanoseconds
             // Parsed and its signature checked here, beside the router's serial queue: the
-            // check is the one per-bundle cost that must stay (issue 16).
+            // check is the one per-bundle cost that must stay.
             let bundle = kind == .bundle ? ReceivedBundleFrame(frame, commitments: receiptCommitments) : nil
             work {
                 self.admission.done(key, kind)
