@@ -182,7 +182,8 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting"]),
+        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
+                                                        .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C
@@ -214,6 +215,7 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
         target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",
+                               .product(name: "Logging", package: "swift-log"),
                                .product(name: "YaokPluginKit", package: "PluginAPI")]
     }
     // Only the targets the kept tests reach, so nothing else (Hummingbird, PostgresNIO, TLS) is built.
