@@ -244,10 +244,6 @@ public final class HubSession: @unchecked Sendable {
     public var groupCommits: (groups: Int, frames: Int, longestOpenUs: Int, totalOpenUs: Int) { queue.sync { commits } }
     /// A group closes after this many frames even if more are queued.
     static let maxGroupItems = 512
-    /// Tests only (`YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS`): holds every group that much longer
-    /// before its commit, so a test can kill the endpoint inside the window.
-    static let testCommitDelayUs: UInt32 = UInt32(ProcessInfo.processInfo.environment["YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS"]
-        .flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0)
 
     /// Parses `udp://HOST:PORT` (the default scheme).
     public static func parseHub(_ text: String) throws -> IPEndpoint {
@@ -275,11 +271,14 @@ public final class HubSession: @unchecked Sendable {
         self.init(endpoint: endpoint, address: .udp(hub), onEvent: onEvent)
     }
 
-    public init(endpoint: Endpoint, address: HubAddress, onEvent: @escaping @Sendable (Event) -> Void) {
+    /// - Parameter testCommitDelayUs: tests only: holds every group that much longer before its
+    ///   commit (at most 2 s), so a test can kill the endpoint inside the window (`yaok` takes it
+    ///   from `YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS`).
+    public init(endpoint: Endpoint, address: HubAddress, testCommitDelayUs: UInt32 = 0, onEvent: @escaping @Sendable (Event) -> Void) {
         self.endpoint = endpoint
         self.hub = address
         self.onEvent = onEvent
-        group = Self.groupCommit(on: queue)
+        group = Self.groupCommit(on: queue, testDelayUs: min(testCommitDelayUs, 2_000_000))
         let now = endpoint.now
         guard case .udp(let udpHub) = address else {
             let carrier: HubCarrier
@@ -371,10 +370,10 @@ public final class HubSession: @unchecked Sendable {
     /// message commits at once either way (Docs/performance.md, "Group commit").
     static let commitSpacingUs: UInt64 = 4_000
 
-    private static func groupCommit(on queue: DispatchQueue) -> GroupCommit<HubSession, Deferred> {
+    private static func groupCommit(on queue: DispatchQueue, testDelayUs: UInt32) -> GroupCommit<HubSession, Deferred> {
         GroupCommit(
             queue: queue, spacing: CommitSpacing(environmentKey: "YAOK_ENDPOINT_COMMIT_SPACING_US", defaultUs: commitSpacingUs),
-            maxItems: maxGroupItems, closesAfterSpacing: true, testDelayUs: testCommitDelayUs,
+            maxItems: maxGroupItems, closesAfterSpacing: true, testDelayUs: testDelayUs,
             begin: { try $0.endpoint.store.beginGroup(owner: ObjectIdentifier($0)) },
             hasChanges: { $0.endpoint.store.groupHasChanges },
             beginFailed: { _, error in
