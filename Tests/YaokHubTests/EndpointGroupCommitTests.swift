@@ -203,7 +203,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         try hub.send(CustodyAcks.announcement)
         for b in incoming { try hub.send(TLVRecord(.bundle, value: b.encoded)) }
         func acknowledged() -> Set<[UInt8]> {
-            hub.acked.union(hub.frames(.custodyAcks).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] })
+            hub.acked.union(hub.frames(.custodyAcks).listedBundleIDs)
         }
         try Wait.until(timeout: 30, "all 300 acknowledged") { acknowledged().count == incoming.count }
         XCTAssertEqual(acknowledged(), Set(incoming.map(\.envelope.bundleID)))

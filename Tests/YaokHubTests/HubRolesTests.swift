@@ -46,7 +46,7 @@ final class HubRolesTests: XCTestCase {
 
     /// IDs offered to `peer` in summary frames so far.
     func offered(to peer: RawPeer) -> Set<[UInt8]> {
-        Set(peer.frames(.summary).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] })
+        Set(peer.frames(.summary).listedBundleIDs)
     }
 
     func waitOffered(_ id: [UInt8], to peer: RawPeer, _ who: String) throws {
@@ -144,7 +144,7 @@ final class HubRolesTests: XCTestCase {
         try Wait.until(timeout: 10, "the retry scheduled") {
             try db.query("SELECT attempts FROM bundles WHERE bundle_id = ?", [.blob(victim.bundleID)]).first?.first?.intValue == 1
         }
-        let offersOfVictim = mallory.frames(.summary).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] }.filter { $0 == victim.bundleID }
+        let offersOfVictim = mallory.frames(.summary).listedBundleIDs.filter { $0 == victim.bundleID }
         XCTAssertEqual(offersOfVictim.count, 1, "not offered again to the hub that has it")
 
         // A trusted route comes: it is offered the bundle and takes custody for real.

@@ -118,24 +118,34 @@ final class RouterHarness {
     }
 
     /// Bundle IDs offered on `link` (summary frames).
-    func offered(on link: LinkID) -> [[UInt8]] {
-        frames(.summary, on: link).flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] }
-    }
+    func offered(on link: LinkID) -> [[UInt8]] { frames(.summary, on: link).listedBundleIDs }
 
     /// Envelopes sent on `link` in bundle frames.
-    func envelopes(on link: LinkID) -> [Envelope] {
-        frames(.bundle, on: link).compactMap { try? YaokWire.Bundle(parsing: $0.value).envelope }
-    }
+    func envelopes(on link: LinkID) -> [Envelope] { transport.frames(on: link).envelopes }
 
     /// Every bundle ID acknowledged on `link`, by single acks and by lists.
-    func acknowledged(on link: LinkID) -> Set<[UInt8]> {
-        var ids = Set(frames(.custodyAck, on: link).map(\.value))
-        for r in frames(.custodyAcks, on: link) { ids.formUnion((try? SummaryVector(parsing: r.value).bundleIDs) ?? []) }
-        return ids
-    }
+    func acknowledged(on link: LinkID) -> Set<[UInt8]> { transport.frames(on: link).acknowledgedBundleIDs }
 
     /// The store's row for a bundle.
     func stored(_ id: [UInt8]) throws -> StoredBundle? { try store.bundle(id) }
+}
+
+/// What a peer reads out of the frames it was sent: the same for a ``RawPeer`` on a real hub
+/// and a link of the in-memory ``MemoryTransport``.
+extension Sequence where Element == TLVRecord {
+    /// The bundle IDs these records list (`summary`, `request`, `held`, `custodyAcks`), in order.
+    var listedBundleIDs: [[UInt8]] { flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] } }
+
+    /// Every bundle ID these frames acknowledge, by single acks and by lists.
+    var acknowledgedBundleIDs: Set<[UInt8]> {
+        Set(filter { $0.type == FrameType.custodyAck.rawValue }.map(\.value))
+            .union(filter { $0.type == FrameType.custodyAcks.rawValue }.listedBundleIDs)
+    }
+
+    /// The envelopes of the bundle frames, in order.
+    var envelopes: [Envelope] {
+        filter { $0.type == FrameType.bundle.rawValue }.compactMap { try? YaokWire.Bundle(parsing: $0.value).envelope }
+    }
 }
 
 extension XCTestCase {

@@ -371,9 +371,7 @@ final class RawPeer: Sendable {
     }
 
     /// Envelopes received in bundle frames so far, in order.
-    var receivedEnvelopes: [Envelope] {
-        lock.withLock { frames.filter { $0.type == FrameType.bundle.rawValue }.compactMap { try? YaokWire.Bundle(parsing: $0.value).envelope } }
-    }
+    var receivedEnvelopes: [Envelope] { lock.withLock { frames }.envelopes }
 
     /// Frames of one type received so far.
     /// The hub's signing key, proven in the link handshake.
@@ -381,11 +379,7 @@ final class RawPeer: Sendable {
     func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
 
     /// Every bundle ID the hub has acknowledged so far, by single acks and by lists.
-    var acknowledged: Set<[UInt8]> {
-        var ids = Set(frames(.custodyAck).map(\.value))
-        for r in frames(.custodyAcks) { ids.formUnion((try? SummaryVector(parsing: r.value).bundleIDs) ?? []) }
-        return ids
-    }
+    var acknowledged: Set<[UInt8]> { lock.withLock { frames }.acknowledgedBundleIDs }
 
     /// Sends every envelope, then re-sends those not yet acknowledged every 2 s (UDP may drop
     /// either way, as a phone's session would), until all are acknowledged; none may be refused.
