@@ -59,12 +59,13 @@ final class RouterCustodyTests: XCTestCase {
         for id in [receipt.bundleID, message.bundleID] {
             h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: id).encoded), on: mallory)
         }
+        // What the store records waits a tick for a delivery receipt; two ticks later the
+        // message's retry is scheduled, and the receipt is handed over, never retried.
+        h.tick()
+        h.tick()
         XCTAssertEqual(try h.stored(receipt.bundleID)?.state, .handedOver)
         XCTAssertEqual(try h.stored(message.bundleID)?.state, .queued)
         XCTAssertFalse(try h.store.peerHas(receipt.bundleID, peer: malloryKey.userID), "the untrusted hub is not recorded as its holder")
-        // Two ticks: the message's retry is scheduled, the receipt's never.
-        h.tick()
-        h.tick()
         XCTAssertEqual(try h.stored(message.bundleID)?.attempts, 1)
         XCTAssertEqual(try h.stored(receipt.bundleID)?.attempts, 0)
         let status = h.router.statusSnapshot()

@@ -282,16 +282,10 @@ extension Router {
                 // uses up a spray-and-wait copy nor stops an offer to anybody else.
                 counters.untrustedHandOvers += 1
                 noteUntrustedHolds([id], on: link)
-                // A receipt has no receipt to end it: it is handed over (kept for its addressee and
-                // new neighbours) rather than retried until it expires (protocol.md, custodyAck).
-                if storeCall("receiptTakenByUntrustedHub", { try store.receiptTakenByUntrustedHub(id) }) == true {
-                    counters.untrustedReceiptHandOvers += 1
-                    continue
-                }
                 if untrustedAcks.current.count + untrustedAcks.previous.count < Self.maxUntrustedAcksDeferred {
                     untrustedAcks.current.insert(id)
                 } else {
-                    failAttemptIfStillInFlight(id, nowMs: t)
+                    untrustedCustodyLapsed(id, nowMs: t)
                 }
                 logger.debug("untrusted hub \(link.peerName) acknowledged \(Self.shortID(id)); still in our custody")
                 continue
@@ -344,6 +338,19 @@ extension Router {
                 storeCall("recordPeerHas", { try store.recordPeerHas(id, peer: link.peerID) })
             }
             failAttemptIfStillInFlight(id, nowMs: now())
+        }
+    }
+
+    /// An untrusted hub's custody of `id` that its delivery receipt did not end (a tick later, or
+    /// at once when too many wait): a message counts a failed attempt and is retried on the
+    /// store's backoff; a receipt, which has no receipt to end it, is handed over here instead —
+    /// kept for its addressee and new neighbours, never retried (protocol.md, custodyAck).
+    func untrustedCustodyLapsed(_ id: [UInt8], nowMs: Int64) {
+        if isOnTheWire(id) { return }
+        if storeCall("receiptTakenByUntrustedHub", { try store.receiptTakenByUntrustedHub(id) }) == true {
+            counters.untrustedReceiptHandOvers += 1
+        } else {
+            failAttemptIfStillInFlight(id, nowMs: nowMs)
         }
     }
 

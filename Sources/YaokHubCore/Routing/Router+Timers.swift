@@ -69,8 +69,9 @@ extension Router {
                 }
             }
         }
-        // Untrusted hubs' acknowledgements a tick old whose receipt has not come: their retries.
-        for id in untrustedAcks.previous { failAttemptIfStillInFlight(id, nowMs: t) }
+        // Untrusted hubs' acknowledgements a tick old whose receipt has not come: messages'
+        // retries, receipts handed over.
+        for id in untrustedAcks.previous { untrustedCustodyLapsed(id, nowMs: t) }
         untrustedAcks = (current: [], previous: untrustedAcks.current)
         // A page of due bundles a tick, walking round the whole queue: each is looked at
         // again within (queued / 500) s, however many stay due ahead of it.

@@ -69,9 +69,10 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
     static let duePage = 500
     /// Bundles an untrusted hub acknowledged (open trust), by the tick they were acknowledged
     /// in: `current` since the last tick, `previous` the tick before. Custody stays ours, and
-    /// the retry the store schedules for each (``failAttemptIfStillInFlight(_:nowMs:)``) waits
-    /// a full tick, by when most have their delivery receipt and need no store write at all:
-    /// otherwise it is a page write per bundle at every hop of an open-trust line. Until
+    /// what the store records for each (``untrustedCustodyLapsed(_:nowMs:)``: a message's retry,
+    /// a receipt's hand-over) waits a full tick, by when most messages have their delivery
+    /// receipt and need no store access at all: otherwise it is a page write per bundle at every
+    /// hop of an open-trust line. Until
     /// then the due walk passes them over, as it does bundles on the wire. Losing these in a
     /// crash loses nothing: the bundles are queued and due, and are offered again.
     var untrustedAcks: (current: Set<[UInt8]>, previous: Set<[UInt8]>) = ([], [])
