@@ -73,6 +73,25 @@ final class RouterCustodyTests: XCTestCase {
         XCTAssertEqual(status.counters.untrustedReceiptHandOvers, 1)
     }
 
+    /// The attack on that rule: under open trust a self-declared hub (any key) says it holds a
+    /// victim's bundle. It is not offered it again on that link, but nothing is handed over.
+    func testAnUntrustedHubsHeldHandsNothingOver() throws {
+        let h = try RouterHarness(self)
+        let a = h.attach(alice, as: .endpoint)
+        let victim = try seal("for bob", from: alice, to: bob)
+        h.receive(victim, on: a)
+        let mallory = h.attach(Identity.generate(), as: .hub)
+        XCTAssertEqual(h.offered(on: mallory), [victim.bundleID])
+        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [victim.bundleID]).encoded), on: mallory)
+        h.run(seconds: 3)
+        XCTAssertEqual(try h.stored(victim.bundleID)?.state, .queued)
+        XCTAssertEqual(h.router.statusSnapshot().queue.queued, 1)
+        XCTAssertEqual(h.offered(on: mallory), [victim.bundleID], "not offered to it again")
+        // Bob still gets it from here.
+        let b = h.attach(bob, as: .endpoint)
+        XCTAssertEqual(h.envelopes(on: b).map(\.bundleID), [victim.bundleID])
+    }
+
     /// Issue 48 #4 in memory: a trusted hub's `held` for a bundle queued here is its custody.
     func testATrustedHubsHeldHandsAQueuedBundleOver() throws {
         let trusty = Identity.generate()
