@@ -69,9 +69,9 @@ final class RawRelaySession {
     }
 }
 
-/// Issue 14, relay side: registrations are bound (not bearer tokens), and the DoS limits
-/// (address prefixes, HELLO cookies, shares, no global resets). Real relay on loopback
-/// (RelayHarness) unless a test says it drives the engine or a limiter directly.
+/// At the relay: registrations are bound (not bearer tokens), and the DoS limits (address
+/// prefixes, HELLO cookies, shares, no global resets). Real relay on loopback (RelayHarness)
+/// unless a test says it drives the engine or a limiter directly.
 final class RelayBindingAndDoSTests: XCTestCase {
     var relay: RelayHarness!
 
@@ -160,11 +160,11 @@ final class RelayBindingAndDoSTests: XCTestCase {
         XCTAssertEqual(notice.code, .notRegistered)
     }
 
-    /// The attack (issue 47 #3): throwaway phones fill a hub's session with carried
-    /// registrations so a real phone's is refused and its internet mail sits at the relay.
-    /// Now fresh ones are kept (a newcomer is refused, counted), renewals are never refused,
-    /// and a place held by a registration its hub stopped renewing goes to the next
-    /// newcomer: the real phone's mail then reaches the hub, once.
+    /// The attack: throwaway phones fill a hub's session with carried registrations so a real
+    /// phone's is refused and its internet mail sits at the relay. Fresh ones are kept (a
+    /// newcomer is refused, counted), renewals are never refused, and a place held by a
+    /// registration its hub stopped renewing goes to the next newcomer: the real phone's mail
+    /// then reaches the hub, once.
     func testThrowawayCarriedRegistrationsGiveWayToARealPhoneOnceTheyStopBeingRenewed() throws {
         var limits = RelayLimits()
         limits.maxRegistrationsPerSession = 9   // the hub's own and 8 carried
@@ -349,7 +349,7 @@ final class RelayBindingAndDoSTests: XCTestCase {
     }
 
     /// A full limiter table evicts its least recently used keys; a limited key that keeps
-    /// sending stays limited (the old table was emptied, handing it a fresh burst).
+    /// sending stays limited (emptying a full table would hand it a fresh burst).
     func testFullLimiterTableEvictsOldKeysAndNeverResetsAnActiveOne() {
         var map = BucketMap<Int>(capacity: 2, perMs: 1.0 / 60_000, maxKeys: 64)
         var t: Int64 = 1_000

@@ -5,7 +5,7 @@ import enum YaokPluginKit.Hex
 import YaokTesting
 import RelayTestSupport
 
-/// Issue 17's end-to-end test, all real processes on one database: PostgreSQL, two
+/// A relay cluster end to end, all real processes on one database: PostgreSQL, two
 /// `yaok-relay` nodes with one key, a `yaok-hub` whose relay plugin has both nodes, Alice (a
 /// phone) behind the hub, Bob and Carol on the internet (`yaok --relay`) spread over the two
 /// nodes. The node the hub (and Bob) use is killed (-9) while a batch flows through it.

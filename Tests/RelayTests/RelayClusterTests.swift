@@ -10,10 +10,10 @@ import YaokTesting
 import struct YaokPluginKit.IPEndpoint
 import RelayTestSupport
 
-/// Issue 17: several `yaok-relay` processes (real processes, built binaries) sharing one real
-/// PostgreSQL server (``PostgresTestServer``) and one relay key. Users connect to the node
-/// the test picks; moving a user to another node is done by the test (client failover is
-/// the relay plugin's and `yaok`'s job).
+/// Several `yaok-relay` processes (real processes, built binaries) sharing one real PostgreSQL
+/// server (``PostgresTestServer``) and one relay key. Users connect to the node the test picks;
+/// moving a user to another node is done by the test (client failover is the relay plugin's and
+/// `yaok`'s job).
 final class RelayClusterTests: XCTestCase {
     private var cleanup: [() -> Void] = []
     override func tearDown() {
@@ -94,8 +94,8 @@ final class RelayClusterTests: XCTestCase {
                      sorted.count, sorted[sorted.count / 2], sorted[min(sorted.count - 1, sorted.count * 99 / 100)], sorted.last ?? 0))
     }
 
-    /// Issue 48 #2 on the shared store: a copy of a delivered message reaching the other node
-    /// later (a hub's retry, a node resumed after a freeze) is a duplicate there too: not
+    /// On the shared store, a copy of a delivered message reaching the other node later
+    /// (a hub's retry, a node resumed after a freeze) is a duplicate there too: not
     /// queued, not pushed again, and not counted against the sender's hourly budget.
     func testADeliveredMessageSentAgainToTheOtherNodeIsADuplicate() throws {
         let (pg, nodes) = try cluster(extra: ["--messages-per-hour", "2"])

@@ -7,10 +7,10 @@ import YaokWire
 import YaokTesting
 import RelayTestSupport
 
-/// Failover in the clients (issue 17, item 3): the relay client and `yaok` given several nodes
-/// of one relay (one pinned key) move to another node when the one in use stops answering,
-/// skip a node that cannot prove the pinned key, and neither drop nor re-send as new what the
-/// old node acknowledged. The hub's relay plugin does the same in
+/// Failover in the clients: the relay client and `yaok` given several nodes of one relay (one
+/// pinned key) move to another node when the one in use stops answering, skip a node that
+/// cannot prove the pinned key, and neither drop nor re-send as new what the old node
+/// acknowledged. The hub's relay plugin does the same in
 /// Plugins/Relay/Tests/RelayPluginFailoverTests.swift.
 ///
 /// The nodes here are real `yaok-relay` processes (``RelayProcess/failoverNodes(extra:cleanup:)``):

@@ -11,9 +11,9 @@ import enum YaokPluginKit.Hex
 import YaokTesting
 import RelayTestSupport
 
-/// Delivery integrity at the relay (issue 13), each attack written as an attacker would run
-/// it against a relay with real UDP sockets and its real SQLCipher queue: the victim's
-/// message is delivered exactly once, the attack is refused and counted.
+/// Delivery integrity at the relay, each attack written as an attacker would run it against a
+/// relay with real UDP sockets and its real SQLCipher queue: the victim's message is delivered
+/// exactly once, the attack is refused and counted.
 final class RelayIntegrityTests: XCTestCase {
     var relay: RelayHarness!
     override func tearDown() { relay?.tearDown() }
@@ -112,11 +112,11 @@ final class RelayIntegrityTests: XCTestCase {
         XCTAssertEqual(try a.sendAndWait(bundle: bundle(first)).status, .duplicate)
     }
 
-    /// Issue 48 #2: a node resumed after a freeze processed the copies a hub had sent it
-    /// meanwhile and queued 8 delivered messages again (the user saw them twice), charging the
-    /// sender for each, so her real 93rd message was refused. A delivered bundle ID is now
-    /// remembered until its expiry: a copy is a duplicate, not queued and not charged; and a
-    /// send over the limit is refused without using up budget.
+    /// A node resumed after a freeze processes the copies a hub sent it meanwhile. Queued
+    /// again, delivered messages would reach the user twice and charge the sender for each
+    /// (8 such copies get her real 93rd message refused). A delivered bundle ID is remembered
+    /// until its expiry: a copy is a duplicate, not queued and not charged; and a send over
+    /// the limit is refused without using up budget.
     func testADeliveredMessageSentAgainIsADuplicateAndChargesNothing() throws {
         var limits = RelayLimits()
         limits.messagesPerHour = 3

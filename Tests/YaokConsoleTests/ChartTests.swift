@@ -3,7 +3,7 @@ import XCTest
 import YaokHubCore
 @testable import YaokConsole
 
-/// Issue 48 #17: what the charts say on a fresh hub.
+/// What the charts say on a fresh hub.
 final class ChartTests: XCTestCase {
     func report(delivered: Int) -> Hub.StatusReport {
         var r = FakeBackend().status()

@@ -266,7 +266,7 @@ final class ConsoleAuthTests: XCTestCase {
         let cross = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://evil.example"]) { a, _ in a },
                                   body: "enabled=false&csrf=\(s.csrf)")
         XCTAssertEqual(cross.status, 403, "another origin is refused even with the token")
-        // udp has a link up: the first POST asks again (issue 48 #15), the confirmed one switches.
+        // udp has a link up: the first POST asks to confirm dropping it, the confirmed one switches.
         let ask = try http.send("POST", "/transports/udp", headers: form.merging(["Origin": "http://127.0.0.1:\(http.port)"]) { a, _ in a },
                                 body: "enabled=false&csrf=\(s.csrf)")
         XCTAssertEqual(ask.status, 200)

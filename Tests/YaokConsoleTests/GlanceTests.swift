@@ -4,7 +4,7 @@ import YaokHubCore
 import YaokPluginKit
 @testable import YaokConsole
 
-/// Issue 48 #14: the first screen answers "is mail flowing?", in the same words as `yaok-hub status`.
+/// The first screen answers "is mail flowing?", in the same words as `yaok-hub status`.
 final class GlanceTests: XCTestCase {
     let nowMs: Int64 = 1_800_000_000_000
 

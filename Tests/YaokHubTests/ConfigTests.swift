@@ -197,7 +197,8 @@ final class HubTrustConfigTests: XCTestCase {
         XCTAssertEqual(packaged.transport(named: "mesh")?.peerRoles, [.hub])
     }
 
-    /// Issue 48 #16: only a console reachable from the network without TLS is warned about.
+    /// Only a console reachable from the network without TLS is warned about: its password
+    /// would cross the network in clear.
     func testAConsoleOnTheNetworkWithoutTLSIsWarnedAbout() throws {
         func warnings(_ console: String) throws -> [String] {
             try HubConfig.parse(yaml: "console:\n  enabled: true\n" + console, source: "t").warnings

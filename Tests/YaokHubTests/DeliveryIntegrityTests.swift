@@ -70,7 +70,7 @@ final class DeliveryIntegrityTests: XCTestCase {
     /// the proof (an on-path hub) can send a re-dated copy with a broken signature first; the
     /// real receipt then takes its place instead of being refused as a conflict, so the copy
     /// that reaches the sender is one every hub and endpoint accepts. Without the proof, a
-    /// broken signature is refused as before.
+    /// broken signature is refused.
     func testAReceiptRevealingItsProofCountsAndABrokenCopyGivesWayToTheRealOne() throws {
         let s = try startUDPHub()
         defer { s.hub.stop() }
@@ -208,12 +208,12 @@ final class DeliveryIntegrityTests: XCTestCase {
         try assertBobGetsEachOnce(victims, s, timeout: 60)
     }
 
-    /// Issue 47 #7: eviction took from the heaviest sender or origin, so an attacker with a
-    /// fresh key and a fresh address per bundle was never the heaviest and emptied an offline
-    /// user's queue of acknowledged mail one bundle at a time (1 of 40 arrived). Here the 110
-    /// addresses are each in a /24 of their own (so grouping by network does not catch them);
-    /// a newcomer whose origin holds nothing is refused rather than evicting, and keeps its
-    /// bundle (custody refused).
+    /// The attack: with a fresh key and a fresh address per bundle an attacker is never the
+    /// heaviest sender or origin, so eviction that takes from the heaviest lets it empty an
+    /// offline user's queue of acknowledged mail one bundle at a time (1 of 40 arriving). Here
+    /// the 110 addresses are each in a /24 of their own (so grouping by network does not catch
+    /// them); a newcomer whose origin holds nothing is refused rather than evicting, and keeps
+    /// its bundle (custody refused).
     func testFreshAddressesCannotEvictAcknowledgedMail() throws {
         let s = try startUDPHub(router: "\n  sender_envelopes_per_minute: 100000", extra: "store:\n  size_cap_mb: 1\n")
         defer { s.hub.stop() }

@@ -6,15 +6,15 @@ import YaokWire
 @testable import YaokHubCore
 import YaokTesting
 
-/// Issue 16 item 4, "no endless re-offers", with two real hubs that trust each other: each
-/// holds the same bundle without knowing the other does (as after a kill -9 between storing a
-/// copy and recording the hand-over). Before `held`, each offered it to the other about once a
-/// second, forever, and the other ignored it silently. Now each says it holds it, the other
+/// "No endless re-offers", with two real hubs that trust each other: each holds the same
+/// bundle without knowing the other does (as after a kill -9 between storing a copy and
+/// recording the hand-over). Without `held`, each would offer it to the other about once a
+/// second, forever, and the other would ignore it silently. Each says it holds it, the other
 /// records that, and the offers stop, across a kill -9 and restart too.
 ///
-/// Both hubs run as hubs from before set reconciliation (`YAOK_TEST_NO_RECONCILE`), which
-/// list offers: that is where `held` matters (with such a neighbour, and on links too small
-/// for a reconcile record). Between two current hubs, ReconcileTests shows nothing is offered.
+/// Both hubs run as older hubs without set reconciliation (`YAOK_TEST_NO_RECONCILE`), which list
+/// offers: that is where `held` matters (with such a neighbour, and on links too small for a
+/// reconcile record). Between two hubs that reconcile, ReconcileTests shows nothing is offered.
 final class HeldAnswerTests: XCTestCase {
     let listing = ["YAOK_TEST_NO_RECONCILE": "1"]
 
@@ -47,9 +47,9 @@ final class HeldAnswerTests: XCTestCase {
             try counters(hubA).heldReceived >= 1 && counters(hubB).heldReceived >= 1
         }
         XCTAssertGreaterThanOrEqual(try counters(hubA).heldSent, 1)
-        // Each took the other's `held` as its custody (issue 48 item 4: after kill -9s trusting
-        // hubs kept such bundles queued, with nowhere left to send them): both still carry it,
-        // handed over, and neither counts it as work.
+        // Each took the other's `held` as its custody (else, after kill -9s, trusting hubs keep
+        // such bundles queued, with nowhere left to send them): both still carry it, handed
+        // over, and neither counts it as work.
         for hub in [hubA, hubB] {
             try Wait.until(timeout: 10, "the bundle handed over") { try hub.status().router.queue.handedOver == 1 }
             let queue = try hub.status().router.queue
@@ -80,7 +80,7 @@ final class HeldAnswerTests: XCTestCase {
 
     /// A bundle a hub takes from a neighbour is never offered back to it. The store records
     /// the neighbour as its holder with the row, and the router, routing the bundle in the same
-    /// work item, knows that without asking the store per link (issue 16, session 17).
+    /// work item, knows that without asking the store per link.
     func testABundleTakenFromANeighbourIsNotOfferedBackToIt() throws {
         let exe = try TestSupport.product("yaok-hub")
         let hubs = try TrustedHubPair(self)

@@ -77,8 +77,8 @@ final class HubProcessTests: XCTestCase {
         try Wait.until(timeout: 20, "flaky to start after retries") { try hub.transport("flaky")?.status.state == .running }
         try Wait.until(timeout: 20, "broken to fail a second time") { try (hub.transport("broken")?.startFailures ?? 0) >= 2 }
         let status = try hub.status()
-        // Honest, quiet logs (issue 19 item 7): the ready line counts only what runs and names
-        // what does not; a start failure is logged once until its reason changes.
+        // Honest, quiet logs: the ready line counts only what runs and names what does not; a start
+        // failure is logged once until its reason changes.
         let log = try String(contentsOfFile: hub.logPath, encoding: .utf8)
         XCTAssertTrue(log.contains("ready: 1 of 6 transports running (udp); not running: flaky failed ("), log)
         XCTAssertTrue(log.contains("transport flaky (flaky) started in process") && log.contains("after 2 failed attempts"), log)
@@ -108,7 +108,7 @@ final class HubProcessTests: XCTestCase {
         let text = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath])
         XCTAssertEqual(text.status, 0)
         for name in ["udp", "flaky", "broken", "picky", "ghost", "off"] { XCTAssertTrue(text.output.contains(name), text.output) }
-        // Issue 48 #19: in `status --json` a detail that is a number is a JSON number.
+        // In `status --json` a detail that is a number is a JSON number.
         let json = try TestSupport.run(hubExe, ["status", "--socket", hub.socketPath, "--json"])
         let report = try XCTUnwrap(try JSONSerialization.jsonObject(with: Data(json.output.utf8)) as? [String: Any])
         let udpDetails = try XCTUnwrap(((report["transports"] as? [[String: Any]])?.first { $0["name"] as? String == "udp" }?["status"] as? [String: Any])?["details"] as? [String: Any])
@@ -236,8 +236,8 @@ final class HubProcessTests: XCTestCase {
         let check2 = try TestSupport.run(hubExe, ["check-config", badPlugin])
         XCTAssertEqual(check2.status, 78)
         XCTAssertTrue(check2.output.contains("transports.udp.listen (line 12): \"nowhere\" has no port"), check2.output)
-        // Issue 48 #13: the address parser's own reason (not "expected IPv4 host:port" for a
-        // port of 99999), and a typo gets the nearest key, with the keys the hub reads listed.
+        // The address parser's own reason (not "expected IPv4 host:port" for a port of
+        // 99999), and a typo gets the nearest key, with the keys the hub reads listed.
         for (section, says) in [("    listen: 0.0.0.0:99999\n", "the port must be a number from 0 to 65535"),
                                 ("    listn: 0.0.0.0:7811\n", "unknown key; did you mean `listen`? known keys are: enabled, idle_timeout_s, keepalive_s, listen, max_sessions, peer_roles, peers, plugin")] {
             let file = dir + "/typo.yaml"
@@ -252,7 +252,7 @@ final class HubProcessTests: XCTestCase {
         let check4 = try TestSupport.run(hubExe, ["check-config", hostTypo])
         XCTAssertEqual(check4.status, 78)
         XCTAssertTrue(check4.output.contains("router.custody_timout_s (line 4): unknown key; did you mean `custody_timeout_s`?"), check4.output)
-        // Issue 48 #13: every wrong host key is named in one run, in file order, each with its line.
+        // Every wrong host key is named in one run, in file order, each with its line.
         let several = dir + "/several.yaml"
         try "hub:\n  nmae: x\nrouter:\n  hop_limit: many\n  policy: flood\ntransports:\n  udp:\n    port: 1\n  mesh:\n    enabled: yes please\n"
             .write(toFile: several, atomically: true, encoding: .utf8)
@@ -272,8 +272,8 @@ final class HubProcessTests: XCTestCase {
         XCTAssertTrue(check3.output.contains("OK"))
         XCTAssertFalse(check3.output.contains("warning"), check3.output)
 
-        // Issue 48 #16: a console on the field Wi-Fi without TLS is valid, but its password would
-        // cross the air in clear: check-config says so, naming the key and line.
+        // A console on the field Wi-Fi without TLS is valid, but its password would cross
+        // the air in clear: check-config says so, naming the key and line.
         let open = dir + "/open-console.yaml"
         try "hub:\n  name: x\nconsole:\n  enabled: true\n  listen: 0.0.0.0:8480\n".write(toFile: open, atomically: true, encoding: .utf8)
         let check5 = try TestSupport.run(hubExe, ["check-config", "--skip-plugins", open])

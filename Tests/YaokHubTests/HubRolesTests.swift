@@ -8,11 +8,11 @@ import YaokWire
 @testable import YaokHubCore
 import YaokTesting
 
-/// Issue 14 part 2, "roles are authorised, not claimed", against real hub processes: which
-/// hubs are trusted (`router.hub_trust`), what an untrusted one gets, hub certificates,
-/// what an endpoint may ask for, and `peer_roles` per transport. Attackers are `RawPeer`s
-/// with throwaway keys over UDP. Every wait is bounded; each "got nothing" is checked only
-/// after the hub has visibly done the work that would have sent it.
+/// "Roles are authorised, not claimed", against real hub processes: which hubs are trusted
+/// (`router.hub_trust`), what an untrusted one gets, hub certificates, what an endpoint may ask
+/// for, and `peer_roles` per transport. Attackers are `RawPeer`s with throwaway keys over UDP.
+/// Every wait is bounded; each "got nothing" is checked only after the hub has visibly done the
+/// work that would have sent it.
 final class HubRolesTests: XCTestCase {
     struct Setup {
         let hub: HubProcess
@@ -161,10 +161,10 @@ final class HubRolesTests: XCTestCase {
         XCTAssertEqual(try deliver(victim.bundleID, to: s), 1)
     }
 
-    /// Issue 48 item 4: under open trust every receipt an untrusted hub took stayed queued and
-    /// was retried until it expired, since a receipt has no receipt to end it. Now the
-    /// untrusted hub's acknowledgement hands a receipt over (kept, offered to new neighbours,
-    /// delivered to its addressee) and only the message stays queued work.
+    /// Under open trust a receipt an untrusted hub took cannot stay queued work: a receipt
+    /// has no receipt to end it, so it would be retried until it expired. The untrusted hub's
+    /// acknowledgement hands a receipt over (kept, offered to new neighbours, delivered to its
+    /// addressee) and only the message stays queued work.
     func testOpenTrustHandsOverAReceiptAnUntrustedHubTookAndRetriesOnlyTheMessage() throws {
         let trustyKey = Identity.generate()
         let s = try startHub(router: ["hub_trust: open", "trusted_hubs: [\"\(Hex.encode(trustyKey.signingKey))\"]"])

@@ -106,8 +106,8 @@ final class UDPTap: Sendable {
     }
 }
 
-/// Issue 14's link attacks, re-enacted against a real hub process over UDP. Each asserts
-/// that the victim's message arrives exactly once and that the attack is refused and counted.
+/// Link attacks, re-enacted against a real hub process over UDP. Each asserts that the victim's
+/// message arrives exactly once and that the attack is refused and counted.
 final class LinkSecurityTests: XCTestCase {
     private func udpDetail(_ hub: HubProcess, _ key: String) throws -> Int {
         let udp = try XCTUnwrap(try hub.status().transports.first { $0.kind == "udp" })
@@ -279,9 +279,9 @@ final class LinkSecurityTests: XCTestCase {
         _ = junk
     }
 
-    /// Issue 48, item 5: a phone that reconnects quickly (a new port each time, its old
-    /// sessions not yet idle) got `no session slot` after four. Now its idlest session gives way
-    /// to its newest: the sixth reconnect gets its message into custody.
+    /// A phone that reconnects quickly (a new port each time, its old sessions not yet idle)
+    /// must not run out of slots (`no session slot` after four): its idlest session gives way
+    /// to its newest, and the sixth reconnect gets its message into custody.
     func testAPhoneThatReconnectsReplacesItsStaleSessions() throws {
         let s = try startUDPHub()
         defer { s.hub.stop() }

@@ -6,8 +6,8 @@ import YaokPluginKit
 import YaokTesting
 import YaokWire
 
-/// Issue 48 #18: at the default level the hub logged a user-ID prefix and the IP address of
-/// every phone that attached, so a seized hub's journal mapped people to times and places.
+/// At the default level the hub logs neither a user-ID prefix nor the IP address of a phone
+/// that attaches: a seized hub's journal would otherwise map people to times and places.
 /// Docs/operations.md, "What the log holds".
 final class LogPrivacyTests: XCTestCase {
     func testADefaultLogHoldsNoPhonesIDAndNoPhonesAddress() throws {

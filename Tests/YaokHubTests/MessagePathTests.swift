@@ -43,11 +43,11 @@ final class MessagePathTests: XCTestCase {
         return (hub, port)
     }
 
-    /// Issue 48 #6: a hub that does not run for seconds at a time (overloaded, a slow VM; here
-    /// stopped with SIGSTOP) pushed messages a phone had already taken again after each stall:
-    /// the custody deadlines passed while the phone's acknowledgements waited behind the
-    /// hub's own timer. Now a late tick moves the deadlines on by the time lost, and each
-    /// message goes to the phone once. (Without it this run showed 24 copies in 500.)
+    /// A hub that does not run for seconds at a time (overloaded, a slow VM; here stopped
+    /// with SIGSTOP) must not push messages a phone has already taken again after each stall:
+    /// the custody deadlines would pass while the phone's acknowledgements wait behind the
+    /// hub's own timer. A late tick moves the deadlines on by the time lost, and each message
+    /// goes to the phone once. (Without the move, this run pushes about 24 copies in 500.)
     func testAHubThatStallsPushesEachMessageOnce() throws {
         let dir = try TestSupport.temporaryDirectory(self)
         let (alice, bob) = try Self.initPair(dir)
@@ -69,7 +69,7 @@ final class MessagePathTests: XCTestCase {
         XCTAssertEqual(try hub.status().router.counters.custodyTimeouts, 0)
     }
 
-    /// Issue 48 #6, the sending side: on a hub that runs 5 ms in every 100 ms (stopped the rest:
+    /// A stalling hub, the sending side: on a hub that runs 5 ms in every 100 ms (stopped the rest:
     /// a slow, overloaded Pi; its plugin process runs on), a phone sending 400 messages while
     /// another takes them gets each acknowledged without having to send it again (its custody
     /// wait never runs out), and each is pushed to the recipient once per session. The timing,
@@ -170,7 +170,7 @@ final class MessagePathTests: XCTestCase {
         let outbox = try Self.yaok(alice, ["outbox", "--json"])
         XCTAssertEqual(outbox.first?["state"] as? String, "delivered")
 
-        // Issue 48 #10: a good run in words ends without a "disconnected" that reads like a failure.
+        // A good run in words ends without a "disconnected" that reads like a failure.
         let words = try TestSupport.run(try TestSupport.product("yaok"), ["send", "--home", alice, "Bob", "again, in words", "--hub", url, "--timeout", "20"])
         XCTAssertEqual(words.status, 0, words.output)
         XCTAssertTrue(words.output.contains("hub took"), words.output)
@@ -230,8 +230,8 @@ final class MessagePathTests: XCTestCase {
         XCTAssertTrue(refused.output.contains("--rate needs --hub"), refused.output)
     }
 
-    /// Issue 48, item 8: `yaok listen` into a file or a pipe printed nothing (the C library held
-    /// a block) and lost it all on SIGTERM. Each line now reaches the file as it comes.
+    /// `yaok listen` into a file or a pipe writes each line as it comes (not a block the C
+    /// library holds, which shows nothing and is lost on SIGTERM).
     func testListenIntoAFileWritesEachMessageAsItComesAndKeepsItOnSIGTERM() throws {
         let s = try startUDPHub()
         defer { s.hub.stop() }
@@ -264,9 +264,9 @@ final class MessagePathTests: XCTestCase {
         try Wait.until(timeout: 5, "Bob's session gone at the hub after his SIGTERM") { try s.hub.transport("udp")?.status.links == 0 }
     }
 
-    /// Issue 48 #7: a mistyped option printed an error and still queued the message (the
-    /// recipient later got five copies of a "failed" send), and nothing dropped one. Options
-    /// are checked before anything is queued; `yaok outbox --drop` removes an unsent message.
+    /// A mistyped option queues nothing: queued despite the error, a "failed" send still
+    /// reaches the recipient (five copies of one have been seen). Options are checked before
+    /// anything is queued; `yaok outbox --drop` removes an unsent message.
     func testAMistypedOptionQueuesNothingAndAnUnsentMessageCanBeDropped() throws {
         let dir = try TestSupport.temporaryDirectory(self)
         let (alice, _) = try Self.initPair(dir)
@@ -289,8 +289,8 @@ final class MessagePathTests: XCTestCase {
         let again = try TestSupport.run(exe, ["outbox", "--home", alice, "--drop", String(id.prefix(8))])
         XCTAssertNotEqual(again.status, 0)
         XCTAssertTrue(again.output.contains("no sent message has an ID starting with"), again.output)
-        // Issue 48 #9: a runtime failure is no usage error: no banner, and an exit code that
-        // says what happened (75: timed out, try again; 1: a check failed), not 64.
+        // A runtime failure is no usage error: no banner, and an exit code that says what happened
+        // (75: timed out, try again; 1: a check failed), not 64.
         let noHub = try TestSupport.run(exe, ["send", "--home", alice, "Bob", "nobody home", "--hub", "udp://127.0.0.1:9", "--timeout", "1"])
         XCTAssertEqual(noHub.status, 75, noHub.output)
         XCTAssertTrue(noHub.output.contains("Error: timed out after 1.0 s; the message stays in the outbox"), noHub.output)
@@ -298,8 +298,8 @@ final class MessagePathTests: XCTestCase {
         let wrongPrint = try TestSupport.run(exe, ["contacts", "verify", "--home", alice, "Bob", "--fingerprint", "0000"])
         XCTAssertEqual(wrongPrint.status, 1, wrongPrint.output)
         XCTAssertFalse(wrongPrint.output.contains("Usage:"), wrongPrint.output)
-        // Issue 48 #13: a garbled code says so (not "version 0"); adding a contact again
-        // changes nothing and says why (it used to reset the fingerprint check).
+        // A garbled code says so (not "version 0"); adding a contact again changes nothing
+        // (not even the fingerprint check, which a re-add must not reset) and says why.
         let garbled = try TestSupport.run(exe, ["contacts", "add", "--home", alice, "yaok://contact?v=1&d=AAAAAAAA"])
         XCTAssertNotEqual(garbled.status, 0)
         XCTAssertTrue(garbled.output.contains("cut short or garbled"), garbled.output)

@@ -8,10 +8,10 @@ import YaokTesting
 import YaokTransportUDP
 import YaokWire
 
-/// Issue 47 #1 and #2: a phone trusts a hub only for a reason it can check (a pinned key, or
-/// a certificate of a network it knows); any other hub is a carrier whose custody is not final
-/// and which gets no relay registration (Docs/protocol.md §5, "Which hubs a phone trusts").
-/// Real `yaok` and `yaok-hub` processes; the rogue hub is written for the test.
+/// A phone trusts a hub only for a reason it can check (a pinned key, or a certificate of a
+/// network it knows); any other hub is a carrier whose custody is not final and which gets no
+/// relay registration (Docs/protocol.md §5, "Which hubs a phone trusts"). Real `yaok` and
+/// `yaok-hub` processes; the rogue hub is written for the test.
 final class PhoneHubTrustTests: XCTestCase {
     /// A stranger's hub: the link protocol as a hub, with a fresh key; it acknowledges custody
     /// of every bundle and drops it, and keeps every frame it was sent.
@@ -62,9 +62,9 @@ final class PhoneHubTrustTests: XCTestCase {
         events.filter { $0["event"] as? String == name }
     }
 
-    /// The attacks: a rogue hub takes custody of Alice's message and drops it (she used to
-    /// mark it handed over for good), and collects her relay registration (it could then
-    /// receive and delete her internet mail). Now it gets no registration; her message stays
+    /// The attacks: a rogue hub takes custody of Alice's message and drops it (marked handed
+    /// over for good, the message would be lost), and collects her relay registration (it could
+    /// then receive and delete her internet mail). It gets no registration; her message stays
     /// hers to resend, and once the resend time passes it leaves through a hub she trusts
     /// and reaches Bob, once.
     func testARogueHubGetsNoRegistrationAndWhatItSwallowsIsSentAgain() throws {

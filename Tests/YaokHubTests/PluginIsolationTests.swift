@@ -125,9 +125,9 @@ final class PluginIsolationTests: XCTestCase {
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running)
     }
 
-    /// Issue 48, item 3: a plugin whose loading hangs kept the hub's start waiting on its probe
-    /// for ever, and a probe outlived a hub killed during its start. Now the probe gets 10 s
-    /// and is killed, and it dies with the hub.
+    /// A plugin whose loading hangs must not keep the hub's start waiting on its probe for
+    /// ever, nor its probe outlive a hub killed during its start: the probe gets 10 s and is
+    /// killed, and it dies with the hub.
     func testAPluginWhoseLoadingHangsIsRefusedAndItsProbeDiesWithTheHub() throws {
         let plugins = try TestSupport.pluginDirectory(self)
         let hang = try TestSupport.buildCPlugin(into: plugins, name: "libyaok-plugin-hang.so", defines: ["HANG_ON_LOAD", "PLUGIN_KIND=\"hang\""])
@@ -239,8 +239,8 @@ final class PluginIsolationTests: XCTestCase {
         XCTAssertEqual(try hub.transport("udp")?.status.state, .running, "UDP works without capabilities")
     }
 
-    /// `cp` over a loaded plugin file used to kill every hub that had it mapped; now only that
-    /// plugin's process can notice. Installing a new version by rename + SIGHUP runs it.
+    /// `cp` over a loaded plugin file can crash any process that has it mapped: only that plugin's
+    /// process can notice, never the hub. Installing a new version by rename + SIGHUP runs it.
     func testOverwritingAPluginInPlaceCannotKillTheHubAndRenamePlusSIGHUPUpgrades() throws {
         let dir = try TestSupport.temporaryDirectory(self)
         let plugins = try TestSupport.pluginDirectory(self)

@@ -7,9 +7,9 @@ import YaokWire
 @testable import YaokHubCore
 import YaokTesting
 
-/// Issue 16 item 3 with two real hubs over UDP: set reconciliation (Docs/protocol.md,
-/// reconcile 0x0A) finds what each lacks without listing the IDs both hold, survives a kill -9,
-/// and a hub from before it (which ignores record 0x0A) still syncs by listing offers.
+/// Set reconciliation (Docs/protocol.md, reconcile 0x0A) with two real hubs over UDP: it
+/// finds what each lacks without listing the IDs both hold, survives a kill -9, and an older
+/// hub without it (which ignores record 0x0A) still syncs by listing offers.
 final class ReconcileTests: XCTestCase {
     static let shared = 400, unique = 10
 
@@ -151,8 +151,8 @@ final class ReconcileTests: XCTestCase {
     /// A bundle accepted while an exchange with the neighbour is still pending is offered to
     /// it at once. B plays a hub from before reconciliation, so A's exchange stays pending
     /// (5 s, or 10 s when A waits for B's estimate first) until A falls back to listing; the
-    /// bundle must cross before that fallback. Before session 15 it waited for it: live
-    /// traffic sat out the first wait and every "busy" retry (the line of four's stalls).
+    /// bundle must cross before that fallback. Held until then, live traffic would sit out
+    /// the first wait and every "busy" retry (stalls on a line of four hubs).
     func testABundleAcceptedWhileAnExchangeWaitsIsOfferedAtOnce() throws {
         let exe = try TestSupport.product("yaok-hub")
         let hubs = try TrustedHubPair(self, router: "\n  sender_envelopes_per_minute: 100000")

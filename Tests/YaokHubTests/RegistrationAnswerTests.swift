@@ -5,9 +5,9 @@ import YaokPluginKit
 import YaokTesting
 import YaokWire
 
-/// Issue 48, item 21: a phone's relay registration (0x07) gets an answer, and a phone learns
-/// whether its hub has a relay and which (Docs/protocol.md, registrationAnswer and relay).
-/// A real hub, a real relay, `yaok` as the phone.
+/// A phone's relay registration (0x07) gets an answer, and a phone learns whether its hub has a
+/// relay and which (Docs/protocol.md, registrationAnswer and relay). A real hub, a real relay,
+/// `yaok` as the phone.
 final class RegistrationAnswerTests: XCTestCase {
 
     func testEveryRegistrationGetsAnAnswerAndThePhoneLearnsTheHubsRelay() throws {

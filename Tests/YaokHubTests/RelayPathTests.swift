@@ -35,7 +35,7 @@ final class RelayPathTests: XCTestCase {
         let id = try XCTUnwrap(sent.first { $0["event"] as? String == "queued" }?["id"] as? String)
         let bobGot = try XCTUnwrap(bobListen.events(), "bob's listen returned")
         XCTAssertTrue(bobGot.contains { $0["event"] as? String == "message" && $0["text"] as? String == "from the field" }, "\(bobGot)\n\(hub.log)")
-        // Issue 48 #10: status names the relay link by the key the operator pinned.
+        // Status names the relay link by the key the operator pinned.
         let relayLinks = try hub.status().router.links.filter { $0.role == "relay" }
         XCTAssertEqual(relayLinks.map(\.peer), [String(key.prefix(8))], "\(relayLinks)")
 
@@ -76,7 +76,7 @@ final class RelayPathTests: XCTestCase {
         XCTAssertTrue(impostor.output.contains("mismatch"), impostor.output)
     }
 
-    /// The attack (issue 47 #3): a phone hands the hub relay registrations for throwaway keys
+    /// The attack: a phone hands the hub relay registrations for throwaway keys
     /// it never proved on its link, or naming another hub, so the hub would fill its session
     /// at the relay with them. The hub carries only the link's own user's registration naming
     /// itself; the others are refused and counted, and the real one still brings the phone

@@ -232,14 +232,15 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertEqual(try store.due(nowMs: 250, limit: 10).map(\.bundleID), [bundleID(1), bundleID(2)])
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [1, 2, 3, 4].map(bundleID))
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 2).map(\.bundleID), [1, 2].map(bundleID))
-        try leaveInFlight(store, 1) // as a hub before issue 16 left it
+        try leaveInFlight(store, 1) // as an older hub left it
         try store.markAttemptFailed(bundleID(2), nowMs: 1_000) // queued → retry at 61_000
         XCTAssertEqual(try store.due(nowMs: 1_000, limit: 10).map(\.bundleID), [3, 4].map(bundleID))
         XCTAssertEqual(try store.due(nowMs: 61_000, limit: 10).map(\.bundleID), [2, 3, 4].map(bundleID))
     }
 
-    /// Paging with the cursor visits every due bundle once per round, even when all of them
-    /// stay due (the router's tick walks the queue this way; it once re-read the first page forever).
+    /// Paging with the cursor visits every due bundle once per round, even when all of them stay
+    /// due (the router's tick walks the queue this way; a cursor that does not move on re-reads the
+    /// first page forever).
     func testDuePagesWalkTheWholeQueueWithTheCursor() throws {
         let store = try openStore(try makeTempDirectory(self))
         // Ties on acceptance time are ordered by bundle ID.
@@ -339,9 +340,9 @@ final class BundleStoreTests: XCTestCase {
         XCTAssertThrowsError(try store.markDelivered(bundleID(1), nowMs: 0)) { XCTAssertEqual($0 as? StoreError, .bundleNotFound) }
     }
 
-    /// A store a hub from before issue 16 left with bundles in flight (that state is no
-    /// longer written) has them queued again at startup.
-    /// Puts a bundle in the in-flight state as a hub from before issue 16 wrote it.
+    /// A store an older hub left with bundles in flight (a state this hub never writes) has
+    /// them queued again at startup.
+    /// Puts a bundle in the in-flight state as an older hub wrote it.
     func leaveInFlight(_ store: BundleStore, _ n: Int) throws {
         try store.database.execute("UPDATE bundles SET state = 1 WHERE bundle_id = ?", [.blob(bundleID(n))])
         XCTAssertEqual(try store.bundle(bundleID(n))?.state, .inFlight)
@@ -561,7 +562,7 @@ final class BundleStoreTests: XCTestCase {
     }
 
     /// Schema 5: eviction reads its victims from the partial indexes of evictable rows, in
-    /// their order (no sort), and the old state-keyed indexes are gone.
+    /// their order (no sort), and the state-keyed indexes of earlier schemas are gone.
     func testEvictionVictimsComeFromThePartialIndexesInTheirOrder() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.database.schemaVersion(component: BundleStore.schemaComponent), 8)

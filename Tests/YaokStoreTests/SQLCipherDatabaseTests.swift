@@ -41,9 +41,9 @@ final class SQLCipherDatabaseTests: XCTestCase {
         }
     }
 
-    /// SQLite's allocation statistics are off for the whole process (each allocation took a
-    /// global mutex, issue 16): they must be switched off before the library initializes, so
-    /// if any path opened a connection first they would still be counting.
+    /// SQLite's allocation statistics are off for the whole process (with them on, each
+    /// allocation takes a global mutex): they must be switched off before the library
+    /// initializes, so if any path opened a connection first they would still be counting.
     func testAllocationStatisticsAreOff() throws {
         let dir = try makeTempDirectory(self)
         let db = try SQLCipherDatabase(path: dir + "/a.db", key: testKey)
@@ -54,10 +54,9 @@ final class SQLCipherDatabaseTests: XCTestCase {
         XCTAssertEqual(sqlite3_memory_highwater(0), 0)
     }
 
-    /// Stores made before issue 16 have SQLCipher 3's 1 KB pages, and stores made before its
-    /// session 19 have 4 KB pages; both still open (a wrong page size reads like a wrong key, so
-    /// 2 KB is tried first, then 4 KB and 1 KB), keep their page size, and a wrong key is still
-    /// named as such.
+    /// Stores made by older hubs have SQLCipher 3's 1 KB pages, or 4 KB pages; both still open
+    /// (a wrong page size reads like a wrong key, so 2 KB is tried first, then 4 KB and 1 KB),
+    /// keep their page size, and a wrong key is still named as such.
     func testOlderPageSizeStoresOpenAndKeepTheirPageSize() throws {
         let dir = try makeTempDirectory(self)
         for size in [1024, 4096] {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Benchmark (prints figures, asserts nothing): the hub's memory idle and with N bundles
-# queued for a recipient who never attaches (issue 16: "RSS with 100,000 bundles queued").
+# queued for a recipient who never attaches ("RSS with 100,000 bundles queued").
 # One release `yaok-hub` on loopback UDP; alice's `yaok` composes N 200-byte messages first
 # (`send --repeat`, no hub), then attaches and pushes them all; bob never attaches.
 # Then restarts it with the store full, and rewrites the store to 4 KB pages and back.

@@ -246,7 +246,7 @@ try:
     check("the phone's traffic shows (udp links and frames in non-zero)", udp_st["links"] >= 1 and udp_st["frames_in"] > 0, json.dumps(udp_st))
     check("overview matches yaok-hub status --json (state, reason, links, peers, frames, bytes, restarts, queue, messages)",
           not mismatches, "; ".join(mismatches))
-    # Issue 48 #14: the first screen answers "is mail flowing?", as the CLI does.
+    # The first screen answers "is mail flowing?", as the CLI does.
     def glance_wanted():
         s = status()
         roles = [l["role"] for l in s["router"]["links"]]
@@ -383,7 +383,7 @@ try:
       return (r - l) / (m.width - 2 * parseFloat(getComputedStyle(document.querySelector('main')).paddingLeft));""")
     check("at 1280 px the charts span the page's content width", span > 0.9, f"{span:.2f}")
     shoot("charts-attached")
-    # At 360 px the axis labels are still readable (issue 48 #17: they were drawn at ~10 px).
+    # At 360 px the axis labels are still readable (scaled with the chart they would shrink to ~10 px).
     driver.set_window_size(360, 900)
     px = driver.execute_script("""
       var t = document.querySelector('#chart-queue text.axis'), svg = document.getElementById('chart-queue');
@@ -397,7 +397,7 @@ try:
     # Switch udp off in the browser; the file and `yaok-hub status` agree.
     driver.get(base + "/")
     driver.find_element(By.CSS_SELECTOR, '[data-transport="udp"] button').click()
-    # Alice is attached over udp: the console asks before it drops her link (issue 48 #15).
+    # Alice is attached over udp: the console asks before it drops her link.
     ask = wait.until(lambda d: d.find_element(By.ID, "toggle-confirm"))
     check("switching off a transport with a phone attached asks first, saying what it drops",
           "drops its 1 link" in ask.text and "Keep it on" in ask.text, ask.text)

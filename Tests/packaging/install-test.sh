@@ -104,7 +104,7 @@ mode_owner() {
   echo "$m $u:$g"
 }
 check "user yaok-hub exists" in_root getent passwd yaok-hub
-# Issue 48 #19: operations.md's links resolve on the box (console.md was missing).
+# operations.md's links resolve on the box: every document it points to is packaged with it.
 docs_linked() {
   local d
   for d in $(grep -o 'Docs/[a-z-]*\.md' "$root/usr/share/doc/yaok-hub/operations.md" | sort -u); do

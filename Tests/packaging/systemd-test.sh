@@ -448,10 +448,11 @@ if [ ${#pg_bind[@]} -gt 0 ]; then
   up=0
   for _ in $(seq 1 150); do
     # The node prints "listening …" and then "key …": wait for both, since journald may
-    # take them in separately (one CI run read the journal between the two). Wait for this
+    # take them in separately (a CI run can read the journal between the two). Wait for this
     # key's line, not any "key" line: `--since` has whole seconds, so the lines of the run
-    # before the restart can fall inside it (session 12: the wait saw the previous node's
-    # "listening" and "key", and the check below read the journal before the new node's).
+    # before the restart can fall inside it (a wait for any "key" line can match the previous
+    # node's "listening" and "key", and the check below then reads the journal before the new
+    # node's lines are in it).
     lines=$(relay_journal --since "$since")
     grep -q "^listening " <<< "$lines" && grep -qx "key $cluster_key" <<< "$lines" && { up=1; break; }
     sleep 0.2

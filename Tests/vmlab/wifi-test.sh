@@ -186,9 +186,9 @@ P2P_HUB="p2p://wlan1?ctrl=/run/wpa-phone&pin=12345670"
 "$Y" contacts add --home "$H/bob" "$("$Y" qr --home "$H/alice")" >/dev/null
 # The phone is still a client of phase 1's group, or was until the plugin stopped: yaok leaves
 # any group that is not the hub's before joining.
-# Service discovery gets 60 s here, not the default 30: once in about six CI runs (session 20)
-# the phone's first find after phase 1 met no answer from the daemon's new group within 30 s
-# (cause not found yet; daemon_logs shows both sides if it happens again).
+# Service discovery gets 60 s here, not the default 30: about once in six CI runs the
+# phone's first find after phase 1 meets no answer from the daemon's new group within 30 s
+# (cause not found yet; daemon_logs shows both sides when it happens).
 ip netns exec phone "$Y" send Bob "hello over wi-fi direct" --home "$H/alice" --hub "$P2P_HUB&timeout=60" --json --timeout 90 \
   > "$W/daemon-send.json" 2> "$W/phone-p2p-send.err" || { cat "$W/daemon-send.json" "$W/phone-p2p-send.err"; daemon_logs; fail "yaok send from the phone"; }
 cat "$W/phone-p2p-send.err"

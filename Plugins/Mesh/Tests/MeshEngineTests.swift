@@ -327,8 +327,8 @@ final class MeshEngineTests: XCTestCase {
         _ = peers
     }
 
-    /// Issue 47 #5: throwaway keys on eight addresses filled the 32 sessions and a hub from
-    /// elsewhere was refused for good. Now one network (/24, /64) holds at most a quarter of
+    /// The attack: throwaway keys on eight addresses fill the 32 sessions, so a hub from
+    /// elsewhere is refused for good. One network (/24, /64) holds at most a quarter of
     /// the table, and a full table gives a newcomer from a less crowded network the place of
     /// the idlest session of the most crowded one; the crowd competes only with itself.
     func testManyAddressesCannotKeepAHubFromAnotherNetworkOut() throws {
@@ -366,9 +366,9 @@ final class MeshEngineTests: XCTestCase {
         r.wait("its frames still arrive") { !$0.frames.isEmpty }
     }
 
-    /// Issue 47 #5b: strangers with throwaway keys, one per network, held the whole table, so no
-    /// newcomer's network was less crowded than theirs and a hub this one trusts was refused for
-    /// as long as they stayed. Now a hub in `router.trusted_hubs` heard by beacon is dialled and
+    /// The attack: strangers with throwaway keys, one per network, hold the whole table, so no
+    /// newcomer's network is less crowded than theirs and a hub this one trusts is refused for
+    /// as long as they stay. A hub in `router.trusted_hubs` heard by beacon is dialled and
     /// takes the idlest stranger's place; an untrusted hub heard the same way still waits.
     func testATrustedHubHeardByBeaconTakesTheSessionOfAStranger() throws {
         // The hub under test has the lowest key, so it dials a hub at once when it hears it.

@@ -167,10 +167,10 @@ final class RelayHubEndToEndTests: XCTestCase {
         XCTAssertTrue(status.1.replacingOccurrences(of: "\\/", with: "/").contains("wss://127.0.0.1:\(setup.relay.wssPort)/yaok-relay"), status.1)
     }
 
-    /// Issue 48 #1: a message the relay refused for its sender's hourly limit (retry hint
-    /// about an hour) was offered again every second, forever (109 refusals in 2 minutes on
-    /// a paid uplink). Now the relay's hint travels with the refusal and the router waits for
-    /// it: one refusal, then quiet.
+    /// A message the relay refused for its sender's hourly limit (retry hint about an hour)
+    /// is not offered again every second, forever (109 refusals in 2 minutes on a paid
+    /// uplink): the relay's hint travels with the refusal and the router waits for it: one
+    /// refusal, then quiet.
     func testARateLimitedMessageWaitsForTheRelaysHint() throws {
         let yaok = try product("yaok")
         let setup = try startRelayAndHub(relayArguments: ["--messages-per-hour", "2"])

@@ -7,12 +7,12 @@ import YaokWire
 import YaokTesting
 import RelayTestSupport
 
-/// The relay plugin's failover (issue 17, item 3): given several nodes of one relay (one
-/// pinned key), the built `libyaok-plugin-relay.so` (driven through the C ABI by
-/// ``PluginTestHost``, and inside a real `yaok-hub`) moves to another node when the one in
-/// use stops answering, skips a node that cannot prove the pinned key, and neither drops nor
-/// re-sends as new what the old node acknowledged. The relay client's and `yaok`'s failover
-/// are in Tests/RelayTests/RelayFailoverTests.swift.
+/// The relay plugin's failover: given several nodes of one relay (one pinned key), the built
+/// `libyaok-plugin-relay.so` (driven through the C ABI by ``PluginTestHost``, and inside a real
+/// `yaok-hub`) moves to another node when the one in use stops answering, skips a node that
+/// cannot prove the pinned key, and neither drops nor re-sends as new what the old node
+/// acknowledged. The relay client's and `yaok`'s failover are in
+/// Tests/RelayTests/RelayFailoverTests.swift.
 ///
 /// The nodes here are real `yaok-relay` processes (``RelayProcess/failoverNodes(extra:cleanup:)``):
 /// two share one signing key, each with its own SQLCipher store (what node 1 queued is not

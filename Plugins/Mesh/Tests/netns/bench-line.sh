@@ -154,7 +154,7 @@ inbox_since "$t_load" > "$WORK/load.txt"
 [[ $(wc -l < "$WORK/load.txt") == "$P" ]] || fail "load phase: dave has $(wc -l < "$WORK/load.txt") of $P messages"
 awk '{ print $2 - $1 }' "$WORK/load.txt" > "$WORK/load-ms.txt"
 # Every hub's full status after the phase, for a look behind the figures (KEEP=1 keeps $WORK):
-# e.g. reconcileRefused and duplicates showed the link-up stall that session 15 removed.
+# e.g. reconcileRefused and duplicates show a stall at link-up.
 for n in A B C D; do hub_status "$n" > "$WORK/status-after-load-$n.json"; done
 LOAD_HOPS=()
 for n in A B C D; do

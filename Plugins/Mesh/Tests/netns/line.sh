@@ -128,10 +128,11 @@ if has_phase crash; then
     inbox=$("$BIN/yaok" inbox --home "$WORK/dave" --json | jq -r 'select(.text | startswith("crash test")) | .id' | sort | uniq -d | wc -l)
     [[ $inbox == 0 ]] || fail "dave's inbox holds duplicates"
     pass "after SIGKILL and restart of B: $N of $N messages arrived, none twice"
-    # Issue 48 item 4: once Dave's receipts have crossed them, the middle hubs count no work.
+    # Once Dave's receipts have crossed them, the middle hubs count no work.
     # Each message there ended with its receipt; each receipt they handed on was taken by a
     # hub they do not trust (open trust) and is kept, handed over, not queued and retried
-    # until it expires (before, every receipt stayed queued at every hub it crossed).
+    # until it expires (nothing acknowledges a receipt, so a queued one would stay queued at
+    # every hub it crosses).
     middle_idle() { for n in B C; do (( $(hub_status "$n" | jq '.router.queue.queued + .router.queue.inFlight') == 0 )) || return 1; done; }
     wait_for 60 "B and C to count no queued work" middle_idle
     for n in B C; do
