@@ -4,10 +4,12 @@
 //   YaokPluginKit (Sources/PluginAPI) — the transport plugin ABI (C header) and its Swift kit
 //   YaokCrypto   — libsodium wrappers: identities, sealing, signatures
 //   YaokWire     — wire formats: envelope, bundle, receipts, contact code, chunking
-//   YaokStore    — SQLCipher database and the bundle store
+//   YaokStore    — SQLCipher database and the bundle store (YaokStoreBenchmark: its benchmark)
 //   YaokATT      — the ATT/GATT server engine (BLE plugin and `yaok-hub att-serve`)
 //   YaokReconcile — set reconciliation between hubs (IBLT + strata estimator; Docs/protocol.md, reconcile 0x0A)
-//   YaokHubCore  — the host: config, plugin loader, router, control socket, lifecycle
+//   YaokSupervision — plugin loader, plugin processes (both sides), carrier links, transport host
+//   YaokRouting  — the router: custody, hub sync, trust, admission, pacing, status (in memory)
+//   YaokHubCore  — the daemon that wires them: config, control socket, metrics, systemd, lifecycle
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`)
 //   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
 //   YaokQR       — QR codes of contact codes (libqrencode): SVG in the console, text in `yaok qr`
@@ -64,11 +66,30 @@ let package = Package(
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         .target(name: "YaokStore", dependencies: ["CSQLCipher", "YaokCrypto", "YaokWire"]),
+        // Benchmarks live beside, not in, the modules they measure: they print figures, assert none.
+        .target(name: "YaokStoreBenchmark", dependencies: ["YaokStore", "YaokCrypto", "YaokWire"]),
         .target(name: "YaokATT", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
         .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
+        // Plugin supervision: the loader, the plugin process on both sides of its socket, carrier
+        // links and the transport host. It knows nothing of routing.
+        .target(name: "YaokSupervision", dependencies: [
+            "YaokWire", "YaokCrypto", "CLinuxProcess", "YaokRelayProtocol",
+            .product(name: "CYaokPlugin", package: "PluginAPI"),
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The routing engine: custody, hub sync, trust, admission, pacing, status. No processes,
+        // config files or sockets: it reaches transports through `RouterTransport`.
+        .target(name: "YaokRouting", dependencies: [
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokRelayProtocol", "CLinuxProcess",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
+        // The daemon: wires supervision to routing; config files, control socket, metrics, systemd.
         .target(name: "YaokHubCore", dependencies: [
+            "YaokSupervision", "YaokRouting",
             "YaokWire", "YaokCrypto", "YaokStore", "YaokProcess", "CLinuxProcess", "YaokReconcile", "YaokRelayProtocol",
             .product(name: "CYaokPlugin", package: "PluginAPI"),
             .product(name: "NIOCore", package: "swift-nio"),
@@ -78,7 +99,7 @@ let package = Package(
         ]),
         // The operator console: a web page served by the hub (Hummingbird 2), assets embedded.
         .target(name: "YaokConsole", dependencies: [
-            "YaokHubCore", "YaokCrypto", "YaokWire", "YaokQR",
+            "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokCrypto", "YaokWire", "YaokQR",
             .product(name: "CSodium", package: "PluginAPI"),
             .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "Hummingbird", package: "hummingbird"),
@@ -93,7 +114,7 @@ let package = Package(
             .product(name: "Logging", package: "swift-log"),
         ]),
         .executableTarget(name: "yaok-hub", dependencies: [
-            "YaokHubCore", "YaokATT", "YaokConsole",
+            "YaokHubCore", "YaokSupervision", "YaokATT", "YaokConsole",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokRelayProtocol", dependencies: [
@@ -116,8 +137,13 @@ let package = Package(
             .product(name: "NIOPosix", package: "swift-nio"),
             .product(name: "Logging", package: "swift-log"),
         ]),
+        .target(name: "YaokRelayBenchmark", dependencies: [
+            "YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire",
+            .product(name: "YaokPluginKit", package: "PluginAPI"),
+            .product(name: "Logging", package: "swift-log"),
+        ]),
         .executableTarget(name: "yaok-relay", dependencies: [
-            "YaokRelayServer", "YaokProcess", .product(name: "YaokPluginKit", package: "PluginAPI"),
+            "YaokRelayServer", "YaokRelayBenchmark", "YaokProcess", .product(name: "YaokPluginKit", package: "PluginAPI"),
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
@@ -127,7 +153,7 @@ let package = Package(
         ]),
         // Swift 5 mode: it line-buffers C's `stdout` (setvbuf) so figures appear as they are
         // measured, and Swift 6 refuses to name that C global.
-        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokReconcile",
+        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokStoreBenchmark", "YaokTransportUDP", "YaokReconcile",
                                                      .product(name: "YaokPluginKit", package: "PluginAPI")],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(name: "yaok", dependencies: [
@@ -171,28 +197,30 @@ let package = Package(
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
         .target(name: "YaokTesting", dependencies: ["YaokCrypto", .product(name: "CYaokPlugin", package: "PluginAPI"),
                                                   .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        // The one harness that runs a real `yaok-hub` (HubProcess), for every suite that needs one.
+        .target(name: "HubTestSupport", dependencies: ["YaokHubCore", "YaokSupervision", "YaokTesting"], path: "Tests/HubTestSupport"),
         // What the relay's and the relay plugin's tests share: real yaok-relay, yaok-hub and yaok
-        // processes, a TLS fixture, users. Not in YaokTesting: it needs YaokRelayServer.
-        .target(name: "RelayTestSupport", dependencies: ["YaokRelayServer", "YaokCrypto", "YaokWire", "YaokTesting",
+        // processes, a hub with the relay plugin, a TLS fixture, users. Not in YaokTesting: it needs YaokRelayServer.
+        .target(name: "RelayTestSupport", dependencies: ["HubTestSupport", "YaokRelayServer", "YaokCrypto", "YaokWire", "YaokTesting",
                                                        .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Tests/RelayTestSupport"),
         .testTarget(name: "YaokQRTests", dependencies: ["YaokQR", "YaokTesting"]),
-        .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokTesting"]),
+        .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokTesting"]),
+        .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
+        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C
         // ABI and inside a real yaok-hub, against real yaok-relay processes.
-        .testTarget(name: "RelayTransportTests", dependencies: ["YaokTransportRelay", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",
+        .testTarget(name: "RelayTransportTests", dependencies: ["HubTestSupport", "YaokTransportRelay", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",
                                                               "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")],
                     path: "Plugins/Relay/Tests"),
         // The relay server, its protocol, client and WebSocket transport.
-        .testTarget(name: "RelayTests", dependencies: ["YaokRelayServer", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting",
+        .testTarget(name: "RelayTests", dependencies: ["HubTestSupport", "YaokRelayServer", "YaokRelayBenchmark", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting",
                                                      "RelayTestSupport", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
@@ -214,7 +242,7 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
                               "YaokUDPPlugin"]  // UDPPluginTests load the built .so through the C ABI
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
-        target.dependencies = ["YaokHubCore", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",
+        target.dependencies = ["YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",
                                .product(name: "Logging", package: "swift-log"),
                                .product(name: "YaokPluginKit", package: "PluginAPI")]
     }

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import YaokHubCore
+import YaokSupervision
 import YaokPluginKit
 import YaokWire
 

@@ -8,6 +8,7 @@ import NIOConcurrencyHelpers
 import NIOCore
 import ServiceLifecycle
 import YaokHubCore
+import YaokRouting
 import YaokPluginKit
 
 /// The request context: Hummingbird's core storage plus the peer address, which the login

@@ -1,5 +1,6 @@
 import Foundation
 import YaokHubCore
+import YaokSupervision
 import YaokPluginKit
 
 /// The overview: every transport as a card, the queue, message counters. The same field list

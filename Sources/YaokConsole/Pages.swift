@@ -1,5 +1,6 @@
 import Foundation
 import YaokHubCore
+import YaokSupervision
 import YaokPluginKit
 import YaokQR
 

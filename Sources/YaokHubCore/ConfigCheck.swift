@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import YaokPluginKit
+import YaokSupervision
 
 /// `yaok-hub check-config`: the whole config, including every enabled transport's own
 /// section as its plugin reads it.
@@ -22,11 +23,11 @@ public enum ConfigCheck {
         let crypto = HostCrypto(signingKey: [UInt8](repeating: 0, count: 32), kxKey: [UInt8](repeating: 0, count: 32),
                                 sign: { _ in [UInt8](repeating: 0, count: 64) })
         final class NoEvents: TransportEventHandler {
-            func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: any RouterTransport) {}
-            func linkUp(_ link: LinkInfo, on transport: any RouterTransport) {}
-            func linkDown(_ link: LinkID, reason: String?, on transport: any RouterTransport) {}
-            func frameReceived(_ frame: [UInt8], link: LinkID, on transport: any RouterTransport) {}
-            func statusChanged(on transport: any RouterTransport) {}
+            func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost) {}
+            func linkUp(_ link: LinkInfo, on transport: TransportHost) {}
+            func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost) {}
+            func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost) {}
+            func statusChanged(on transport: TransportHost) {}
         }
         let handler = NoEvents()
         for section in config.transports where section.enabled {

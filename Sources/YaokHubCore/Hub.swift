@@ -4,7 +4,9 @@ import Logging
 import YaokCrypto
 import YaokPluginKit
 import YaokProcess
+import YaokRouting
 import YaokStore
+import YaokSupervision
 import YaokWire
 
 /// The running hub: identity, store, router, transports, control socket, signals.
@@ -59,7 +61,7 @@ public final class Hub: @unchecked Sendable {
     public init(config: HubConfig, logger: Logger) throws {
         self.config = config
         self.logger = logger
-        self.startedAtMs = Clock.nowMilliseconds()
+        self.startedAtMs = WallClock.nowMilliseconds()
         let dataDir = Paths.dataDirectory(configured: config.dataDir)
         self.dataDirectory = dataDir
         try Paths.ensureDirectory(dataDir, mode: 0o700)
@@ -83,7 +85,7 @@ public final class Hub: @unchecked Sendable {
         let certificate = Self.ownCertificate(config, identity: identity, dataDirectory: dataDir, logger: logger)
         // The hub clock resumes where the store last left it (Docs/store.md, "Hub clock").
         let persisted = try store.persistedHubClock()
-        let time = HubTime(startHubMs: HubClockStart.resume(persisted: persisted, wallNowMs: Clock.nowMilliseconds()),
+        let time = HubTime(startHubMs: HubClockStart.resume(persisted: persisted, wallNowMs: WallClock.nowMilliseconds()),
                            trust: config.clock.trustSystemClock)
         logger.notice("clock: \(time.estimate.summary)")
         router = Router(hubIdentity: identity, store: store, settings: Self.routerSettings(config, certificate: certificate),
@@ -136,7 +138,7 @@ public final class Hub: @unchecked Sendable {
                 logger.error("hub_certificate \(path): the network key's signature does not verify; not sending it")
                 return nil
             }
-            let now = Clock.nowMilliseconds()
+            let now = WallClock.nowMilliseconds()
             // By our wall clock, which may be days off: peers judge it by their estimate of true time.
             if now > cert.notAfterMs { logger.warning("hub_certificate \(path) has expired by this hub's clock (if the clock is right, peers will refuse it; see clock: in yaok-hub status)") }
             if now < cert.notBeforeMs { logger.warning("hub_certificate \(path) is not valid yet by this hub's clock (if the clock is right, peers will refuse it; see clock: in yaok-hub status)") }
@@ -458,7 +460,7 @@ public final class Hub: @unchecked Sendable {
     public func statusReport() -> StatusReport {
         StatusReport(hub: .init(id: YaokPluginKit.Hex.encode(identity.userID), fingerprint: identity.fingerprint, name: config.hubName,
                                 config: config.source, dataDirectory: dataDirectory,
-                                uptimeSeconds: (Clock.nowMilliseconds() - startedAtMs) / 1000, pid: getpid(),
+                                uptimeSeconds: (WallClock.nowMilliseconds() - startedAtMs) / 1000, pid: getpid(),
                                 signingKey: YaokPluginKit.Hex.encode(identity.signingKey)),
                      transports: transportStatuses(), router: router.statusSnapshot())
     }

@@ -1,4 +1,5 @@
 import Foundation
+import YaokSupervision
 
 /// The hub's Prometheus exposition: per-transport state, links, frames, bytes and errors,
 /// queue depths per state, router counters, and whatever plugins recorded.

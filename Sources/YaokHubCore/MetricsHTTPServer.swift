@@ -1,8 +1,8 @@
 import Foundation
-import Synchronization
 import Logging
 import NIOCore
 import NIOPosix
+import Synchronization
 
 /// Why the metrics endpoint could not start.
 public enum MetricsHTTPError: Error, CustomStringConvertible, Equatable {

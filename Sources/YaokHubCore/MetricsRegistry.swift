@@ -1,5 +1,6 @@
 import CYaokPlugin
 import Foundation
+import YaokSupervision
 
 /// Counters and gauges reported by plugins and the host, rendered in the Prometheus
 /// text format for `/metrics`.

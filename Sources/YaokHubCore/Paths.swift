@@ -2,11 +2,6 @@ import Foundation
 
 /// Where the hub keeps its files when the config leaves it to the hub.
 public enum Paths {
-    /// This process's executable.
-    public static func executablePath() -> String {
-        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
-    }
-
     /// The data directory: the config's, else systemd's `$STATE_DIRECTORY`, else
     /// `/var/lib/yaok-hub` for root, else `$XDG_DATA_HOME/yaok-hub` (or `~/.local/share/yaok-hub`).
     public static func dataDirectory(configured: String?, environment: [String: String] = ProcessInfo.processInfo.environment) -> String {

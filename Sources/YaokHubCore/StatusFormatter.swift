@@ -1,5 +1,7 @@
 import Foundation
 import YaokPluginKit
+import YaokRouting
+import YaokSupervision
 
 /// Human text for `yaok-hub status`.
 public enum StatusFormatter {

@@ -2,6 +2,7 @@ import Foundation
 import YaokCrypto
 import YaokEndpoint
 import YaokStore
+import YaokStoreBenchmark
 import YaokWire
 import YaokReconcile
 import YaokPluginKit

@@ -1,5 +1,6 @@
 import ArgumentParser
 import YaokHubCore
+import YaokSupervision
 
 /// `yaok-hub plugin-host`: the process the hub starts for each transport (Docs/plugin-protocol.md).
 /// Not for operators: the hub passes the socket on fd 3.

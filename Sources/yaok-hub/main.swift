@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import YaokConsole
 import YaokHubCore
+import YaokSupervision
 import YaokPluginKit
 import YaokProcess
 

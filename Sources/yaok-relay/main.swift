@@ -5,6 +5,7 @@ import NIOCore
 import YaokCrypto
 import YaokRelayProtocol
 import YaokProcess
+import YaokRelayBenchmark
 import YaokRelayServer
 import YaokRelayWebSocket
 import enum YaokPluginKit.Hex

@@ -93,8 +93,8 @@ if wants YaokMeshBeacon; then build_module YaokMeshBeacon "$repo"/Plugins/Mesh/S
 # carrier link sessions the hub runs for a plugin process, and the HostCrypto they use.
 # Testable: CarrierLinks is internal.
 if wants YaokHubPluginProtocol; then
-    build_module -enable-testing YaokHubPluginProtocol "$repo"/Sources/YaokHubCore/PluginProcessProtocol.swift \
-        "$repo"/Sources/YaokHubCore/CarrierLinks.swift "$repo"/Sources/YaokHubCore/HostCrypto.swift
+    build_module -enable-testing YaokHubPluginProtocol "$repo"/Sources/YaokSupervision/PluginProcessProtocol.swift \
+        "$repo"/Sources/YaokSupervision/CarrierLinks.swift "$repo"/Sources/YaokSupervision/HostCrypto.swift
 fi
 
 for h in "${harnesses[@]}"; do

@@ -1,5 +1,6 @@
 import Foundation
 import XCTest
+import YaokRelayBenchmark
 import YaokRelayServer
 import RelayTestSupport
 

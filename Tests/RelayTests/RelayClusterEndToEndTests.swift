@@ -1,4 +1,5 @@
 import Foundation
+import HubTestSupport
 import XCTest
 import YaokCrypto
 import enum YaokPluginKit.Hex
@@ -69,9 +70,9 @@ final class RelayClusterEndToEndTests: XCTestCase {
         let key = Hex.encode(n0.key)
         let dir = try makeTemporaryDirectory("yaok-relay-cluster-e2e-", cleanup: &cleanup)
 
-        let hub = try HubProcess(dir: dir + "/hub", relayAddresses: [a0, a1], relayKey: n0.key)
+        let hub = try RelayHub(dir: dir + "/hub", relayAddresses: [a0, a1], relayKey: n0.key)
         cleanup.append { hub.stop() }
-        XCTAssertTrue(Wait.poll(timeout: 30) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "the hub did not register on node 0:\n\(hub.log())")
+        XCTAssertTrue(Wait.poll(timeout: 30) { n0.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "the hub did not register on node 0:\n\(hub.log)")
 
         let homes = try initUsers(yaok, ["Alice", "Bob", "Carol"], in: dir)
         let (alice, bob, carol) = (homes[0], homes[1], homes[2])
@@ -88,12 +89,12 @@ final class RelayClusterEndToEndTests: XCTestCase {
         XCTAssertTrue(Wait.poll(timeout: 15) { n1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, "Carol did not register on node 1:\n\(carolListen.output())")
 
         // Alice hands the hub a batch for Bob and waits for every delivery receipt.
-        let atHub = ["--hub", hub.url, "--relay-key", key, "--trust-hub", try hub.signingKey(), "--json"]
+        let atHub = ["--hub", hub.url, "--relay-key", key, "--trust-hub", try hub.signingKeyHex(), "--json"]
         let aliceSend = try ListenerProcess(yaok, ["send", "--home", alice, "Bob", "alice to bob {n}", "--repeat", "\(batch)", "--wait-delivered", "--timeout", "150"] + atHub)
         cleanup.append { aliceSend.kill() }
         // Mid-transfer: some of the batch reached node 0 (queued or pushed to Bob), not all.
         func throughNode0() -> Double { (n0.metric("yaok_relay_sends_pushed_total") ?? 0) + (n0.metric("yaok_relay_sends_queued_total") ?? 0) }
-        XCTAssertTrue(Wait.poll(timeout: 60) { throughNode0() >= 5 }, "the batch did not start through node 0:\n\(aliceSend.output())\n\(hub.log())")
+        XCTAssertTrue(Wait.poll(timeout: 60) { throughNode0() >= 5 }, "the batch did not start through node 0:\n\(aliceSend.output())\n\(hub.log)")
         let atKill = throughNode0()
         n0.kill9()
         let inQueue = try pg.sql("SELECT count(*) FROM relay_queue")
@@ -101,12 +102,12 @@ final class RelayClusterEndToEndTests: XCTestCase {
         XCTAssertLessThan(atKill, Double(batch), "node 0 was killed after the batch, not during it")
 
         // Alice's batch: every receipt comes back (--wait-delivered exits 0 only then), through node 1 after the move.
-        ended(aliceSend, within: 150, "Alice's send (every receipt)", extra: { "hub log:\n" + hub.log().suffix(3000) })
-        ended(bobListen, within: 60, "Bob's listen (\(batch) messages)", extra: { "hub log:\n" + hub.log().suffix(3000) })
+        ended(aliceSend, within: 150, "Alice's send (every receipt)", extra: { "hub log:\n" + hub.log.suffix(3000) })
+        ended(bobListen, within: 60, "Bob's listen (\(batch) messages)", extra: { "hub log:\n" + hub.log.suffix(3000) })
         XCTAssertTrue(bobListen.output().contains("relay failover: node 1 (\(a0)) stopped answering"), String(bobListen.output().suffix(2000)))
 
         // The hub moved to node 1 and says why.
-        let status = try hub.status()
+        let status = try hub.statusText()
         XCTAssertEqual(status.0, 0, status.1)
         XCTAssertTrue(status.1.contains("registered with relay node 2 of 2 (\(a1)); last move: node 1 (\(a0)) stopped answering at"), status.1)
 
@@ -124,7 +125,7 @@ final class RelayClusterEndToEndTests: XCTestCase {
         let fromC = try runTool(yaok, ["send", "--home", carol, "Alice", "carol to alice {n}", "--repeat", "\(fromCarol)", "--wait-delivered", "--timeout", "60",
                                        "--relay", "\(a1),\(a0)", "--relay-key", key, "--json"], timeout: 90)
         XCTAssertEqual(fromC.0, 0, fromC.1)
-        ended(aliceListen, within: 60, "Alice's listen (\(fromBob + fromCarol) messages)", extra: { "hub log:\n" + hub.log().suffix(3000) })
+        ended(aliceListen, within: 60, "Alice's listen (\(fromBob + fromCarol) messages)", extra: { "hub log:\n" + hub.log.suffix(3000) })
 
         // 0 lost, 0 duplicated at every recipient.
         try assertInbox(bob, from: "Alice", exactly: Self.texts("alice to bob ", batch))
@@ -132,6 +133,6 @@ final class RelayClusterEndToEndTests: XCTestCase {
         try assertInbox(alice, from: "Bob", exactly: Self.texts("bob to alice ", fromBob))
         try assertInbox(alice, from: "Carol", exactly: Self.texts("carol to alice ", fromCarol))
         // The hub logged its move once.
-        XCTAssertEqual(hub.log().components(separatedBy: "relay failover: node 1").count - 1, 1, hub.log())
+        XCTAssertEqual(hub.log.components(separatedBy: "relay failover: node 1").count - 1, 1, hub.log)
     }
 }

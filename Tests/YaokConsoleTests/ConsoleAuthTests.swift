@@ -5,6 +5,8 @@ import XCTest
 import YaokPluginKit
 @testable import YaokConsole
 @testable import YaokHubCore
+@testable import YaokRouting
+@testable import YaokSupervision
 import YaokTesting
 
 /// A backend with fixed status; records toggles.

@@ -1,6 +1,8 @@
 import Foundation
 import XCTest
 import YaokHubCore
+import YaokRouting
+import YaokSupervision
 import YaokPluginKit
 @testable import YaokConsole
 

@@ -2,6 +2,7 @@ import XCTest
 import Synchronization
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// The hub clock and the estimate of true time (Docs/protocol.md, clock 0x0C), in memory.
 final class ClockEstimateTests: XCTestCase {

@@ -1,6 +1,7 @@
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+@testable import YaokSupervision
 
 final class ConfigTests: XCTestCase {
     func testEmbeddedDefaultMatchesConfigFileAndParses() throws {

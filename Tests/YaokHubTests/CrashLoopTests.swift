@@ -1,7 +1,9 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokEndpoint
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 import YaokWire
 

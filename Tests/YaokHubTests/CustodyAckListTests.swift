@@ -1,9 +1,11 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// `custodyAcks` (Docs/protocol.md): a real hub answers a burst from a peer that announced it

@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// Each link's custody timeout and window are learnt from its own acknowledgements

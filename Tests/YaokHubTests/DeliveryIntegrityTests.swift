@@ -5,6 +5,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// The attacks of Docs/protocol.md "Threats and answers", each run against a real hub
@@ -23,12 +24,12 @@ final class DeliveryIntegrityTests: XCTestCase {
         // The attacker saw the message ID on the air and signs a "delivery receipt" for it.
         let throwaway = Identity.generate()
         let forged = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
-                                          from: throwaway, createdMs: Clock.nowMilliseconds())
+                                          from: throwaway, createdMs: WallClock.nowMilliseconds())
         try mallory.send(forged)
         XCTAssertNil(RawPeer.refusal(try mallory.answer(for: forged.bundleID)), "a receipt is carried like any bundle")
         // The round-1 variant: an expiry of 2^62 ms, meant to pin a tombstone for ever.
         let immortal = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
-                                            from: throwaway, createdMs: Clock.nowMilliseconds(), ttlMs: 1 << 62)
+                                            from: throwaway, createdMs: WallClock.nowMilliseconds(), ttlMs: 1 << 62)
         try mallory.send(immortal)
         XCTAssertEqual(RawPeer.refusal(try mallory.answer(for: immortal.bundleID)), .badLifetime)
 
@@ -44,7 +45,7 @@ final class DeliveryIntegrityTests: XCTestCase {
 
         // A receipt forged after the message is queued changes nothing either.
         let late = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
-                                        from: Identity.generate(), createdMs: Clock.nowMilliseconds())
+                                        from: Identity.generate(), createdMs: WallClock.nowMilliseconds())
         try mallory.send(late)
         _ = try mallory.answer(for: late.bundleID)
         status = try s.hub.status().router
@@ -57,7 +58,7 @@ final class DeliveryIntegrityTests: XCTestCase {
 
         // Bob's own receipt does end the hub's custody.
         let real = try Envelope.receipt(kind: .deliveryReceipt, for: victim.messageID, originalSenderUserID: s.alice.userID,
-                                        from: s.bob, createdMs: Clock.nowMilliseconds())
+                                        from: s.bob, createdMs: WallClock.nowMilliseconds())
         try bob.send(real)
         _ = try bob.answer(for: real.bundleID)
         try Wait.until(timeout: 10, "the message marked delivered") { try s.hub.status().router.queue.delivered == 1 }
@@ -89,7 +90,7 @@ final class DeliveryIntegrityTests: XCTestCase {
             if breakSignature { bytes[bytes.count - 1] ^= 1 }
             return (e, bytes)
         }
-        let now = Clock.nowMilliseconds()
+        let now = WallClock.nowMilliseconds()
         // Without the proof, a broken signature is a bad signature.
         let guessed = try receipt(id: Random.bytes(16), createdMs: now, breakSignature: true)
         try mallory.send(TLVRecord(.bundle, value: guessed.bundle))
@@ -395,7 +396,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         defer { s.hub.stop() }
         let malloryKey = Identity.generate()
         let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
-        let now = Clock.nowMilliseconds()
+        let now = WallClock.nowMilliseconds()
         // Pinning bob to the attacker for ever: a timestamp of Int64.max.
         let pinned = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: Int64.max, userIDs: [s.bob.userID])
         try mallory.send(TLVRecord(.attachment, value: pinned.encoded))

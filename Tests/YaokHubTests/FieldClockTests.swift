@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
@@ -150,7 +151,7 @@ final class FieldClockTests: XCTestCase {
             let sent = try Self.yaok(alice, ["send", "Bob", text, "--hub", url, "--json", "--timeout", "20"])
             let id = try XCTUnwrap(Self.events(sent, "queued").first?["id"] as? String)
             let shift = Self.milliseconds(offset)
-            let bobOff = try Endpoint.open(home: bob, now: { Clock.nowMilliseconds() + shift })
+            let bobOff = try Endpoint.open(home: bob, now: { WallClock.nowMilliseconds() + shift })
             let session = HubSession(endpoint: bobOff, hub: try HubSession.parseHub(url)) { _ in }
             try session.start()
             try Wait.until(timeout: 20, "the message at Bob, clock \(offset)") { try bobOff.store.inbox().contains { $0.text == text } }
@@ -173,7 +174,7 @@ final class FieldClockTests: XCTestCase {
         let (hub, url) = try startHub(clockOffset: nil, extra: "clock:\n  trust_system_clock: never\n")
         defer { hub.stop() }
         let port = try XCTUnwrap(UInt16(url.split(separator: ":").last ?? ""))
-        let liar = Clock.nowMilliseconds() + 30 * Self.day
+        let liar = WallClock.nowMilliseconds() + 30 * Self.day
         var peers: [RawPeer] = []
         for _ in 0..<5 {
             let p = try RawPeer(identity: Identity.generate(), role: .endpoint, hubPort: port)
@@ -207,7 +208,7 @@ final class FieldClockTests: XCTestCase {
             try peer.send(e, hop: HopHeader.origin(ageMs: age))
             return RawPeer.refusal(try peer.answer(for: e.bundleID))
         }
-        let now = Clock.nowMilliseconds()
+        let now = WallClock.nowMilliseconds()
 
         // Two days behind, no source of true time: the age decides.
         let (behind, behindURL) = try startHub(clockOffset: "-2d")

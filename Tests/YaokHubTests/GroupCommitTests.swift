@@ -1,9 +1,11 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// Group commit in a real hub (Docs/performance.md, "Group commit"): a burst of bundles shares

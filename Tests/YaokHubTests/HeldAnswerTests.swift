@@ -1,9 +1,11 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// "No endless re-offers", with two real hubs that trust each other: each holds the same

@@ -1,5 +1,6 @@
 import XCTest
 @testable import YaokHubCore
+@testable import YaokRouting
 
 final class HopLatencyTests: XCTestCase {
     func testPercentilesAreBucketUpperBounds() {

@@ -1,7 +1,9 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+@testable import YaokSupervision
 import YaokTesting
 
 /// Real `yaok-hub` processes with real sockets and real plugins.

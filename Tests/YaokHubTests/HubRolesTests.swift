@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import Synchronization
 import XCTest
@@ -35,7 +36,7 @@ final class HubRolesTests: XCTestCase {
 
     func seal(_ text: String, from sender: Identity, to recipient: Identity) throws -> Envelope {
         try Envelope.sealMessage(plaintext: Array(text.utf8), from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
-                                 createdMs: Clock.nowMilliseconds(), ttlMs: 3_600_000)
+                                 createdMs: WallClock.nowMilliseconds(), ttlMs: 3_600_000)
     }
 
     /// A phone hands `envelope` to the hub and the hub takes custody.
@@ -81,7 +82,7 @@ final class HubRolesTests: XCTestCase {
         try Wait.until(timeout: 10, "mallory's link shown untrusted") { try linkTrust(s, malloryKey) == "untrusted" }
         // It tries every way in: an announcement pulling bob's mail to it, an offer, a request
         // for the victim's bundle, and a bundle of its own.
-        let pull = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: Clock.nowMilliseconds(), userIDs: [s.bob.userID])
+        let pull = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: WallClock.nowMilliseconds(), userIDs: [s.bob.userID])
         try mallory.send(TLVRecord(.attachment, value: pull.encoded))
         try mallory.send(TLVRecord(.summary, value: SummaryVector(bundleIDs: [Random.bytes(16)]).encoded))
         try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
@@ -173,7 +174,7 @@ final class HubRolesTests: XCTestCase {
         // he leaves. Neither addressee is attached.
         let earlier = try seal("earlier", from: s.alice, to: s.bob)
         let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: earlier.messageID, originalSenderUserID: s.alice.userID,
-                                           from: s.bob, createdMs: Clock.nowMilliseconds())
+                                           from: s.bob, createdMs: WallClock.nowMilliseconds())
         let message = try seal("keep me", from: s.bob, to: Identity.generate())
         let bobPhone = try RawPeer(identity: s.bob, role: .endpoint, hubPort: s.port)
         try submit(receipt, via: bobPhone)
@@ -230,7 +231,7 @@ final class HubRolesTests: XCTestCase {
     func testNetworkTrustAcceptsOnlyAValidCertificateForTheLinksKey() throws {
         let network = SigningKeyPair.generate(), otherNetwork = SigningKeyPair.generate()
         let day: Int64 = 86_400_000
-        let now = Clock.nowMilliseconds()
+        let now = WallClock.nowMilliseconds()
         let hubIdentityHolder = HubIdentityHolder()
         // This hub knows true time (its operator vouches for its clock), so certificates are judged
         // with a 10-minute tolerance (Docs/protocol.md, clock 0x0C); ClockEstimateTests has the others.
@@ -281,7 +282,7 @@ final class HubRolesTests: XCTestCase {
         // The hub sent its own certificate first thing on each hub link, and it checks out.
         let own = try XCTUnwrap(member.lock.withLock { member.frames.first { $0.type == FrameType.hubCertificate.rawValue } }, "the hub's certificate")
         let hubKey = try XCTUnwrap(hubIdentityHolder.identity.withLock { $0 }).signingKey
-        XCTAssertNoThrow(try HubCertificate(parsing: own.value).check(networkKey: network.publicKey, hubKey: hubKey, nowMs: Clock.nowMilliseconds(), clockSkewMs: 0))
+        XCTAssertNoThrow(try HubCertificate(parsing: own.value).check(networkKey: network.publicKey, hubKey: hubKey, nowMs: WallClock.nowMilliseconds(), clockSkewMs: 0))
         XCTAssertEqual(member.lock.withLock { member.frames.first?.type }, FrameType.hubCertificate.rawValue, "the certificate comes before anything else")
         let metrics = String(decoding: try s.hub.client.request("metrics"), as: UTF8.self)
         XCTAssertTrue(metrics.contains(#"yaok_router_certificates_total{outcome=\"refused\"} 3"#), metrics)
@@ -295,7 +296,7 @@ final class HubRolesTests: XCTestCase {
     /// uncertified hub linked to the first gets nothing.
     func testTwoCertifiedHubsCarryMailAndAnUncertifiedOneGetsNone() throws {
         let network = SigningKeyPair.generate()
-        let now = Clock.nowMilliseconds()
+        let now = WallClock.nowMilliseconds()
         let plugins = try TestSupport.pluginDirectory(self)
         let exe = try TestSupport.product("yaok-hub")
         func makeHub(port: UInt16, peers: [UInt16], certified: Bool) throws -> (HubProcess, Identity) {
@@ -456,7 +457,7 @@ final class HubRolesTests: XCTestCase {
         XCTAssertTrue(inspected.output.contains("(valid now)") && inspected.output.contains("signature    verifies"), inspected.output)
         let cert = try HubCertificate(parsing: [UInt8](try Data(contentsOf: URL(fileURLWithPath: certFile))))
         XCTAssertEqual(cert.notAfterMs - cert.notBeforeMs, 30 * 86_400_000)
-        XCTAssertNoThrow(try cert.check(networkKey: XCTUnwrap(YaokPluginKit.Hex.decode(networkHex)), hubKey: hub.signingKey, nowMs: Clock.nowMilliseconds(), clockSkewMs: 0))
+        XCTAssertNoThrow(try cert.check(networkKey: XCTUnwrap(YaokPluginKit.Hex.decode(networkHex)), hubKey: hub.signingKey, nowMs: WallClock.nowMilliseconds(), clockSkewMs: 0))
 
         let reissue = try TestSupport.run(exe, ["cert", "issue", "--network-key", keyFile, "--hub", Hex.encode(hub.signingKey), "--days", "30", "--out", certFile])
         XCTAssertNotEqual(reissue.status, 0, "an existing certificate is never overwritten")

@@ -5,6 +5,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokSupervision
 
 /// The hub believes a link-up a plugin reports only with its handshake's proof
 /// (``LinkProofLedger``, Docs/plugin-protocol.md "Proving a link-up"). Real handshakes in memory:

@@ -1,7 +1,9 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokPluginKit
 import YaokTesting
 import YaokWire

@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import XCTest
 @testable import YaokHubCore

@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
@@ -23,7 +24,7 @@ final class PhoneHubTrustTests: XCTestCase {
 
         init() throws {
             engine = UDPLinkEngine(identity: identity, role: .hub, listen: IPEndpoint(host: "127.0.0.1", port: 0), staticPeers: [],
-                                   clock: { Clock.nowMilliseconds() }, events: self)
+                                   clock: { WallClock.nowMilliseconds() }, events: self)
             try engine.start()
         }
 
@@ -108,7 +109,7 @@ final class PhoneHubTrustTests: XCTestCase {
         let dir = try TestSupport.temporaryDirectory(self)
         let (alice, _) = try MessagePathTests.initPair(dir)
         let network = SigningKeyPair.generate(), other = SigningKeyPair.generate()
-        let day: Int64 = 86_400_000, now = Clock.nowMilliseconds()
+        let day: Int64 = 86_400_000, now = WallClock.nowMilliseconds()
         let (_, hubURL) = try startHub(dir, router: "\n  network_key: \(Hex.encode(network.publicKey))\n  hub_certificate: hub.cert") { hubDir in
             let data = hubDir + "/data"
             try FileManager.default.createDirectory(atPath: data, withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])

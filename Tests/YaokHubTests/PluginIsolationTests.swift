@@ -1,9 +1,11 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokSupervision
 import YaokTesting
 
 /// Every transport runs in its own plugin process: faulty plugins (Tests/Fixtures/crash_plugin.c)

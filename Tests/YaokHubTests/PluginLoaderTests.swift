@@ -2,6 +2,7 @@ import Logging
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+@testable import YaokSupervision
 
 final class PluginLoaderTests: XCTestCase {
     let logger = Logger(label: "test")

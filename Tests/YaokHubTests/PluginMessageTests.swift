@@ -1,6 +1,7 @@
 import XCTest
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokSupervision
 
 /// The hub ↔ plugin-process messages (Docs/plugin-protocol.md): what a burst answer looks like
 /// on the socket, and that a malformed one is refused, not trusted.

@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+@testable import YaokSupervision
 import YaokTesting
 
 /// What the process boundary costs (printed, never asserted): `send` round trips to a plugin in

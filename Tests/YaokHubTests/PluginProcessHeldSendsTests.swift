@@ -3,6 +3,7 @@ import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokHubCore
+@testable import YaokSupervision
 import YaokTesting
 
 /// Sends the router holds for one pass over its queue reach the plugin process in one message

@@ -1,9 +1,11 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// A transport as a standalone program (`command:`): Tests/PythonTransport/yaok_tcp_transport.py,

@@ -3,6 +3,7 @@ import YaokCrypto
 import YaokReconcile
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// The hub's table of recent receipt commitments: what it lets skip a signature check, and
 /// its bound.

@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
@@ -5,6 +6,7 @@ import YaokPluginKit
 import YaokReconcile
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// Set reconciliation (Docs/protocol.md, reconcile 0x0A) with two real hubs over UDP: it

@@ -94,7 +94,7 @@ final class RelayPathTests: XCTestCase {
         let relayKey = try XCTUnwrap(Hex.decode(relay.key)), hubKey = phone.hubKey
         XCTAssertEqual(hubKey.count, 32)
         func registration(of user: Identity, collector: [UInt8]) throws -> TLVRecord {
-            let t = Clock.nowMilliseconds()
+            let t = WallClock.nowMilliseconds()
             let r = try Registration.carried(by: user, relaySigningKey: relayKey, collector: collector, timestampMs: t, untilMs: t + 3_600_000)
             return TLVRecord(.registration, value: r.encoded)
         }

@@ -4,6 +4,7 @@ import YaokPluginKit
 import YaokStore
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// Custody, trust and `held` on an in-memory router (``RouterHarness``): the same rules the
 /// process tests (HubRolesTests, HeldAnswerTests) check end to end, in milliseconds.
@@ -22,7 +23,7 @@ final class RouterCustodyTests: XCTestCase {
         XCTAssertEqual(h.envelopes(on: b).map(\.bundleID), [message.bundleID], "pushed to Bob at attach")
         h.tick()
         XCTAssertEqual(h.envelopes(on: b).count, 1, "once: its custody answer is awaited, not re-pushed")
-        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        h.receive(TLVRecord(.custodyAck, value: CustodyAck(bundleID: message.bundleID).encoded), on: b)
         XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
         XCTAssertTrue(h.envelopes(on: a).isEmpty, "a phone is sent only its own mail")
     }
@@ -38,14 +39,14 @@ final class RouterCustodyTests: XCTestCase {
         XCTAssertEqual(h.router.statusSnapshot().counters.framesRefusedForRole, 1)
     }
 
-    /// Issue 48 #4 in memory: under open trust, an untrusted hub's custody of a message keeps it
+    /// Under open trust, an untrusted hub's custody of a message keeps it
     /// ours and queued; its custody of a receipt hands the receipt over, kept, with no holder.
     func testAnUntrustedHubsCustodyHandsOverAReceiptButNotAMessage() throws {
         let h = try RouterHarness(self)
         let b = h.attach(bob, as: .endpoint)
         let earlier = try seal("earlier", from: alice, to: bob)
         let receipt = try Envelope.receipt(kind: .deliveryReceipt, for: earlier.messageID, originalSenderUserID: alice.userID,
-                                           from: bob, createdMs: Clock.nowMilliseconds())
+                                           from: bob, createdMs: WallClock.nowMilliseconds())
         let message = try seal("to carol", from: bob, to: Identity.generate())
         h.receive(receipt, on: b)
         h.receive(message, on: b)
@@ -57,7 +58,7 @@ final class RouterCustodyTests: XCTestCase {
         h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [receipt.bundleID, message.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded), on: mallory)
         XCTAssertEqual(Set(h.envelopes(on: mallory).map(\.bundleID)), [receipt.bundleID, message.bundleID])
         for id in [receipt.bundleID, message.bundleID] {
-            h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: id).encoded), on: mallory)
+            h.receive(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: mallory)
         }
         // What the store records waits a tick for a delivery receipt; two ticks later the
         // message's retry is scheduled, and the receipt is handed over, never retried.
@@ -151,7 +152,7 @@ final class RouterCustodyTimingTests: XCTestCase {
         XCTAssertEqual(h.envelopes(on: b).count, copies, "nothing during the backoff, though Bob is attached")
         h.run(seconds: 31)
         XCTAssertEqual(h.envelopes(on: b).count, copies + 1, "pushed again once the retry is due")
-        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        h.receive(TLVRecord(.custodyAck, value: CustodyAck(bundleID: message.bundleID).encoded), on: b)
         XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
         h.run(seconds: 60)
         XCTAssertEqual(h.envelopes(on: b).count, copies + 1)
@@ -166,7 +167,7 @@ final class RouterCustodyTimingTests: XCTestCase {
         h.tick()
         XCTAssertEqual(h.router.statusSnapshot().counters.stallsDeferred, 1)
         XCTAssertEqual(h.envelopes(on: b).count, 1, "not resent: the stall was ours")
-        h.receive(TLVRecord(.custodyAck, value: try CustodyAck(bundleID: message.bundleID).encoded), on: b)
+        h.receive(TLVRecord(.custodyAck, value: CustodyAck(bundleID: message.bundleID).encoded), on: b)
         XCTAssertEqual(try h.stored(message.bundleID)?.state, .delivered)
         XCTAssertEqual(h.router.statusSnapshot().counters.custodyTimeouts, 0)
     }

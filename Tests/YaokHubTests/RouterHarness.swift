@@ -7,6 +7,7 @@ import YaokPluginKit
 import YaokStore
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// A transport in memory: it records every frame the router sends, per link, and tests report
 /// links and frames to the router as a plugin would. Links need no handshake here: the
@@ -49,6 +50,8 @@ final class ManualClock: Sendable {
 /// transport and no timer: routing logic tested in milliseconds, no hub process. Every call
 /// returns once the router has done the work it caused and committed it (``Router/settle()``).
 final class RouterHarness {
+    /// The custody wait a harness's router starts every link with (``Router/Settings``' default).
+    static let defaultCustodyTimeoutMs = Router.Settings().custodyTimeoutMs
     let router: Router
     let store: BundleStore
     let transport: MemoryTransport
@@ -63,7 +66,7 @@ final class RouterHarness {
         test.addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
         store = try BundleStore(database: try SQLCipherDatabase(path: dir + "/store.db", key: Array(repeating: 7, count: 32)))
         let clock = self.clock
-        let time = HubTime(startHubMs: Clock.nowMilliseconds(), trust: .always, systemSynchronised: { true }, monotonicNs: { clock.now })
+        let time = HubTime(startHubMs: WallClock.nowMilliseconds(), trust: .always, systemSynchronised: { true }, monotonicNs: { clock.now })
         var logger = Logger(label: "router-harness")
         logger.logLevel = .warning
         self.transport = transport
@@ -154,6 +157,6 @@ extension XCTestCase {
               messageID: [UInt8]? = nil, size: Int? = nil) throws -> Envelope {
         let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
         return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
-                                        createdMs: Clock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
+                                        createdMs: WallClock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
     }
 }

@@ -4,6 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 @testable import YaokHubCore
+@testable import YaokRouting
 import YaokTesting
 
 /// Bad bundles from the network get a specific custody refusal, are counted, and harm nothing.
@@ -40,7 +41,7 @@ final class RouterRefusalTests: XCTestCase {
         let h = try RouterHarness(self, settings: settings)
         let alice = Identity.generate(), bob = Identity.generate()
         let phone = h.attach(alice, as: .endpoint)
-        func seal(_ text: String, created: Int64 = Clock.nowMilliseconds(), ttl: Int64 = 3_600_000) throws -> Envelope {
+        func seal(_ text: String, created: Int64 = WallClock.nowMilliseconds(), ttl: Int64 = 3_600_000) throws -> Envelope {
             try Envelope.sealMessage(plaintext: Array(text.utf8), from: alice, toSigningKey: bob.signingKey, recipientKXKey: bob.kxKey,
                                      createdMs: created, ttlMs: ttl)
         }
@@ -62,7 +63,7 @@ final class RouterRefusalTests: XCTestCase {
 
         // Expired: created two hours ago with a one-hour lifetime, and its hop header says so (a
         // hub that knows no true time judges by the age; Docs/protocol.md §2.2).
-        let expired = try seal("old", created: Clock.nowMilliseconds() - 7_200_000)
+        let expired = try seal("old", created: WallClock.nowMilliseconds() - 7_200_000)
         h.receive(TLVRecord(.bundle, value: YaokWire.Bundle(hop: .origin(ageMs: 7_200_000), envelope: expired).encoded), on: phone)
         XCTAssertEqual(reason(expired.bundleID, on: phone), .expired)
 

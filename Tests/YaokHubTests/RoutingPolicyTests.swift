@@ -2,6 +2,7 @@ import XCTest
 import YaokPluginKit
 @testable import YaokStore
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// The routing policies behind the router's seam.
 final class RoutingPolicyTests: XCTestCase {

@@ -1,3 +1,4 @@
+import HubTestSupport
 import Foundation
 import XCTest
 import YaokCrypto
@@ -5,6 +6,7 @@ import YaokPluginKit
 import YaokWire
 import YaokTesting
 @testable import YaokHubCore
+@testable import YaokRouting
 
 /// The ABI's send result codes (`yaok_send_result`) reach the router, which acts on each:
 /// Tests/Fixtures/refusing_transport.py reports Bob's phone on a link and refuses every send

@@ -1,6 +1,7 @@
 import XCTest
 import YaokCrypto
 @testable import YaokStore
+import YaokStoreBenchmark
 #if canImport(Glibc)
 import Glibc
 #endif

@@ -1,4 +1,5 @@
 import Foundation
+import HubTestSupport
 import XCTest
 import YaokCrypto
 import YaokRelayProtocol
@@ -30,10 +31,10 @@ final class RelayHubEndToEndTests: XCTestCase {
 
     struct Setup {
         let relay: RelayProcess
-        let hub: HubProcess
+        let hub: RelayHub
         var hubDir: String { hub.dir }
         var udpPort: UInt16 { hub.udpPort }
-        var log: () -> String { hub.log }
+        var log: () -> String { { hub.log } }
     }
 
     /// A relay process and a hub process with the udp and relay plugins, its relay link up;
@@ -52,11 +53,11 @@ final class RelayHubEndToEndTests: XCTestCase {
         let relayAddress = webSocket
             ? "address: wss://127.0.0.1:\(relay.wssPort)\ntls_spki_sha256: \(Hex.encode(relay.tlsPin))"
             : "address: 127.0.0.1:\(relay.port)"
-        let hub = try HubProcess(dir: try tempDir(), relay: relayAddress, relayKey: relay.key, name: "relay-e2e")
+        let hub = try RelayHub(dir: try tempDir(), relay: relayAddress, relayKey: relay.key, name: "relay-e2e")
         cleanup.append { hub.stop() }
 
         // The hub registers itself with the relay once its relay link is up.
-        XCTAssertTrue(Wait.poll(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hub.log())
+        XCTAssertTrue(Wait.poll(timeout: 30) { relay.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hub.log)
         return Setup(relay: relay, hub: hub)
     }
 
@@ -113,7 +114,7 @@ final class RelayHubEndToEndTests: XCTestCase {
         // Alice attaches to the hub and registers through it: the queued message comes down.
         // (She pins the hub: only a hub she trusts may collect her internet mail.)
         let got = try run(yaok, ["listen", "--home", alice, "--hub", "udp://127.0.0.1:\(setup.udpPort)", "--count", "1",
-                                 "--trust-hub", try setup.hub.signingKey(), "--json", "--timeout", "30"] + relayArgs, timeout: 60)
+                                 "--trust-hub", try setup.hub.signingKeyHex(), "--json", "--timeout", "30"] + relayArgs, timeout: 60)
         XCTAssertEqual(got.0, 0, got.1 + "\nhub log:\n" + setup.log())
         XCTAssertTrue(got.1.contains("hello from the internet"), got.1 + "\nhub log:\n" + setup.log())
         // The relay deleted it only after the hub's store took custody.
@@ -154,7 +155,7 @@ final class RelayHubEndToEndTests: XCTestCase {
 
         // ... and Alice, at the hub (registered with the relay through it), waits for his receipt.
         let sent = try run(yaok, ["send", "--home", alice, "Bob", "hello over wss", "--hub", "udp://127.0.0.1:\(setup.udpPort)",
-                                  "--trust-hub", try setup.hub.signingKey(), "--wait-delivered", "--json", "--timeout", "45"] + key, timeout: 90)
+                                  "--trust-hub", try setup.hub.signingKeyHex(), "--wait-delivered", "--json", "--timeout", "45"] + key, timeout: 90)
         XCTAssertEqual(exited.wait(timeout: .now() + 30), .success)
         let bobOutput = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         XCTAssertEqual(listener.terminationStatus, 0, bobOutput)

@@ -1,4 +1,5 @@
 import Foundation
+import HubTestSupport
 import XCTest
 import YaokCrypto
 import YaokPluginKit
@@ -192,9 +193,9 @@ final class RelayPluginFailoverTests: XCTestCase {
         for exe in [yaok, hubExe] where !FileManager.default.isExecutableFile(atPath: exe) { throw XCTSkip("\(exe) is not built") }
         let (node1, node2, _) = try RelayProcess.failoverNodes(cleanup: &cleanup)
         let hubDir = try tempDir()
-        let hub = try HubProcess(dir: hubDir, relayAddresses: ["127.0.0.1:\(node1.port)", "127.0.0.1:\(node2.port)"], relayKey: node1.key)
+        let hub = try RelayHub(dir: hubDir, relayAddresses: ["127.0.0.1:\(node1.port)", "127.0.0.1:\(node2.port)"], relayKey: node1.key)
         cleanup.append { hub.stop() }
-        let hubLog = { hub.log() }
+        let hubLog = { hub.log }
         XCTAssertTrue(Wait.poll(timeout: 30) { node1.metric("yaok_relay_registrations_accepted_total") ?? 0 >= 1 }, hubLog())
 
         let (alice, bob) = try initAliceAndBob(yaok, in: hubDir)
@@ -220,7 +221,7 @@ final class RelayPluginFailoverTests: XCTestCase {
         XCTAssertEqual(out.components(separatedBy: "[Alice] second, via node 2").count - 1, 1, out)
         XCTAssertFalse(out.contains("duplicate"), out)
 
-        let status = try hub.status()
+        let status = try hub.statusText()
         XCTAssertEqual(status.0, 0, status.1)
         XCTAssertTrue(status.1.contains("registered with relay node 2 of 2 (127.0.0.1:\(node2.port)); last move: node 1 (127.0.0.1:\(node1.port)) stopped answering at"), status.1)
         let log = hubLog()

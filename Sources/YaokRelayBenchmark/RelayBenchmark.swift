@@ -1,5 +1,6 @@
 import Foundation
 import YaokCrypto
+import YaokRelayServer
 import YaokRelayProtocol
 import YaokRelayWebSocket
 import YaokWire

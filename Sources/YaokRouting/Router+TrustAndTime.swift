@@ -135,7 +135,7 @@ extension Router {
 
     func persistClock(hubNowMs t: Int64) {
         lastClockPersistMs = t
-        storeCall("persistHubClock", { try store.persistHubClock(hubMs: t, wallMs: Clock.nowMilliseconds()) })
+        storeCall("persistHubClock", { try store.persistHubClock(hubMs: t, wallMs: WallClock.nowMilliseconds()) })
     }
 
     /// Our estimate now comes from another source: say so, and tell the peers that read it.

@@ -19,7 +19,7 @@ import struct YaokRelayProtocol.Registration
 /// bundle crosses each link at most once. Endpoints and the relay get bundles
 /// pushed directly.
 // @unchecked: routing state is confined to `queue`; the entry points only enqueue (admission has its own lock).
-public final class Router: TransportEventHandler, @unchecked Sendable {
+public final class Router: @unchecked Sendable {
 
     public let hubID: [UInt8]
     let hubSigningKey: [UInt8]
@@ -286,7 +286,7 @@ public final class Router: TransportEventHandler, @unchecked Sendable {
         }
     }
 
-    // MARK: TransportEventHandler (called from plugin threads; hop onto the queue)
+    // MARK: Transport events (called from plugin threads; hop onto the queue)
 
     public func linkUp(_ link: LinkInfo, on transport: any RouterTransport) {
         work { self.handleLinkUp(link, transport: transport) }

@@ -44,7 +44,7 @@ final class PluginProcess: @unchecked Sendable {
     /// `yaok-hub`, else the `yaok-hub` beside it (tests run the hub's code from an XCTest bundle).
     static var hostExecutable: String {
         if let e = ProcessInfo.processInfo.environment["YAOK_PLUGIN_HOST"], !e.isEmpty { return e }
-        let me = Paths.executablePath()
+        let me = PluginLoader.executablePath()
         if (me as NSString).lastPathComponent == "yaok-hub" { return me }
         return ((me as NSString).deletingLastPathComponent as NSString).appendingPathComponent("yaok-hub")
     }

@@ -3,35 +3,15 @@ import Foundation
 import Logging
 import YaokPluginKit
 
-/// What the router needs of a transport: its name, which roles its peers may claim, whether it
-/// is the pinned relay, and sending. ``TransportHost`` is the real one (a plugin in its own
-/// process); tests drive a router through an in-memory one.
-public protocol RouterTransport: AnyObject, Sendable {
-    /// The config section's name (`udp`, `mesh`), which names its links (`udp/3`).
-    var name: String { get }
-    /// The roles its peers may claim (`peer_roles`); the relay role is judged apart.
-    var peerRoles: Set<PeerRole> { get }
-    /// The relay key this transport pins, when it runs the relay plugin itself (a `command:`
-    /// program does not qualify): a link whose proven key is this one is the relay.
-    var pinnedRelayKey: [UInt8]? { get }
-    /// Sends a frame on a link. `held`: more sends follow in this pass, the frame may wait for
-    /// ``flushHeldSends()``. Returns whether it waits. A refusal that comes later reaches the
-    /// handler's `sendFailed`.
-    @discardableResult
-    func send(_ frame: [UInt8], to link: LinkID, held: Bool) throws -> Bool
-    /// Writes the frames held by ``send(_:to:held:)``.
-    func flushHeldSends()
-}
-
-/// Receives what transports report. The router implements it.
+/// Receives what a transport host reports: the daemon forwards it to the router.
 public protocol TransportEventHandler: AnyObject, Sendable {
-    func linkUp(_ link: LinkInfo, on transport: any RouterTransport)
-    func linkDown(_ link: LinkID, reason: String?, on transport: any RouterTransport)
-    func frameReceived(_ frame: [UInt8], link: LinkID, on transport: any RouterTransport)
-    func statusChanged(on transport: any RouterTransport)
+    func linkUp(_ link: LinkInfo, on transport: TransportHost)
+    func linkDown(_ link: LinkID, reason: String?, on transport: TransportHost)
+    func frameReceived(_ frame: [UInt8], link: LinkID, on transport: TransportHost)
+    func statusChanged(on transport: TransportHost)
     /// The plugin refused a frame it was handed (sends are pipelined, so this comes later),
     /// saying why as the ABI's `yaok_send_result`.
-    func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: any RouterTransport)
+    func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: TransportHost)
 }
 
 /// A plugin's refusal of one `send`, with the ABI's reason code.
@@ -84,9 +64,9 @@ public struct TransportRuntimeStatus: Sendable, Codable, Equatable {
 /// custody). Crashing `crashLimit` times in `crashWindow` seconds leaves it `failed` until the
 /// config changes or SIGHUP. The hub's secret key never enters the process.
 // @unchecked: process, state and counters only under `lock`; lifecycle steps run one at a time on `queue`.
-public final class TransportHost: RouterTransport, @unchecked Sendable {
+public final class TransportHost: @unchecked Sendable {
     public let name: String
-    public let section: HubConfig.TransportSection
+    public let section: TransportSection
     public let plugin: LoadedPlugin
     public var peerRoles: Set<PeerRole> { section.peerRoles }
     public let pinnedRelayKey: [UInt8]?
@@ -118,7 +98,7 @@ public final class TransportHost: RouterTransport, @unchecked Sendable {
 
     /// Backoff for failed starts and restarts: 1 s doubling to at most 60 s.
     public static let maxBackoffSeconds = 60.0
-    static func backoffSeconds(failures: Int) -> Double {
+    package static func backoffSeconds(failures: Int) -> Double {
         Double(Backoff.delayMs(failures: failures, baseMs: 1_000, capMs: Int64(maxBackoffSeconds * 1_000))) / 1_000
     }
     /// Crashes within ``crashWindow`` seconds that leave the transport `failed`.
@@ -132,7 +112,7 @@ public final class TransportHost: RouterTransport, @unchecked Sendable {
     /// Bound on one `send`: a plugin stuck in `send` is killed after it.
     public static let sendTimeout = 2.0
 
-    public init(section: HubConfig.TransportSection, plugin: LoadedPlugin, crypto: HostCrypto,
+    public init(section: TransportSection, plugin: LoadedPlugin, crypto: HostCrypto,
                 handler: TransportEventHandler, metrics: PluginMetricSink?, logger: Logger) {
         self.name = section.name
         self.section = section
@@ -569,15 +549,5 @@ public enum TransportHostError: Error, CustomStringConvertible, Sendable {
         case .noPlugin(_, let kind, let searched):
             return "no plugin of kind \"\(kind)\" found in \(searched.joined(separator: ", "))"
         }
-    }
-}
-
-/// Wall-clock helpers.
-public enum Clock {
-    /// UTC milliseconds since the Unix epoch.
-    public static func nowMilliseconds() -> Int64 {
-        var ts = timespec()
-        clock_gettime(CLOCK_REALTIME, &ts)
-        return Int64(ts.tv_sec) * 1000 + Int64(ts.tv_nsec) / 1_000_000
     }
 }

@@ -16,7 +16,7 @@ extension Router {
         /// Envelope lifetime rules (maximum TTL, clock skew) checked before anything is stored.
         public var lifetime: EnvelopeLifetime
         /// Which hub peers are trusted, and what the others get.
-        public var trust: HubConfig.HubTrustSettings
+        public var trust: HubTrustSettings
         /// This hub's own certificate (``HubCertificate`` bytes), sent on every hub link.
         public var ownCertificate: [UInt8]?
         /// `clock.set_system_clock`: step the system clock to a known true time when the kernel
@@ -30,7 +30,7 @@ extension Router {
         public var testing = Testing()
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
                     lifetime: EnvelopeLifetime = EnvelopeLifetime(),
-                    trust: HubConfig.HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil, setSystemClock: Bool = false) {
+                    trust: HubTrustSettings = .init(), ownCertificate: [UInt8]? = nil, setSystemClock: Bool = false) {
             self.setSystemClock = setSystemClock
             self.trust = trust
             self.ownCertificate = ownCertificate

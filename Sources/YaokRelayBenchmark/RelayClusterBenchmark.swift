@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import YaokCrypto
+import YaokRelayServer
 
 /// Measures a two-node relay cluster on loopback: two `yaok-relay run --store postgres://…`
 /// processes on one PostgreSQL database, signing with one key, and the clients of

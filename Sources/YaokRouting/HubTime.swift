@@ -1,6 +1,7 @@
 import CLinuxProcess
 import Foundation
 import Synchronization
+import YaokPluginKit
 import YaokWire
 
 /// The hub clock: milliseconds that only move forward, for every deadline the hub keeps
@@ -210,7 +211,7 @@ public final class HubTime: Sendable {
     ///   - startHubMs: the hub clock's value now (``HubClockStart/resume(persisted:wallNowMs:)``).
     ///   - monotonicNs: the monotonic clock the hub clock advances with (tests pass one they move).
     public init(startHubMs: Int64, trust: SystemClockTrust = .auto,
-                wallClock: @escaping @Sendable () -> Int64 = { Clock.nowMilliseconds() },
+                wallClock: @escaping @Sendable () -> Int64 = { WallClock.nowMilliseconds() },
                 systemSynchronised: @escaping @Sendable () -> Bool = { HubTime.kernelSaysSynchronised() },
                 monotonicNs: @escaping @Sendable () -> UInt64 = { DispatchTime.now().uptimeNanoseconds }) {
         self.startHubMs = startHubMs

@@ -152,7 +152,7 @@ final class InProcessPlugin: @unchecked Sendable {
         for i in 0..<len { out[i] = r[i] }
     }
 
-    static let nowThunk: @convention(c) (UnsafeMutableRawPointer?) -> Int64 = { _ in Clock.nowMilliseconds() }
+    static let nowThunk: @convention(c) (UnsafeMutableRawPointer?) -> Int64 = { _ in WallClock.nowMilliseconds() }
 
     static let monotonicThunk: @convention(c) (UnsafeMutableRawPointer?) -> UInt64 = { _ in DispatchTime.now().uptimeNanoseconds }
 

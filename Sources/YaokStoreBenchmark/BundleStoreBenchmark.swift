@@ -3,6 +3,8 @@ import Glibc
 #elseif canImport(Darwin)
 import Darwin
 #endif
+import YaokCrypto
+import YaokStore
 
 /// Measurements of the bundle store on this machine's disk, for the lead's benchmarks
 /// (never asserted in unit tests).
@@ -17,7 +19,7 @@ public enum BundleStoreBenchmark {
     }
 
     private static func acceptRate(count: Int, bundleSize: Int, store: BundleStore) throws -> Double {
-        var payload = try DatabaseKey.randomBytes(max(0, bundleSize))
+        var payload = Random.bytes(max(0, bundleSize))
         let source = [UInt8](repeating: 0x51, count: 32)
         let start = monotonicNs()
         for i in 0..<max(0, count) {
@@ -48,13 +50,13 @@ public enum BundleStoreBenchmark {
 
     private static func hubLifecycle(messages: Int, messagesPerCommit: Int, store: BundleStore) throws -> Double {
         let alice = [UInt8](repeating: 0xA1, count: 32), bob = [UInt8](repeating: 0xB0, count: 32)
-        var payload = try DatabaseKey.randomBytes(330)
-        let receiptBytes = try DatabaseKey.randomBytes(180)
+        var payload = Random.bytes(330)
+        let receiptBytes = Random.bytes(180)
         let start = monotonicNs()
         for first in stride(from: 0, to: max(0, messages), by: max(1, messagesPerCommit)) {
             try store.database.beginGroup()
             for i in first..<min(messages, first + max(1, messagesPerCommit)) {
-                let messageID = try DatabaseKey.randomBytes(16), receiptID = try DatabaseKey.randomBytes(16)
+                let messageID = Random.bytes(16), receiptID = Random.bytes(16)
                 payload[0] = UInt8(truncatingIfNeeded: i)
                 let message = NewBundle(bundleID: messageID, destination: bob, kind: 1, sourceUserID: alice, hopCount: 0, hopLimit: 8,
                                         createdMs: Int64(i), expiresMs: Int64.max, bytes: payload, receivedFrom: "udp/1", origin: "udp")
@@ -84,7 +86,7 @@ public enum BundleStoreBenchmark {
             for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
             if directory == nil { rmdir(dir) }
         }
-        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: try DatabaseKey.randomBytes(32)))
+        let store = try BundleStore(database: try SQLCipherDatabase(path: path, key: Random.bytes(32)))
         defer { store.database.close() }
         return try body(store)
     }

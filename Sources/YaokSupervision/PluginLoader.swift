@@ -68,7 +68,7 @@ public struct PluginCatalog: Sendable {
     public var directories: [(path: String, problem: String?)] = []
 
     /// What serves a section: its program (`command:`), else the plugin of its kind.
-    public func plugin(for section: HubConfig.TransportSection) -> LoadedPlugin? {
+    public func plugin(for section: TransportSection) -> LoadedPlugin? {
         if let command = section.command { return LoadedPlugin(command: command, kind: section.kind) }
         return loaded[section.kind]
     }
@@ -95,9 +95,14 @@ public enum PluginLoader {
         name.hasPrefix("libyaok-plugin-") && name.hasSuffix(".so")
     }
 
+    /// This process's executable (a plugin process is this binary again, and plugins sit beside it).
+    public static func executablePath() -> String {
+        (try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")) ?? CommandLine.arguments[0]
+    }
+
     /// The default plugin directories: `/usr/lib/yaok-hub/plugins` for an installed binary,
     /// otherwise the directory of the running binary (a development build).
-    public static func defaultDirectories(executablePath: String = Paths.executablePath()) -> [String] {
+    public static func defaultDirectories(executablePath: String = PluginLoader.executablePath()) -> [String] {
         let dir = (executablePath as NSString).deletingLastPathComponent
         if dir == "/usr/bin" || dir == "/usr/sbin" || dir.hasPrefix("/usr/lib/yaok-hub") {
             return ["/usr/lib/yaok-hub/plugins"]
