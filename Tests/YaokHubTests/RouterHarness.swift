@@ -39,6 +39,23 @@ final class MemoryTransport: RouterTransport, @unchecked Sendable {
     func frames(on link: LinkID) -> [TLVRecord] { lock.withLock { sent[link] ?? [] } }
 }
 
+/// A log handler that keeps every message in memory, for tests that check what is logged.
+final class LogCapture: LogHandler, @unchecked Sendable {
+    var logLevel: Logger.Level = .info
+    var metadata: Logger.Metadata = [:]
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+    private let lines = Mutex<[String]>([])
+    /// Every message so far, one per line.
+    var text: String { lines.withLock { $0.joined(separator: "\n") } }
+
+    func log(event: LogEvent) {
+        lines.withLock { $0.append("\(event.level) \(event.message)") }
+    }
+}
+
 /// The monotonic clock a harness's router runs on: it moves only when the test says.
 final class ManualClock: Sendable {
     private let ns = Mutex<UInt64>(1_000_000_000)
@@ -55,20 +72,26 @@ final class RouterHarness {
     let router: Router
     let store: BundleStore
     let transport: MemoryTransport
-    let hub = Identity.generate()
+    /// The hub's own identity.
+    let hub: Identity
     let clock = ManualClock()
+    /// What the router logged (info and above), kept in memory, not printed.
+    let log: LogCapture
     private var nextLink: LinkID = 1
 
     init(_ test: XCTestCase, settings: Router.Settings = .init(), policy: RoutingPolicy = EpidemicPolicy(),
-         transport: MemoryTransport = MemoryTransport()) throws {
+         transport: MemoryTransport = MemoryTransport(), hub: Identity = .generate()) throws {
+        self.hub = hub
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("yaok-router-\(UUID().uuidString)").path
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
         test.addTeardownBlock { try? FileManager.default.removeItem(atPath: dir) }
         store = try BundleStore(database: try SQLCipherDatabase(path: dir + "/store.db", key: Array(repeating: 7, count: 32)))
         let clock = self.clock
         let time = HubTime(startHubMs: WallClock.nowMilliseconds(), trust: .always, systemSynchronised: { true }, monotonicNs: { clock.now })
-        var logger = Logger(label: "router-harness")
-        logger.logLevel = .warning
+        let log = LogCapture()
+        self.log = log
+        var logger = Logger(label: "router-harness") { _ in log }
+        logger.logLevel = .info
         self.transport = transport
         router = Router(hubIdentity: hub, store: store, settings: settings, policy: policy, logger: logger, time: time)
         router.start(ticking: false)
