@@ -109,7 +109,6 @@ public final class Hub: @unchecked Sendable {
     static func testSwitches(_ environment: [String: String]) -> Router.Testing {
         var t = Router.Testing()
         t.noReconcile = environment["YAOK_TEST_NO_RECONCILE"] != nil
-        t.reconcileVersion1Only = environment["YAOK_TEST_RECONCILE_V1_ONLY"] != nil
         t.commitDelayUs = environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0
         if let quiet = environment["YAOK_TEST_WAL_QUIET_MS"].flatMap({ Int64($0) }) { t.walQuietMs = max(quiet, 100) }
         return t

@@ -49,7 +49,7 @@ extension Router {
         public var noReconcile = false
         /// Behave like a hub that speaks reconciliation version 1 only: start version 1, and
         /// answer any other version's first message with `abort(unsupported version, [1])`,
-        /// then list offers (`YAOK_TEST_RECONCILE_V1_ONLY`).
+        /// then list offers (in-memory tests only).
         public var reconcileVersion1Only = false
         /// Hold every group open this much longer before its commit, so a test can SIGKILL the
         /// hub inside the window and prove nothing that depends on the group (a custody ack)

@@ -16,9 +16,11 @@ final class MemoryTransport: RouterTransport, @unchecked Sendable {
     let name: String
     let peerRoles: Set<PeerRole>
     let pinnedRelayKey: [UInt8]?
-    /// Guards `sent`.
+    /// Guards `sent` and `outbox`.
     private let lock = NSLock()
     private var sent: [LinkID: [TLVRecord]] = [:]
+    /// Frames sent and not yet carried to the far end (``RouterPair``).
+    private var outbox: [LinkID: [[UInt8]]] = [:]
 
     init(name: String = "mem", peerRoles: Set<PeerRole> = [.endpoint, .hub], pinnedRelayKey: [UInt8]? = nil) {
         self.name = name
@@ -29,9 +31,15 @@ final class MemoryTransport: RouterTransport, @unchecked Sendable {
     /// Every frame is written at once: nothing waits for ``flushHeldSends()``.
     func send(_ frame: [UInt8], to link: LinkID, held: Bool) throws -> Bool {
         let record = try TLVRecord(parsing: frame)
-        lock.withLock { sent[link, default: []].append(record) }
+        lock.withLock {
+            sent[link, default: []].append(record)
+            outbox[link, default: []].append(frame)
+        }
         return false
     }
+
+    /// The frames sent on `link` since the last call, for a test that carries them to the far end.
+    func takeUncarried(on link: LinkID) -> [[UInt8]] { lock.withLock { outbox.removeValue(forKey: link) ?? [] } }
 
     func flushHeldSends() {}
 
@@ -181,5 +189,80 @@ extension XCTestCase {
         let body = size.map { [UInt8](repeating: 0x4A, count: $0) } ?? Array(text.utf8)
         return try Envelope.sealMessage(plaintext: body, from: sender, toSigningKey: recipient.signingKey, recipientKXKey: recipient.kxKey,
                                         createdMs: WallClock.nowMilliseconds(), ttlMs: ttl, messageID: messageID)
+    }
+}
+
+/// Two in-memory routers linked to each other as hubs: what one sends on its link to the other
+/// the test carries to the other, as a transport would, until neither has more to say.
+final class RouterPair {
+    let a: RouterHarness, b: RouterHarness
+    /// A's link to B, and B's link to A, once ``connect(mtu:)`` ran.
+    private(set) var linkA: LinkID = 0, linkB: LinkID = 0
+    /// Frames carried each way so far.
+    private(set) var carriedAToB = 0, carriedBToA = 0
+
+    /// Two hubs that trust each other by name (`hub_trust: list`). A has the lower user ID, so
+    /// A starts every reconciliation (the lower ID initiates); `testingA`/`testingB` make either
+    /// behave like an older hub.
+    init(_ test: XCTestCase, testingA: Router.Testing = .init(), testingB: Router.Testing = .init()) throws {
+        var keys = [Identity.generate(), Identity.generate()]
+        keys.sort { $0.userID.lexicographicallyPrecedes($1.userID) }
+        func settings(trusting other: Identity, _ testing: Router.Testing) -> Router.Settings {
+            var s = Router.Settings(senderEnvelopesPerMinute: 100_000, trust: HubTrustSettings(mode: .list, trustedHubs: [other.signingKey]))
+            s.testing = testing
+            return s
+        }
+        a = try RouterHarness(test, settings: settings(trusting: keys[1], testingA), hub: keys[0])
+        b = try RouterHarness(test, settings: settings(trusting: keys[0], testingB), hub: keys[1])
+    }
+
+    /// The two hubs meet. `mtu` below 60,003 bytes makes them list offers rather than reconcile.
+    func connect(mtu: Int = 65_000) {
+        linkA = a.attach(b.hub, as: .hub, mtu: mtu)
+        linkB = b.attach(a.hub, as: .hub, mtu: mtu)
+        settle()
+    }
+
+    /// The two part (the link is down at both ends).
+    func disconnect() {
+        a.detach(linkA)
+        b.detach(linkB)
+        _ = a.transport.takeUncarried(on: linkA)
+        _ = b.transport.takeUncarried(on: linkB)
+    }
+
+    /// Carries frames both ways until neither router sends more.
+    func settle() {
+        while true {
+            a.router.settle()
+            b.router.settle()
+            let toB = a.transport.takeUncarried(on: linkA), toA = b.transport.takeUncarried(on: linkB)
+            if toB.isEmpty && toA.isEmpty { return }
+            for frame in toB { b.router.frameReceived(frame, link: linkB, on: b.transport) }
+            for frame in toA { a.router.frameReceived(frame, link: linkA, on: a.transport) }
+            carriedAToB += toB.count
+            carriedBToA += toA.count
+        }
+    }
+
+    /// Time passes on both hubs: a tick each second, and what the ticks send is carried.
+    func run(seconds: Int) {
+        for _ in 0..<seconds {
+            a.clock.advance(ms: 1_000)
+            b.clock.advance(ms: 1_000)
+            a.router.tickNow()
+            b.router.tickNow()
+            settle()
+        }
+    }
+
+    /// A phone hands each envelope to `hub` (in bursts, as its window would).
+    func load(_ envelopes: [Envelope], into hub: RouterHarness, from phone: Identity) {
+        let link = hub.attach(phone, as: .endpoint)
+        for e in envelopes {
+            hub.router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded).encoded, link: link, on: hub.transport)
+        }
+        hub.router.settle()
+        hub.detach(link)
     }
 }

@@ -305,27 +305,20 @@ extension XCTestCase {
 /// their directories (with `data/identity.key` made), ports and configs. `router` is added to
 /// both configs' router section.
 struct TrustedHubPair {
-    enum Side { case a, b }
     let dirA: String, dirB: String
     let portA: UInt16, portB: UInt16
     let configA: String, configB: String
     /// A's config without B as a peer: A apart.
     var configAApart: String { configA.replacingOccurrences(of: "peers: [\"127.0.0.1:\(portB)\"]", with: "peers: []") }
 
-    /// `initiator`: which hub's ID must be the lower one (it starts reconciliation); nil lets
-    /// the random keys decide.
-    init(_ test: XCTestCase, router: String = "", initiator: Side? = nil) throws {
+    init(_ test: XCTestCase, router: String = "") throws {
         let plugins = try TestSupport.pluginDirectory(test)
         func home() throws -> (dir: String, identity: Identity) {
             let dir = try TestSupport.temporaryDirectory(test)
             try FileManager.default.createDirectory(atPath: dir + "/data", withIntermediateDirectories: true, attributes: [.posixPermissions: 0o700])
             return (dir, try IdentityFile.loadOrCreate(path: dir + "/data/identity.key"))
         }
-        let a = try home()
-        var b = try home()
-        while let initiator, a.identity.userID.lexicographicallyPrecedes(b.identity.userID) != (initiator == .a) {
-            b = try home()
-        }
+        let a = try home(), b = try home()
         let (portA, portB) = (HubProcessTests.freePort(), HubProcessTests.freePort())
         func config(_ me: String, port: UInt16, peers: [UInt16], trusting other: Identity) -> String {
             HubProcessTests.config(dir: me, pluginDirs: [plugins], udpPort: port, peers: peers)
