@@ -236,7 +236,7 @@ let package = Package(
 if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
     let hubUnitTests = ["ConfigEditorTests.swift", "HopLatencyTests.swift", "PluginMessageTests.swift",
                         "ReceiptCommitmentsTests.swift", "RoutingPolicyTests.swift", "ClockEstimateTests.swift",
-                        "MetricsHTTPServerTests.swift", "RouterHarness.swift", "RouterCustodyTests.swift", "RouterRefusalTests.swift", "RouterSendRefusalTests.swift", "RouterTrustTests.swift", "RouterReconcileTests.swift", "CustodyAckListTests.swift", "RouterHeldTests.swift"]
+                        "MetricsHTTPServerTests.swift", "RouterHarness.swift", "RouterCustodyTests.swift", "RouterRefusalTests.swift", "RouterSendRefusalTests.swift", "RouterTrustTests.swift", "RouterReconcileTests.swift", "CustodyAckListTests.swift", "RouterHeldTests.swift", "RouterGroupCommitTests.swift"]
     let tests: Set<String> = ["YaokWireTests", "YaokStoreTests", "YaokReconcileTests", "YaokATTTests",
                               "YaokHubTests", "UDPTransportTests", "MeshTransportTests",
                               "YaokUDPPlugin"]  // UDPPluginTests load the built .so through the C ABI
