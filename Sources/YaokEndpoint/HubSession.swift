@@ -549,7 +549,7 @@ public final class HubSession: @unchecked Sendable {
             guard let ack = try? CustodyAck(parsing: record.value), handedOver(ack.bundleID) else { return }
             pushOutbox()
         case .custodyAcks:
-            guard let list = try? SummaryVector(parsing: record.value) else { return }
+            guard let list = try? BundleIDList(parsing: record.value) else { return }
             hubReadsAckLists = true
             var any = false
             for id in list.bundleIDs where handedOver(id) { any = true }

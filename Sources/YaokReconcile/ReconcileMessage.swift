@@ -8,7 +8,7 @@ public enum ReconcileLimits {
     public static let supportedVersions: [UInt8] = [1, 2]
     /// The largest message: 60,000 bytes, so a message, its TLV header and the link's sealing
     /// fit every hub transport that can carry it (UDP frames are at most 65,000 bytes). Links
-    /// with smaller frames (BLE, 10.5 KB) use `summary` offers instead.
+    /// with smaller frames (BLE, 10.5 KB) list offers (`offer`) instead.
     public static let maxMessageBytes = 60_000
     /// Bytes of one cell: count(4) + idSum(16) + hashSum(8).
     public static let cellBytes = 28

@@ -47,7 +47,7 @@ extension Router {
         case .custodyAck: handleCustodyAck(record.value, from: link)
         case .custodyAcks: handleCustodyAcks(record.value, from: link)
         case .custodyRefused: handleCustodyRefusal(record.value, from: link)
-        case .summary: handleOffer(record.value, from: link)
+        case .offer: handleOffer(record.value, from: link)
         case .held: handleHeld(record.value, from: link)
         case .reconcile: handleReconcile(record.value, from: link)
         case .request: handleRequest(record.value, from: link)
@@ -258,7 +258,7 @@ extension Router {
     /// A list of acks (or, empty, the peer's announcement that it reads them). A list that
     /// does not parse is refused whole; each ID of one that does is checked on its own.
     func handleCustodyAcks(_ value: [UInt8], from link: Link) {
-        guard let list = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        guard let list = try? BundleIDList(parsing: value) else { counters.refusedMalformed += 1; return }
         link.peerReadsAckLists = true
         guard !list.bundleIDs.isEmpty else { return }
         counters.ackListsReceived += 1

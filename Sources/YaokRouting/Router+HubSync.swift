@@ -6,7 +6,7 @@ import YaokReconcile
 import YaokStore
 import YaokWire
 
-// Between hubs: offers (`summary`), requests, `held`, and set reconciliation.
+// Between hubs: offers, requests, `held`, and set reconciliation.
 extension Router {
     // MARK: Offer / request between hubs
 
@@ -25,7 +25,7 @@ extension Router {
         // A phone pushes its bundles; an offer from it would make the hub record it as holding
         // other people's bundles (fewer spray-and-wait copies, no offers to it).
         guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
-        guard let offer = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        guard let offer = try? BundleIDList(parsing: value) else { counters.refusedMalformed += 1; return }
         counters.offersReceived += 1
         let room = max(0, Self.maxOfferedPerLink - link.offered.count)
         if offer.bundleIDs.count > room { counters.offersDropped += offer.bundleIDs.count - room }
@@ -65,13 +65,13 @@ extension Router {
             link.requested[id] = t + link.pacing.timeoutMs()
             wanted.append(id)
         }
-        if !wanted.isEmpty, let vector = try? SummaryVector(bundleIDs: wanted) {
+        if !wanted.isEmpty, let vector = try? BundleIDList(bundleIDs: wanted) {
             send(TLVRecord(.request, value: vector.encoded), on: link)
         }
         // Say which ones we hold, so the neighbour stops offering them.
         let unknownSet = Set(unknown)
         let held = slice.filter { !unknownSet.contains($0) }
-        if !held.isEmpty, mayExchange(with: link), let vector = try? SummaryVector(bundleIDs: held) {
+        if !held.isEmpty, mayExchange(with: link), let vector = try? BundleIDList(bundleIDs: held) {
             counters.heldSent += vector.bundleIDs.count
             send(TLVRecord(.held, value: vector.encoded), on: link)
         }
@@ -92,7 +92,7 @@ extension Router {
     static let maxWantedPerLink = 20_000
 
     func handleRequest(_ value: [UInt8], from link: Link) {
-        guard let request = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        guard let request = try? BundleIDList(parsing: value) else { counters.refusedMalformed += 1; return }
         // Only hubs and the relay take bundles by request; a phone gets its own mail pushed.
         guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
         let room = max(0, Self.maxWantedPerLink - link.wanted.count)
@@ -152,9 +152,9 @@ extension Router {
         for link in links.values where !link.offersToSend.isEmpty {
             let ids = link.offersToSend
             link.offersToSend.removeAll()
-            for vector in SummaryVector.chunked(ids) {
+            for vector in BundleIDList.chunked(ids) {
                 counters.idsOffered += vector.bundleIDs.count
-                send(TLVRecord(.summary, value: vector.encoded), on: link)
+                send(TLVRecord(.offer, value: vector.encoded), on: link)
             }
         }
     }

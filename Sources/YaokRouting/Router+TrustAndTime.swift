@@ -23,7 +23,7 @@ extension Router {
     /// is recorded in the store; an untrusted hub's is remembered for its link only.
     func handleHeld(_ value: [UInt8], from link: Link) {
         guard link.info.peerRole != .endpoint else { counters.framesRefusedForRole += 1; return }
-        guard let held = try? SummaryVector(parsing: value) else { counters.refusedMalformed += 1; return }
+        guard let held = try? BundleIDList(parsing: value) else { counters.refusedMalformed += 1; return }
         counters.heldReceived += held.bundleIDs.count
         if link.isUntrustedHub {
             noteUntrustedHolds(held.bundleIDs, on: link)

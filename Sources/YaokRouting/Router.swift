@@ -14,7 +14,7 @@ import struct YaokRelayProtocol.Registration
 /// (custody) only after the store has durably committed it.
 ///
 /// Between hubs, bundles move by offer and request: a hub offers message IDs
-/// (``FrameType/summary``), the neighbour requests the ones it lacks
+/// (``FrameType/offer``), the neighbour requests the ones it lacks
 /// (``FrameType/request``), and only then does the bundle cross — so each
 /// bundle crosses each link at most once. Endpoints and the relay get bundles
 /// pushed directly.

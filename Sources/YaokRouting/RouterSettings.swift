@@ -120,7 +120,7 @@ extension Router {
         public var offersDropped = 0
         /// Offers received from hubs, and `held` answers sent and received (IDs).
         public var offersReceived = 0
-        /// Bundle IDs listed in offers (`summary`) sent to hubs.
+        /// Bundle IDs listed in offers sent to hubs.
         public var idsOffered = 0
         public var heldSent = 0
         public var heldReceived = 0

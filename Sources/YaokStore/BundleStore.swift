@@ -287,7 +287,7 @@ public final class BundleStore: @unchecked Sendable {
         return out
     }
 
-    /// Bundle IDs in the given states, in ascending byte order (for summary vectors).
+    /// Bundle IDs in the given states, in ascending byte order (for offers).
     public func ids(states: Set<BundleState>, limit: Int) throws -> [[UInt8]] {
         guard !states.isEmpty else { return [] }
         let list = states.map { String($0.rawValue) }.sorted().joined(separator: ",")
@@ -524,7 +524,7 @@ public final class BundleStore: @unchecked Sendable {
         }
     }
 
-    /// Remembers that `peer` holds the bundle (it offered it, or told us in a summary), so it
+    /// Remembers that `peer` holds the bundle (it offered it, or said it holds it), so it
     /// is never sent to that peer. Unknown bundle IDs are ignored.
     public func recordPeerHas(_ id: [UInt8], peer: [UInt8]) throws {
         try database.execute(SQL.recordPeer, [.blob(id), .blob(peer)], purpose: "recording the peer that holds a bundle")

@@ -20,7 +20,7 @@ public struct CustodyAck: Sendable, Equatable {
 
 /// Custody acks for one link, as frames (Docs/protocol.md, custodyAcks): one ack is a
 /// ``YaokPluginKit/FrameType/custodyAck``; more, to a peer that announced it reads lists, are
-/// ``YaokPluginKit/FrameType/custodyAcks`` lists of at most ``SummaryVector/maxCount``.
+/// ``YaokPluginKit/FrameType/custodyAcks`` lists of at most ``BundleIDList/maxCount``.
 public enum CustodyAcks {
     /// The empty list: "I read lists", sent right after link up.
     public static let announcement = TLVRecord(.custodyAcks, value: [0, 0])
@@ -30,7 +30,7 @@ public enum CustodyAcks {
         guard peerReadsLists, bundleIDs.count > 1 else {
             return bundleIDs.map { TLVRecord(.custodyAck, value: CustodyAck(bundleID: $0).encoded) }
         }
-        return SummaryVector.chunked(bundleIDs).map { TLVRecord(.custodyAcks, value: $0.encoded) }
+        return BundleIDList.chunked(bundleIDs).map { TLVRecord(.custodyAcks, value: $0.encoded) }
     }
 }
 
@@ -95,9 +95,9 @@ public struct CustodyRefusal: Sendable, Equatable {
     public var frame: [UInt8] { TLVRecord(.custodyRefused, value: encoded).encoded }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/summary`` (offer) or ``YaokPluginKit/FrameType/request``
+/// The value of a ``YaokPluginKit/FrameType/offer`` or ``YaokPluginKit/FrameType/request``
 /// frame: bundle IDs, sorted ascending and unique. Layout: `count(2) bundleID(16) × count`.
-public struct SummaryVector: Sendable, Equatable {
+public struct BundleIDList: Sendable, Equatable {
     public static let maxCount = 4000
 
     /// Sorted, unique 16-byte bundle IDs.
@@ -115,7 +115,7 @@ public struct SummaryVector: Sendable, Equatable {
     }
 
     public init(parsing value: [UInt8]) throws {
-        let what = "summary vector"
+        let what = "bundle ID list"
         var r = ByteReader(value, what: what)
         let count = Int(try r.u16())
         guard count <= Self.maxCount else { throw WireError.tooMany(what: "bundle IDs", count: count, limit: Self.maxCount) }
@@ -141,14 +141,14 @@ public struct SummaryVector: Sendable, Equatable {
 
     /// `bundleIDs` (16 bytes each) in order, as lists of at most ``maxCount``: what one frame
     /// can carry. An ID of another length drops its whole list (callers pass bundle IDs).
-    public static func chunked(_ bundleIDs: [[UInt8]]) -> [SummaryVector] {
+    public static func chunked(_ bundleIDs: [[UInt8]]) -> [BundleIDList] {
         stride(from: 0, to: bundleIDs.count, by: maxCount).compactMap { start in
-            try? SummaryVector(bundleIDs: Array(bundleIDs[start..<min(start + maxCount, bundleIDs.count)]))
+            try? BundleIDList(bundleIDs: Array(bundleIDs[start..<min(start + maxCount, bundleIDs.count)]))
         }
     }
 
-    /// The whole TLV frame, as an offer (``YaokPluginKit/FrameType/summary``) or a ``YaokPluginKit/FrameType/request``.
-    public func frame(_ type: FrameType = .summary) -> [UInt8] { TLVRecord(type, value: encoded).encoded }
+    /// The whole TLV frame, as an ``YaokPluginKit/FrameType/offer`` or a ``YaokPluginKit/FrameType/request``.
+    public func frame(_ type: FrameType = .offer) -> [UInt8] { TLVRecord(type, value: encoded).encoded }
 }
 
 /// The value of a ``YaokPluginKit/FrameType/attachment`` frame: a hub's signed list of the

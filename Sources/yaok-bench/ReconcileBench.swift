@@ -154,6 +154,6 @@ private func runReconcileBench(trials: Int, shapes: [(n: Int, fraction: Double)]
         print(String(format: "   total bytes p50 %d, p90 %d, p99 %d, max %d; over 200 KB: %d of %d; retried %d",
                      quantile(0.5), quantile(0.9), quantile(0.99), totals.last ?? 0,
                      totals.filter { $0 > 200_000 }.count, trials, trialsRun.filter { !$0.firstTry && !$0.fellBack }.count))
-        print("   listing every ID instead: \(listing) bytes one way (summary frames of 4000), \(2 * listing) both ways")
+        print("   listing every ID instead: \(listing) bytes one way (offer frames of 4000), \(2 * listing) both ways")
     }
 }

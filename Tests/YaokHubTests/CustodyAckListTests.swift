@@ -11,8 +11,8 @@ final class CustodyAckListTests: XCTestCase {
     let alice = Identity.generate(), bob = Identity.generate(), carol = Identity.generate()
 
     /// Lists with at least one ID (the announcement is the empty one).
-    func lists(on link: LinkID, _ h: RouterHarness) -> [SummaryVector] {
-        h.frames(.custodyAcks, on: link).compactMap { try? SummaryVector(parsing: $0.value) }.filter { !$0.bundleIDs.isEmpty }
+    func lists(on link: LinkID, _ h: RouterHarness) -> [BundleIDList] {
+        h.frames(.custodyAcks, on: link).compactMap { try? BundleIDList(parsing: $0.value) }.filter { !$0.bundleIDs.isEmpty }
     }
 
     /// `envelopes` arrive on `link` as one burst: every frame is in before the router runs.
@@ -61,7 +61,7 @@ final class CustodyAckListTests: XCTestCase {
         let envelopes = try (0..<5).map { try seal("to bob \($0)", from: alice, to: bob) }
         for e in envelopes { h.receive(e, on: a) }
         XCTAssertEqual(Set(h.envelopes(on: b).map(\.bundleID)), Set(envelopes.map(\.bundleID)), "five bundles at Bob")
-        let ids = try SummaryVector(bundleIDs: envelopes.map(\.bundleID))
+        let ids = try BundleIDList(bundleIDs: envelopes.map(\.bundleID))
         let start = h.router.statusSnapshot().counters
 
         // Another phone names Bob's bundles: none of them was sent on its link.

@@ -276,8 +276,8 @@ final class DeliveryIntegrityTests: XCTestCase {
         let stop = Stop()
         let flood = Thread {
             while !stop.flag.withLock({ $0 }) {
-                let ids = (0..<SummaryVector.maxCount).map { _ in Random.bytes(16) }
-                if let v = try? SummaryVector(bundleIDs: ids) { try? flooder.send(TLVRecord(.summary, value: v.encoded)) }
+                let ids = (0..<BundleIDList.maxCount).map { _ in Random.bytes(16) }
+                if let v = try? BundleIDList(bundleIDs: ids) { try? flooder.send(TLVRecord(.offer, value: v.encoded)) }
                 usleep(5_000)
             }
         }
@@ -292,7 +292,7 @@ final class DeliveryIntegrityTests: XCTestCase {
         let t0 = Date()
         let status = try s.hub.status().router
         let statusMs = Date().timeIntervalSince(t0) * 1000
-        let requested = flooder.frames(.request).reduce(0) { $0 + ((try? SummaryVector(parsing: $1.value))?.bundleIDs.count ?? 0) }
+        let requested = flooder.frames(.request).reduce(0) { $0 + ((try? BundleIDList(parsing: $1.value))?.bundleIDs.count ?? 0) }
         print(String(format: "summary flood: %d messages delivered meanwhile, latency p50 %.1f ms, max %.1f ms; hub RSS %d → peak %d KiB; "
                      + "status answered in %.0f ms; %d offered IDs dropped, %d frames over the link's limits; %d IDs requested from the flooder",
                      latencies.count, latencies[latencies.count / 2], latencies.last ?? 0, rssBefore, peakRSS, statusMs,

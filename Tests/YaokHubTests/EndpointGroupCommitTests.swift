@@ -186,7 +186,7 @@ final class EndpointGroupCommitTests: XCTestCase {
                     violations.add("custody ack for \(Hex.encode(id.prefix(4))) before its message was committed")
                 }
             case .custodyAcks:
-                for id in (try? SummaryVector(parsing: r.value))?.bundleIDs ?? [] where !observer.inboxHas(id) {
+                for id in (try? BundleIDList(parsing: r.value))?.bundleIDs ?? [] where !observer.inboxHas(id) {
                     violations.add("listed ack for \(Hex.encode(id.prefix(4))) before its message was committed")
                 }
             case .bundle:
@@ -220,7 +220,7 @@ final class EndpointGroupCommitTests: XCTestCase {
             let fresh = Set(receipts.all).subtracting(taken)
             if !fresh.isEmpty {
                 let ids = try fresh.map { try XCTUnwrap(Hex.decode($0)) }
-                try hub.send(TLVRecord(.custodyAcks, value: try SummaryVector(bundleIDs: ids).encoded))
+                try hub.send(TLVRecord(.custodyAcks, value: try BundleIDList(bundleIDs: ids).encoded))
                 taken.formUnion(fresh)
             }
             return taken.count == incoming.count

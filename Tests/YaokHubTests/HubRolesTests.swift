@@ -48,7 +48,7 @@ final class HubRolesTests: XCTestCase {
 
     /// IDs offered to `peer` in summary frames so far.
     func offered(to peer: RawPeer) -> Set<[UInt8]> {
-        Set(peer.frames(.summary).listedBundleIDs)
+        Set(peer.frames(.offer).listedBundleIDs)
     }
 
     func waitOffered(_ id: [UInt8], to peer: RawPeer, _ who: String) throws {
@@ -84,7 +84,7 @@ final class HubRolesTests: XCTestCase {
         let malloryKey = Identity.generate()
         let mallory = try RawPeer(identity: malloryKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
         try waitOffered(victim.bundleID, to: mallory, "the untrusted hub (open trust)")
-        try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
+        try mallory.send(TLVRecord(.request, value: BundleIDList(bundleIDs: [victim.bundleID]).encoded))
         try Wait.until(timeout: 10, "the bundle sent to the untrusted hub") { mallory.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
         // It says it took custody (and would then drop the bundle).
         try mallory.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: victim.bundleID).encoded))
@@ -101,13 +101,13 @@ final class HubRolesTests: XCTestCase {
         try Wait.until(timeout: 10, "the retry scheduled") {
             try db.query("SELECT attempts FROM bundles WHERE bundle_id = ?", [.blob(victim.bundleID)]).first?.first?.intValue == 1
         }
-        let offersOfVictim = mallory.frames(.summary).listedBundleIDs.filter { $0 == victim.bundleID }
+        let offersOfVictim = mallory.frames(.offer).listedBundleIDs.filter { $0 == victim.bundleID }
         XCTAssertEqual(offersOfVictim.count, 1, "not offered again to the hub that has it")
 
         // A trusted route comes: it is offered the bundle and takes custody for real.
         let trusty = try RawPeer(identity: trustyKey, role: .hub, hubPort: s.port, host: "127.0.0.3")
         try waitOffered(victim.bundleID, to: trusty, "the listed hub")
-        try trusty.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [victim.bundleID]).encoded))
+        try trusty.send(TLVRecord(.request, value: BundleIDList(bundleIDs: [victim.bundleID]).encoded))
         try Wait.until(timeout: 10, "the bundle sent to the listed hub") { trusty.receivedEnvelopes.contains { $0.bundleID == victim.bundleID } }
         try trusty.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: victim.bundleID).encoded))
         try Wait.until(timeout: 10, "custody handed to the listed hub") { try s.hub.status().router.queue.handedOver == 1 }
@@ -142,7 +142,7 @@ final class HubRolesTests: XCTestCase {
         let mallory = try RawPeer(identity: Identity.generate(), role: .hub, hubPort: s.port, host: "127.0.0.2")
         try waitOffered(message.bundleID, to: mallory, "the untrusted hub")
         try waitOffered(receipt.bundleID, to: mallory, "the untrusted hub")
-        try mallory.send(TLVRecord(.request, value: SummaryVector(bundleIDs: [message.bundleID, receipt.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded))
+        try mallory.send(TLVRecord(.request, value: BundleIDList(bundleIDs: [message.bundleID, receipt.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded))
         try Wait.until(timeout: 10, "both sent to the untrusted hub") {
             Set(mallory.receivedEnvelopes.map(\.bundleID)).isSuperset(of: [message.bundleID, receipt.bundleID])
         }
@@ -311,7 +311,7 @@ final class HubRolesTests: XCTestCase {
         XCTAssertEqual(try deliver(victim.bundleID, to: s), 1)
         let status = try s.hub.status().router
         XCTAssertFalse(status.links.contains { $0.role == "hub" }, "\(status.links)")
-        XCTAssertTrue(posing.frames(.summary).isEmpty && posing.receivedEnvelopes.isEmpty && posing.frames(.attachment).isEmpty)
+        XCTAssertTrue(posing.frames(.offer).isEmpty && posing.receivedEnvelopes.isEmpty && posing.frames(.attachment).isEmpty)
         let log = s.hub.log
         XCTAssertTrue(log.contains("claims the hub role"), log)
         XCTAssertFalse(log.contains(Hex.encode(posingKey.userID)) || log.contains(Hex.encode(posingKey.signingKey)), "a full key in the log")

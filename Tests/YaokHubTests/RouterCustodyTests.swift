@@ -34,7 +34,7 @@ final class RouterCustodyTests: XCTestCase {
         let message = try seal("for bob only", from: alice, to: bob)
         h.receive(message, on: a)
         let mallory = h.attach(Identity.generate(), as: .endpoint)
-        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [message.bundleID]).encoded), on: mallory)
+        h.receive(TLVRecord(.request, value: try BundleIDList(bundleIDs: [message.bundleID]).encoded), on: mallory)
         XCTAssertTrue(h.envelopes(on: mallory).isEmpty)
         XCTAssertEqual(h.router.statusSnapshot().counters.framesRefusedForRole, 1)
     }
@@ -55,7 +55,7 @@ final class RouterCustodyTests: XCTestCase {
         let malloryKey = Identity.generate()
         let mallory = h.attach(malloryKey, as: .hub)
         XCTAssertEqual(Set(h.offered(on: mallory)), [receipt.bundleID, message.bundleID])
-        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [receipt.bundleID, message.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded), on: mallory)
+        h.receive(TLVRecord(.request, value: try BundleIDList(bundleIDs: [receipt.bundleID, message.bundleID].sorted { $0.lexicographicallyPrecedes($1) }).encoded), on: mallory)
         XCTAssertEqual(Set(h.envelopes(on: mallory).map(\.bundleID)), [receipt.bundleID, message.bundleID])
         for id in [receipt.bundleID, message.bundleID] {
             h.receive(TLVRecord(.custodyAck, value: CustodyAck(bundleID: id).encoded), on: mallory)
@@ -83,7 +83,7 @@ final class RouterCustodyTests: XCTestCase {
         h.receive(victim, on: a)
         let mallory = h.attach(Identity.generate(), as: .hub)
         XCTAssertEqual(h.offered(on: mallory), [victim.bundleID])
-        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [victim.bundleID]).encoded), on: mallory)
+        h.receive(TLVRecord(.held, value: try BundleIDList(bundleIDs: [victim.bundleID]).encoded), on: mallory)
         h.run(seconds: 3)
         XCTAssertEqual(try h.stored(victim.bundleID)?.state, .queued)
         XCTAssertEqual(h.router.statusSnapshot().queue.queued, 1)
@@ -105,14 +105,14 @@ final class RouterCustodyTests: XCTestCase {
         h.receive(message, on: a)
         let t = h.attach(trusty, as: .hub)
         XCTAssertEqual(h.offered(on: t), [message.bundleID])
-        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [message.bundleID]).encoded), on: t)
+        h.receive(TLVRecord(.held, value: try BundleIDList(bundleIDs: [message.bundleID]).encoded), on: t)
         XCTAssertEqual(try h.stored(message.bundleID)?.state, .handedOver)
         XCTAssertEqual(h.router.statusSnapshot().queue.queued, 0)
         // An untrusted hub's `held` hands nothing over (list trust: it is not even heard).
         let other = try seal("second", from: alice, to: bob)
         h.receive(other, on: a)
         let stranger = h.attach(Identity.generate(), as: .hub)
-        h.receive(TLVRecord(.held, value: try SummaryVector(bundleIDs: [other.bundleID]).encoded), on: stranger)
+        h.receive(TLVRecord(.held, value: try BundleIDList(bundleIDs: [other.bundleID]).encoded), on: stranger)
         XCTAssertEqual(try h.stored(other.bundleID)?.state, .queued)
     }
 }

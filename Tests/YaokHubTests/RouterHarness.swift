@@ -152,7 +152,7 @@ final class RouterHarness {
     }
 
     /// Bundle IDs offered on `link` (summary frames).
-    func offered(on link: LinkID) -> [[UInt8]] { frames(.summary, on: link).listedBundleIDs }
+    func offered(on link: LinkID) -> [[UInt8]] { frames(.offer, on: link).listedBundleIDs }
 
     /// Envelopes sent on `link` in bundle frames.
     func envelopes(on link: LinkID) -> [Envelope] { transport.frames(on: link).envelopes }
@@ -168,7 +168,7 @@ final class RouterHarness {
 /// and a link of the in-memory ``MemoryTransport``.
 extension Sequence where Element == TLVRecord {
     /// The bundle IDs these records list (`summary`, `request`, `held`, `custodyAcks`), in order.
-    var listedBundleIDs: [[UInt8]] { flatMap { (try? SummaryVector(parsing: $0.value))?.bundleIDs ?? [] } }
+    var listedBundleIDs: [[UInt8]] { flatMap { (try? BundleIDList(parsing: $0.value))?.bundleIDs ?? [] } }
 
     /// Every bundle ID these frames acknowledge, by single acks and by lists.
     var acknowledgedBundleIDs: Set<[UInt8]> {

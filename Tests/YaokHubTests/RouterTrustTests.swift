@@ -37,8 +37,8 @@ final class RouterTrustTests: XCTestCase {
         // for the victim's bundle, and a bundle of its own.
         let pull = try AttachmentAnnouncement.signed(by: malloryKey, timestampMs: WallClock.nowMilliseconds(), userIDs: [bob.userID])
         h.receive(TLVRecord(.attachment, value: pull.encoded), on: mallory)
-        h.receive(TLVRecord(.summary, value: try SummaryVector(bundleIDs: [Random.bytes(16)]).encoded), on: mallory)
-        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [victim.bundleID]).encoded), on: mallory)
+        h.receive(TLVRecord(.offer, value: try BundleIDList(bundleIDs: [Random.bytes(16)]).encoded), on: mallory)
+        h.receive(TLVRecord(.request, value: try BundleIDList(bundleIDs: [victim.bundleID]).encoded), on: mallory)
         let junk = try seal("junk", from: Identity.generate(), to: bob)
         h.receive(junk, on: mallory)
         var counters = h.router.statusSnapshot().counters
@@ -51,7 +51,7 @@ final class RouterTrustTests: XCTestCase {
         XCTAssertEqual(h.offered(on: trusty), [victim.bundleID], "a listed hub is offered the victim")
         XCTAssertFalse(h.frames(.attachment, on: trusty).isEmpty, "a listed hub hears who is attached here")
         h.run(seconds: 5)
-        XCTAssertTrue(h.frames(.summary, on: mallory).isEmpty, "no offers to an untrusted hub")
+        XCTAssertTrue(h.frames(.offer, on: mallory).isEmpty, "no offers to an untrusted hub")
         XCTAssertTrue(h.frames(.attachment, on: mallory).isEmpty, "no attachment announcements to an untrusted hub")
         XCTAssertTrue(h.envelopes(on: mallory).isEmpty, "no bundles to an untrusted hub")
         XCTAssertTrue(h.frames(.request, on: mallory).isEmpty, "its offer was not looked at")
@@ -122,9 +122,9 @@ final class RouterTrustTests: XCTestCase {
         let victim = try victim(in: h)
         let mallory = h.attach(Identity.generate(), as: .endpoint)
         // Asks for Bob's bundle by ID; offers it (claiming to hold it) plus an unknown one.
-        h.receive(TLVRecord(.request, value: try SummaryVector(bundleIDs: [victim.bundleID]).encoded), on: mallory)
+        h.receive(TLVRecord(.request, value: try BundleIDList(bundleIDs: [victim.bundleID]).encoded), on: mallory)
         let offer = [victim.bundleID, Random.bytes(16)].sorted { $0.lexicographicallyPrecedes($1) }
-        h.receive(TLVRecord(.summary, value: try SummaryVector(bundleIDs: offer).encoded), on: mallory)
+        h.receive(TLVRecord(.offer, value: try BundleIDList(bundleIDs: offer).encoded), on: mallory)
         h.run(seconds: 5)
         let counters = h.router.statusSnapshot().counters
         XCTAssertEqual(counters.framesRefusedForRole, 2)

@@ -75,28 +75,28 @@ final class HostFrameTests: XCTestCase {
 
     func testSummaryVector() throws {
         let ids = (0..<50).map { _ in Random.uuidV4() }
-        let sv = try SummaryVector(bundleIDs: ids + ids.prefix(10))
+        let sv = try BundleIDList(bundleIDs: ids + ids.prefix(10))
         XCTAssertEqual(sv.bundleIDs.count, 50)
         XCTAssertEqual(sv.bundleIDs, ids.sorted { $0.lexicographicallyPrecedes($1) })
         XCTAssertEqual(sv.encoded.count, 2 + 50 * 16)
-        XCTAssertEqual(try SummaryVector(parsing: sv.encoded), sv)
-        XCTAssertEqual(try SummaryVector(parsing: [0, 0]).bundleIDs.count, 0)
+        XCTAssertEqual(try BundleIDList(parsing: sv.encoded), sv)
+        XCTAssertEqual(try BundleIDList(parsing: [0, 0]).bundleIDs.count, 0)
         XCTAssertEqual(try TLVRecord(parsing: sv.frame(.request)).type, FrameType.request.rawValue)
 
         // Unsorted or duplicate IDs on the wire.
         var unsorted = sv.encoded
         unsorted.replaceSubrange(2..<18, with: sv.bundleIDs[1])
-        XCTAssertThrowsWire(.notSortedUnique, try SummaryVector(parsing: unsorted))
+        XCTAssertThrowsWire(.notSortedUnique, try BundleIDList(parsing: unsorted))
         // Truncation and count mismatch.
-        for n in 0..<sv.encoded.count { XCTAssertThrowsAnyWire(try SummaryVector(parsing: Array(sv.encoded.prefix(n)))) }
-        XCTAssertThrowsAnyWire(try SummaryVector(parsing: sv.encoded + [0]))
+        for n in 0..<sv.encoded.count { XCTAssertThrowsAnyWire(try BundleIDList(parsing: Array(sv.encoded.prefix(n)))) }
+        XCTAssertThrowsAnyWire(try BundleIDList(parsing: sv.encoded + [0]))
         // The count is checked before anything is allocated.
-        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 4001, limit: 4000), try SummaryVector(parsing: [0x0F, 0xA1]))
-        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 65535, limit: 4000), try SummaryVector(parsing: [0xFF, 0xFF]))
+        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 4001, limit: 4000), try BundleIDList(parsing: [0x0F, 0xA1]))
+        XCTAssertThrowsWire(.tooMany(what: "bundle IDs", count: 65535, limit: 4000), try BundleIDList(parsing: [0xFF, 0xFF]))
         // At most 4000 on encode.
-        XCTAssertThrowsAnyWire(try SummaryVector(bundleIDs: (0..<4001).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
-        XCTAssertNoThrow(try SummaryVector(bundleIDs: (0..<4000).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
-        XCTAssertThrowsAnyWire(try SummaryVector(bundleIDs: [[1, 2, 3]]))
+        XCTAssertThrowsAnyWire(try BundleIDList(bundleIDs: (0..<4001).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
+        XCTAssertNoThrow(try BundleIDList(bundleIDs: (0..<4000).map { i in [UInt8(i >> 8), UInt8(i & 0xFF)] + [UInt8](repeating: 0, count: 14) }))
+        XCTAssertThrowsAnyWire(try BundleIDList(bundleIDs: [[1, 2, 3]]))
     }
 
     func testAttachmentAnnouncement() throws {

@@ -24,7 +24,7 @@ enum ComputedVectors {
         let contact = try ContactCode.make(identity: Fixed.sender, name: "Amina")
         let ack = CustodyAck(bundleID: message.bundleID)
         let refusal = CustodyRefusal(bundleID: message.bundleID, reason: .expired)
-        let summary = try SummaryVector(bundleIDs: [receipt.bundleID, message.bundleID])
+        let summary = try BundleIDList(bundleIDs: [receipt.bundleID, message.bundleID])
         let attachment = try AttachmentAnnouncement.signed(by: Fixed.hub, timestampMs: Fixed.createdMs,
                                                            userIDs: [Fixed.sender.userID, Fixed.recipient.userID])
         let chunks = try Chunker.split(ack.frame, chunkSize: 12)
@@ -68,7 +68,7 @@ enum ComputedVectors {
             ("custodyRefusalFrame", Hex.encode(refusal.frame)),
             ("summaryFrame", Hex.encode(summary.frame())),
             ("custodyAcksFrame", Hex.encode(summary.frame(.custodyAcks))),
-            ("custodyAcksAnnouncement", Hex.encode(try SummaryVector(bundleIDs: []).frame(.custodyAcks))),
+            ("custodyAcksAnnouncement", Hex.encode(try BundleIDList(bundleIDs: []).frame(.custodyAcks))),
             ("attachmentFrame", Hex.encode(attachment.frame)),
             ("clockFrame", Hex.encode(ClockFrame(source: .relay, timeMs: Fixed.createdMs).frame)),
             ("linkHelloFrame", Hex.encode(hello)),

@@ -150,10 +150,10 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.counters.duplicatesClosed, 0)
         XCTAssertTrue(r.snapshot.downs.isEmpty, "Bob's link never went down")
         // And it still carries frames both ways.
-        XCTAssertTrue(realBob.send(TLVRecord(.summary, value: [0, 0]).encoded))
+        XCTAssertTrue(realBob.send(TLVRecord(.offer, value: [0, 0]).encoded))
         r.wait("Bob's frame delivered") { $0.frames.count == 1 }
-        try engine.send(TLVRecord(.summary, value: [0, 0]).encoded, to: r.snapshot.ups[0].id)
-        XCTAssertEqual(realBob.readRecord()?.type, FrameType.summary.rawValue)
+        try engine.send(TLVRecord(.offer, value: [0, 0]).encoded, to: r.snapshot.ups[0].id)
+        XCTAssertEqual(realBob.readRecord()?.type, FrameType.offer.rawValue)
     }
 
     func testAFloodingPeerIsThrottledThenDisconnected() throws {
@@ -163,7 +163,7 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(peer.handshake(as: bob, role: .hub))
         r.wait("link up") { $0.ups.count == 1 }
         let flood = Thread {
-            let frame = TLVRecord(.summary, value: [0]).encoded
+            let frame = TLVRecord(.offer, value: [0]).encoded
             for _ in 0..<2_000 {
                 guard peer.send(frame) else { return }
                 usleep(5_000)  // 200 frames/s against a limit of 10
@@ -243,7 +243,7 @@ final class MeshEngineTests: XCTestCase {
         // A streams to B for three idle timeouts; B's host never sends anything back.
         let until = Date().addingTimeInterval(3)
         while Date() < until {
-            try a.send(TLVRecord(.summary, value: [1]).encoded, to: link)
+            try a.send(TLVRecord(.offer, value: [1]).encoded, to: link)
             usleep(10_000)
         }
         XCTAssertTrue(ra.snapshot.downs.isEmpty, "A kept the link: B's pongs answer its pings: \(ra.snapshot.downs)")
@@ -267,7 +267,7 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(old.waitForClose(timeout: 5))
         XCTAssertEqual(engine.snapshot.neighbours.count, 1)
         XCTAssertEqual(engine.snapshot.counters.duplicatesClosed, 1)
-        XCTAssertTrue(fresh.send(TLVRecord(.summary, value: [0, 0]).encoded))
+        XCTAssertTrue(fresh.send(TLVRecord(.offer, value: [0, 0]).encoded))
         r.wait("the fresh link carries frames") { $0.frames.count == 1 }
     }
 
@@ -362,7 +362,7 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(try attacker(from: "127.0.1.7").waitForClose(timeout: 5))
         XCTAssertEqual(engine.snapshot.counters.crowdEvicted, 1)
         XCTAssertTrue(engine.snapshot.neighbours.contains { $0.contains("@127.0.9.1:") }, "the hub's link is kept: \(engine.snapshot.neighbours)")
-        XCTAssertTrue(honest.send(TLVRecord(.summary, value: [0, 0]).encoded))
+        XCTAssertTrue(honest.send(TLVRecord(.offer, value: [0, 0]).encoded))
         r.wait("its frames still arrive") { !$0.frames.isEmpty }
     }
 
@@ -409,7 +409,7 @@ final class MeshEngineTests: XCTestCase {
         // Another stranger from a fifth network is refused; the trusted link stays and carries frames.
         XCTAssertTrue(try RawPeer(port: port, source: "127.0.5.2").waitForClose(timeout: 5))
         let link = try XCTUnwrap(r.snapshot.ups.first { $0.peerSigningKey == trustedHub.signingKey })
-        try engine.send(TLVRecord(.summary, value: [0, 0]).encoded, to: link.id)
+        try engine.send(TLVRecord(.offer, value: [0, 0]).encoded, to: link.id)
         rTrusted.wait("a frame crosses the trusted link") { !$0.frames.isEmpty }
         XCTAssertEqual(engine.snapshot.counters.trustedDisplaced, 1)
         _ = strangers

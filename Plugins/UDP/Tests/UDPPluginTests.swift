@@ -46,14 +46,14 @@ final class UDPPluginTests: XCTestCase {
         XCTAssertEqual(roleB, YAOK_PEER_HUB.rawValue)
         XCTAssertEqual(keyA, b.identity.signingKey)
 
-        let hello = TLVRecord(.summary, value: Array("from B".utf8)).encoded
+        let hello = TLVRecord(.offer, value: Array("from B".utf8)).encoded
         XCTAssertNil(b.send(hello, link: linkB))
         let atA = try a.wait("B's frame at A", after: markA) { e -> [UInt8]? in
             if case .frame(let id, let bytes) = e, id == linkA { return bytes }
             return nil
         }
         XCTAssertEqual(atA, hello)
-        let reply = TLVRecord(.summary, value: Array("from A".utf8)).encoded
+        let reply = TLVRecord(.offer, value: Array("from A".utf8)).encoded
         let markB = b.mark
         XCTAssertNil(a.send(reply, link: linkA))
         let atB = try b.wait("A's frame at B", after: markB) { e -> [UInt8]? in
@@ -65,7 +65,7 @@ final class UDPPluginTests: XCTestCase {
         let unknown = a.sendWithResult(hello, link: 999_999)
         XCTAssertEqual(unknown.code, Int32(YAOK_SEND_NO_LINK.rawValue), unknown.error)
         // Over the link's MTU: refused as too large, so the router never offers it there again.
-        let huge = TLVRecord(.summary, value: [UInt8](repeating: 1, count: 65_000)).encoded
+        let huge = TLVRecord(.offer, value: [UInt8](repeating: 1, count: 65_000)).encoded
         XCTAssertEqual(a.sendWithResult(huge, link: linkA).code, Int32(YAOK_SEND_TOO_LARGE.rawValue))
     }
 
@@ -76,7 +76,7 @@ final class UDPPluginTests: XCTestCase {
         let (a, b, linkA, linkB, _, _, _) = try linkedPair()
         let markA = a.mark
         let count = 3 * 64 + 7
-        for i in 0..<count { XCTAssertNil(b.send(TLVRecord(.summary, value: Array("frame \(i)".utf8)).encoded, link: linkB)) }
+        for i in 0..<count { XCTAssertNil(b.send(TLVRecord(.offer, value: Array("frame \(i)".utf8)).encoded, link: linkB)) }
         var arrived: [String] = []
         _ = try a.wait("the burst's last frame", after: markA) { e -> Bool? in
             guard case .frame(let id, let bytes) = e, id == linkA, let r = try? TLVRecord(parsing: bytes) else { return nil }
@@ -125,7 +125,7 @@ final class UDPPluginTests: XCTestCase {
         to.sin_family = sa_family_t(AF_INET)
         to.sin_port = in_port_t(UInt16(port).bigEndian)
         to.sin_addr.s_addr = inet_addr("127.0.0.1")
-        for datagram in [Random.bytes(200), TLVRecord(.summary, value: [1, 2, 3]).encoded] {
+        for datagram in [Random.bytes(200), TLVRecord(.offer, value: [1, 2, 3]).encoded] {
             _ = datagram.withUnsafeBytes { d in
                 withUnsafePointer(to: &to) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
                     sendto(fd, d.baseAddress, d.count, 0, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
@@ -185,7 +185,7 @@ final class UDPPluginTests: XCTestCase {
     func testStopWaitsForTheCallbackTheReceiveThreadIsIn() throws {
         let (a, b, _, linkB, _, _, _) = try linkedPair()
         let began = a.holdNextFrame(for: 0.5)
-        XCTAssertNil(b.send(TLVRecord(.summary, value: Array("held".utf8)).encoded, link: linkB))
+        XCTAssertNil(b.send(TLVRecord(.offer, value: Array("held".utf8)).encoded, link: linkB))
         XCTAssertEqual(began.wait(timeout: .now() + 10), .success, "the frame reached A's host")
         a.stop()
         XCTAssertEqual(a.callbacksAfterStop, 0, "a callback was still running when stop returned")

@@ -13,10 +13,10 @@ public func fuzzFrames(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     case 1:
         if let r = try? CustodyRefusal(parsing: value) { check(r.encoded == value, "refusal round trip") }
     case 2:
-        if let s = try? SummaryVector(parsing: value) {
+        if let s = try? BundleIDList(parsing: value) {
             check(s.encoded == value, "summary round trip")
-            check(s.bundleIDs.count <= SummaryVector.maxCount, "summary above its limit")
-            check((try? SummaryVector(bundleIDs: s.bundleIDs.reversed())) == s, "summary not canonical")
+            check(s.bundleIDs.count <= BundleIDList.maxCount, "summary above its limit")
+            check((try? BundleIDList(bundleIDs: s.bundleIDs.reversed())) == s, "summary not canonical")
         }
     case 3:
         if let a = try? AttachmentAnnouncement(parsing: value) {

@@ -53,7 +53,7 @@ private func dispatch(_ record: TLVRecord, _ links: FuzzLinks) {
     case .bundle: _ = try? Bundle(parsing: record.value)
     case .custodyAck: _ = try? CustodyAck(parsing: record.value)
     case .custodyRefused: _ = try? CustodyRefusal(parsing: record.value)
-    case .summary, .request: _ = try? SummaryVector(parsing: record.value)
+    case .offer, .request: _ = try? BundleIDList(parsing: record.value)
     case .attachment: _ = (try? AttachmentAnnouncement(parsing: record.value))?.verifySignature()
     case .hubCertificate: _ = try? HubCertificate(parsing: record.value)
     case .linkHello:

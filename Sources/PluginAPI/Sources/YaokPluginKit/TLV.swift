@@ -51,24 +51,24 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case bundle = 0x01
     /// Custody acknowledgement: the receiver has durably stored the bundle (16-byte message ID).
     case custodyAck = 0x02
-    /// Summary vector (an offer): message IDs the sender holds. Between hubs, bundles
-    /// cross a link only after the receiver asks for them with ``request``.
-    case summary = 0x03
+    /// An offer: the bundle IDs the sender holds. Between hubs, bundles cross a link only
+    /// after the receiver asks for them with ``request``.
+    case offer = 0x03
     /// A hub's signed announcement of the endpoints attached to it.
     case attachment = 0x04
     /// Custody refusal: the receiver will not take the bundle (ID + reason code).
     case custodyRefused = 0x05
-    /// Request: the message IDs (same layout as ``summary``) the sender wants from an offer.
+    /// Request: the message IDs (same layout as ``offer``) the sender wants from an offer.
     case request = 0x06
     /// A phone's signed relay registration, carried by its hub to the relay.
     case registration = 0x07
     /// A hub's certificate signed by its network's key, sent on a hub link right after link up.
     case hubCertificate = 0x08
-    /// The offered bundle IDs (same layout as ``summary``) the sender already holds.
+    /// The offered bundle IDs (same layout as ``offer``) the sender already holds.
     case held = 0x09
     /// Set reconciliation between hubs: one message of an exchange (Docs/protocol.md, reconcile).
     case reconcile = 0x0A
-    /// Many custody acks in one frame (same layout as ``summary``); empty, it announces that
+    /// Many custody acks in one frame (same layout as ``offer``); empty, it announces that
     /// the sender reads them. Sent only to a peer that announced.
     case custodyAcks = 0x0B
     /// The sender's time and where it comes from; sent first at link up by nodes that read
