@@ -3,6 +3,9 @@ import YaokCrypto
 import YaokPluginKit
 import YaokWire
 
+/// (One file of ~900 lines on purpose: one client thread owns the session, its retransmission
+/// timers and fragment reassembly; they share state without locks.)
+///
 /// A reusable client for the relay: handshake with the pinned relay key, registration,
 /// SEND with fragmentation and retransmission, pushed MSG, POLL, ACK, keep-alive PING and
 /// automatic re-handshake. Used by the relay transport plugin (hub side) and by the `yaok`

@@ -6,7 +6,9 @@ import YaokRelayWebSocket
 import YaokWire
 import enum YaokPluginKit.Hex
 
-/// The relay's logic, independent of sockets: datagram in → datagrams out.
+/// The relay's logic, independent of sockets: datagram in → datagrams out. One file of ~950
+/// lines on purpose: it is one serial state machine whose invariants (sessions, registrations,
+/// queues, limits) hold across all of its handlers.
 ///
 /// Not thread-safe: ``RelayServer`` calls it from one serial queue. It never reads
 /// envelope contents: it parses bundles structurally, verifies the sender signature, and

@@ -92,14 +92,17 @@ extension Router {
         // peer that reads version-2 headers.
         let age: UInt32? = link.peerReadsAge ? HopHeader.clampedAge(t - b.createdMs) : nil
         if link.info.peerRole == .endpoint {
-            if let age, let parsed = try? YaokWire.Bundle(parsing: bytes) { outgoing = parsed.withAge(age).encoded }
+            if let age, let rewritten = try? YaokWire.Bundle.rewritingHopHeader(of: bytes, { var h = $0; h.ageMs = age; return h }) {
+                outgoing = rewritten
+            }
         } else {
-            guard let parsed = try? YaokWire.Bundle(parsing: bytes) else { return true }
             do {
-                outgoing = try parsed.forwarded(by: hubID, ageMs: age).encoded
-            } catch {
+                outgoing = try YaokWire.Bundle.rewritingHopHeader(of: bytes) { try $0.forwarded(by: hubID, ageMs: age) }
+            } catch WireError.hopLimitReached {
                 counters.refusedHopLimit += 1
                 storeCall("recordPeerHas", { try store.recordPeerHas(b.bundleID, peer: link.peerID) })
+                return true
+            } catch {
                 return true
             }
         }

@@ -4,6 +4,9 @@ import YaokWire
 /// The hub's store of carried bundles: accept with dedupe, retry scheduling with backoff,
 /// custody states, a per-peer "already has it" table, expiry and a size cap.
 ///
+/// One file of ~1,100 lines on purpose: every statement on the bundle tables is here, beside the
+/// schema and the indexes whose query plans those statements rely on (Docs/store.md).
+///
 /// Every state change is one transaction and is durable when the call returns. Being sent is
 /// not one of them: a bundle on the wire stays queued here (the router's links know which are
 /// being sent), since a crash would make it queued again anyway, and writing it cost one

@@ -71,6 +71,17 @@ public struct HopHeader: Sendable, Equatable {
         return w.bytes
     }
 
+    /// The header the hub `hubID` (its user ID) puts on a bundle it sends on: hop count + 1,
+    /// previous hop = hub, and the age `ageMs` (nil: a version-1 header, for a peer that does
+    /// not read ages). Throws ``WireError/hopLimitReached(count:limit:)`` if that would pass the
+    /// hop limit.
+    public func forwarded(by hubID: [UInt8], ageMs: UInt32?) throws -> HopHeader {
+        try checkLength(hubID, 32, "hub ID")
+        let next = Int(hopCount) + 1
+        guard next <= Int(hopLimit) else { throw WireError.hopLimitReached(count: next, limit: Int(hopLimit)) }
+        return HopHeader(hopCount: UInt8(next), hopLimit: hopLimit, previousHop: hubID, ageMs: ageMs)
+    }
+
     /// An age in milliseconds as the header carries it: clamped to 0…2³²−1 (any age past
     /// 7 days is expired anyway).
     public static func clampedAge(_ ms: Int64) -> UInt32 { UInt32(clamping: max(0, ms)) }
@@ -112,10 +123,7 @@ public struct Bundle: Sendable, Equatable {
     /// hub, and the age `ageMs` (nil: a version-1 header, for a peer that does not read ages).
     /// Throws ``WireError/hopLimitReached(count:limit:)`` if that would pass the hop limit.
     public func forwarded(by hubID: [UInt8], ageMs: UInt32?) throws -> Bundle {
-        try checkLength(hubID, 32, "hub ID")
-        let next = Int(hop.hopCount) + 1
-        guard next <= Int(hop.hopLimit) else { throw WireError.hopLimitReached(count: next, limit: Int(hop.hopLimit)) }
-        return Bundle(hop: HopHeader(hopCount: UInt8(next), hopLimit: hop.hopLimit, previousHop: hubID, ageMs: ageMs), envelope: envelope)
+        Bundle(hop: try hop.forwarded(by: hubID, ageMs: ageMs), envelope: envelope)
     }
 
     /// The same bundle with another age in its header (nil: version 1).
@@ -123,5 +131,18 @@ public struct Bundle: Sendable, Equatable {
         var b = self
         b.hop.ageMs = ageMs
         return b
+    }
+
+    /// The bytes of a bundle accepted earlier with only its hop header rewritten: the envelope
+    /// after the header is copied, not parsed again (it was parsed, and its signature checked,
+    /// when the bundle arrived). How a hub sends a stored bundle on.
+    public static func rewritingHopHeader(of bytes: [UInt8], _ rewrite: (HopHeader) throws -> HopHeader) throws -> [UInt8] {
+        guard let length = HopHeader.length(of: bytes) else {
+            throw WireError.wrongVersion(what: "hop header", version: Int(bytes.first ?? 0))
+        }
+        guard bytes.count > length else { throw WireError.truncated(what: "bundle", needed: length + 1, have: bytes.count) }
+        var out = try rewrite(HopHeader(parsing: Array(bytes[0..<length]))).encoded
+        out.append(contentsOf: bytes[length...])
+        return out
     }
 }

@@ -24,6 +24,24 @@ final class BundleTests: XCTestCase {
         XCTAssertThrowsWire(.hopLimitReached(count: 1, limit: 0), try zeroLimit.forwarded(by: Fixed.hub.userID, ageMs: nil))
     }
 
+    /// A hub sends a stored bundle on by rewriting its header over the stored bytes: the same
+    /// bytes as parsing the whole bundle and encoding it forwarded, and the same refusals.
+    func testRewritingTheHopHeaderOfStoredBytesEqualsForwardingTheParsedBundle() throws {
+        var b = Bundle(envelope: try Fixed.message())
+        for hop in 1...10 {
+            let age: UInt32? = hop % 2 == 0 ? UInt32(hop * 1_000) : nil
+            let rewritten = try Bundle.rewritingHopHeader(of: b.encoded) { try $0.forwarded(by: Fixed.hub.userID, ageMs: age) }
+            b = try b.forwarded(by: Fixed.hub.userID, ageMs: age)
+            XCTAssertEqual(rewritten, b.encoded, "hop \(hop)")
+        }
+        XCTAssertThrowsWire(.hopLimitReached(count: 11, limit: 10),
+                            try Bundle.rewritingHopHeader(of: b.encoded) { try $0.forwarded(by: Fixed.hub.userID, ageMs: nil) })
+        let aged = try Bundle.rewritingHopHeader(of: b.encoded) { var h = $0; h.ageMs = 42; return h }
+        XCTAssertEqual(aged, b.withAge(42).encoded)
+        XCTAssertThrowsAnyWire(try Bundle.rewritingHopHeader(of: [9] + b.encoded.dropFirst()) { $0 }, "an unknown header version")
+        XCTAssertThrowsAnyWire(try Bundle.rewritingHopHeader(of: Array(b.encoded.prefix(HopHeader.lengthV1))) { $0 }, "a header and nothing after it")
+    }
+
     func testMalformedBundles() throws {
         let encoded = Bundle(envelope: try Fixed.message()).encoded
         for n in 0..<encoded.count {

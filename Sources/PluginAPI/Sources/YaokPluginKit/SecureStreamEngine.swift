@@ -5,6 +5,9 @@ import Musl
 #endif
 import Foundation
 
+/// (One file of ~900 lines on purpose: everything here runs on the one poll thread and shares
+/// its state without locks; split, that would no longer be visible in one place.)
+///
 /// Secure links over TCP: one poll thread that owns the listeners, the outbound dials and every
 /// session, each running the kit's ``SecureLink`` and then moving sealed TLV records back to back.
 /// The mesh transport (hubs dial hubs) and the Wi-Fi Direct transport (phones dial the group
