@@ -13,6 +13,7 @@
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`)
 //   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
 //   YaokQR       — QR codes of contact codes (libqrencode): SVG in the console, text in `yaok qr`
+//   YaokRelayProtocol, YaokRelayWebSocket, YaokRelayServer — the internet relay (YaokRelayBenchmark: its benchmark)
 // Plugins/<Name> — one folder per transport plugin, built as libyaok-plugin-<name>.so
 import PackageDescription
 
