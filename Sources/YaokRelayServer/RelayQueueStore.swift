@@ -50,8 +50,8 @@ public final class RelayQueueStore: RelayStore, @unchecked Sendable {
         [
             Migration(version: 1, script: version1Script),
             // Version 2: the queue keyed by bundle ID, computed from each stored bundle. A row
-            // whose bundle does not parse cannot be routed or deduplicated any more: dropped,
-            // with a log line (short message ID only).
+            // whose bundle does not parse has no bundle ID, so it cannot be routed or
+            // deduplicated: dropped, with a log line (short message ID only).
             Migration(version: 2) { db in
                 try db.executeScript("""
                     CREATE TABLE relay_queue_v2 (

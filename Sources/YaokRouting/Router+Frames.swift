@@ -204,7 +204,7 @@ extension Router {
     /// A delivery receipt means the original message arrived: purge our copy. It counts only
     /// for a message we hold whose recipient signed the receipt (the receipt's bundle ID
     /// binds its recipient — the message's sender — and the acknowledged message ID). A
-    /// receipt for a message we do not hold suppresses nothing now; it is stored like any
+    /// receipt for a message we do not hold suppresses nothing when it comes; it is stored like any
     /// bundle, and if the message arrives later `accept` finds it (`.alreadyDelivered`).
     /// Anybody else's receipt travels to its addressee and changes nothing here.
     ///

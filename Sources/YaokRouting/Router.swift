@@ -305,7 +305,7 @@ public final class Router: @unchecked Sendable {
     ///   bundle in flight on it is routed elsewhere and nothing more is sent to it;
     /// - too large: this bundle never goes on this link again (another may carry it);
     /// - failed (or an older plugin's 1): the bundle is no longer in flight on that link and
-    ///   waits its retry, as before.
+    ///   waits its retry, a failed attempt with the store's retry backoff.
     public func sendFailed(_ frame: [UInt8], link: LinkID, result: SendResult, reason: String, on transport: any RouterTransport) {
         work {
             let key = LinkKey(transport: transport.name, link: link)

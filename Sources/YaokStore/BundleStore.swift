@@ -957,9 +957,10 @@ enum BundleSchema {
             DROP INDEX bundles_carried_by_destination;
             CREATE INDEX bundles_carried_by_destination ON bundles (destination, accepted_ms, id, size) WHERE state IN (0, 1, 2);
             """),
-        // Tombstones no longer name sender, recipient, times, links or holders
-        // (SQL.blankedForTombstone, written out here so that this version's meaning never
-        // changes); the ones already on disk are blanked now (secure_delete zeroes what they held).
+        // Version 8: tombstones name no sender, recipient, times, links or holders, so a hub
+        // seized with its key does not say who wrote to whom (SQL.blankedForTombstone, written
+        // out here so that this version's meaning never changes); this blanks the ones already
+        // on disk (secure_delete zeroes what they held).
         Migration(version: 8, script: """
             UPDATE OR FAIL bundles SET
                 destination = X'', source_user = CASE WHEN ref_bundle IS NULL THEN X'' ELSE source_user END,

@@ -120,7 +120,7 @@ public final class GroupCommit<Owner: AnyObject & Sendable, Waiting>: @unchecked
 
     /// The most work items a group nothing is held in may cover and still wait (``unwaitedBoundNs``):
     /// a light load's group covers a frame or two. A bigger one means frames are coming fast,
-    /// so its commit runs as before: deferring it under a backlog saved commits but cost the
+    /// so its commit is not deferred: deferring it under a backlog saves commits but costs the
     /// hub CPU per message in the single-hub bench (Docs/performance.md).
     static var unwaitedMaxItems: Int { 4 }
 

@@ -35,8 +35,8 @@ public final class SQLCipherDatabase: @unchecked Sendable {
     public let path: String
 
     private var handle: OpaquePointer?
-    /// The page size this file was made with: 2048 for a store made now, 4096 or 1024 for
-    /// stores older hubs made.
+    /// The page size this file was made with: 2048 for a store this hub makes, 4096 or 1024
+    /// for stores older hubs made.
     public private(set) var pageSize = 0
     /// Page sizes tried on open, newest first (a new file gets the first). A commit writes
     /// each page it dirtied whole, and at light load a commit dirties one leaf of each of
@@ -79,7 +79,7 @@ public final class SQLCipherDatabase: @unchecked Sendable {
         try Self.prepareFile(path)
 
         // A store keeps the page size it was made with (it cannot change without rewriting the
-        // file): 2 KB now, 4 KB or SQLCipher 3's default of 1 KB in stores older hubs made.
+        // file): 2 KB for a new one, 4 KB or SQLCipher 3's default of 1 KB in stores older hubs made.
         // A wrong page size reads like a wrong key, so the newest is tried first.
         _ = sqliteProcessSettings
         var lastError: Error = StoreError.wrongKey(path: path)

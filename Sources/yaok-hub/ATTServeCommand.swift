@@ -57,8 +57,8 @@ struct ATTServeCommand: ParsableCommand {
         server.onDisconnect = { id in Self.log("\(id) disconnected") }
 
         // main installed SignalWaiter's handlers first thing, so a SIGTERM that comes before
-        // this point waits in its pipe. (A dispatch source of its own, set up after SIG_IGN,
-        // lost one that came before: the pipe was never read.)
+        // this point waits in its pipe and is read here. (A dispatch source of att-serve's own,
+        // set up after SIG_IGN, would lose one that came before: it would sit in that pipe, unread.)
         let stopRequested = DispatchSemaphore(value: 0)
         SignalWaiter.start { signalNumber in
             if signalNumber == SIGINT || signalNumber == SIGTERM { stopRequested.signal() }

@@ -179,8 +179,8 @@ struct DefaultConfigCommand: ParsableCommand {
 
 // Only the commands that read signals through SignalWaiter install its handlers, before any
 // thread exists (signals then reach only its thread); every other command keeps the default
-// dispositions, so Ctrl-C and SIGTERM stop it (with the handlers installed for all, they were
-// written to a pipe nobody read).
+// dispositions, so Ctrl-C and SIGTERM stop it (under SignalWaiter's handlers they would be
+// written to a pipe nobody reads).
 do {
     signal(SIGPIPE, SIG_IGN)   // for every command: a closed socket is an error, not a death
     var command = try YaokHubCommand.parseAsRoot()

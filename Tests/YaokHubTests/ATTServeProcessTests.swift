@@ -69,10 +69,10 @@ final class ATTServeProcessTests: XCTestCase {
     }
 
     /// A SIGTERM at any moment of start-up stops att-serve: right after launch, as soon as
-    /// SIGTERM is caught, and once it serves. Before, `yaok-hub`'s main caught SIGTERM into
-    /// SignalWaiter's pipe, which att-serve never read, until att-serve set it to "ignore" and
-    /// armed a dispatch source of its own: a SIGTERM in between was lost (this test failed in
-    /// every second-kind round), and the suite hung waiting for the process.
+    /// SIGTERM is caught, and once it serves. The danger is a gap in start-up: SIGTERM caught
+    /// into SignalWaiter's pipe that att-serve does not read, or set to "ignore" before
+    /// att-serve arms a handler of its own. A SIGTERM in that gap is lost, and the suite hangs
+    /// waiting for the process; the second kind of round sends into it.
     func testSIGTERMDuringStartUpIsNeverLost() throws {
         let hubExe = try TestSupport.product("yaok-hub")
         let dir = try TestSupport.temporaryDirectory(self)
@@ -90,7 +90,7 @@ final class ATTServeProcessTests: XCTestCase {
                 try Wait.until(timeout: 20, "att-serve socket") { FileManager.default.fileExists(atPath: socketPath) }
             } else if round % 3 == 1 {
                 // While start-up sets its signal handling up: as soon as SIGTERM is caught or
-                // ignored (what the old code did first), or it serves.
+                // ignored (an "ignore" before a handler is armed is such a gap too), or it serves.
                 _ = Wait.poll(timeout: 10, interval: 0.0005) {
                     FileManager.default.fileExists(atPath: socketPath) || Self.sigtermIsCaughtOrIgnored(p.processIdentifier)
                 }

@@ -4,8 +4,8 @@ import YaokProcess
 import YaokTesting
 
 /// Ctrl-C and SIGTERM stop the short `yaok-hub` commands. The daemon's signal handlers (a
-/// pipe read by `run`'s signal thread) used to be installed for every command, so a command
-/// waiting for input or for the hub swallowed both and had to be killed.
+/// pipe read by `run`'s signal thread) must not be installed for them: a command waiting for
+/// input or for the hub would swallow both and have to be killed.
 final class CommandSignalTests: XCTestCase {
     func testAWaitingCommandStopsOnSIGINTAndSIGTERM() throws {
         let hubExe = try TestSupport.product("yaok-hub")

@@ -111,7 +111,7 @@ final class EndpointReceiptTests: XCTestCase {
         alice = nil
         bob = nil
 
-        // Put both files back in the old shape, as the old code left them.
+        // Put both files in the seen-list shape that stores made by older hubs have.
         for home in [dir + "/alice", dir + "/bob"] {
             let db = try SQLCipherDatabase(path: home + "/endpoint.db", key: try DatabaseKey.load(keyFile: home + "/store.key"))
             try db.executeScript("""

@@ -81,8 +81,8 @@ final class EndpointSecurityTests: XCTestCase {
 }
 
 extension EndpointSecurityTests {
-    /// A stranger's bundle under a contact's message ID, delivered first, used to mark that ID
-    /// "seen" so the contact's real message was dropped as a duplicate.
+    /// A stranger's bundle under a contact's message ID, delivered first, does not mark that ID
+    /// "seen": if it did, the contact's real message would be dropped as a duplicate.
     func testAStrangersBundleUnderAContactsMessageIDDoesNotSuppressIt() throws {
         let id = Random.uuidV4()
         let mallory = Identity.generate()

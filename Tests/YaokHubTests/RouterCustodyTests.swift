@@ -93,7 +93,7 @@ final class RouterCustodyTests: XCTestCase {
         XCTAssertEqual(h.envelopes(on: b).map(\.bundleID), [victim.bundleID])
     }
 
-    /// Issue 48 #4 in memory: a trusted hub's `held` for a bundle queued here is its custody.
+    /// In memory: a trusted hub's `held` for a bundle queued here is its custody.
     func testATrustedHubsHeldHandsAQueuedBundleOver() throws {
         let trusty = Identity.generate()
         var settings = Router.Settings()
@@ -158,7 +158,7 @@ final class RouterCustodyTimingTests: XCTestCase {
         XCTAssertEqual(h.envelopes(on: b).count, copies + 1)
     }
 
-    /// Issue 48 #6 in memory: a hub that did not run for 4 s (its ticks stopped, the answer
+    /// In memory: a hub that did not run for 4 s (its ticks stopped, the answer
     /// waiting in its queue) moves its deadlines on instead of resending what the phone took.
     func testAHubThatDidNotRunDefersItsDeadlinesInsteadOfResending() throws {
         let (h, b, message) = try pushedToBob()

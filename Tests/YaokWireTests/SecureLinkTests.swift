@@ -238,7 +238,7 @@ final class SecureLinkTests: XCTestCase {
         XCTAssertEqual(hellos, 1, "200 forged cookies drew one hello")
         guard case .send(let withCookie)? = try phone.receive(cookie).first else { return XCTFail("the echoed cookie was refused") }
         XCTAssertEqual(cookies.admit(try TLVRecord(parsing: withCookie), from: address), .admit)
-        // A hello that does not ask (an older initiator) gets the cookie alone, as before.
+        // A hello that does not ask (an older initiator) gets the cookie alone, as it expects.
         var plain = hello
         plain.value[SecureLink.helloMinimumLength] = 0
         guard case .reply(let oldStyle) = cookies.admit(plain, from: address) else { return XCTFail("no cookie") }

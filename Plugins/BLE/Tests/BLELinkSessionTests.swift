@@ -85,8 +85,9 @@ final class BLELinkSessionTests: XCTestCase {
                        reassemblyTimeoutNanoseconds: 1_000_000_000)
     }
 
-    /// Bumble found the old hub notifying its challenge before answering the CCCD write; now the
-    /// hub notifies nothing until the phone, subscribed and acknowledged, sends its hello.
+    /// The hub notifies nothing until the phone, subscribed and acknowledged, sends its hello:
+    /// a stack that ignores notifications until its subscription is confirmed (Google's Bumble
+    /// is one) misses anything notified before the hub answers the CCCD write.
     /// The hub answers the phone's identity (Docs/protocol.md §5, "The handshake's outcome"):
     /// accepted once the link is up; a role this link does not take is refused, with the
     /// reason, in the same output that drops the link, so the phone never waits for a timeout.
