@@ -309,8 +309,8 @@ final class RelayClusterTests: XCTestCase {
     }
 
     /// A stopped node stops LISTENing before its engine queue drains, and its closed store
-    /// refuses late calls with an error. (Before, a late call reconnected on the event loop
-    /// close() had shut down: NIO dropped the connect's promise and a debug build crashed.)
+    /// refuses late calls with an error: a late call that reconnected on the event loop close()
+    /// had shut down would have its connect's promise dropped by NIO, which crashes a debug build.
     func testAStoppedNodeStopsListeningAndItsClosedStoreRefusesLateCalls() throws {
         let pg = try PostgresTestServer()
         cleanup.append { pg.tearDown() }

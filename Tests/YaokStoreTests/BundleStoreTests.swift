@@ -466,7 +466,7 @@ final class BundleStoreTests: XCTestCase {
     /// delivered, expired and born-delivered rows keep only ID, kind, size and expiry. A
     /// receipt that came ahead of its message keeps its signer, which is what makes the
     /// message arriving later count as delivered. Tombstones still dedupe, and custody acks and
-    /// receipts for them still answer as before.
+    /// receipts for them are still answered.
     func testTombstonesKeepNeitherSenderNorRecipientNorTimes() throws {
         let store = try openStore(try makeTempDirectory(self))
         XCTAssertEqual(try store.accept(makeBundle(1, destination: 1, previousHop: userID(7), sender: 9, origin: "udp"), nowMs: 5), .stored)

@@ -130,10 +130,10 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertEqual(engine.snapshot.counters.handshakeFailures, 1)
     }
 
-    /// Round 1's keyless takeover: an attacker got a genuine neighbour's proof and presented it
-    /// with a tie-break nonce of its choosing, and the hub dropped its real neighbour. Now a
-    /// proof is bound to its own session: an attacker claiming Bob's key while Bob's link is up
-    /// is closed, the live link is untouched, and nothing is closed as a "duplicate".
+    /// The keyless takeover: an attacker that got a genuine neighbour's proof presents it with a
+    /// tie-break nonce of its choosing, hoping the hub drops its real neighbour. A proof is bound
+    /// to its own session: an attacker claiming Bob's key while Bob's link is up is closed, the
+    /// live link is untouched, and nothing is closed as a "duplicate".
     func testAClaimedKeyCannotDisplaceTheLiveLink() throws {
         let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
@@ -305,8 +305,8 @@ final class MeshEngineTests: XCTestCase {
         _ = silent2
     }
 
-    /// Round 1: 32 throwaway "hub" keys filled the mesh's 32 sessions. Now one address holds at
-    /// most four inbound sessions, whatever keys it shows, and the rest are refused at once.
+    /// 32 throwaway "hub" keys would fill the mesh's 32 sessions: one address holds at most four
+    /// inbound sessions, whatever keys it shows, and the rest are refused at once.
     func testOneAddressCannotFillTheSessionTable() throws {
         let r = LinkEventRecorder()
         let engine = try started(alice, try MeshTestSupport.loopback(), r)
