@@ -22,7 +22,7 @@ final class LinkProofLedgerTests: XCTestCase {
         var kxKey: [UInt8] { identity.kxKey }
         func sign(_ message: [UInt8]) throws -> [UInt8] {
             lock.withLock { ledger.noteSigned(message, nowNs: nowNs) }
-            return try identity.sign(message)
+            return identity.sign(message)
         }
         func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool {
             identity.verify(signature: signature, of: message, by: publicKey)

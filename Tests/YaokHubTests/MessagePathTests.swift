@@ -85,7 +85,7 @@ final class MessagePathTests: XCTestCase {
         let exe = try TestSupport.product("yaok")
         // Bob listens throughout.
         let listenOut = dir + "/listen.json"
-        FileManager.default.createFile(atPath: listenOut, contents: nil)
+        _ = FileManager.default.createFile(atPath: listenOut, contents: nil)
         let listen = Process()
         listen.executableURL = URL(fileURLWithPath: exe)
         listen.arguments = ["listen", "--home", bob, "--hub", url, "--count", "\(count)", "--json", "--timeout", "300"]
@@ -240,7 +240,7 @@ final class MessagePathTests: XCTestCase {
         let (alice, bob) = try Self.initPair(homes)
         let url = "udp://127.0.0.1:\(s.port)"
         let out = homes + "/listen.txt"
-        FileManager.default.createFile(atPath: out, contents: nil)
+        _ = FileManager.default.createFile(atPath: out, contents: nil)
         let listen = Process()
         listen.executableURL = URL(fileURLWithPath: try TestSupport.product("yaok"))
         listen.arguments = ["listen", "--home", bob, "--hub", url, "--timeout", "60"]

@@ -270,7 +270,7 @@ extension TestSupport {
         let hash = (0..<32).map { _ in UInt8.random(in: 0...255) }
         let payload = (0..<LinkProof.replyPayloadLength).map { _ in UInt8.random(in: 0...255) }
         var proof = LinkProof(responderHash: hash, replyPayload: payload, peerSignature: [])
-        proof.peerSignature = try peer.sign(SecureLink.initiatorContext + proof.finalHash + [UInt8(role.rawValue)] + peer.signingKey + peer.kxKey)
+        proof.peerSignature = peer.sign(SecureLink.initiatorContext + proof.finalHash + [UInt8(role.rawValue)] + peer.signingKey + peer.kxKey)
         return proof
     }
 }
