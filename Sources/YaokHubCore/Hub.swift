@@ -104,13 +104,16 @@ public final class Hub: @unchecked Sendable {
         return settings
     }
 
-    /// The router's test switches from `YAOK_TEST_*` variables (tests that run a hub process
-    /// set them; in-memory tests set ``Router/Testing`` directly).
+    /// The router's test switches from `YAOK_TEST_*` variables, which tests that run a hub
+    /// process set (in-memory tests set ``Router/Testing`` directly). Debug builds only: a
+    /// release build, what is installed in the field, reads no test variable.
     static func testSwitches(_ environment: [String: String]) -> Router.Testing {
         var t = Router.Testing()
+        #if DEBUG
         t.noReconcile = environment["YAOK_TEST_NO_RECONCILE"] != nil
         t.commitDelayUs = environment["YAOK_TEST_COMMIT_DELAY_MS"].flatMap { UInt32($0) }.map { min($0, 2000) * 1000 } ?? 0
         if let quiet = environment["YAOK_TEST_WAL_QUIET_MS"].flatMap({ Int64($0) }) { t.walQuietMs = max(quiet, 100) }
+        #endif
         return t
     }
 

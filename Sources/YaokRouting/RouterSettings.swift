@@ -25,8 +25,8 @@ extension Router {
         /// The relay key an enabled relay transport pins (`relay_key`): what phones are told
         /// and their registrations are checked against; nil when the hub has no relay.
         public var relayKey: [UInt8]?
-        /// Switches only tests set; the daemon takes them from `YAOK_TEST_*` variables
-        /// (``Hub/testSwitches(_:)``), so no routing code reads the environment.
+        /// Switches only tests set; a debug build of the daemon takes them from `YAOK_TEST_*`
+        /// variables (`Hub.testSwitches`), so no routing code reads the environment.
         public var testing = Testing()
         public init(hopLimit: Int = 10, linkFramesPerSecond: Int = 2000, senderEnvelopesPerMinute: Int = 600, custodyTimeoutMs: Int64 = 30_000,
                     lifetime: EnvelopeLifetime = EnvelopeLifetime(),

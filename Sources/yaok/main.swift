@@ -242,7 +242,12 @@ func withHubSession(_ endpoint: Endpoint, hub: String, attach: AttachOptions, ti
     let finished = DispatchSemaphore(value: 0)
     final class Leaving: @unchecked Sendable { var now = false; let lock = NSLock() }
     let leaving = Leaving()
+    #if DEBUG
+    // Tests that kill `yaok` inside a commit window hold its commits open (debug builds only).
     let commitDelayMs = ProcessInfo.processInfo.environment["YAOK_TEST_ENDPOINT_COMMIT_DELAY_MS"].flatMap { UInt32($0) } ?? 0
+    #else
+    let commitDelayMs: UInt32 = 0
+    #endif
     let session = HubSession(endpoint: endpoint, address: address, testCommitDelayUs: min(commitDelayMs, 2_000) * 1_000) { event in
         // Our own stop ends the link: not news (it read like a failure after every good run).
         if case .disconnected = event, leaving.lock.withLock({ leaving.now }) { return }
