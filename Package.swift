@@ -148,13 +148,13 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportUDP", "YaokTransportWiFiDirect", "YaokTransportBLE",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportWiFiDirect", "YaokTransportBLE",
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
         // Swift 5 mode: it line-buffers C's `stdout` (setvbuf) so figures appear as they are
         // measured, and Swift 6 refuses to name that C global.
-        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokStoreBenchmark", "YaokTransportUDP", "YaokReconcile",
+        .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokStoreBenchmark", "YaokReconcile",
                                                      .product(name: "YaokPluginKit", package: "PluginAPI")],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(name: "yaok", dependencies: [
@@ -211,7 +211,7 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokTransportUDP", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
+        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),

@@ -5,7 +5,6 @@ import YaokPluginKit
 import YaokRelayProtocol
 import YaokStore
 import YaokTransportBLE
-import YaokTransportUDP
 import YaokTransportWiFiDirect
 import YaokWire
 

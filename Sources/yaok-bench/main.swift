@@ -6,7 +6,6 @@ import YaokStoreBenchmark
 import YaokWire
 import YaokReconcile
 import YaokPluginKit
-import YaokTransportUDP
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
 // in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--kill-every SECONDS [--kills N]] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile

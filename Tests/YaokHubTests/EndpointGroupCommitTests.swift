@@ -5,7 +5,6 @@ import YaokCrypto
 import YaokEndpoint
 import YaokPluginKit
 import YaokStore
-import YaokTransportUDP
 import YaokWire
 import YaokProcess
 import YaokTesting

@@ -6,7 +6,6 @@ import YaokCrypto
 import YaokPluginKit
 import YaokProcess
 import YaokTesting
-import YaokTransportUDP
 import YaokWire
 
 /// A phone trusts a hub only for a reason it can check (a pinned key, or a certificate of a

@@ -1,7 +1,6 @@
 import HubTestSupport
 import Foundation
 import Synchronization
-import YaokTransportUDP
 import YaokPluginKit
 import YaokWire
 import YaokCrypto

@@ -1,5 +1,4 @@
 import Foundation
-import YaokPluginKit
 
 /// Moves TLV records as UDP datagrams (one sealed record per datagram) and runs the
 /// kit's ``SecureLink`` per remote address.
