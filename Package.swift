@@ -10,7 +10,8 @@
 //   YaokSupervision — plugin loader, plugin processes (both sides), carrier links, transport host
 //   YaokRouting  — the router: custody, hub sync, trust, admission, pacing, status (in memory)
 //   YaokHubCore  — the daemon that wires them: config, control socket, metrics, systemd, lifecycle
-//   YaokEndpoint — a Ya OK user on Linux (`yaok`)
+//   YaokEndpoint — a Ya OK user on Linux (`yaok`), with the phone side of its transports
+//   YaokWPA      — the wpa_supplicant control client and P2P service discovery (plugin and endpoint)
 //   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
 //   YaokQR       — QR codes of contact codes (libqrencode): SVG in the console, text in `yaok qr`
 //   YaokRelayProtocol, YaokRelayWebSocket, YaokRelayServer — the internet relay (YaokRelayBenchmark: its benchmark)
@@ -73,6 +74,9 @@ let package = Package(
         // Set reconciliation between hubs (IBLT + strata estimator), pure: no I/O, no router.
         .target(name: "YaokReconcile", dependencies: ["YaokCrypto", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .target(name: "YaokProcess"),
+        // The wpa_supplicant control interface and P2P service discovery, shared by the
+        // Wi-Fi Direct plugin (the hub's group) and the endpoint (a phone joining it).
+        .target(name: "YaokWPA", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
         // Plugin supervision: the loader, the plugin process on both sides of its socket, carrier
         // links and the transport host. It knows nothing of routing.
         .target(name: "YaokSupervision", dependencies: [
@@ -148,7 +152,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokTransportWiFiDirect", "YaokTransportBLE",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokWPA", "YaokProcess", "YaokTransportBLE",
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
@@ -179,7 +183,7 @@ let package = Package(
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
         .target(name: "YaokTransportWiFiDirect", dependencies: [
-            "CNetlink",
+            "CNetlink", "YaokWPA", "YaokProcess",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/WiFiDirect/Sources", linkerSettings: pluginLinkerSettings),
 
@@ -211,7 +215,7 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
+        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
@@ -223,7 +227,7 @@ let package = Package(
         // The relay server, its protocol, client and WebSocket transport.
         .testTarget(name: "RelayTests", dependencies: ["HubTestSupport", "YaokRelayServer", "YaokRelayBenchmark", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting",
                                                      "RelayTestSupport", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
+        .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokWPA", "YaokProcess", "YaokEndpoint", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
         .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v6]

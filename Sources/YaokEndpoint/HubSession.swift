@@ -5,7 +5,6 @@ import YaokPluginKit
 import YaokRelayProtocol
 import YaokStore
 import YaokTransportBLE
-import YaokTransportWiFiDirect
 import YaokWire
 
 /// Where a hub listens for endpoints.

@@ -1,8 +1,9 @@
 import Foundation
 #if canImport(Glibc)
 import Glibc
+import YaokWPA
+import YaokProcess
 #endif
-import YaokTransportWiFiDirect
 
 /// A hub reached over Wi-Fi Direct through this machine's own wpa_supplicant:
 /// `p2p://IFACE[?ctrl=DIR][&pin=PIN][&name=INSTANCE][&timeout=SECONDS]`.

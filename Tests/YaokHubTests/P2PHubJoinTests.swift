@@ -1,8 +1,8 @@
 import Foundation
 import XCTest
 @testable import YaokEndpoint
-import YaokTransportWiFiDirect
 import YaokTesting
+import YaokProcess
 
 /// `yaok --hub p2p://…` without a radio: the address syntax, the errors a user sees before any
 /// radio work (no control socket, a supplicant that cannot do P2P, no DHCP client), and the

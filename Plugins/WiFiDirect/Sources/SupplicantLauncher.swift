@@ -1,4 +1,6 @@
 import Foundation
+import YaokWPA
+import YaokProcess
 
 /// Starts wpa_supplicant for the plugin (`manage_supplicant: true`): writes its config into the
 /// runtime directory (mode 0600: it keeps the persistent group's passphrase) and runs

@@ -3,6 +3,8 @@ import Glibc
 #endif
 import Foundation
 import YaokPluginKit
+import YaokWPA
+import YaokProcess
 
 /// Phones attach over Wi-Fi Direct: the hub is the group owner of a persistent P2P group
 /// (through wpa_supplicant's control interface), hands out addresses with dnsmasq, and accepts

@@ -3,6 +3,7 @@ import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
 import YaokTesting
+@testable import YaokProcess
 
 /// Config keys, and the transport's start paths that can be real on this machine.
 final class TransportTests: XCTestCase {

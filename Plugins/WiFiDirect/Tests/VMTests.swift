@@ -3,7 +3,9 @@ import Synchronization
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+import YaokEndpoint
 import YaokTesting
+@testable import YaokWPA
 
 /// The two halves of Tests/vmlab/wifi-test.sh, run inside the VM with mac80211_hwsim radios.
 /// Skipped unless YAOK_WIFI_VM is `hub` or `phone`; files in YAOK_WIFI_VM_DIR coordinate them.

@@ -2,7 +2,10 @@ import Foundation
 import XCTest
 import YaokPluginKit
 @testable import YaokTransportWiFiDirect
+@testable import YaokEndpoint
 import YaokTesting
+@testable import YaokWPA
+@testable import YaokProcess
 
 /// The control-interface client against a real wpa_supplicant (Debian's wpasupplicant). This
 /// machine has no Wi-Fi, so the supplicant runs with only its global control socket (`-g`),

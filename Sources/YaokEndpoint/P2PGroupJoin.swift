@@ -1,4 +1,5 @@
 import Foundation
+import YaokWPA
 
 /// The phone side of joining a hub's group, for a Linux machine acting as a phone (and the
 /// VM test): through the phone's own wpa_supplicant, `P2P_CONNECT <hub> pbc|<pin> join`, then
