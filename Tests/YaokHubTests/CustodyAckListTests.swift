@@ -15,14 +15,6 @@ final class CustodyAckListTests: XCTestCase {
         h.frames(.custodyAcks, on: link).compactMap { try? BundleIDList(parsing: $0.value) }.filter { !$0.bundleIDs.isEmpty }
     }
 
-    /// `envelopes` arrive on `link` as one burst: every frame is in before the router runs.
-    func burst(_ envelopes: [Envelope], on link: LinkID, _ h: RouterHarness) {
-        for e in envelopes {
-            h.router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded).encoded, link: link, on: h.transport)
-        }
-        h.router.settle()
-    }
-
     func testAPeerThatAnnouncedGetsOneListPerCommitAndAnOlderPeerSingleAcks() throws {
         let h = try RouterHarness(self, settings: .init(senderEnvelopesPerMinute: 100_000))
         let n = 200
@@ -31,7 +23,7 @@ final class CustodyAckListTests: XCTestCase {
         let old = h.attach(alice, as: .endpoint)
         XCTAssertTrue(h.frames(.custodyAcks, on: old).contains { $0.value == CustodyAcks.announcement.value }, "the hub announces at link up")
         let fromOld = try (0..<n).map { try seal("old \($0)", from: alice, to: bob) }
-        burst(fromOld, on: old, h)
+        h.receive(fromOld, on: old)
         XCTAssertEqual(lists(on: old, h).count, 0, "no list goes to a peer that did not announce")
         XCTAssertEqual(Set(h.frames(.custodyAck, on: old).map(\.value)), Set(fromOld.map(\.bundleID)))
 
@@ -40,7 +32,7 @@ final class CustodyAckListTests: XCTestCase {
         h.receive(CustodyAcks.announcement, on: new)
         let before = h.router.statusSnapshot().counters
         let fromNew = try (0..<n).map { try seal("new \($0)", from: carol, to: bob) }
-        burst(fromNew, on: new, h)
+        h.receive(fromNew, on: new)
         XCTAssertEqual(h.acknowledged(on: new), Set(fromNew.map(\.bundleID)))
         let received = lists(on: new, h)
         XCTAssertGreaterThan(received.count, 0, "a burst from a peer that reads lists is answered with lists")

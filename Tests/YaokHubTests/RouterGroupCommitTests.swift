@@ -17,10 +17,7 @@ final class RouterGroupCommitTests: XCTestCase {
         let start = h.router.statusSnapshot().counters
         let n = 300
         let envelopes = try (0..<n).map { try seal("burst \($0)", from: alice, to: bob) }
-        for e in envelopes {
-            h.router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded).encoded, link: a, on: h.transport)
-        }
-        h.router.settle()
+        h.receive(envelopes, on: a)
         XCTAssertEqual(h.acknowledged(on: a), Set(envelopes.map(\.bundleID)))
         let after = h.router.statusSnapshot().counters
         let commits = after.groupCommits - start.groupCommits
@@ -45,7 +42,7 @@ final class RouterGroupCommitTests: XCTestCase {
         let a = h.attach(alice, as: .endpoint)
         XCTAssertEqual(h.router.statusSnapshot().counters.hopLatencySamples, 0)
         let envelope = try seal("timed", from: alice, to: bob)
-        h.router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: envelope).encoded).encoded, link: a, on: h.transport)
+        h.arrive(envelope, on: a)
         try Wait.until(timeout: 10, "the bundle at Bob") { !h.envelopes(on: b).isEmpty }
         XCTAssertTrue(h.acknowledged(on: a).isEmpty, "the ack waits for the commit, which is held")
         h.router.settle()

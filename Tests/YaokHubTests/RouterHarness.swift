@@ -47,20 +47,23 @@ final class MemoryTransport: RouterTransport, @unchecked Sendable {
     func frames(on link: LinkID) -> [TLVRecord] { lock.withLock { sent[link] ?? [] } }
 }
 
-/// A log handler that keeps every message in memory, for tests that check what is logged.
-final class LogCapture: LogHandler, @unchecked Sendable {
-    var logLevel: Logger.Level = .info
-    var metadata: Logger.Metadata = [:]
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
+/// What a harness's router logged (info and above), kept in memory, not printed.
+final class LogCapture: Sendable {
     private let lines = Mutex<[String]>([])
     /// Every message so far, one per line.
     var text: String { lines.withLock { $0.joined(separator: "\n") } }
+    func append(_ line: String) { lines.withLock { $0.append(line) } }
 
-    func log(event: LogEvent) {
-        lines.withLock { $0.append("\(event.level) \(event.message)") }
+    /// The handler a `Logger` writes into this capture through.
+    struct Handler: LogHandler {
+        let capture: LogCapture
+        var logLevel: Logger.Level = .info
+        var metadata: Logger.Metadata = [:]
+        subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+            get { metadata[key] }
+            set { metadata[key] = newValue }
+        }
+        func log(event: LogEvent) { capture.append("\(event.level) \(event.message)") }
     }
 }
 
@@ -98,7 +101,7 @@ final class RouterHarness {
         let time = HubTime(startHubMs: WallClock.nowMilliseconds(), trust: .always, systemSynchronised: { true }, monotonicNs: { clock.now })
         let log = LogCapture()
         self.log = log
-        var logger = Logger(label: "router-harness") { _ in log }
+        var logger = Logger(label: "router-harness") { _ in LogCapture.Handler(capture: log) }
         logger.logLevel = .info
         self.transport = transport
         router = Router(hubIdentity: hub, store: store, settings: settings, policy: policy, logger: logger, time: time)
@@ -131,7 +134,19 @@ final class RouterHarness {
 
     /// A bundle from the peer on `link` (as its sender hands it over: hop count 0).
     func receive(_ envelope: Envelope, on link: LinkID) {
-        receive(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: envelope).encoded), on: link)
+        arrive(envelope, on: link)
+        router.settle()
+    }
+
+    /// Bundles from the peer on `link` as one burst: every frame is in before the router runs.
+    func receive(_ envelopes: [Envelope], on link: LinkID) {
+        for e in envelopes { arrive(e, on: link) }
+        router.settle()
+    }
+
+    /// A bundle frame reaches the router, which has not necessarily handled it on return.
+    func arrive(_ envelope: Envelope, on link: LinkID) {
+        router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: envelope).encoded).encoded, link: link, on: transport)
     }
 
     func tick() {
@@ -231,9 +246,12 @@ final class RouterPair {
         _ = b.transport.takeUncarried(on: linkB)
     }
 
+    /// Two routers that answer each other for ever are a bug, not a wait.
+    static let maxSettleRounds = 10_000
+
     /// Carries frames both ways until neither router sends more.
     func settle() {
-        while true {
+        for _ in 0..<Self.maxSettleRounds {
             a.router.settle()
             b.router.settle()
             let toB = a.transport.takeUncarried(on: linkA), toA = b.transport.takeUncarried(on: linkB)
@@ -243,6 +261,7 @@ final class RouterPair {
             carriedAToB += toB.count
             carriedBToA += toA.count
         }
+        XCTFail("the two routers still answered each other after \(Self.maxSettleRounds) rounds")
     }
 
     /// Time passes on both hubs: a tick each second, and what the ticks send is carried.
@@ -259,10 +278,29 @@ final class RouterPair {
     /// A phone hands each envelope to `hub` (in bursts, as its window would).
     func load(_ envelopes: [Envelope], into hub: RouterHarness, from phone: Identity) {
         let link = hub.attach(phone, as: .endpoint)
-        for e in envelopes {
-            hub.router.frameReceived(TLVRecord(.bundle, value: YaokWire.Bundle(envelope: e).encoded).encoded, link: link, on: hub.transport)
-        }
-        hub.router.settle()
+        hub.receive(envelopes, on: link)
         hub.detach(link)
+    }
+}
+
+extension XCTestCase {
+    /// Two current hubs, each holding `unique` bundles the other lacks besides what they share,
+    /// reconciled once and listed only the difference: what RouterReconcileTests checks in memory
+    /// and ReconcileTests on two real hubs.
+    func assertReconciledOnlyTheDifference(_ a: Router.Counters, _ b: Router.Counters, unique: Int,
+                                           file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(a.reconciled, 1, file: file, line: line)
+        XCTAssertEqual(b.reconciled, 1, file: file, line: line)
+        XCTAssertEqual(a.reconcileFallbacks + b.reconcileFallbacks, 0, file: file, line: line)
+        XCTAssertEqual(a.reconciledVersion1 + b.reconciledVersion1, 0, "two current hubs use version 2", file: file, line: line)
+        // The initiator found both directions, the responder learned what it must offer.
+        XCTAssertEqual(a.reconcileDifferences + b.reconcileDifferences, 3 * unique, file: file, line: line)
+        // Only the difference was listed: the shared IDs were never offered or answered `held`.
+        XCTAssertEqual(a.idsOffered, unique, file: file, line: line)
+        XCTAssertEqual(b.idsOffered, unique, file: file, line: line)
+        XCTAssertEqual(a.heldSent + b.heldSent, 0, file: file, line: line)
+        XCTAssertEqual(a.duplicates + b.duplicates, 0, "no shared bundle crossed", file: file, line: line)
+        XCTAssertEqual(a.reconcileBytesOut, b.reconcileBytesIn, file: file, line: line)
+        XCTAssertEqual(b.reconcileBytesOut, a.reconcileBytesIn, file: file, line: line)
     }
 }
