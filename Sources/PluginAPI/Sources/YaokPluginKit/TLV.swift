@@ -102,6 +102,10 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     /// Types of the retired version-1 link handshake (challenge 0x10, proof 0x11): a peer that
     /// sends them is refused with ``linkVersion``.
     public static let retiredHandshakeTypes: Set<UInt8> = [0x10, 0x11]
+
+    /// The offer's former name, kept so plugins built against it still compile.
+    @available(*, deprecated, renamed: "offer")
+    public static var summary: FrameType { .offer }
 }
 
 /// TLV parsing errors.
