@@ -12,6 +12,7 @@
 //   YaokHubCore  — the daemon that wires them: config, control socket, metrics, systemd, lifecycle
 //   YaokEndpoint — a Ya OK user on Linux (`yaok`), with the phone side of its transports
 //   YaokWPA      — the wpa_supplicant control client and P2P service discovery (plugin and endpoint)
+//   YaokBluetooth — Bluetooth LE on Linux for the BLE plugin and the endpoint: kernel sockets, adapters, the Ya OK GATT service, link sessions
 //   YaokConsole  — the operator console: login, pages, live status over HTTP (Hummingbird)
 //   YaokQR       — QR codes of contact codes (libqrencode): SVG in the console, text in `yaok qr`
 //   YaokRelayProtocol, YaokRelayWebSocket, YaokRelayServer — the internet relay (YaokRelayBenchmark: its benchmark)
@@ -30,11 +31,11 @@ let package = Package(
         .executable(name: "yaok", targets: ["yaok"]),
         .executable(name: "yaok-relay", targets: ["yaok-relay"]),
         .executable(name: "yaok-bench", targets: ["yaok-bench"]),
-        .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokUDPPlugin"]),
-        .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokBLEPlugin"]),
-        .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPlugin"]),
-        .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPlugin"]),
-        .library(name: "yaok-plugin-wifidirect", type: .dynamic, targets: ["YaokWiFiDirectPlugin"]),
+        .library(name: "yaok-plugin-udp", type: .dynamic, targets: ["YaokUDPPluginEntry"]),
+        .library(name: "yaok-plugin-ble", type: .dynamic, targets: ["YaokBLEPluginEntry"]),
+        .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPluginEntry"]),
+        .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPluginEntry"]),
+        .library(name: "yaok-plugin-wifidirect", type: .dynamic, targets: ["YaokWiFiDirectPluginEntry"]),
         // For plugin authors' tests: the plugin test host, bounded waits, loopback helpers
         // (Docs/plugin-guide.md, "Testing it").
         .library(name: "YaokTesting", targets: ["YaokTesting"]),
@@ -77,6 +78,8 @@ let package = Package(
         // The wpa_supplicant control interface and P2P service discovery, shared by the
         // Wi-Fi Direct plugin (the hub's group) and the endpoint (a phone joining it).
         .target(name: "YaokWPA", dependencies: [.product(name: "YaokPluginKit", package: "PluginAPI")]),
+        // Bluetooth LE on Linux for both sides: kernel sockets, adapter checks, the GATT service, the link session over ATT.
+        .target(name: "YaokBluetooth", dependencies: ["YaokATT", "CBluetooth", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         // Plugin supervision: the loader, the plugin process on both sides of its socket, carrier
         // links and the transport host. It knows nothing of routing.
         .target(name: "YaokSupervision", dependencies: [
@@ -152,7 +155,7 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
         .target(name: "YaokEndpoint", dependencies: [
-            "YaokWire", "YaokCrypto", "YaokStore", "YaokWPA", "YaokProcess", "YaokTransportBLE",
+            "YaokWire", "YaokCrypto", "YaokStore", "YaokWPA", "YaokBluetooth", "YaokATT", "CBluetooth", "YaokProcess",
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ]),
@@ -166,37 +169,42 @@ let package = Package(
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
         ]),
 
+        // The test phone of Tests/vmlab/ble-test.sh: the endpoint's BLE client against a hub in the VM.
+        .executableTarget(name: "ble-phone", dependencies: [
+            "YaokEndpoint", "YaokBluetooth", .product(name: "CSodium", package: "PluginAPI"), .product(name: "YaokPluginKit", package: "PluginAPI"),
+        ], path: "Tests/vmlab/BLEPhone", swiftSettings: [.swiftLanguageMode(.v5)]),  // it line-buffers C's `stdout`, as yaok-bench does
+
         // Transport plugins: Plugins/<Name>/{README.md,Sources,Tests}
-        .target(name: "YaokTransportUDP", dependencies: [
+        .target(name: "YaokUDPPlugin", dependencies: [
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/UDP/Sources", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokTransportBLE", dependencies: [
-            "YaokATT", "CBluetooth",
+        .target(name: "YaokBLEPlugin", dependencies: [
+            "YaokATT", "YaokBluetooth", "CBluetooth",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/BLE/Sources", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokTransportMesh", dependencies: [
+        .target(name: "YaokMeshPlugin", dependencies: [
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Mesh/Sources", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokTransportRelay", dependencies: [
+        .target(name: "YaokRelayPlugin", dependencies: [
             "YaokRelayProtocol", "YaokRelayWebSocket",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
-        .target(name: "YaokTransportWiFiDirect", dependencies: [
+        .target(name: "YaokWiFiDirectPlugin", dependencies: [
             "CNetlink", "YaokWPA", "YaokProcess",
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/WiFiDirect/Sources", linkerSettings: pluginLinkerSettings),
 
         // Each plugin's entry point, linked only into its .so (see Plugins/<Name>/Entry).
-        .target(name: "YaokUDPPlugin", dependencies: ["YaokTransportUDP", .product(name: "YaokPluginKit", package: "PluginAPI")],
+        .target(name: "YaokUDPPluginEntry", dependencies: ["YaokUDPPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/UDP/Entry", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokMeshPlugin", dependencies: ["YaokTransportMesh", .product(name: "YaokPluginKit", package: "PluginAPI")],
+        .target(name: "YaokMeshPluginEntry", dependencies: ["YaokMeshPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/Mesh/Entry", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokRelayPlugin", dependencies: ["YaokTransportRelay", .product(name: "YaokPluginKit", package: "PluginAPI")],
+        .target(name: "YaokRelayPluginEntry", dependencies: ["YaokRelayPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/Relay/Entry", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokWiFiDirectPlugin", dependencies: ["YaokTransportWiFiDirect", .product(name: "YaokPluginKit", package: "PluginAPI")],
+        .target(name: "YaokWiFiDirectPluginEntry", dependencies: ["YaokWiFiDirectPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/WiFiDirect/Entry", linkerSettings: pluginLinkerSettings),
-        .target(name: "YaokBLEPlugin", dependencies: ["YaokTransportBLE", .product(name: "YaokPluginKit", package: "PluginAPI")],
+        .target(name: "YaokBLEPluginEntry", dependencies: ["YaokBLEPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/BLE/Entry", linkerSettings: pluginLinkerSettings),
 
         // Test helpers shared by the test targets (real sockets on loopback, bounded waits).
@@ -217,18 +225,18 @@ let package = Package(
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "UDPTransportTests", dependencies: ["YaokTransportUDP", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
-        .testTarget(name: "MeshTransportTests", dependencies: ["YaokTransportMesh", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
+        .testTarget(name: "YaokUDPPluginTests", dependencies: ["YaokUDPPlugin", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "YaokMeshPluginTests", dependencies: ["YaokMeshPlugin", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C
         // ABI and inside a real yaok-hub, against real yaok-relay processes.
-        .testTarget(name: "RelayTransportTests", dependencies: ["HubTestSupport", "YaokTransportRelay", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",
+        .testTarget(name: "YaokRelayPluginTests", dependencies: ["HubTestSupport", "YaokRelayPlugin", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",
                                                               "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")],
                     path: "Plugins/Relay/Tests"),
         // The relay server, its protocol, client and WebSocket transport.
         .testTarget(name: "RelayTests", dependencies: ["HubTestSupport", "YaokRelayServer", "YaokRelayBenchmark", "YaokRelayProtocol", "YaokRelayWebSocket", "YaokCrypto", "YaokWire", "YaokTesting",
                                                      "RelayTestSupport", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "WiFiDirectTransportTests", dependencies: ["YaokTransportWiFiDirect", "YaokWPA", "YaokProcess", "YaokEndpoint", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
-        .testTarget(name: "BLETransportTests", dependencies: ["YaokTransportBLE", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
+        .testTarget(name: "YaokWiFiDirectPluginTests", dependencies: ["YaokWiFiDirectPlugin", "YaokWPA", "YaokProcess", "YaokEndpoint", "YaokTesting"], path: "Plugins/WiFiDirect/Tests"),
+        .testTarget(name: "YaokBLEPluginTests", dependencies: ["YaokBLEPlugin", "YaokBluetooth", "YaokEndpoint", "YaokATT", "YaokTesting"], path: "Plugins/BLE/Tests"),
     ],
     swiftLanguageModes: [.v6]
 )
@@ -243,8 +251,8 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
                         "ReceiptCommitmentsTests.swift", "RoutingPolicyTests.swift", "ClockEstimateTests.swift",
                         "MetricsHTTPServerTests.swift", "RouterHarness.swift", "RouterCustodyTests.swift", "RouterRefusalTests.swift", "RouterSendRefusalTests.swift", "RouterTrustTests.swift", "RouterReconcileTests.swift", "CustodyAckListTests.swift", "RouterHeldTests.swift", "RouterGroupCommitTests.swift"]
     let tests: Set<String> = ["YaokWireTests", "YaokStoreTests", "YaokReconcileTests", "YaokATTTests",
-                              "YaokHubTests", "UDPTransportTests", "MeshTransportTests",
-                              "YaokUDPPlugin"]  // UDPPluginTests load the built .so through the C ABI
+                              "YaokHubTests", "YaokUDPPluginTests", "YaokMeshPluginTests",
+                              "YaokUDPPluginEntry"]  // UDPPluginTests load the built .so through the C ABI
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
         target.dependencies = ["YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",

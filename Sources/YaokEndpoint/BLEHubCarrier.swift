@@ -3,7 +3,7 @@ import Foundation
 import Glibc
 #endif
 import YaokPluginKit
-import YaokTransportBLE
+import YaokBluetooth
 
 /// A BLE link to a hub: connects as an LE central (``BLEHubClient``), runs the endpoint
 /// handshake, then serves sends and receives from one thread, because the ATT channel allows

@@ -4,7 +4,7 @@ import YaokCrypto
 import YaokPluginKit
 import YaokRelayProtocol
 import YaokStore
-import YaokTransportBLE
+import YaokBluetooth
 import YaokWire
 
 /// Where a hub listens for endpoints.

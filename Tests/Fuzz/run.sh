@@ -86,7 +86,7 @@ if wants YaokRelayProtocol; then build_module YaokRelayProtocol "$repo"/Sources/
 if wants YaokReconcile; then build_module YaokReconcile "$repo"/Sources/YaokReconcile/*.swift; fi
 if wants YaokATT; then build_module YaokATT "$repo"/Sources/YaokATT/*.swift; fi
 # One file of the BLE plugin: the hub's GATT database (needs only YaokATT).
-if wants YaokBLEGATT; then build_module YaokBLEGATT "$repo"/Plugins/BLE/Sources/YaokGATTService.swift; fi
+if wants YaokBLEGATT; then build_module YaokBLEGATT "$repo"/Sources/YaokBluetooth/YaokGATTService.swift; fi
 # One file of the mesh plugin: the beacon needs only YaokPluginKit.
 if wants YaokMeshBeacon; then build_module YaokMeshBeacon "$repo"/Plugins/Mesh/Sources/Beacon.swift; fi
 # Three files of YaokHubCore (which needs NIO, swift-log, Yams): the plugin-process messages, the

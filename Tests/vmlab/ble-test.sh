@@ -9,26 +9,18 @@
 # BENCH lines: ATT traffic and time for a 10 KB frame each way at ATT MTU 23, 185 and 517.
 #
 # Needs: BUILD=<scratch dir> holding debug/yaok-hub, debug/yaok, debug/libyaok-plugin-ble.so
-#        and debug/libyaok-plugin-mesh.so (default .build-ble; build them one by one with
-#         swift build --scratch-path .build-ble --product yaok-hub   (and yaok,
-#         yaok-plugin-ble, yaok-plugin-mesh))
+#        debug/libyaok-plugin-mesh.so and debug/ble-phone (default .build-ble; build them one
+#        by one with swift build --scratch-path .build-ble --product yaok-hub   (and yaok,
+#        yaok-plugin-ble, yaok-plugin-mesh, ble-phone))
 # Prints BLE_TEST=PASS and exits 0 when every check passed (about 5-8 minutes under TCG).
 REPO=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-$REPO/.build-ble}
 HUB=$BUILD/debug/yaok-hub
 PLUGIN=$BUILD/debug/libyaok-plugin-ble.so
-PHONE=$REPO/Tests/vmlab/out/ble-phone
-# On the host: build the test phone (swiftc is slow under TCG), then boot the VM.
+PHONE=$BUILD/debug/ble-phone
+# On the host: check the test phone was built (Package.swift's ble-phone), then boot the VM.
 if ! grep -q 'vmlab.cmd=' /proc/cmdline 2>/dev/null; then
-  D=$BUILD/debug
-  mkdir -p "$(dirname "$PHONE")"
-  swiftc -g -o "$PHONE" "$REPO/Tests/vmlab/ble-phone.swift" -I "$D/Modules" \
-    -Xcc -fmodule-map-file="$REPO/Sources/PluginAPI/Sources/CSodium/module.modulemap" \
-    -Xcc -fmodule-map-file="$REPO/Sources/CBluetooth/module.modulemap" \
-    -Xcc -fmodule-map-file="$D/CYaokPlugin.build/module.modulemap" \
-    -Xcc -I"$REPO/Sources/PluginAPI/Sources/CYaokPlugin/include" \
-    -L "$D" -lyaok-plugin-ble -lsodium -Xlinker -rpath -Xlinker "$D" 2>&1 | grep -v warning
-  [ -x "$PHONE" ] || { echo "BLE_TEST=FAIL: cannot build $PHONE"; exit 1; }
+  [ -x "$PHONE" ] || { echo "BLE_TEST=FAIL: no $PHONE (swift build --scratch-path ${BUILD%/} --product ble-phone)"; exit 1; }
   BUILD=$BUILD bash "$REPO/Tests/vmlab/ble-flows.sh" --prepare || { echo "BLE_TEST=FAIL: cannot prepare the phones of ble-flows.sh"; exit 1; }
 fi
 . "$(dirname "$0")/lib.sh"

@@ -55,7 +55,7 @@ iw dev | grep -E 'Interface|phy'
 
 step "hub: the plugin forms the group"
 YAOK_WIFI_VM=hub YAOK_WIFI_VM_DIR=$W YAOK_WIFI_IF=wlan0 \
-  "$XCTEST" WiFiDirectTransportTests.VMTests/testHubSide > "$W/hub.out" 2>&1 &
+  "$XCTEST" YaokWiFiDirectPluginTests.VMTests/testHubSide > "$W/hub.out" 2>&1 &
 HUB_PID=$!
 wait_for 90 "the hub's group" test -e "$W/hub-group" || fail "no group from the plugin"
 cat "$W/hub-probe" "$W/hub-group"
@@ -86,7 +86,7 @@ found() { $C1 p2p_peers | grep -qi "$HUB_DEV"; }
 # P2P-GROUP-STARTED <if> client); the plugin answers the provision discovery with WPS_PBC.
 step "phone finds the hub by its _yaok._tcp service (P2P service discovery) and joins with push-button"
 ip netns exec phone env YAOK_WIFI_VM=phone-discovery YAOK_WIFI_VM_DIR=$W YAOK_WIFI_PHONE_CTRL=/run/wpa-phone/p2p-dev-wlan1 \
-  YAOK_WIFI_HUB_DEV="$HUB_DEV" YAOK_WIFI_JOIN=pbc "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneDiscovery > "$W/phone-sd.out" 2>&1
+  YAOK_WIFI_HUB_DEV="$HUB_DEV" YAOK_WIFI_JOIN=pbc "$XCTEST" YaokWiFiDirectPluginTests.VMTests/testPhoneDiscovery > "$W/phone-sd.out" 2>&1
 SD_RC=$?
 grep -E "error|passed|failed" "$W/phone-sd.out" | head -5
 [ -e "$W/phone-sd" ] || fail "the phone did not find the hub's _yaok._tcp service"
@@ -115,7 +115,7 @@ ip netns exec phone busybox ping -c 2 -W 2 192.168.49.1 | tail -2
 
 step "phone links to the hub over TCP and exchanges records"
 ip netns exec phone env YAOK_WIFI_VM=phone YAOK_WIFI_VM_DIR=$W YAOK_WIFI_HUB=192.168.49.1 \
-  "$XCTEST" WiFiDirectTransportTests.VMTests/testPhoneSide > "$W/phone.out" 2>&1
+  "$XCTEST" YaokWiFiDirectPluginTests.VMTests/testPhoneSide > "$W/phone.out" 2>&1
 grep -E "error|passed|failed" "$W/phone.out" | head -5
 [ -e "$W/phone-done" ] || fail "phone side failed"
 cat "$W/phone-bench"

@@ -3,4 +3,4 @@
 // Until the BLE transport conforms to Transport, this library exports no entry and the
 // hub refuses it with "missing entry symbol".
 import YaokPluginKit
-import YaokTransportBLE
+import YaokBLEPlugin

@@ -1,6 +1,7 @@
 #if canImport(Glibc)
 import Glibc
 #endif
+import YaokBluetooth
 
 /// Finds out whether something else already listens on the ATT fixed channel of an adapter.
 ///

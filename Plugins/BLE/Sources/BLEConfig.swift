@@ -1,3 +1,4 @@
+import YaokBluetooth
 import YaokPluginKit
 
 /// The BLE transport's config section (`transports.<name>` with `plugin: ble`).
@@ -28,7 +29,7 @@ public struct BLEConfig: Sendable, Equatable {
     public init(adapter: String = "hci0", name: String = "yaok-hub", advertisingIntervalMs: Int = 200,
                 maxConnections: Int = 10, mtu: Int = 517, reassemblyTimeoutSeconds: Int = 30) {
         self.adapter = adapter
-        self.adapterIndex = BLEConfig.parseAdapterIndex(adapter) ?? 0
+        self.adapterIndex = BluetoothKernel.adapterIndex(adapter) ?? 0
         self.name = name
         self.advertisingIntervalMs = advertisingIntervalMs
         self.maxConnections = maxConnections
@@ -40,7 +41,7 @@ public struct BLEConfig: Sendable, Equatable {
     public init(section config: ConfigSection) throws {
         try config.rejectUnknownKeys(allowed: Self.keys)
         let adapter = try config.string("adapter", default: "hci0")
-        guard let index = Self.parseAdapterIndex(adapter) else {
+        guard let index = BluetoothKernel.adapterIndex(adapter) else {
             throw config.error("adapter", "expected an HCI adapter name like \"hci0\", got \"\(adapter)\"")
         }
         let name = try config.string("name", default: "yaok-hub")
@@ -56,15 +57,6 @@ public struct BLEConfig: Sendable, Equatable {
         self.maxConnections = try config.int("max_connections", default: 10, range: 1...64)
         self.mtu = try config.int("mtu", default: 517, range: 23...517)
         self.reassemblyTimeoutSeconds = try config.int("reassembly_timeout_s", default: 30, range: 1...600)
-    }
-
-    /// "hci7" → 7; nil for anything else.
-    public static func parseAdapterIndex(_ name: String) -> UInt16? {
-        guard name.hasPrefix("hci") else { return nil }
-        let digits = name.dropFirst(3)
-        guard !digits.isEmpty, digits.count <= 5, digits.allSatisfy({ $0.isASCII && $0.isNumber }),
-              let value = UInt16(digits) else { return nil }
-        return value
     }
 
     /// The interval in controller units of 0.625 ms.

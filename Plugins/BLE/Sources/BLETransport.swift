@@ -7,6 +7,7 @@ import Glibc
 import CBluetooth
 import YaokATT
 import YaokPluginKit
+import YaokBluetooth
 
 /// The BLE transport: the hub as a GATT peripheral that phones (centrals) connect to.
 ///

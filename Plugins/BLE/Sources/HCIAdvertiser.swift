@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CBluetooth
+import YaokBluetooth
 
 /// Errors from HCI commands.
 public enum HCICommandError: Error, Equatable, Sendable, CustomStringConvertible {

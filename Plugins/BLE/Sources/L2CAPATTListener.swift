@@ -3,6 +3,7 @@ import Foundation
 import Glibc
 #endif
 import CBluetooth
+import YaokBluetooth
 
 /// An accepted LE connection on the ATT fixed channel.
 public struct L2CAPConnection: Sendable {

@@ -1,5 +1,6 @@
 import XCTest
-@testable import YaokTransportBLE
+@testable import YaokBLEPlugin
+@testable import YaokBluetooth
 
 final class ATTChannelOwnerTests: XCTestCase {
     /// Lines as the 6.1 kernel printed them in the VM with l2test listening on CID 4.

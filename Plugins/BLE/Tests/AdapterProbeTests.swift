@@ -1,6 +1,7 @@
 import XCTest
 import Glibc
-@testable import YaokTransportBLE
+@testable import YaokBLEPlugin
+@testable import YaokBluetooth
 
 /// Runs on the build machine, which has no usable Bluetooth: the reason must be the specific one.
 final class AdapterProbeTests: XCTestCase {

@@ -1,6 +1,7 @@
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportBLE
+@testable import YaokBLEPlugin
+@testable import YaokBluetooth
 
 final class BLEConfigTests: XCTestCase {
     private func section(_ values: [String: ConfigValue]) -> ConfigSection {
@@ -71,10 +72,10 @@ final class BLEConfigTests: XCTestCase {
     }
 
     func testAdapterIndexParsing() {
-        XCTAssertEqual(BLEConfig.parseAdapterIndex("hci0"), 0)
-        XCTAssertEqual(BLEConfig.parseAdapterIndex("hci65535"), 65535)
-        XCTAssertNil(BLEConfig.parseAdapterIndex("hci65536"))
-        XCTAssertNil(BLEConfig.parseAdapterIndex("hci٣"))   // non-ASCII digit
-        XCTAssertNil(BLEConfig.parseAdapterIndex("HCI0"))
+        XCTAssertEqual(BluetoothKernel.adapterIndex("hci0"), 0)
+        XCTAssertEqual(BluetoothKernel.adapterIndex("hci65535"), 65535)
+        XCTAssertNil(BluetoothKernel.adapterIndex("hci65536"))
+        XCTAssertNil(BluetoothKernel.adapterIndex("hci٣"))   // non-ASCII digit
+        XCTAssertNil(BluetoothKernel.adapterIndex("HCI0"))
     }
 }

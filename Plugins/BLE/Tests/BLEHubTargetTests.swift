@@ -1,5 +1,6 @@
 import XCTest
-import YaokTransportBLE
+@testable import YaokBluetooth
+@testable import YaokEndpoint
 
 final class BLEHubTargetTests: XCTestCase {
     func testAddressForms() throws {

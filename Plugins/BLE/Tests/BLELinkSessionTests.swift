@@ -1,7 +1,8 @@
 import XCTest
 import Glibc
 import YaokPluginKit
-@testable import YaokTransportBLE
+@testable import YaokBLEPlugin
+@testable import YaokBluetooth
 import YaokTesting
 
 /// An identity with real randomness that can sign nothing: enough for the session paths that

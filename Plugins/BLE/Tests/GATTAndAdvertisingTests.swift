@@ -1,7 +1,9 @@
 import XCTest
 import YaokATT
 import YaokPluginKit
-@testable import YaokTransportBLE
+@testable import YaokBLEPlugin
+@testable import YaokBluetooth
+@testable import YaokEndpoint
 
 final class GATTAndAdvertisingTests: XCTestCase {
     let identity: [UInt8] = [2] + [UInt8](repeating: 0x11, count: 32) + [UInt8](repeating: 0x22, count: 32)

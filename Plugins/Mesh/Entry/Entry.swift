@@ -2,7 +2,7 @@
 // exports it: tests and tools link Plugins/Mesh/Sources without it (several plugins in one
 // test binary would otherwise define the symbol twice).
 import YaokPluginKit
-import YaokTransportMesh
+import YaokMeshPlugin
 
 @_cdecl("yaok_plugin_entry")
 public func yaokPluginEntry() -> UnsafeRawPointer {

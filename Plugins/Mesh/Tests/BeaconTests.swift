@@ -1,5 +1,5 @@
 import XCTest
-@testable import YaokTransportMesh
+@testable import YaokMeshPlugin
 import YaokTesting
 
 final class BeaconTests: XCTestCase {

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportMesh
+@testable import YaokMeshPlugin
 import YaokTesting
 
 /// IPv6: addresses with scopes, the settings that turn it on, interface selection, and

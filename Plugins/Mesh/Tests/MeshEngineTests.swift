@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportMesh
+@testable import YaokMeshPlugin
 import YaokTesting
 
 /// The engine over real loopback TCP sockets (discovery off; beacons run in the netns tests).

@@ -1,6 +1,6 @@
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportMesh
+@testable import YaokMeshPlugin
 
 final class QueueTests: XCTestCase {
     func testFrameQueueIsBoundedByFramesAndBytes() {

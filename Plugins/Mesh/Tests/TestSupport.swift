@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportMesh
+@testable import YaokMeshPlugin
 import YaokTesting
 
 /// An attacker's identity: presents `claimed`'s keys but can only sign as `signer`.

@@ -2,7 +2,7 @@
 // exports it: tests and tools link Plugins/Relay/Sources without it (several plugins in one
 // test binary would otherwise define the symbol twice).
 import YaokPluginKit
-import YaokTransportRelay
+import YaokRelayPlugin
 
 @_cdecl("yaok_plugin_entry")
 public func yaokPluginEntry() -> UnsafeRawPointer {

@@ -1,7 +1,7 @@
 import XCTest
 import YaokPluginKit
 import YaokRelayProtocol
-@testable import YaokTransportRelay
+@testable import YaokRelayPlugin
 import YaokWire
 
 /// Unit tests of the plugin's pure parts. The end-to-end tests beside this file drive the built

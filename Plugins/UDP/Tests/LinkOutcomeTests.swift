@@ -3,7 +3,7 @@ import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokTesting
-import YaokTransportUDP
+import YaokUDPPlugin
 
 /// The handshake's outcome over real UDP sockets (Docs/protocol.md §5): the hub's engine
 /// answers a phone's identity, and a phone whose identity the hub refuses learns why at

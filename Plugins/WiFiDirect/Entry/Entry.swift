@@ -1,7 +1,7 @@
 // The plugin's C entry point, in a target of its own so that only the plugin library
 // exports it: tests link Plugins/WiFiDirect/Sources without it.
 import YaokPluginKit
-import YaokTransportWiFiDirect
+import YaokWiFiDirectPlugin
 
 @_cdecl("yaok_plugin_entry")
 public func yaokPluginEntry() -> UnsafeRawPointer {

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportWiFiDirect
+@testable import YaokWiFiDirectPlugin
 import YaokTesting
 
 /// The group's TCP side over real loopback sockets: the kit's stream engine as the transport

@@ -1,6 +1,6 @@
 import Foundation
 import XCTest
-@testable import YaokTransportWiFiDirect
+@testable import YaokWiFiDirectPlugin
 
 /// The nl80211 attribute parser on hand-built bytes, and the probe against this machine's kernel.
 final class RadioProbeTests: XCTestCase {

@@ -1,7 +1,7 @@
 import Foundation
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportWiFiDirect
+@testable import YaokWiFiDirectPlugin
 import YaokTesting
 @testable import YaokProcess
 

@@ -2,7 +2,7 @@ import Foundation
 import Synchronization
 import XCTest
 import YaokPluginKit
-@testable import YaokTransportWiFiDirect
+@testable import YaokWiFiDirectPlugin
 import YaokEndpoint
 import YaokTesting
 @testable import YaokWPA

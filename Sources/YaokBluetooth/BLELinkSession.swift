@@ -3,36 +3,38 @@ import YaokPluginKit
 /// One connected central: chunk reassembly, the kit's ``SecureLink`` (the hub responds),
 /// and sealing and framing of outgoing frames. Pure logic (no sockets): the transport feeds it RX writes and sends what it returns.
 /// Not thread-safe: the transport only touches it on the ATT poll thread.
-final class BLELinkSession {
-    enum State: Equatable { case connected, handshaking, up, closed }
+package final class BLELinkSession {
+    package enum State: Equatable { case connected, handshaking, up, closed }
 
     /// What the transport must do after an input.
-    struct Output {
+    package struct Output {
         /// Frames to send to the central as TX notifications (each gets chunked).
-        var framesToSend: [[UInt8]] = []
+        package var framesToSend: [[UInt8]] = []
         /// Frames to hand to the host (only once the link is up).
-        var framesReceived: [[UInt8]] = []
+        package var framesReceived: [[UInt8]] = []
         /// Set when the handshake just completed.
-        var authenticated: AuthenticatedPeer?
+        package var authenticated: AuthenticatedPeer?
         /// Set when the link must be dropped, with the reason.
-        var drop: String?
+        package var drop: String?
         /// Set when an authenticated link started a new handshake: the host must see the old
         /// link go down before the new proof brings it up again.
-        var restarted = false
+        package var restarted = false
+
+        package init() {}
     }
 
-    let id: LinkID
-    var remote: String
+    package let id: LinkID
+    package var remote: String
     /// Monotonic nanoseconds when the central connected.
-    let connectedAt: UInt64
-    private(set) var state: State = .connected
-    private(set) var peer: AuthenticatedPeer?
+    package let connectedAt: UInt64
+    package private(set) var state: State = .connected
+    package private(set) var peer: AuthenticatedPeer?
     private var reassembler: ChunkReassembler
     private var link: SecureLink
     private let identity: LinkIdentity
     private let acceptedRoles: Set<PeerRole>
 
-    init(id: LinkID, remote: String, identity: LinkIdentity,
+    package init(id: LinkID, remote: String, identity: LinkIdentity,
          reassemblyTimeoutNanoseconds: UInt64, connectedAt: UInt64 = 0,
          acceptedRoles: Set<PeerRole> = [.endpoint, .hub]) {
         self.id = id
@@ -47,16 +49,16 @@ final class BLELinkSession {
     /// The central enabled TX notifications. The hub sends nothing of its own: the phone
     /// starts the handshake with its hello once its CCCD write is acknowledged, so a phone
     /// stack that ignores notifications until the subscription is confirmed never misses one.
-    func notificationsEnabled() -> Output {
+    package func notificationsEnabled() -> Output {
         if state == .connected { state = .handshaking }
         return Output()
     }
 
     /// Seals a frame for the central (only once the link is up).
-    func seal(_ frame: [UInt8]) throws -> [UInt8] { try link.seal(frame) }
+    package func seal(_ frame: [UInt8]) throws -> [UInt8] { try link.seal(frame) }
 
     /// One RX write (a chunk) at monotonic time `now`.
-    func received(chunk: [UInt8], now: UInt64) -> Output {
+    package func received(chunk: [UInt8], now: UInt64) -> Output {
         var out = Output()
         guard state != .closed else { return out }
         let frame: [UInt8]
@@ -121,23 +123,23 @@ final class BLELinkSession {
 
     /// Drops the partly received frame (Control write 0x01); returns how many of its chunks had arrived.
     @discardableResult
-    func resetReassembly() -> Int {
+    package func resetReassembly() -> Int {
         let chunks = reassembler.receivedChunkCount
         reassembler.reset()
         return chunks
     }
 
     /// Chunks of a frame received so far (0 between frames).
-    var partialFrameChunks: Int { reassembler.receivedChunkCount }
+    package var partialFrameChunks: Int { reassembler.receivedChunkCount }
 
     /// Expires a stale partial frame; true if one was dropped.
-    func expire(now: UInt64) -> Bool { reassembler.expire(now: now) }
+    package func expire(now: UInt64) -> Bool { reassembler.expire(now: now) }
 
-    func close() { state = .closed }
+    package func close() { state = .closed }
 
     /// Why the link should be dropped at monotonic time `now`, if it should: a central that
     /// has not completed the handshake within `handshakeTimeout` holds a connection slot for nothing.
-    func overdue(now: UInt64, handshakeTimeoutNanoseconds: UInt64) -> String? {
+    package func overdue(now: UInt64, handshakeTimeoutNanoseconds: UInt64) -> String? {
         guard state == .connected || state == .handshaking, now >= connectedAt,
               now - connectedAt > handshakeTimeoutNanoseconds else { return nil }
         return "no completed link handshake within \(handshakeTimeoutNanoseconds / 1_000_000_000) s"
@@ -145,12 +147,12 @@ final class BLELinkSession {
 
     /// The chunk size at an ATT MTU: what one write or notification carries (MTU − 3), but
     /// never more than an attribute value may hold (512 bytes, Core Spec Vol 3 Part F 3.2.9).
-    static func chunkSize(attMTU: Int) -> Int {
+    package static func chunkSize(attMTU: Int) -> Int {
         max(min(attMTU - 3, 512), Chunker.headerLength + 1)
     }
 
     /// Splits a frame into chunks for notifications at the current ATT MTU.
-    static func chunks(of frame: [UInt8], attMTU: Int) throws -> [[UInt8]] {
+    package static func chunks(of frame: [UInt8], attMTU: Int) throws -> [[UInt8]] {
         try Chunker.split(frame, chunkSize: chunkSize(attMTU: attMTU))
     }
 }

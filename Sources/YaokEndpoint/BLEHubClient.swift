@@ -4,6 +4,7 @@ import Glibc
 import CBluetooth
 import YaokATT
 import YaokPluginKit
+import YaokBluetooth
 
 /// Errors of the phone-side client.
 public enum BLEClientError: Error, Equatable, Sendable, CustomStringConvertible {
@@ -92,7 +93,7 @@ public final class BLEHubClient {
     public init(adapter: String, hub: BluetoothAddress, randomAddress: Bool = false,
                 mtu requestedMTU: Int = 517, timeoutSeconds: Int = 10,
                 receiveQueueBytes: Int = BLEHubClient.defaultReceiveQueueBytes) throws {
-        guard let index = BLEConfig.parseAdapterIndex(adapter) else {
+        guard let index = BluetoothKernel.adapterIndex(adapter) else {
             throw BLEClientError.unavailable(.noAdapter(adapter: adapter, present: BluetoothKernel.presentAdapters()))
         }
         let local: BLEAdapter

@@ -18,19 +18,19 @@ public enum YaokGATT {
     public static let protocolVersion: UInt8 = 1
     public static let controlResetReassembly: UInt8 = 0x01
 
-    static let deviceName = ATTUUID(0x2A00)
-    static let appearance = ATTUUID(0x2A01)
-    static let serviceChanged = ATTUUID(0x2A05)
-    static let gapService = ATTUUID(0x1800)
-    static let gattService = ATTUUID(0x1801)
+    package static let deviceName = ATTUUID(0x2A00)
+    package static let appearance = ATTUUID(0x2A01)
+    package static let serviceChanged = ATTUUID(0x2A05)
+    package static let gapService = ATTUUID(0x1800)
+    package static let gattService = ATTUUID(0x1801)
 
     /// `985eXXXX-a6d1-4b8d-91e4-1f4ec90c658a` as big-endian bytes.
-    static func uuidBytes(_ short: UInt16) -> [UInt8] {
+    package static func uuidBytes(_ short: UInt16) -> [UInt8] {
         [0x98, 0x5e, UInt8(short >> 8), UInt8(short & 0xFF), 0xa6, 0xd1, 0x4b, 0x8d,
          0x91, 0xe4, 0x1f, 0x4e, 0xc9, 0x0c, 0x65, 0x8a]
     }
 
-    static func uuid(_ short: UInt16) -> ATTUUID {
+    package static func uuid(_ short: UInt16) -> ATTUUID {
         // 16 bytes always form a valid 128-bit UUID.
         ATTUUID(bigEndianBytes: uuidBytes(short)) ?? ATTUUID(0)
     }

@@ -2,6 +2,7 @@
 import Glibc
 #endif
 import CBluetooth
+import YaokBluetooth
 
 /// A Ya OK hub heard in an LE scan.
 public struct DiscoveredHub: Sendable, Equatable {
@@ -18,7 +19,7 @@ public struct DiscoveredHub: Sendable, Equatable {
 public enum BLEScanner {
     /// Scans on `adapter` for `seconds` and returns the hubs that advertise the Ya OK service.
     public static func scan(adapter: String, seconds: Int) throws -> [DiscoveredHub] {
-        guard let index = BLEConfig.parseAdapterIndex(adapter) else {
+        guard let index = BluetoothKernel.adapterIndex(adapter) else {
             throw BLEClientError.unavailable(.noAdapter(adapter: adapter, present: BluetoothKernel.presentAdapters()))
         }
         if case .failure(let why) = BLEAdapterProbe.probe(name: adapter, index: index) {

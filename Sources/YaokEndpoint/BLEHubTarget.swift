@@ -1,3 +1,5 @@
+import YaokBluetooth
+
 /// A hub reached over Bluetooth LE: `ble://[ADAPTER/]ADDRESS[?type=public|random][&mtu=N]`.
 ///
 /// - `ADAPTER`: the local controller to connect from (`hci0` when left out).

@@ -90,7 +90,7 @@ public enum BLEAdapterProbe {
     }
 
     /// Maps an errno from socket()/ioctl()/bind() to a reason, or `.adapterDown` style fallthrough.
-    static func classifySocketError(_ e: Errno, operation: String, capability: String) -> BLEUnavailableReason {
+    package static func classifySocketError(_ e: Errno, operation: String, capability: String) -> BLEUnavailableReason {
         switch e.code {
         case EAFNOSUPPORT, EPROTONOSUPPORT, ESOCKTNOSUPPORT: return .noKernelSupport
         case EPERM, EACCES: return .missingCapability(operation: operation, capability: capability)

@@ -1,11 +1,11 @@
-// ble-phone.swift — a test "phone" for ble-test.sh: connects to a hub as an LE central with
-// YaokTransportBLE's BLEHubClient, runs the link handshake with a fresh libsodium identity,
+// ble-phone — a test "phone" for ble-test.sh: connects to a hub as an LE central with
+// the endpoint's BLEHubClient (YaokEndpoint), runs the link handshake with a fresh libsodium identity,
 // prints what it proved, sends a ping of PING_BYTES random bytes and checks the hub's pong
 // (both cross the link chunked at the ATT MTU), holds the link for a while, then disconnects.
 // With a ping it also prints a BENCH line: the ATT traffic (PDUs, bytes, request round trips,
 // notifications; from BLEHubClient.traffic) and the time the ping and its pong took, and the
 // time from connect() to the end of the handshake.
-// Built by ble-test.sh with swiftc against the scratch build (not part of Package.swift).
+// The `ble-phone` target of Package.swift (built with the rest; ble-test.sh runs $BUILD/debug/ble-phone).
 //   usage: ble-phone ADAPTER HUB_ADDRESS HOLD_SECONDS [MTU [PING_BYTES]]
 //          ble-phone ADAPTER scan SECONDS        (lists Ya OK hubs heard, with BLEScanner)
 // PHONE_STALL_MS: stop reading that long after sending the ping (a busy phone) while the hub
@@ -14,7 +14,8 @@ import CSodium
 import Foundation
 import Glibc
 import YaokPluginKit
-import YaokTransportBLE
+import YaokBluetooth
+import YaokEndpoint
 
 struct SodiumIdentity: LinkIdentity {
     let signingKey: [UInt8]
