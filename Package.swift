@@ -1,9 +1,11 @@
 // swift-tools-version: 6.0
 // Ya OK Hub: the field node of the Ya OK delay-tolerant messenger.
 // Module map (one job each):
-//   YaokPluginKit (Sources/PluginAPI) — the transport plugin ABI (C header) and its Swift kit
+//   Sources/PluginAPI — the transport plugin ABI (C header) and its Swift kit: YaokBase (hex, IP
+//                  endpoints, backoff, clocks), YaokLinkSecurity (the Noise link session, TLV,
+//                  link frame types), YaokPluginKit (the ABI kit; re-exports both)
 //   YaokCrypto   — libsodium wrappers: identities, sealing, signatures
-//   YaokWire     — wire formats: envelope, bundle, receipts, contact code, chunking
+//   YaokWire     — wire formats: envelope, bundle, receipts, contact code, routing frame types
 //   YaokStore    — SQLCipher database and the bundle store (YaokStoreBenchmark: its benchmark)
 //   YaokATT      — the ATT/GATT server engine (BLE plugin and `yaok-hub att-serve`)
 //   YaokReconcile — set reconciliation between hubs (IBLT + strata estimator; Docs/protocol.md, reconcile 0x0A)
@@ -219,14 +221,14 @@ let package = Package(
                 path: "Tests/RelayTestSupport"),
         .testTarget(name: "YaokQRTests", dependencies: ["YaokQR", "YaokTesting"]),
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokTesting"]),
-        .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI"), .product(name: "YaokLinkSecurity", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
-        .testTarget(name: "YaokUDPPluginTests", dependencies: ["YaokUDPPlugin", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto"], path: "Plugins/UDP/Tests"),
-        .testTarget(name: "YaokMeshPluginTests", dependencies: ["YaokMeshPlugin", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
+        .testTarget(name: "YaokUDPPluginTests", dependencies: ["YaokUDPPlugin", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto", "YaokWire"], path: "Plugins/UDP/Tests"),
+        .testTarget(name: "YaokMeshPluginTests", dependencies: ["YaokMeshPlugin", "YaokWire", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),
         // The relay plugin's unit tests, and its end-to-end tests: the built .so through the C
         // ABI and inside a real yaok-hub, against real yaok-relay processes.
         .testTarget(name: "YaokRelayPluginTests", dependencies: ["HubTestSupport", "YaokRelayPlugin", "YaokRelayProtocol", "RelayTestSupport", "YaokCrypto", "YaokWire",

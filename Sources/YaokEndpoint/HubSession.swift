@@ -529,8 +529,8 @@ public final class HubSession: @unchecked Sendable {
 
     private func frame(_ bytes: [UInt8]) {
         guard let record = try? TLVRecord(parsing: bytes) else { return }
-        switch FrameType(rawValue: record.type) {
-        case .bundle:
+        switch HostFrameType(record.type) {
+        case .link(.bundle):
             let (incoming, answer) = endpoint.receive(bundle: record.value)
             switch answer {
             case .custody(let id): sendAck(id)
@@ -543,32 +543,32 @@ public final class HubSession: @unchecked Sendable {
                 if group.isOpen { messagesInGroup += 1 }
                 pushOutbox()
             }
-        case .custodyAck:
+        case .routing(.custodyAck):
             guard let ack = try? CustodyAck(parsing: record.value), handedOver(ack.bundleID) else { return }
             pushOutbox()
-        case .custodyAcks:
+        case .routing(.custodyAcks):
             guard let list = try? BundleIDList(parsing: record.value) else { return }
             hubReadsAckLists = true
             var any = false
             for id in list.bundleIDs where handedOver(id) { any = true }
             if any { pushOutbox() }
-        case .hubCertificate:
+        case .routing(.hubCertificate):
             guard !hubTrusted, let hubSigningKey,
                   trust.trusts(certificate: record.value, hubKey: hubSigningKey, nowMs: endpoint.now()) else { return }
             hubTrusted = true
             register()
-        case .clock:
+        case .routing(.clock):
             // Only that the hub reads ages: a phone keeps its own time.
             guard (try? ClockFrame(parsing: record.value)) != nil else { return }
             hubReadsAge = true
-        case .registrationAnswer:
+        case .routing(.registrationAnswer):
             guard let answer = try? RegistrationAnswer(parsing: record.value),
                   answer.userID == Identity.userID(forSigningKey: endpoint.identity.signingKey) else { return }
             report(.registration(answer))
-        case .relay:
+        case .routing(.relay):
             guard let announced = try? RelayAnnouncement(parsing: record.value) else { return }
             report(.hubRelay(announced, pinned: relayKey))
-        case .custodyRefused:
+        case .routing(.custodyRefused):
             guard let r = try? CustodyRefusal(parsing: record.value),
                   let messageID = inFlight.remove(bundleID: r.bundleID) ?? endpoint.outboxMessageID(bundleID: r.bundleID) else { return }
             switch r.reason {

@@ -23,40 +23,41 @@ extension Router {
             logger.debug("malformed frame on \(key): \(error)")
             return
         }
-        if record.type == FrameType.hubCertificate.rawValue {
+        if record.type == RoutingFrameType.hubCertificate.rawValue {
             handleCertificate(record.value, from: link)
             return
         }
-        if record.type == FrameType.clock.rawValue {
+        if record.type == RoutingFrameType.clock.rawValue {
             handleClock(record.value, from: link)
             return
         }
         if !mayExchange(with: link) {
             // An untrusted hub under list/network trust: keep-alives only, until it proves itself.
-            switch FrameType(rawValue: record.type) {
-            case .ping: send(TLVRecord(.pong, value: record.value), on: link)
-            case .pong, .linkClose, .custodyAck, .custodyRefused: break
-            case .custodyAcks: if record.value == CustodyAcks.announcement.value { link.peerReadsAckLists = true }
-            case .attachment: counters.attachmentsRefused += 1
+            switch HostFrameType(record.type) {
+            case .link(.ping): send(TLVRecord(.pong, value: record.value), on: link)
+            case .link(.pong), .link(.linkClose), .routing(.custodyAck), .routing(.custodyRefused): break
+            case .routing(.custodyAcks): if record.value == CustodyAcks.announcement.value { link.peerReadsAckLists = true }
+            case .routing(.attachment): counters.attachmentsRefused += 1
             default: counters.untrustedHubFramesRefused += 1
             }
             return
         }
-        switch FrameType(rawValue: record.type) {
-        case .bundle: acceptBundle(record.value, from: link, checked: bundle?.checked)
-        case .custodyAck: handleCustodyAck(record.value, from: link)
-        case .custodyAcks: handleCustodyAcks(record.value, from: link)
-        case .custodyRefused: handleCustodyRefusal(record.value, from: link)
-        case .offer: handleOffer(record.value, from: link)
-        case .held: handleHeld(record.value, from: link)
-        case .reconcile: handleReconcile(record.value, from: link)
-        case .request: handleRequest(record.value, from: link)
-        case .attachment: handleAttachment(record.value, from: link)
-        case .registration: handleRegistration(record.value, from: link)
-        case .registrationAnswer: handleRegistrationAnswer(record.value, from: link)
-        case .ping: send(TLVRecord(.pong, value: record.value), on: link)
-        case .pong, .linkClose, .hubCertificate, .clock, .relay: break
-        case .linkIdentity, .linkOutcome, .linkHello, .linkCookie, .linkReply, .sealed, .linkVersion, nil:
+        switch HostFrameType(record.type) {
+        case .link(.bundle): acceptBundle(record.value, from: link, checked: bundle?.checked)
+        case .routing(.custodyAck): handleCustodyAck(record.value, from: link)
+        case .routing(.custodyAcks): handleCustodyAcks(record.value, from: link)
+        case .routing(.custodyRefused): handleCustodyRefusal(record.value, from: link)
+        case .routing(.offer): handleOffer(record.value, from: link)
+        case .routing(.held): handleHeld(record.value, from: link)
+        case .routing(.reconcile): handleReconcile(record.value, from: link)
+        case .routing(.request): handleRequest(record.value, from: link)
+        case .routing(.attachment): handleAttachment(record.value, from: link)
+        case .routing(.registration): handleRegistration(record.value, from: link)
+        case .routing(.registrationAnswer): handleRegistrationAnswer(record.value, from: link)
+        case .link(.ping): send(TLVRecord(.pong, value: record.value), on: link)
+        case .link(.pong), .link(.linkClose), .routing(.hubCertificate), .routing(.clock), .routing(.relay): break
+        case .link(.linkIdentity), .link(.linkOutcome), .link(.linkHello), .link(.linkCookie), .link(.linkReply), .link(.sealed),
+             .link(.linkVersion), .unknown:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1
             logger.debug("unknown frame type 0x\(String(record.type, radix: 16)) on \(key)")

@@ -260,7 +260,7 @@ public final class Router: @unchecked Sendable {
                 let releasedNs = DispatchTime.now().uptimeNanoseconds
                 for (record, link, arrived) in waited where router.links[link.key] === link {
                     router.custodyLatency.record(nanoseconds: releasedNs &- arrived)
-                    if record.type == FrameType.custodyAck.rawValue, link.peerReadsAckLists {
+                    if record.type == RoutingFrameType.custodyAck.rawValue, link.peerReadsAckLists {
                         acks[ObjectIdentifier(link), default: (link, [])].ids.append(record.value)
                     } else {
                         router.send(record, on: link)
@@ -540,7 +540,7 @@ public final class Router: @unchecked Sendable {
     /// Custody acks for one link: one frame per list if the peer reads lists (``CustodyAcks``).
     func sendAcks(_ ids: [[UInt8]], on link: Link) {
         for record in CustodyAcks.records(for: ids, peerReadsLists: link.peerReadsAckLists) {
-            guard send(record, on: link), record.type == FrameType.custodyAcks.rawValue else { continue }
+            guard send(record, on: link), record.type == RoutingFrameType.custodyAcks.rawValue else { continue }
             counters.ackListsSent += 1
             counters.acksInListsSent += (record.value.count - 2) / 16
         }

@@ -1,6 +1,6 @@
 import YaokPluginKit
 
-/// The value of a ``YaokPluginKit/FrameType/clock`` frame: the sender's best estimate of true
+/// The value of a ``RoutingFrameType/clock`` frame: the sender's best estimate of true
 /// time and where it comes from. Layout: `version(1)=1 source(1) timeMs(8)` (Docs/protocol.md,
 /// clock (0x0C)). Sending one at all says the sender reads hop header version 2.
 public struct ClockFrame: Sendable, Equatable {

@@ -1,7 +1,7 @@
 import YaokCrypto
 import YaokPluginKit
 
-/// The value of a ``YaokPluginKit/FrameType/custodyAck`` frame: the receiver durably stored
+/// The value of a ``RoutingFrameType/custodyAck`` frame: the receiver durably stored
 /// the bundle with this ``YaokCrypto/BundleID``. Layout: `bundleID(16)`.
 public struct CustodyAck: Sendable, Equatable {
     public var bundleID: [UInt8]
@@ -19,8 +19,8 @@ public struct CustodyAck: Sendable, Equatable {
 }
 
 /// Custody acks for one link, as frames (Docs/protocol.md, custodyAcks): one ack is a
-/// ``YaokPluginKit/FrameType/custodyAck``; more, to a peer that announced it reads lists, are
-/// ``YaokPluginKit/FrameType/custodyAcks`` lists of at most ``BundleIDList/maxCount``.
+/// ``RoutingFrameType/custodyAck``; more, to a peer that announced it reads lists, are
+/// ``RoutingFrameType/custodyAcks`` lists of at most ``BundleIDList/maxCount``.
 public enum CustodyAcks {
     /// The empty list: "I read lists", sent right after link up.
     public static let announcement = TLVRecord(.custodyAcks, value: [0, 0])
@@ -34,7 +34,7 @@ public enum CustodyAcks {
     }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/custodyRefused`` frame.
+/// The value of a ``RoutingFrameType/custodyRefused`` frame.
 /// Layout: `bundleID(16) reason(1) [retryAfterS(4)]`.
 public struct CustodyRefusal: Sendable, Equatable {
     /// Why a bundle was refused.
@@ -95,7 +95,7 @@ public struct CustodyRefusal: Sendable, Equatable {
     public var frame: [UInt8] { TLVRecord(.custodyRefused, value: encoded).encoded }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/offer`` or ``YaokPluginKit/FrameType/request``
+/// The value of a ``RoutingFrameType/offer`` or ``RoutingFrameType/request``
 /// frame: bundle IDs, sorted ascending and unique. Layout: `count(2) bundleID(16) × count`.
 public struct BundleIDList: Sendable, Equatable {
     public static let maxCount = 4000
@@ -147,11 +147,11 @@ public struct BundleIDList: Sendable, Equatable {
         }
     }
 
-    /// The whole TLV frame, as an ``YaokPluginKit/FrameType/offer`` or a ``YaokPluginKit/FrameType/request``.
-    public func frame(_ type: FrameType = .offer) -> [UInt8] { TLVRecord(type, value: encoded).encoded }
+    /// The whole TLV frame, as an ``RoutingFrameType/offer`` or a ``RoutingFrameType/request``.
+    public func frame(_ type: RoutingFrameType = .offer) -> [UInt8] { TLVRecord(type, value: encoded).encoded }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/attachment`` frame: a hub's signed list of the
+/// The value of a ``RoutingFrameType/attachment`` frame: a hub's signed list of the
 /// endpoints (user IDs) attached to it.
 /// Layout: `hubKey(32) timestampMs(8) count(2) userID(32) × count signature(64)`; the Ed25519
 /// signature by `hubKey` covers every byte before it.
@@ -252,7 +252,7 @@ extension Bundle {
     public var frame: [UInt8] { TLVRecord(.bundle, value: encoded).encoded }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/registrationAnswer`` frame (Docs/protocol.md,
+/// The value of a ``RoutingFrameType/registrationAnswer`` frame (Docs/protocol.md,
 /// registrationAnswer): what became of a phone's relay registration.
 /// Layout: `status(1) userID(32) relayKey(32) untilMs(8) reason(0–96)`.
 public struct RegistrationAnswer: Sendable, Equatable {
@@ -321,7 +321,7 @@ public struct RegistrationAnswer: Sendable, Equatable {
     }
 }
 
-/// The value of a ``YaokPluginKit/FrameType/relay`` frame (Docs/protocol.md, relay): whether
+/// The value of a ``RoutingFrameType/relay`` frame (Docs/protocol.md, relay): whether
 /// the hub has an internet relay, its pinned key, and whether the hub is linked to it now.
 /// Layout: `state(1) relayKey(32)`.
 public struct RelayAnnouncement: Sendable, Equatable {

@@ -68,7 +68,7 @@ public struct HubCertificate: Sendable, Equatable {
 
     public var encoded: [UInt8] { signedFields + signature }
 
-    /// The whole TLV frame (``YaokPluginKit/FrameType/hubCertificate``).
+    /// The whole TLV frame (``RoutingFrameType/hubCertificate``).
     public var frame: [UInt8] { TLVRecord(.hubCertificate, value: encoded).encoded }
 
     /// Whether the network key's signature verifies (says nothing about which network or when).

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer harnesses in Tests/Fuzz/Harnesses against the YaokPluginKit,
-# YaokCrypto and YaokWire sources (and, for the harnesses that need them, YaokRelayProtocol,
+# Builds the libFuzzer harnesses in Tests/Fuzz/Harnesses against the plugin kit (YaokBase,
+# YaokLinkSecurity, YaokPluginKit), YaokCrypto and YaokWire sources (and, for the harnesses that need them, YaokRelayProtocol,
 # YaokReconcile, YaokATT, the mesh beacon and the hub's plugin-process protocol), then runs each
 # for a bounded time.
 #
@@ -65,7 +65,7 @@ build_module() {
     fi
 }
 
-# The modules a harness links besides YaokPluginKit, YaokCrypto and YaokWire.
+# The modules a harness links besides the plugin kit's three, YaokCrypto and YaokWire.
 extra_modules() {
     case "$1" in
         relay) echo YaokRelayProtocol ;;
@@ -78,6 +78,8 @@ extra_modules() {
 wanted=" $(for h in "${harnesses[@]}"; do extra_modules "$h"; done | tr '\n' ' ')"
 wants() { [[ "$wanted" == *" $1 "* ]]; }
 
+build_module YaokBase "$repo"/Sources/PluginAPI/Sources/YaokBase/*.swift
+build_module YaokLinkSecurity "$repo"/Sources/PluginAPI/Sources/YaokLinkSecurity/*.swift
 build_module YaokPluginKit "$repo"/Sources/PluginAPI/Sources/YaokPluginKit/*.swift
 build_module YaokCrypto "$repo"/Sources/YaokCrypto/*.swift
 build_module YaokWire "$repo"/Sources/YaokWire/*.swift
@@ -102,7 +104,7 @@ for h in "${harnesses[@]}"; do
     [ -f "$src" ] || { echo "no harness named $h (have: ${all_harnesses[*]})" >&2; exit 2; }
     bin="$out/bin/fuzz-$h"
     objs=()
-    for m in YaokPluginKit YaokCrypto YaokWire $(extra_modules "$h"); do objs+=("$mods/$m.o"); done
+    for m in YaokBase YaokLinkSecurity YaokPluginKit YaokCrypto YaokWire $(extra_modules "$h"); do objs+=("$mods/$m.o"); done
     key=$(content_key "$src" "$here/Harnesses/FuzzSupport.swift" "${objs[@]/%/.key}")
     if [ ! -x "$bin" ] || [ "$(cat "$bin.key" 2>/dev/null)" != "$key" ]; then
         echo "== building harness $h"

@@ -69,6 +69,7 @@ final class EndpointGroupCommitTests: XCTestCase {
         }
 
         func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
+        func frames(_ type: RoutingFrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
 
         /// Bundle IDs named by custody acks received so far.
         var acked: Set<[UInt8]> { Set(frames(.custodyAck).compactMap { try? CustodyAck(parsing: $0.value).bundleID }) }
@@ -132,11 +133,11 @@ final class EndpointGroupCommitTests: XCTestCase {
         let incoming = try bundles(300)
         let byReceipt = Violations()
         hub.inspect = { r in
-            switch FrameType(rawValue: r.type) {
-            case .custodyAck:
+            switch HostFrameType(r.type) {
+            case .routing(.custodyAck):
                 guard let id = try? CustodyAck(parsing: r.value).bundleID else { return }
                 if !observer.inboxHas(id) { violations.add("custody ack for \(Hex.encode(id.prefix(4))) before its message was committed") }
-            case .bundle:
+            case .link(.bundle):
                 guard let e = try? YaokWire.Bundle(parsing: r.value).envelope else { return }
                 if observer.outboxState(e.messageID) == nil { violations.add("receipt \(Hex.encode(e.messageID.prefix(4))) sent before it was committed") }
                 byReceipt.add(Hex.encode(e.refID))
@@ -178,17 +179,17 @@ final class EndpointGroupCommitTests: XCTestCase {
         let incoming = try bundles(300)
         let receipts = Violations()
         hub.inspect = { r in
-            switch FrameType(rawValue: r.type) {
-            case .custodyAck:
+            switch HostFrameType(r.type) {
+            case .routing(.custodyAck):
                 // A commit that covered one bundle answers it alone.
                 if let id = try? CustodyAck(parsing: r.value).bundleID, !observer.inboxHas(id) {
                     violations.add("custody ack for \(Hex.encode(id.prefix(4))) before its message was committed")
                 }
-            case .custodyAcks:
+            case .routing(.custodyAcks):
                 for id in (try? BundleIDList(parsing: r.value))?.bundleIDs ?? [] where !observer.inboxHas(id) {
                     violations.add("listed ack for \(Hex.encode(id.prefix(4))) before its message was committed")
                 }
-            case .bundle:
+            case .link(.bundle):
                 if let e = try? YaokWire.Bundle(parsing: r.value).envelope { receipts.add(Hex.encode(e.bundleID)) }
             default: break
             }
@@ -246,14 +247,14 @@ final class EndpointGroupCommitTests: XCTestCase {
             BEGIN SELECT RAISE(FAIL, 'injected failure'); END
             """)
         hub.inspect = { r in
-            switch FrameType(rawValue: r.type) {
-            case .custodyAck:
+            switch HostFrameType(r.type) {
+            case .routing(.custodyAck):
                 guard let id = try? CustodyAck(parsing: r.value).bundleID else { return }
                 if !observer.inboxHas(id) { violations.add("custody ack for \(Hex.encode(id.prefix(4))) not committed") }
-            case .custodyRefused:
+            case .routing(.custodyRefused):
                 guard let id = try? CustodyRefusal(parsing: r.value).bundleID else { return }
                 violations.add("refusal for \(Hex.encode(id.prefix(4))) left although its group was rolled back")
-            case .bundle:
+            case .link(.bundle):
                 guard let e = try? YaokWire.Bundle(parsing: r.value).envelope else { return }
                 try? hub.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
             default: break
@@ -367,11 +368,11 @@ final class EndpointGroupCommitTests: XCTestCase {
         let observer = try Observer(home: bobHome)
         let violations = Violations()
         hub.inspect = { r in
-            switch FrameType(rawValue: r.type) {
-            case .custodyAck:
+            switch HostFrameType(r.type) {
+            case .routing(.custodyAck):
                 guard let id = try? CustodyAck(parsing: r.value).bundleID else { return }
                 if !observer.inboxHas(id) { violations.add("custody ack for \(Hex.encode(id.prefix(4))) not committed") }
-            case .bundle:
+            case .link(.bundle):
                 guard let e = try? YaokWire.Bundle(parsing: r.value).envelope else { return }
                 try? hub.send(TLVRecord(.custodyAck, value: CustodyAck(bundleID: e.bundleID).encoded))
             default: break

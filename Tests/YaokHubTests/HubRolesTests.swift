@@ -206,7 +206,7 @@ final class HubRolesTests: XCTestCase {
         let victim = try seal("network only", from: s.alice, to: s.bob)
         try submit(victim, via: phone)
 
-        func certFrame(_ c: HubCertificate) -> TLVRecord { TLVRecord(type: FrameType.hubCertificate.rawValue, value: c.encoded) }
+        func certFrame(_ c: HubCertificate) -> TLVRecord { TLVRecord(type: RoutingFrameType.hubCertificate.rawValue, value: c.encoded) }
         // Expired a day ago (beyond the 10-minute skew).
         let expiredKey = Identity.generate()
         let expired = try RawPeer(identity: expiredKey, role: .hub, hubPort: s.port, host: "127.0.0.2")
@@ -236,10 +236,10 @@ final class HubRolesTests: XCTestCase {
             XCTAssertEqual(try linkTrust(s, key), "untrusted", name)
         }
         // The hub sent its own certificate first thing on each hub link, and it checks out.
-        let own = try XCTUnwrap(member.lock.withLock { member.frames.first { $0.type == FrameType.hubCertificate.rawValue } }, "the hub's certificate")
+        let own = try XCTUnwrap(member.lock.withLock { member.frames.first { $0.type == RoutingFrameType.hubCertificate.rawValue } }, "the hub's certificate")
         let hubKey = try XCTUnwrap(hubIdentityHolder.identity.withLock { $0 }).signingKey
         XCTAssertNoThrow(try HubCertificate(parsing: own.value).check(networkKey: network.publicKey, hubKey: hubKey, nowMs: WallClock.nowMilliseconds(), clockSkewMs: 0))
-        XCTAssertEqual(member.lock.withLock { member.frames.first?.type }, FrameType.hubCertificate.rawValue, "the certificate comes before anything else")
+        XCTAssertEqual(member.lock.withLock { member.frames.first?.type }, RoutingFrameType.hubCertificate.rawValue, "the certificate comes before anything else")
         let metrics = String(decoding: try s.hub.client.request("metrics"), as: UTF8.self)
         XCTAssertTrue(metrics.contains(#"yaok_router_certificates_total{outcome=\"refused\"} 3"#), metrics)
         XCTAssertTrue(metrics.contains(#"yaok_router_links{role=\"hub\",trust=\"certified\"} 1"#), metrics)

@@ -29,6 +29,7 @@ final class PhoneHubTrustTests: XCTestCase {
 
         var url: String { "udp://127.0.0.1:\(engine.boundAddress?.port ?? 0)" }
         func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { received.filter { $0.type == type.rawValue } } }
+        func frames(_ type: RoutingFrameType) -> [TLVRecord] { lock.withLock { received.filter { $0.type == type.rawValue } } }
 
         func linkUp(_ info: LinkInfo) {}
         func linkDown(_ id: LinkID, reason: String?) {}

@@ -92,7 +92,7 @@ extension RegistrationAnswerTests {
                                         relayKey: [UInt8](repeating: 7, count: 32), untilMs: Int64.max)
         try mallory.send(TLVRecord(.registrationAnswer, value: forged.encoded))
         try Wait.until(timeout: 10, "the forged answer dropped and counted") { try s.hub.status().router.counters.refusedMalformed == before + 1 }
-        let answersToBob = bob.lock.withLock { bob.frames.filter { $0.type == FrameType.registrationAnswer.rawValue } }
+        let answersToBob = bob.lock.withLock { bob.frames.filter { $0.type == RoutingFrameType.registrationAnswer.rawValue } }
         XCTAssertTrue(answersToBob.isEmpty, "Bob never hears Mallory's answer")
     }
 }

@@ -165,6 +165,9 @@ final class RouterHarness {
     func frames(_ type: FrameType, on link: LinkID) -> [TLVRecord] {
         transport.frames(on: link).filter { $0.type == type.rawValue }
     }
+    func frames(_ type: RoutingFrameType, on link: LinkID) -> [TLVRecord] {
+        transport.frames(on: link).filter { $0.type == type.rawValue }
+    }
 
     /// Bundle IDs offered on `link` (summary frames).
     func offered(on link: LinkID) -> [[UInt8]] { frames(.offer, on: link).listedBundleIDs }
@@ -187,8 +190,8 @@ extension Sequence where Element == TLVRecord {
 
     /// Every bundle ID these frames acknowledge, by single acks and by lists.
     var acknowledgedBundleIDs: Set<[UInt8]> {
-        Set(filter { $0.type == FrameType.custodyAck.rawValue }.map(\.value))
-            .union(filter { $0.type == FrameType.custodyAcks.rawValue }.listedBundleIDs)
+        Set(filter { $0.type == RoutingFrameType.custodyAck.rawValue }.map(\.value))
+            .union(filter { $0.type == RoutingFrameType.custodyAcks.rawValue }.listedBundleIDs)
     }
 
     /// The envelopes of the bundle frames, in order.

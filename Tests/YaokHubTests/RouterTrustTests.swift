@@ -78,7 +78,7 @@ final class RouterTrustTests: XCTestCase {
                                                         ownCertificate: own.encoded), hub: hubIdentity)
         let victim = try victim(in: h)
 
-        func certificate(_ c: HubCertificate) -> TLVRecord { TLVRecord(type: FrameType.hubCertificate.rawValue, value: c.encoded) }
+        func certificate(_ c: HubCertificate) -> TLVRecord { TLVRecord(type: RoutingFrameType.hubCertificate.rawValue, value: c.encoded) }
         func hub(presenting make: (Identity) throws -> HubCertificate) throws -> (Identity, LinkID) {
             let key = Identity.generate()
             let link = h.attach(key, as: .hub)
@@ -110,7 +110,7 @@ final class RouterTrustTests: XCTestCase {
         }
         // The hub sends its own certificate first thing on each hub link, and it checks out.
         let first = try XCTUnwrap(h.transport.frames(on: member).first, "nothing sent to the member")
-        XCTAssertEqual(first.type, FrameType.hubCertificate.rawValue, "the certificate comes before anything else")
+        XCTAssertEqual(first.type, RoutingFrameType.hubCertificate.rawValue, "the certificate comes before anything else")
         XCTAssertNoThrow(try HubCertificate(parsing: first.value).check(networkKey: network.publicKey, hubKey: hubIdentity.signingKey,
                                                                        nowMs: WallClock.nowMilliseconds(), clockSkewMs: 0))
     }

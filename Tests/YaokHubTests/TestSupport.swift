@@ -212,7 +212,7 @@ final class RawPeer: Sendable {
     func answer(for id: [UInt8], timeout: TimeInterval = 10) throws -> TLVRecord {
         var found: TLVRecord?
         try Wait.until(timeout: timeout, "custody answer for \(Hex.encode(id))") {
-            found = lock.withLock { frames.first { ($0.type == FrameType.custodyAck.rawValue || $0.type == FrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
+            found = lock.withLock { frames.first { ($0.type == RoutingFrameType.custodyAck.rawValue || $0.type == RoutingFrameType.custodyRefused.rawValue) && Array($0.value.prefix(16)) == id } }
             return found != nil
         }
         return try XCTUnwrap(found)
@@ -220,7 +220,7 @@ final class RawPeer: Sendable {
 
     /// The refusal reason in a custody answer, nil for an acknowledgement.
     static func refusal(_ r: TLVRecord) -> CustodyRefusal.Reason? {
-        r.type == FrameType.custodyRefused.rawValue ? (try? CustodyRefusal(parsing: r.value))?.reason : nil
+        r.type == RoutingFrameType.custodyRefused.rawValue ? (try? CustodyRefusal(parsing: r.value))?.reason : nil
     }
 
     /// Envelopes received in bundle frames so far, in order.
@@ -230,6 +230,7 @@ final class RawPeer: Sendable {
     /// The hub's signing key, proven in the link handshake.
     var hubKey: [UInt8] { lock.withLock { inbox.peerKey } }
     func frames(_ type: FrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
+    func frames(_ type: RoutingFrameType) -> [TLVRecord] { lock.withLock { frames.filter { $0.type == type.rawValue } } }
 
     /// Every bundle ID the hub has acknowledged so far, by single acks and by lists.
     var acknowledged: Set<[UInt8]> { lock.withLock { frames }.acknowledgedBundleIDs }

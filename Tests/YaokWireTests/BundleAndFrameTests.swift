@@ -99,7 +99,7 @@ final class HostFrameTests: XCTestCase {
         XCTAssertEqual(sv.encoded.count, 2 + 50 * 16)
         XCTAssertEqual(try BundleIDList(parsing: sv.encoded), sv)
         XCTAssertEqual(try BundleIDList(parsing: [0, 0]).bundleIDs.count, 0)
-        XCTAssertEqual(try TLVRecord(parsing: sv.frame(.request)).type, FrameType.request.rawValue)
+        XCTAssertEqual(try TLVRecord(parsing: sv.frame(.request)).type, RoutingFrameType.request.rawValue)
 
         // Unsorted or duplicate IDs on the wire.
         var unsorted = sv.encoded

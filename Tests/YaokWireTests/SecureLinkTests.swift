@@ -1,6 +1,7 @@
 import XCTest
 import YaokCrypto
-@testable import YaokPluginKit
+@testable import YaokLinkSecurity
+import YaokPluginKit
 @testable import YaokWire
 
 /// Runs a handshake between two in-memory ends and returns what each learned of the other.

@@ -88,13 +88,24 @@ extension VectorTests {
         }
     }
 
-    /// The doc's frame-type registry lists every ``FrameType`` of the kit.
+    /// The doc's frame-type registry lists every link ``FrameType`` of the kit and every
+    /// ``RoutingFrameType``, and the two share no byte.
     func testDocListsEveryFrameType() throws {
         let doc = try String(contentsOf: Self.docURL, encoding: .utf8)
-        for type in FrameType.allCases {
-            let hexCode = String(type.rawValue, radix: 16)
-            let row = "| 0x" + (hexCode.count == 1 ? "0" : "") + hexCode + " | \(type) |"
+        let named = FrameType.allCases.map { ($0.rawValue, "\($0)") } + RoutingFrameType.allCases.map { ($0.rawValue, "\($0)") }
+        for (code, name) in named {
+            let hexCode = String(code, radix: 16)
+            let row = "| 0x" + (hexCode.count == 1 ? "0" : "") + hexCode + " | \(name) |"
             XCTAssertTrue(doc.contains(row), "Docs/protocol.md lacks the registry row \(row)")
+        }
+        XCTAssertTrue(Set(FrameType.allCases.map(\.rawValue)).isDisjoint(with: RoutingFrameType.allCases.map(\.rawValue)),
+                      "a byte named by both the link and routing")
+        for code in UInt8.min...UInt8.max {
+            switch HostFrameType(code) {
+            case .link(let t): XCTAssertEqual(t.rawValue, code)
+            case .routing(let t): XCTAssertEqual(t.rawValue, code)
+            case .unknown(let b): XCTAssertEqual(b, code); XCTAssertFalse(named.contains { $0.0 == code })
+            }
         }
     }
 }

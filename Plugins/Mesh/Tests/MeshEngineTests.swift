@@ -3,6 +3,7 @@ import XCTest
 import YaokPluginKit
 @testable import YaokMeshPlugin
 import YaokTesting
+import YaokWire
 
 /// The engine over real loopback TCP sockets (discovery off; beacons run in the netns tests).
 final class MeshEngineTests: XCTestCase {
@@ -153,7 +154,7 @@ final class MeshEngineTests: XCTestCase {
         XCTAssertTrue(realBob.send(TLVRecord(.offer, value: [0, 0]).encoded))
         r.wait("Bob's frame delivered") { $0.frames.count == 1 }
         try engine.send(TLVRecord(.offer, value: [0, 0]).encoded, to: r.snapshot.ups[0].id)
-        XCTAssertEqual(realBob.readRecord()?.type, FrameType.offer.rawValue)
+        XCTAssertEqual(realBob.readRecord()?.type, RoutingFrameType.offer.rawValue)
     }
 
     func testAFloodingPeerIsThrottledThenDisconnected() throws {

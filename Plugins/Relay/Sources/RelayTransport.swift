@@ -22,9 +22,6 @@ import YaokWire
 /// - host → `registration` (0x07): a phone's signed ``Registration`` to carry.
 // @unchecked: link state and counters under `lock`; `timer` only in start/stop, which the host serialises.
 public final class RelayTransport: Transport, @unchecked Sendable {
-    /// Host frame type carrying a phone's relay registration (120 bytes, see
-    /// Docs/relay-protocol.md): ``FrameType/registration``.
-    public static let registrationFrameType: UInt8 = FrameType.registration.rawValue
     /// Largest frame on the link: a TLV header plus the largest bundle.
     public static let linkMTU = TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength
     /// Messages handed to the host and awaiting its custody ack (by bundle ID), at most.
@@ -194,23 +191,24 @@ public final class RelayTransport: Transport, @unchecked Sendable {
         let record = try TLVRecord(parsing: frame)
         lock.withLock { framesOut += 1 }
         do {
-            switch FrameType(rawValue: record.type) {
-            case .bundle:
+            switch HostFrameType(record.type) {
+            case .link(.bundle):
                 try client.send(bundle: record.value)
-            case .custodyAck:
+            case .routing(.custodyAck):
                 let ack = try CustodyAck(parsing: record.value)
                 let known = lock.withLock { awaitingHost.remove(ack.bundleID) != nil }
                 if known { try client.ack([ack.bundleID]) }
                 pollAgainIfDrained()
-            case .custodyRefused:
+            case .routing(.custodyRefused):
                 // The relay keeps it and offers it again after its lease.
                 let refusal = try CustodyRefusal(parsing: record.value)
                 lock.withLock { _ = awaitingHost.remove(refusal.bundleID) }
-            case .ping:
+            case .link(.ping):
                 context.events.frameReceived(TLVRecord(.pong, value: record.value).encoded, on: id)
+            case .routing(.registration):
+                carry(record.value)
             default:
-                if record.type == Self.registrationFrameType { carry(record.value) }
-                // Other host frames (offers, attachments) mean nothing to the relay.
+                break   // other host frames (offers, attachments) mean nothing to the relay
             }
         } catch let e as RelayProtocolError {
             throw TransportError.failed("relay: \(e)")

@@ -74,7 +74,7 @@ final class RelayPluginFailoverTests: XCTestCase {
             let m = host.mark
             XCTAssertNil(host.send(TLVRecord(.bundle, value: b).encoded, link: link))
             return try host.wait("custody ack", after: m) { e in
-                if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.custodyAck.rawValue { return r.value }
+                if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == RoutingFrameType.custodyAck.rawValue { return r.value }
                 return nil
             }
         }

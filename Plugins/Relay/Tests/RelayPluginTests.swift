@@ -91,7 +91,7 @@ final class RelayPluginTests: XCTestCase {
         let m1 = host.mark
         XCTAssertNil(host.send(TLVRecord(.bundle, value: b1).encoded, link: link))
         let ack: [UInt8] = try host.wait("custody ack", after: m1) { e in
-            if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.custodyAck.rawValue { return r.value }
+            if case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes), r.type == RoutingFrameType.custodyAck.rawValue { return r.value }
             return nil
         }
         XCTAssertEqual(ack, id1)
@@ -102,7 +102,7 @@ final class RelayPluginTests: XCTestCase {
         let m4 = host.mark
         XCTAssertNil(host.send(TLVRecord(.bundle, value: b4).encoded, link: link))
         let refusal: CustodyRefusal = try host.wait("custody refusal", after: m4) { e in
-            if case .frame(_, let bytes) = e, let r = try? TLVRecord(parsing: bytes), r.type == FrameType.custodyRefused.rawValue {
+            if case .frame(_, let bytes) = e, let r = try? TLVRecord(parsing: bytes), r.type == RoutingFrameType.custodyRefused.rawValue {
                 return try? CustodyRefusal(parsing: r.value)
             }
             return nil
@@ -209,8 +209,8 @@ final class RelayPluginTests: XCTestCase {
             XCTAssertNil(host.send(TLVRecord(.bundle, value: b).encoded, link: link))
             return try host.wait("custody answer", after: m) { e in
                 guard case .frame(let l, let bytes) = e, l == link, let r = try? TLVRecord(parsing: bytes) else { return nil }
-                if r.type == FrameType.custodyAck.rawValue { return (r.value, nil) }
-                if r.type == FrameType.custodyRefused.rawValue { return (nil, try? CustodyRefusal(parsing: r.value)) }
+                if r.type == RoutingFrameType.custodyAck.rawValue { return (r.value, nil) }
+                if r.type == RoutingFrameType.custodyRefused.rawValue { return (nil, try? CustodyRefusal(parsing: r.value)) }
                 return nil
             }
         }

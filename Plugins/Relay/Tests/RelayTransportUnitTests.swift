@@ -23,9 +23,8 @@ final class RelayTransportUnitTests: XCTestCase {
         XCTAssertEqual(RelayTransport.refusalReason(.conflict), .conflict)
     }
 
-    func testLinkCarriesTheLargestBundleAndRegistrationFrameMatchesTheKit() {
+    func testLinkCarriesTheLargestBundle() {
         XCTAssertGreaterThanOrEqual(RelayTransport.linkMTU, TLVRecord.headerLength + YaokWire.Bundle.maxEncodedLength)
         XCTAssertLessThanOrEqual(YaokWire.Bundle.maxEncodedLength, Fragment.maxMessageLength, "a bundle fits one reassembled relay message")
-        XCTAssertEqual(FrameType(rawValue: RelayTransport.registrationFrameType), .registration)
     }
 }

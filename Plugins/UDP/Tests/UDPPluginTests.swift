@@ -4,6 +4,7 @@ import XCTest
 import YaokCrypto
 import YaokPluginKit
 import YaokTesting
+import YaokWire
 
 /// The example plugin as the hub runs it: the built `libyaok-plugin-udp.so` loaded through
 /// the C ABI by ``PluginTestHost``, over real UDP sockets on loopback. This is the pattern

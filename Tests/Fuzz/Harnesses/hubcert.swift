@@ -41,7 +41,7 @@ public func fuzzHubCert(_ data: UnsafePointer<UInt8>?, _ size: Int) -> CInt {
     }
     check(cert.encoded == bytes, "certificate does not round-trip")
     check(cert.notBeforeMs >= 0 && cert.notAfterMs > cert.notBeforeMs, "validity window not checked")
-    check((try? TLVRecord(parsing: cert.frame))?.value == bytes && cert.frame.first == FrameType.hubCertificate.rawValue, "frame")
+    check((try? TLVRecord(parsing: cert.frame))?.value == bytes && cert.frame.first == RoutingFrameType.hubCertificate.rawValue, "frame")
     let verifies = cert.signatureVerifies
     if verifies {
         check(cert.networkKey == Network.key.publicKey && Network.issued.contains { $0.signedFields == cert.signedFields },

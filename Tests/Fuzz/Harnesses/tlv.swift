@@ -49,14 +49,14 @@ private struct FuzzLinks {
 }
 
 private func dispatch(_ record: TLVRecord, _ links: FuzzLinks) {
-    switch FrameType(rawValue: record.type) {
-    case .bundle: _ = try? Bundle(parsing: record.value)
-    case .custodyAck: _ = try? CustodyAck(parsing: record.value)
-    case .custodyRefused: _ = try? CustodyRefusal(parsing: record.value)
-    case .offer, .request: _ = try? BundleIDList(parsing: record.value)
-    case .attachment: _ = (try? AttachmentAnnouncement(parsing: record.value))?.verifySignature()
-    case .hubCertificate: _ = try? HubCertificate(parsing: record.value)
-    case .linkHello:
+    switch HostFrameType(record.type) {
+    case .link(.bundle): _ = try? Bundle(parsing: record.value)
+    case .routing(.custodyAck): _ = try? CustodyAck(parsing: record.value)
+    case .routing(.custodyRefused): _ = try? CustodyRefusal(parsing: record.value)
+    case .routing(.offer), .routing(.request): _ = try? BundleIDList(parsing: record.value)
+    case .routing(.attachment): _ = (try? AttachmentAnnouncement(parsing: record.value))?.verifySignature()
+    case .routing(.hubCertificate): _ = try? HubCertificate(parsing: record.value)
+    case .link(.linkHello):
         if case .reply(let r) = links.cookies.admit(record, from: [127, 0, 0, 1]) { check(r.count <= record.encoded.count, "cookie reply larger than the hello") }
         fallthrough
     default:

@@ -148,6 +148,13 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
     }
 
     /// A name the resolver could not turn into an address.
+    /// A host that is not an IP literal where only one is accepted.
+    public struct NotAnAddress: Error, Equatable, CustomStringConvertible {
+        public let host: String
+        public init(host: String) { self.host = host }
+        public var description: String { "\(host) is not an IPv4 or IPv6 address" }
+    }
+
     public struct ResolveError: Error, Equatable, CustomStringConvertible {
         public let host: String
         /// The resolver's words (`gai_strerror`).
@@ -189,7 +196,7 @@ public struct IPEndpoint: Hashable, Sendable, CustomStringConvertible {
     public static func resolve(host: String, port: UInt16) throws -> IPEndpoint {
         let bracketed = host.contains(":") && !host.hasPrefix("[") ? "[\(host)]" : host
         guard let address = IPEndpoint(parsing: "\(bracketed):\(port)") else {
-            throw TransportError.failed("\(host) is not an IPv4 or IPv6 address")
+            throw NotAnAddress(host: host)
         }
         return address
     }

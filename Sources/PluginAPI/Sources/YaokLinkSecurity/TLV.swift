@@ -45,39 +45,14 @@ public struct TLVRecord: Sendable, Equatable {
     }
 }
 
-/// Host frame types (the TLV `type` byte). Documented in Docs/protocol.md.
+/// The frame types a transport and its link session know (the TLV `type` byte): the bundle
+/// a transport carries (and may schedule first), keep-alives, the goodbye, and the secure link's
+/// own records. Routing's frames (custody, offers, requests, reconciliation, …) are
+/// `YaokWire.RoutingFrameType`, in the same byte space; a transport carries them without
+/// knowing them. Both are tabled in Docs/protocol.md.
 public enum FrameType: UInt8, Sendable, CaseIterable {
     /// A bundle: hop-by-hop header followed by a signed envelope.
     case bundle = 0x01
-    /// Custody acknowledgement: the receiver has durably stored the bundle (16-byte message ID).
-    case custodyAck = 0x02
-    /// An offer: the bundle IDs the sender holds. Between hubs, bundles cross a link only
-    /// after the receiver asks for them with ``request``.
-    case offer = 0x03
-    /// A hub's signed announcement of the endpoints attached to it.
-    case attachment = 0x04
-    /// Custody refusal: the receiver will not take the bundle (ID + reason code).
-    case custodyRefused = 0x05
-    /// Request: the message IDs (same layout as ``offer``) the sender wants from an offer.
-    case request = 0x06
-    /// A phone's signed relay registration, carried by its hub to the relay.
-    case registration = 0x07
-    /// A hub's certificate signed by its network's key, sent on a hub link right after link up.
-    case hubCertificate = 0x08
-    /// The offered bundle IDs (same layout as ``offer``) the sender already holds.
-    case held = 0x09
-    /// Set reconciliation between hubs: one message of an exchange (Docs/protocol.md, reconcile).
-    case reconcile = 0x0A
-    /// Many custody acks in one frame (same layout as ``offer``); empty, it announces that
-    /// the sender reads them. Sent only to a peer that announced.
-    case custodyAcks = 0x0B
-    /// The sender's time and where it comes from; sent first at link up by nodes that read
-    /// hop header version 2 (Docs/protocol.md, clock).
-    case clock = 0x0C
-    /// A hub's answer to a phone's relay registration (Docs/protocol.md, registrationAnswer).
-    case registrationAnswer = 0x0D
-    /// A hub tells a phone about its internet relay (Docs/protocol.md, relay).
-    case relay = 0x0E
     /// Keep-alive request.
     case ping = 0x12
     /// Keep-alive answer.
@@ -102,10 +77,6 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     /// Types of the retired version-1 link handshake (challenge 0x10, proof 0x11): a peer that
     /// sends them is refused with ``linkVersion``.
     public static let retiredHandshakeTypes: Set<UInt8> = [0x10, 0x11]
-
-    /// The offer's former name, kept so plugins built against it still compile.
-    @available(*, deprecated, renamed: "offer")
-    public static var summary: FrameType { .offer }
 }
 
 /// TLV parsing errors.

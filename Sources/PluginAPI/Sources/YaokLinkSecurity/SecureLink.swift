@@ -1,8 +1,9 @@
 import CSodium
 import Foundation
+import YaokBase
 
 /// What a secure link needs from an identity: public keys, signing, verification and randomness.
-/// The hub's ``HubIdentity`` provides it inside plugins (signing is a request to the host, the
+/// The plugin kit's `HubIdentity` provides it inside plugins (signing is a request to the host, the
 /// secret key never enters the plugin); a `yaok` endpoint provides its own.
 public protocol LinkIdentity: Sendable {
     var signingKey: [UInt8] { get }
@@ -11,8 +12,6 @@ public protocol LinkIdentity: Sendable {
     func verify(signature: [UInt8], of message: [UInt8], by publicKey: [UInt8]) -> Bool
     func randomBytes(_ count: Int) -> [UInt8]
 }
-
-extension HubIdentity: LinkIdentity {}
 
 /// A peer that proved, inside this session's handshake, that it holds the secret key for `signingKey`.
 public struct AuthenticatedPeer: Sendable, Equatable {
