@@ -1,3 +1,4 @@
+import YaokCrypto
 /// A run of IBLT cells, struct-of-arrays. One table is the whole run; an estimator is
 /// `strata` tables of `cellsPerStratum` cells back to back (stratum 0 first).
 struct Cells: Sendable, Equatable {
@@ -20,7 +21,7 @@ struct Cells: Sendable, Equatable {
 
     /// Adds (`sign` = 1) or removes (`sign` = -1) every ID to the table of `size` cells at `base`.
     /// With `strata` > 0, each ID goes to the table of its stratum instead: base + stratum·size.
-    mutating func insert(_ ids: [ReconcileID], _ digests: [ReconcileDigest], base: Int = 0, size: Int, strata: Int = 0, sign: Int32 = 1) {
+    mutating func insert(_ ids: [BundleID], _ digests: [ReconcileDigest], base: Int = 0, size: Int, strata: Int = 0, sign: Int32 = 1) {
         precondition(ids.count == digests.count && size % 3 == 0 && size >= 3)
         let p = size / 3
         let pu = UInt32(p)
@@ -55,8 +56,8 @@ struct Cells: Sendable, Equatable {
     /// The result of peeling one table.
     struct Peeled {
         /// IDs found with count +1 (in the minuend only) and −1 (in the subtrahend only).
-        var plus: [ReconcileID] = []
-        var minus: [ReconcileID] = []
+        var plus: [BundleID] = []
+        var minus: [BundleID] = []
         /// Every cell emptied.
         var complete = false
     }
@@ -72,7 +73,7 @@ struct Cells: Sendable, Equatable {
         while let cell = stack.popLast() {
             let c = count[cell]
             guard c == 1 || c == -1 else { continue }
-            let id = ReconcileID(hi: idHi[cell], lo: idLo[cell])
+            let id = BundleID(hi: idHi[cell], lo: idLo[cell])
             let d = ReconcileHash.digest(id, salt: salt)
             guard d.check == hashSum[cell] else { continue }
             let idx = [base + Int(d.w0 % UInt32(p)), base + p + Int(d.w1 % UInt32(p)), base + 2 * p + Int(d.w2 % UInt32(p))]
@@ -91,7 +92,7 @@ struct Cells: Sendable, Equatable {
 
     /// Takes an ID that went in with `count` (+1 or −1) out of cell `i`.
     @inline(__always)
-    mutating func take(_ id: ReconcileID, check: UInt64, count c: Int32, at i: Int) {
+    mutating func take(_ id: BundleID, check: UInt64, count c: Int32, at i: Int) {
         count[i] &-= c
         idHi[i] ^= id.hi
         idLo[i] ^= id.lo

@@ -1,9 +1,10 @@
 import Foundation
+import YaokCrypto
 
 /// Either side of an exchange, whatever its version: what the router holds per link.
 public protocol ReconcileExchange: Sendable {
     /// The IDs reconciled, sorted, unique.
-    var ids: [ReconcileID] { get }
+    var ids: [BundleID] { get }
     /// The exchange's session number, once known (a responder learns it from the first message).
     var exchangeSession: UInt32? { get }
     /// The exchange is over: every later message is ignored (`.wait`).
@@ -52,7 +53,7 @@ public struct CodedInitiator: ReconcileExchange {
     public let session: UInt32
     /// The message that starts the exchange (`start`).
     public let firstMessage: ReconcileMessage
-    public let ids: [ReconcileID]
+    public let ids: [BundleID]
     private let salt: [UInt8]
     private var decoder: CodedSymbolDecoder
     /// Cells asked for so far (received or on the way).
@@ -74,9 +75,9 @@ public struct CodedInitiator: ReconcileExchange {
     /// The first request: small, so a small difference costs little.
     public static let firstCells = 128
 
-    public init(ids: [ReconcileID], session: UInt32? = nil, salt: [UInt8]? = nil) {
+    public init(ids: [BundleID], session: UInt32? = nil, salt: [UInt8]? = nil) {
         precondition(salt == nil || salt!.count == ReconcileHash.saltLength, "salt is 16 bytes")
-        self.ids = ReconcileID.sortedUnique(ids)
+        self.ids = BundleID.sortedUnique(ids)
         self.session = session ?? randomSession()
         self.salt = salt ?? randomBytes(ReconcileHash.saltLength)
         decoder = CodedSymbolDecoder(ids: self.ids, digests: ReconcileHash.digests(self.ids, salt: self.salt), salt: self.salt)
@@ -200,7 +201,7 @@ public struct CodedInitiator: ReconcileExchange {
 /// contiguous and stay under 65,535 cells in all) and ends with `.done(peerLacks:)` when the
 /// `lacks` parts are complete; every lacked ID must be one it holds.
 public struct CodedResponder: ReconcileExchange {
-    public let ids: [ReconcileID]
+    public let ids: [BundleID]
     public private(set) var session: UInt32?
     private var encoder: CodedSymbolEncoder?
     /// Cells sent so far.
@@ -210,8 +211,8 @@ public struct CodedResponder: ReconcileExchange {
     private var lacks = LacksAssembly()
     private var finished = false
 
-    public init(ids: [ReconcileID]) {
-        self.ids = ReconcileID.sortedUnique(ids)
+    public init(ids: [BundleID]) {
+        self.ids = BundleID.sortedUnique(ids)
     }
 
     public var exchangeSession: UInt32? { session }
@@ -267,13 +268,13 @@ public struct CodedResponder: ReconcileExchange {
 
 /// The `lacks` parts of one exchange, put back together (both versions' responders).
 struct LacksAssembly: Sendable {
-    private var parts: [UInt8: [ReconcileID]] = [:]
+    private var parts: [UInt8: [BundleID]] = [:]
     private var expected: UInt8 = 0
     private var count = 0
 
     /// Adds a part; the whole sorted list once every part is in, nil before; a failure names
     /// the rule broken.
-    mutating func add(_ l: ReconcileMessage.LacksPart, holding ids: [ReconcileID]) -> Result<[ReconcileID]?, LacksError> {
+    mutating func add(_ l: ReconcileMessage.LacksPart, holding ids: [BundleID]) -> Result<[BundleID]?, LacksError> {
         let allowedParts = max(1, (ids.count + ReconcileLimits.maxIDsPerLacksPart - 1) / ReconcileLimits.maxIDsPerLacksPart)
         guard Int(l.parts) <= allowedParts else { return .failure("lacks in \(l.parts) parts for a set of \(ids.count)") }
         if expected == 0 { expected = l.parts }
@@ -285,7 +286,7 @@ struct LacksAssembly: Sendable {
         parts[l.part] = l.ids
         count += l.ids.count
         guard parts.count == Int(expected) else { return .success(nil) }
-        var all: [ReconcileID] = []
+        var all: [BundleID] = []
         all.reserveCapacity(count)
         for p in 1...expected {
             let ids = parts[p]!

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// Rateless coded symbols (reconciliation version 2, Docs/protocol.md "Version 2: coded
 /// symbols"), after Yang, Gilad and Alizadeh's rateless IBLT (SIGCOMM 2024): an endless
 /// sequence of IBLT cells over a set, where an ID goes into cell 0 and then into later cells
@@ -39,13 +40,13 @@ struct SymbolWalk: Sendable, Equatable {
 
 /// Makes the coded cells of a set, a range at a time, in order.
 struct CodedSymbolEncoder: Sendable {
-    let ids: [ReconcileID]
+    let ids: [BundleID]
     let digests: [ReconcileDigest]
     private var walks: [SymbolWalk]
     /// Cells made so far: the next range starts here.
     private(set) var produced = 0
 
-    init(ids: [ReconcileID], digests: [ReconcileDigest]) {
+    init(ids: [BundleID], digests: [ReconcileDigest]) {
         self.ids = ids
         self.digests = digests
         walks = digests.map { SymbolWalk(seed: $0.stratumWord) }
@@ -82,15 +83,15 @@ struct CodedSymbolDecoder: Sendable {
     /// The difference cells received so far (peer − own − what peeled).
     private var cells = Cells(cells: 0)
     /// IDs peeled so far, with their walks, to take out of the cells still to come.
-    private var found: [(id: ReconcileID, check: UInt64, sign: Int32, walk: SymbolWalk)] = []
+    private var found: [(id: BundleID, check: UInt64, sign: Int32, walk: SymbolWalk)] = []
     /// Of the cells the last ``add(_:)`` brought, from cell 1 on: how many had an empty
     /// difference before anything was taken out (no differing ID reached them).
     private(set) var emptyBeforePeeling = 0
     /// IDs in the peer's set only (+1) and in ours only (−1).
-    private(set) var plus: [ReconcileID] = []
-    private(set) var minus: [ReconcileID] = []
+    private(set) var plus: [BundleID] = []
+    private(set) var minus: [BundleID] = []
 
-    init(ids: [ReconcileID], digests: [ReconcileDigest], salt: [UInt8]) {
+    init(ids: [BundleID], digests: [ReconcileDigest], salt: [UInt8]) {
         own = CodedSymbolEncoder(ids: ids, digests: digests)
         self.salt = salt
     }
@@ -127,7 +128,7 @@ struct CodedSymbolDecoder: Sendable {
         while let cell = stack.popLast() {
             let c = cells.count[cell]
             guard c == 1 || c == -1 else { continue }
-            let id = ReconcileID(hi: cells.idHi[cell], lo: cells.idLo[cell])
+            let id = BundleID(hi: cells.idHi[cell], lo: cells.idLo[cell])
             let d = ReconcileHash.digest(id, salt: salt)
             guard d.check == cells.hashSum[cell] else { continue }
             let (path, rest) = SymbolWalk.cells(seed: d.stratumWord, below: end)

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// What the peer holds after an exchange, for the router's "offer this?" question.
 ///
 /// Built from the set this side reconciled and the difference found. The peer holds every
@@ -11,12 +12,12 @@
 /// second bundle from being offered to that peer.
 public struct PeerHoldings: Sendable {
     private let prefixes: [UInt64]
-    private let lacked: Set<ReconcileID>
-    private let peerOnly: Set<ReconcileID>
+    private let lacked: Set<BundleID>
+    private let peerOnly: Set<BundleID>
 
     /// `reconciled`: the IDs this side reconciled; `peerLacks`: those of them the peer lacks;
     /// `peerOnly`: IDs the peer holds that this side lacked (empty on the responder's side).
-    public init(reconciled: [ReconcileID], peerLacks: [ReconcileID], peerOnly: [ReconcileID] = []) {
+    public init(reconciled: [BundleID], peerLacks: [BundleID], peerOnly: [BundleID] = []) {
         let lacked = Set(peerLacks)
         var prefixes: [UInt64] = []
         prefixes.reserveCapacity(reconciled.count)
@@ -28,7 +29,7 @@ public struct PeerHoldings: Sendable {
     }
 
     /// Whether the peer held `id` when the exchange ran.
-    public func peerHolds(_ id: ReconcileID) -> Bool {
+    public func peerHolds(_ id: BundleID) -> Bool {
         if lacked.contains(id) { return false }
         if peerOnly.contains(id) { return true }
         var lo = 0, hi = prefixes.count
@@ -41,7 +42,7 @@ public struct PeerHoldings: Sendable {
 
     /// Whether the peer held the ID whose bytes are `id` (false for a length other than 16).
     public func peerHolds(_ id: [UInt8]) -> Bool {
-        guard let parsed = ReconcileID(id) else { return false }
+        guard let parsed = BundleID(id) else { return false }
         return peerHolds(parsed)
     }
 

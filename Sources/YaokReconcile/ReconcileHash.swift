@@ -1,4 +1,5 @@
 import CSodium
+import YaokCrypto
 
 /// The values one ID contributes to a table under one salt.
 ///
@@ -41,12 +42,12 @@ public enum ReconcileHash {
     static func ensureSodium() { precondition(sodiumReady, "sodium_init failed") }
 
     /// The digest of `id` under `salt` (16 bytes).
-    public static func digest(_ id: ReconcileID, salt: [UInt8]) -> ReconcileDigest {
+    public static func digest(_ id: BundleID, salt: [UInt8]) -> ReconcileDigest {
         digests([id], salt: salt)[0]
     }
 
     /// The digests of `ids` under `salt` (16 bytes), in the same order.
-    public static func digests(_ ids: [ReconcileID], salt: [UInt8]) -> [ReconcileDigest] {
+    public static func digests(_ ids: [BundleID], salt: [UInt8]) -> [ReconcileDigest] {
         precondition(salt.count == saltLength, "salt is 16 bytes")
         ensureSodium()
         let n = ids.count
@@ -78,7 +79,7 @@ public enum ReconcileHash {
     }
 
     /// The raw 32-byte H of `id` under `salt` (for test vectors).
-    public static func rawHash(_ id: ReconcileID, salt: [UInt8]) -> [UInt8] {
+    public static func rawHash(_ id: BundleID, salt: [UInt8]) -> [UInt8] {
         precondition(salt.count == saltLength, "salt is 16 bytes")
         ensureSodium()
         let input = domain + id.bytes

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// What a side does after a message.
 public enum ReconcileStep: Sendable, Equatable {
     /// Send these messages to the peer, in order, then wait for its answer.
@@ -8,7 +9,7 @@ public enum ReconcileStep: Sendable, Equatable {
     /// (offer them); `iLack`: the responder's IDs I lack; `lacksMessages`: send these to the
     /// responder (they name `iLack`). Responder: `peerLacks` are the IDs the initiator lacks
     /// (offer them), `iLack` and `lacksMessages` are empty.
-    case done(peerLacks: [ReconcileID], iLack: [ReconcileID], lacksMessages: [ReconcileMessage])
+    case done(peerLacks: [BundleID], iLack: [BundleID], lacksMessages: [ReconcileMessage])
     /// The exchange is over without a result: fall back to listing offers. `send`, when
     /// present, is the abort to send to the peer (nil when the peer aborted).
     case fallBack(reason: ReconcileAbortReason, send: ReconcileMessage?, detail: String)
@@ -62,7 +63,7 @@ public struct ReconcileInitiator: Sendable {
     /// The message that starts the exchange (`estimate`).
     public let firstMessage: ReconcileMessage
     /// The IDs reconciled, sorted, unique.
-    public let ids: [ReconcileID]
+    public let ids: [BundleID]
     /// The shape of the estimator.
     public let sizing: ReconcileSizing
 
@@ -85,12 +86,12 @@ public struct ReconcileInitiator: Sendable {
 
     /// Starts an exchange over `ids` (duplicates are ignored). `session` and `salt` are random
     /// unless given (tests give them to get fixed bytes).
-    public init(ids: [ReconcileID], session: UInt32? = nil, salt: [UInt8]? = nil, sizing: ReconcileSizing = .standard) {
+    public init(ids: [BundleID], session: UInt32? = nil, salt: [UInt8]? = nil, sizing: ReconcileSizing = .standard) {
         precondition(salt == nil || salt!.count == ReconcileHash.saltLength, "salt is 16 bytes")
         precondition(sizing.strata >= 1 && sizing.strata <= ReconcileLimits.maxStrata
                      && sizing.cellsPerStratum % 3 == 0 && sizing.cellsPerStratum >= 3
                      && sizing.strata * sizing.cellsPerStratum <= ReconcileLimits.maxEstimatorCells, "estimator shape")
-        self.ids = ReconcileID.sortedUnique(ids)
+        self.ids = BundleID.sortedUnique(ids)
         self.session = session ?? randomSession()
         self.salt = salt ?? randomBytes(ReconcileHash.saltLength)
         self.sizing = sizing
@@ -103,7 +104,7 @@ public struct ReconcileInitiator: Sendable {
 
     /// Starts an exchange over IDs given as 16-byte arrays (any other length is a precondition failure).
     public init(ids: [[UInt8]], session: UInt32? = nil, salt: [UInt8]? = nil, sizing: ReconcileSizing = .standard) {
-        guard let parsed = ReconcileID.parseAll(ids) else { preconditionFailure("IDs are 16 bytes") }
+        guard let parsed = BundleID.parseAll(ids) else { preconditionFailure("IDs are 16 bytes") }
         self.init(ids: parsed, session: session, salt: salt, sizing: sizing)
     }
 
@@ -182,7 +183,7 @@ public struct ReconcileInitiator: Sendable {
     }
 
     /// Both lists sorted and unique; mine in `ids`, theirs not.
-    private func validate(_ p: Cells.Peeled) -> (peerLacks: [ReconcileID], iLack: [ReconcileID])? {
+    private func validate(_ p: Cells.Peeled) -> (peerLacks: [BundleID], iLack: [BundleID])? {
         let peerLacks = p.minus.sorted(), iLack = p.plus.sorted()
         for i in peerLacks.indices.dropFirst() where peerLacks[i - 1] == peerLacks[i] { return nil }
         for i in iLack.indices.dropFirst() where iLack[i - 1] == iLack[i] { return nil }
@@ -191,7 +192,7 @@ public struct ReconcileInitiator: Sendable {
         return (peerLacks, iLack)
     }
 
-    static func contains(_ sorted: [ReconcileID], _ id: ReconcileID) -> Bool {
+    static func contains(_ sorted: [BundleID], _ id: BundleID) -> Bool {
         var lo = 0, hi = sorted.count
         while lo < hi {
             let mid = (lo + hi) / 2

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// The constants of the reconciliation protocol (Docs/protocol.md, `reconcile (0x0A)`).
 public enum ReconcileLimits {
     /// Version 1: a strata estimator, then one IBLT sized from it.
@@ -198,10 +199,10 @@ public enum ReconcileMessage: Sendable, Equatable {
         public var session: UInt32
         public var part: UInt8
         public var parts: UInt8
-        public var ids: [ReconcileID]
+        public var ids: [BundleID]
         /// The exchange's version (1 or 2).
         public var version: UInt8
-        public init(session: UInt32, part: UInt8, parts: UInt8, ids: [ReconcileID], version: UInt8 = ReconcileLimits.version) {
+        public init(session: UInt32, part: UInt8, parts: UInt8, ids: [BundleID], version: UInt8 = ReconcileLimits.version) {
             self.session = session; self.part = part; self.parts = parts; self.ids = ids; self.version = version
         }
     }
@@ -363,10 +364,10 @@ public enum ReconcileMessage: Sendable, Equatable {
             }
             let expected = 10 + Int(count) * 16
             guard n == expected else { throw .lengthMismatch(expected: expected, got: n) }
-            var ids: [ReconcileID] = []
+            var ids: [BundleID] = []
             ids.reserveCapacity(Int(count))
             bytes.withUnsafeBytes { p in
-                for i in 0..<Int(count) { ids.append(ReconcileID.read(p, at: 10 + 16 * i)) }
+                for i in 0..<Int(count) { ids.append(BundleID.read(p, at: 10 + 16 * i)) }
             }
             for i in ids.indices.dropFirst() where !(ids[i - 1] < ids[i]) { throw .notSortedUnique }
             self = .lacks(LacksPart(session: session, part: part, parts: parts, ids: ids, version: version))
@@ -475,8 +476,8 @@ public enum ReconcileMessage: Sendable, Equatable {
 
     /// The `lacks` parts for `ids` (sorted and deduplicated here): parts of 3,600, the last
     /// possibly shorter; no IDs is one part with count 0.
-    public static func lacksParts(session: UInt32, ids: [ReconcileID], version: UInt8 = ReconcileLimits.version) -> [ReconcileMessage] {
-        let sorted = ReconcileID.sortedUnique(ids)
+    public static func lacksParts(session: UInt32, ids: [BundleID], version: UInt8 = ReconcileLimits.version) -> [ReconcileMessage] {
+        let sorted = BundleID.sortedUnique(ids)
         let per = ReconcileLimits.maxIDsPerLacksPart
         let parts = max(1, (sorted.count + per - 1) / per)
         precondition(parts <= 255, "more than 1,020,000 lacked IDs")

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// The side that answers an exchange. Value type; one per session. Feed it the session's
 /// `reconcile` messages and act on the returned step.
 ///
@@ -7,7 +8,7 @@
 /// complete. Every lacked ID must be one it held when it built its table.
 public struct ReconcileResponder: Sendable {
     /// The IDs reconciled, sorted, unique.
-    public let ids: [ReconcileID]
+    public let ids: [BundleID]
     /// The table sizing rule.
     public let sizing: ReconcileSizing
     /// The session being answered, once an `estimate` arrived.
@@ -21,14 +22,14 @@ public struct ReconcileResponder: Sendable {
     private var finished = false
 
     /// A responder over `ids` (duplicates are ignored).
-    public init(ids: [ReconcileID], sizing: ReconcileSizing = .standard) {
-        self.ids = ReconcileID.sortedUnique(ids)
+    public init(ids: [BundleID], sizing: ReconcileSizing = .standard) {
+        self.ids = BundleID.sortedUnique(ids)
         self.sizing = sizing
     }
 
     /// A responder over IDs given as 16-byte arrays (any other length is a precondition failure).
     public init(ids: [[UInt8]], sizing: ReconcileSizing = .standard) {
-        guard let parsed = ReconcileID.parseAll(ids) else { preconditionFailure("IDs are 16 bytes") }
+        guard let parsed = BundleID.parseAll(ids) else { preconditionFailure("IDs are 16 bytes") }
         self.init(ids: parsed, sizing: sizing)
     }
 

@@ -1,3 +1,4 @@
+import YaokCrypto
 /// The sizes an exchange uses: the initiator's estimator shape and the responder's rule for
 /// sizing a table from the estimated difference. The defaults are protocol version 1's.
 public struct ReconcileSizing: Sendable, Equatable {
@@ -37,7 +38,7 @@ public struct ReconcileSizing: Sendable, Equatable {
 /// A strata estimator: `strata` IBLTs of `cellsPerStratum` cells; an ID goes to the stratum
 /// given by the trailing zero bits of its stratum word.
 struct StrataEstimator {
-    static func build(ids: [ReconcileID], digests: [ReconcileDigest], strata: Int, cellsPerStratum: Int) -> Cells {
+    static func build(ids: [BundleID], digests: [ReconcileDigest], strata: Int, cellsPerStratum: Int) -> Cells {
         var cells = Cells(cells: strata * cellsPerStratum)
         cells.insert(ids, digests, size: cellsPerStratum, strata: strata)
         return cells

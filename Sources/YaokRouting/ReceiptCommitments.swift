@@ -2,6 +2,7 @@ import Foundation
 import Synchronization
 import YaokReconcile
 import YaokWire
+import YaokCrypto
 
 /// The receipt commitments of messages this hub took lately, so that the thread receiving
 /// a delivery receipt can check its proof (two hashes) instead of its Ed25519 signature
@@ -17,10 +18,10 @@ final class ReceiptCommitments: Sendable {
     /// About 64 bytes an entry: 1 MB at most.
     static let defaultCapacity = 16_384
 
-    private struct Commitment { var value: ReconcileID; var expiresMs: Int64 }
+    private struct Commitment { var value: BundleID; var expiresMs: Int64 }
     private struct Table {
-        var byMessage: [ReconcileID: Commitment] = [:]
-        var order: [ReconcileID] = []   // insertion ring, for eviction
+        var byMessage: [BundleID: Commitment] = [:]
+        var order: [BundleID] = []   // insertion ring, for eviction
         var next = 0
     }
     private let capacity: Int
@@ -56,13 +57,13 @@ final class ReceiptCommitments: Sendable {
 
     var count: Int { table.withLock { $0.byMessage.count } }
 
-    /// 16 bytes as a key. Not `ReconcileID.init(_:)`: a generic initialiser in another module
+    /// 16 bytes as a key. Not `BundleID.init(_:)`: a generic initialiser in another module
     /// runs unspecialised, a byte at a time through the collection protocols (about 28,000
     /// instructions a call under callgrind, three calls a message).
-    static func key<Bytes: ContiguousBytes & Collection>(_ bytes: Bytes) -> ReconcileID? {
-        guard bytes.count == ReconcileID.byteCount else { return nil }
+    static func key<Bytes: ContiguousBytes & Collection>(_ bytes: Bytes) -> BundleID? {
+        guard bytes.count == BundleID.length else { return nil }
         return bytes.withUnsafeBytes { raw in
-            ReconcileID(hi: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+            BundleID(hi: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
                         lo: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
         }
     }

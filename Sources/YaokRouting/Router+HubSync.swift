@@ -296,7 +296,7 @@ extension Router {
             sendReconcile(messages, on: link)
         case .done(let peerLacks, let iLack, let lacksMessages):
             sendReconcile(lacksMessages, on: link)
-            let reconciled: [ReconcileID]
+            let reconciled: [BundleID]
             switch link.sync {
             case .initiating(let side)?, .responding(let side)?:
                 reconciled = side.ids
@@ -357,12 +357,12 @@ extension Router {
     }
 
     /// The store's flat ID list (16 bytes each) as reconciliation IDs.
-    static func reconcileIDs(_ flat: [UInt8]) -> [ReconcileID] {
-        var out: [ReconcileID] = []
+    static func reconcileIDs(_ flat: [UInt8]) -> [BundleID] {
+        var out: [BundleID] = []
         out.reserveCapacity(flat.count / BundleID.length)
         var i = 0
         while i + BundleID.length <= flat.count {
-            if let id = ReconcileID(flat[i..<(i + BundleID.length)]) { out.append(id) }
+            if let id = BundleID(flat[i..<(i + BundleID.length)]) { out.append(id) }
             i += BundleID.length
         }
         return out

@@ -1,5 +1,6 @@
 import Foundation
 import YaokReconcile
+import YaokCrypto
 
 // `yaok-bench --reconcile`: set reconciliation (Sources/YaokReconcile) between two sets of
 // random bundle IDs, through encoded messages, several trials per shape.
@@ -19,7 +20,7 @@ private struct ReconcileTrial {
 
 private func runTrial(shared: Int, unique: Int, sizing: ReconcileSizing, version: UInt8) -> ReconcileTrial {
     var rng = SystemRandomNumberGenerator()
-    func id() -> ReconcileID { ReconcileID(hi: rng.next(), lo: rng.next()) }
+    func id() -> BundleID { BundleID(hi: rng.next(), lo: rng.next()) }
     let common = (0..<shared).map { _ in id() }
     let onlyA = (0..<unique).map { _ in id() }, onlyB = (0..<unique).map { _ in id() }
     let a = common + onlyA, b = common + onlyB
@@ -56,13 +57,13 @@ private func runTrial(shared: Int, unique: Int, sizing: ReconcileSizing, version
 
 /// Carries an exchange of either version through encoded messages, timing each side.
 private func run<I: ReconcileExchange, R: ReconcileExchange>(
-    _ initiator: inout I, _ responder: inout R, first: ReconcileMessage, onlyA: [ReconcileID], onlyB: [ReconcileID],
+    _ initiator: inout I, _ responder: inout R, first: ReconcileMessage, onlyA: [BundleID], onlyB: [BundleID],
     into trial: inout ReconcileTrial, afterResponder: (R) -> Void = { _ in }
 ) {
     var toResponder = [first.encoded]
     var t0 = 0.0
-    var result: (peerLacks: [ReconcileID], iLack: [ReconcileID])?
-    var responderLacks: [ReconcileID]?
+    var result: (peerLacks: [BundleID], iLack: [BundleID])?
+    var responderLacks: [BundleID]?
     loop: while !toResponder.isEmpty {
         trial.roundTrips += 1
         var toInitiator: [[UInt8]] = []

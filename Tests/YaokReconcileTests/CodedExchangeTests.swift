@@ -1,10 +1,11 @@
 import XCTest
 @testable import YaokReconcile
+import YaokCrypto
 
 /// Version 2 (coded symbols): exact results at every size, what a tampering peer gets, and the
 /// rules each side holds the other to.
 final class CodedExchangeTests: XCTestCase {
-    func coded(_ a: [ReconcileID], _ b: [ReconcileID], salt: [UInt8]? = nil,
+    func coded(_ a: [BundleID], _ b: [BundleID], salt: [UInt8]? = nil,
                tamper: ((inout [[UInt8]]) -> Void)? = nil) -> (Exchange, CodedInitiator) {
         var initiator = CodedInitiator(ids: a, salt: salt)
         var responder = CodedResponder(ids: b)
@@ -12,7 +13,7 @@ final class CodedExchangeTests: XCTestCase {
         return (x, initiator)
     }
 
-    func assertExact(_ x: Exchange, onlyA: [ReconcileID], onlyB: [ReconcileID], file: StaticString = #filePath, line: UInt = #line) {
+    func assertExact(_ x: Exchange, onlyA: [BundleID], onlyB: [BundleID], file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertNil(x.initiatorFellBack, file: file, line: line)
         XCTAssertNil(x.responderFellBack, file: file, line: line)
         XCTAssertEqual(x.initiatorResult?.peerLacks, onlyA.sorted(), "what the responder lacks", file: file, line: line)
@@ -103,7 +104,7 @@ final class CodedExchangeTests: XCTestCase {
         // Lacks may name only what it holds.
         var copy = r
         guard case .fallBack(.malformed, _, let why) = copy.receive(.lacks(.init(session: 9, part: 1, parts: 1,
-                                                                                 ids: [ReconcileID(hi: 1, lo: 2)], version: 2))) else { return XCTFail() }
+                                                                                 ids: [BundleID(hi: 1, lo: 2)], version: 2))) else { return XCTFail() }
         XCTAssertTrue(why.contains("did not hold"), why)
         guard case .done(let lacked, _, _) = r.receive(.lacks(.init(session: 9, part: 1, parts: 1, ids: [ids.sorted()[3]], version: 2))) else {
             return XCTFail()

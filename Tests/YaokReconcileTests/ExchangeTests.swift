@@ -1,5 +1,6 @@
 import XCTest
 @testable import YaokReconcile
+import YaokCrypto
 
 /// A deterministic generator (SplitMix64) so failures reproduce.
 struct SeededGenerator: RandomNumberGenerator {
@@ -14,21 +15,21 @@ struct SeededGenerator: RandomNumberGenerator {
     }
 }
 
-func randomIDs(_ n: Int, _ rng: inout SeededGenerator) -> [ReconcileID] {
-    (0..<n).map { _ in ReconcileID(hi: rng.next(), lo: rng.next()) }
+func randomIDs(_ n: Int, _ rng: inout SeededGenerator) -> [BundleID] {
+    (0..<n).map { _ in BundleID(hi: rng.next(), lo: rng.next()) }
 }
 
 /// The outcome of one exchange run over encoded bytes.
 struct Exchange {
-    var initiatorResult: (peerLacks: [ReconcileID], iLack: [ReconcileID])?
-    var responderLacks: [ReconcileID]?
+    var initiatorResult: (peerLacks: [BundleID], iLack: [BundleID])?
+    var responderLacks: [BundleID]?
     var initiatorFellBack: ReconcileAbortReason?
     var responderFellBack: ReconcileAbortReason?
     var bytesToResponder = 0, bytesToInitiator = 0, messages = 0, retries = 0, rounds = 0
 }
 
 /// Runs an exchange; `tamper` may rewrite the responder's messages on their way.
-func exchange(_ a: [ReconcileID], _ b: [ReconcileID], sizing: ReconcileSizing = .standard, salt: [UInt8]? = nil,
+func exchange(_ a: [BundleID], _ b: [BundleID], sizing: ReconcileSizing = .standard, salt: [UInt8]? = nil,
               tamper: ((inout [[UInt8]]) -> Void)? = nil) -> Exchange {
     var initiator = ReconcileInitiator(ids: a, salt: salt, sizing: sizing)
     var responder = ReconcileResponder(ids: b, sizing: sizing)
@@ -83,7 +84,7 @@ func runExchange(_ initiator: inout some ReconcileExchange, _ responder: inout s
 }
 
 final class ExchangeTests: XCTestCase {
-    func assertExact(_ x: Exchange, onlyA: [ReconcileID], onlyB: [ReconcileID], file: StaticString = #filePath, line: UInt = #line) {
+    func assertExact(_ x: Exchange, onlyA: [BundleID], onlyB: [BundleID], file: StaticString = #filePath, line: UInt = #line) {
         XCTAssertNil(x.initiatorFellBack, file: file, line: line)
         XCTAssertNil(x.responderFellBack, file: file, line: line)
         XCTAssertEqual(x.initiatorResult?.peerLacks, onlyA.sorted(), file: file, line: line)

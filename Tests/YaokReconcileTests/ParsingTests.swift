@@ -1,5 +1,6 @@
 import XCTest
 @testable import YaokReconcile
+import YaokCrypto
 
 final class ParsingTests: XCTestCase {
     func parse(_ bytes: [UInt8]) -> ReconcileError? {
@@ -20,7 +21,7 @@ final class ParsingTests: XCTestCase {
     }
 
     /// Version 2's messages: start, more, cells (from a real responder), lacks.
-    func codedSamples(_ ids: [ReconcileID]) -> [ReconcileMessage] {
+    func codedSamples(_ ids: [BundleID]) -> [ReconcileMessage] {
         let start = ReconcileMessage.start(.init(session: 8, salt: [UInt8](repeating: 4, count: 16), setSize: 50, cellCount: 40))
         var responder = CodedResponder(ids: ids)
         guard case .send(let cells) = responder.receive(start) else { fatalError() }
@@ -117,12 +118,12 @@ final class ParsingTests: XCTestCase {
     }
 
     func testLacksLimits() {
-        func lacks(part: UInt8, parts: UInt8, count: UInt16, ids: [ReconcileID]) -> [UInt8] {
+        func lacks(part: UInt8, parts: UInt8, count: UInt16, ids: [BundleID]) -> [UInt8] {
             var out: [UInt8] = [1, 4, 0, 0, 0, 0, part, parts]
             ReconcileMessage.put16(&out, count)
             return out + ids.flatMap(\.bytes)
         }
-        let a = ReconcileID(hi: 1, lo: 2), b = ReconcileID(hi: 1, lo: 3)
+        let a = BundleID(hi: 1, lo: 2), b = BundleID(hi: 1, lo: 3)
         XCTAssertNil(parse(lacks(part: 1, parts: 1, count: 2, ids: [a, b])))
         XCTAssertEqual(parse(lacks(part: 1, parts: 1, count: 2, ids: [b, a])), .notSortedUnique)
         XCTAssertEqual(parse(lacks(part: 1, parts: 1, count: 2, ids: [a, a])), .notSortedUnique)

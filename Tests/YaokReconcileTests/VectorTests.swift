@@ -7,7 +7,7 @@ import enum YaokPluginKit.Hex
 /// The test vectors of Docs/protocol.md, `reconcile (0x0A)`.
 enum ReconcileVectors {
     static let salt: [UInt8] = Array(0..<16)
-    static let ids: [ReconcileID] = [0x11, 0x22, 0x33].map { ReconcileID([UInt8](repeating: $0, count: 16))! }
+    static let ids: [BundleID] = [0x11, 0x22, 0x33].map { BundleID([UInt8](repeating: $0, count: 16))! }
     static let session: UInt32 = 0x0403_0201
 
     /// An estimate of the three IDs: 2 strata × 3 cells.

@@ -6,20 +6,21 @@
 // Input: mode byte (mod 6: 0 one message; 1-4 hostile messages to a v1 responder, v1 initiator, v2
 // responder, v2 initiator over `n` (next byte) IDs, then chunks (length(2, BE) + bytes); 5 an exchange).
 import YaokReconcile
+import YaokCrypto
 
 /// The session and salt of the initiators under test (seeds answer them).
 private let session: UInt32 = 0x0A0B_0C0D
 private let salt = [UInt8](repeating: 0x5A, count: 16)
 
 /// IDs to build sets from: a fixed pseudo-random sequence.
-private let pool: [ReconcileID] = (0..<512).map { i in
+private let pool: [BundleID] = (0..<512).map { i in
     func mix(_ x: UInt64) -> UInt64 {
         var z = x &+ 0x9E37_79B9_7F4A_7C15
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
-    return ReconcileID(hi: mix(UInt64(i)), lo: mix(UInt64(i) | 1 << 32))
+    return BundleID(hi: mix(UInt64(i)), lo: mix(UInt64(i) | 1 << 32))
 }
 
 @_cdecl("LLVMFuzzerTestOneInput")
@@ -71,13 +72,13 @@ private func parse(_ bytes: [UInt8]) {
 
 /// Checks one step of a side holding `ids`: what it sends is well-formed and within the limits;
 /// what it reports as the difference is consistent with what it holds.
-private func checkStep(_ step: ReconcileStep, ids: [ReconcileID], initiator: Bool) {
+private func checkStep(_ step: ReconcileStep, ids: [BundleID], initiator: Bool) {
     func checkSent(_ m: ReconcileMessage) {
         let bytes = m.encoded
         check(bytes.count <= ReconcileLimits.maxMessageBytes, "sent a message above the limit")
         check((try? ReconcileMessage(parsing: bytes)) == m, "sent a message that does not parse back")
     }
-    func sortedUnique(_ l: [ReconcileID]) -> Bool { zip(l, l.dropFirst()).allSatisfy { $0 < $1 } }
+    func sortedUnique(_ l: [BundleID]) -> Bool { zip(l, l.dropFirst()).allSatisfy { $0 < $1 } }
     let held = Set(ids)
     switch step {
     case .send(let messages):
@@ -90,7 +91,7 @@ private func checkStep(_ step: ReconcileStep, ids: [ReconcileID], initiator: Boo
         if initiator {
             check(sortedUnique(iLack) && !iLack.contains(where: held.contains), "said to lack an ID held")
             lacksMessages.forEach(checkSent)
-            let named = lacksMessages.flatMap { m -> [ReconcileID] in
+            let named = lacksMessages.flatMap { m -> [BundleID] in
                 guard case .lacks(let l) = m else { check(false, "a lacks message of another kind"); return [] }
                 return l.ids
             }
@@ -107,7 +108,7 @@ private func checkStep(_ step: ReconcileStep, ids: [ReconcileID], initiator: Boo
 }
 
 /// Modes 1-4: one side fed every chunk as a message; once finished it only waits.
-private func hostile<E: ReconcileExchange>(_ side: E, ids: [ReconcileID], initiator: Bool, _ input: inout FuzzStream) {
+private func hostile<E: ReconcileExchange>(_ side: E, ids: [BundleID], initiator: Bool, _ input: inout FuzzStream) {
     var side = side
     while let c = input.chunk() {
         let wasFinished = side.isFinished
@@ -139,8 +140,8 @@ private func exchange(_ input: inout FuzzStream) {
     var responder: any ReconcileExchange = coded ? CodedResponder(ids: theirs) : ReconcileResponder(ids: theirs)
     var queue: [(toResponder: Bool, bytes: [UInt8])] = [(true, first.encoded)]
     var tampered = false
-    var found: (peerLacks: [ReconcileID], iLack: [ReconcileID])?
-    var told: [ReconcileID]?
+    var found: (peerLacks: [BundleID], iLack: [BundleID])?
+    var told: [BundleID]?
     var steps = 0
     while !queue.isEmpty && steps < 400 {
         steps += 1
