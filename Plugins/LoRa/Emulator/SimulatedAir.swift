@@ -1,0 +1,109 @@
+import YaokLoRaPlugin
+
+/// A shared LoRa channel for tests: which radios hear which, how long each frame is on the
+/// air (the LoRa formula), frames that overlap at a receiver destroy each other, a radio that
+/// is sending hears nothing, and a seeded share of the rest is lost. Times are seconds.
+public struct SimulatedAir: Sendable {
+    /// One frame on the air.
+    public struct Transmission: Sendable, Equatable {
+        public var sender: Int
+        public var bytes: [UInt8]
+        public var start: Double
+        public var end: Double
+        /// The radio settings it was sent with: only radios set the same way hear it.
+        public var channel: Channel
+    }
+
+    /// What must match for two radios to hear each other.
+    public struct Channel: Sendable, Hashable {
+        public var frequencyHz: UInt32
+        public var bandwidthHz: UInt32
+        public var spreadingFactor: UInt8
+        public var codingRate: UInt8
+
+        public init(frequencyHz: UInt32, bandwidthHz: UInt32, spreadingFactor: UInt8, codingRate: UInt8) {
+            self.frequencyHz = frequencyHz
+            self.bandwidthHz = bandwidthHz
+            self.spreadingFactor = spreadingFactor
+            self.codingRate = codingRate
+        }
+
+        /// Seconds on the air for `bytes` as the device sends it (its one-byte header added).
+        public func airtime(_ bytes: Int) -> Double {
+            LoRaModulation(spreadingFactor: Int(spreadingFactor), bandwidthHz: Int(bandwidthHz), codingRate: Int(codingRate))
+                .timeOnAir(payloadBytes: bytes + 1)
+        }
+    }
+
+    /// A frame that reached a radio whole.
+    public struct Reception: Sendable, Equatable {
+        public var receiver: Int
+        public var bytes: [UInt8]
+        public var channel: Channel
+        public var at: Double
+        public var rssiDBm: Int
+        public var snrDB: Double
+    }
+
+    /// `inRange[a]`: the radios that hear radio `a` (symmetric or not, as given).
+    public var inRange: [Int: Set<Int>]
+    /// The share of otherwise good receptions lost (0.05 = 5 %).
+    public var loss: Double
+    public private(set) var collisions = 0
+    public private(set) var lost = 0
+    private var inFlight: [Transmission] = []
+    private var finished: [Transmission] = []
+    private var random: SplitMix64
+
+    public init(inRange: [Int: Set<Int>], loss: Double = 0, seed: UInt64 = 1) {
+        self.inRange = inRange
+        self.loss = loss
+        self.random = SplitMix64(seed: seed)
+    }
+
+    /// A radio starts sending `bytes` at `now`; returns when it ends.
+    @discardableResult
+    public mutating func transmit(from sender: Int, bytes: [UInt8], channel: Channel, at now: Double) -> Double {
+        let end = now + channel.airtime(bytes.count)
+        inFlight.append(Transmission(sender: sender, bytes: bytes, start: now, end: end, channel: channel))
+        return end
+    }
+
+    /// The receptions of every frame that ended by `now`, in the order they ended. A
+    /// frame is kept until no frame that started before its end can still overlap it.
+    public mutating func receptions(until now: Double) -> [Reception] {
+        var out: [Reception] = []
+        let done = inFlight.filter { $0.end <= now }.sorted { $0.end < $1.end }
+        inFlight.removeAll { $0.end <= now }
+        finished += done
+        for t in done {
+            for r in (inRange[t.sender] ?? []) where r != t.sender {
+                // Half duplex: a radio sending hears nothing; a frame on the same channel that
+                // reaches this receiver at the same time destroys both there.
+                let hearsOther = (finished + inFlight).contains { o in
+                    o != t && o.start < t.end && t.start < o.end
+                        && (o.sender == r || (o.channel == t.channel && (inRange[o.sender]?.contains(r) ?? false)))
+                }
+                if hearsOther { collisions += 1; continue }
+                if loss > 0 && Double(random.next() >> 11) / Double(1 << 53) < loss { lost += 1; continue }
+                out.append(Reception(receiver: r, bytes: t.bytes, channel: t.channel, at: t.end, rssiDBm: -100, snrDB: 5))
+            }
+        }
+        // Frames that ended more than the longest frame ago can no longer overlap anything new.
+        finished.removeAll { $0.end < now - 30 }
+        return out
+    }
+}
+
+/// A small seeded generator (SplitMix64), so a loss pattern can be replayed.
+struct SplitMix64: Sendable {
+    private var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
