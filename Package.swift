@@ -197,7 +197,7 @@ let package = Package(
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/LoRa/Sources", linkerSettings: pluginLinkerSettings),
         // Emulated RNodes on pseudo-terminals over a simulated channel, for tests (Plugins/LoRa/README.md).
-        .target(name: "YaokRNodeEmulator", dependencies: ["YaokLoRaPlugin"], path: "Plugins/LoRa/Emulator"),
+        .target(name: "YaokRNodeEmulator", dependencies: ["YaokLoRaPlugin", "YaokTesting"], path: "Plugins/LoRa/Emulator"),
         .executableTarget(name: "yaok-rnode-sim", dependencies: ["YaokRNodeEmulator", "YaokLoRaPlugin"], path: "Plugins/LoRa/EmulatorTool",
                           swiftSettings: [.swiftLanguageMode(.v5)]),  // it line-buffers C's `stdout`, as yaok-bench does
 
@@ -232,8 +232,8 @@ let package = Package(
         .testTarget(name: "YaokConsoleTests", dependencies: ["YaokConsole", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokTesting"]),
         .testTarget(name: "YaokWireTests", dependencies: ["YaokWire", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI"), .product(name: "YaokLinkSecurity", package: "PluginAPI")]),
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
-        .testTarget(name: "YaokATTTests", dependencies: ["YaokATT"]),
-        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", .product(name: "YaokPluginKit", package: "PluginAPI")]),
+        .testTarget(name: "YaokATTTests", dependencies: ["YaokATT", "YaokTesting"]),
+        .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
         .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
                                                         .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "YaokUDPPluginTests", dependencies: ["YaokUDPPlugin", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto", "YaokWire"], path: "Plugins/UDP/Tests"),

@@ -44,11 +44,6 @@ public struct BundleID: Hashable, Comparable, Sendable, CustomStringConvertible 
         self = bytes.withUnsafeBytes { Self.read($0, at: 0) }
     }
 
-    /// The bundle ID of the message `messageID` sent by `senderUserID`.
-    public init(senderUserID: [UInt8], messageID: [UInt8]) {
-        self = BundleID(Self.of(senderUserID: senderUserID, messageID: messageID))!
-    }
-
     /// The bytes of the bundle ID of the message `messageID` sent by `senderUserID`.
     public static func of(senderUserID: [UInt8], messageID: [UInt8]) -> [UInt8] {
         precondition(senderUserID.count == 32 && messageID.count == 16, "bundle ID inputs: 32-byte user ID and 16-byte message ID")

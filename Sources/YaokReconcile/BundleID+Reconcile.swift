@@ -1,4 +1,3 @@
-import CSodium
 import YaokCrypto
 
 extension BundleID {
@@ -21,19 +20,4 @@ extension BundleID {
         }
         return out
     }
-}
-
-
-/// Random bytes from libsodium (`randombytes_buf`).
-func randomBytes(_ count: Int) -> [UInt8] {
-    ReconcileHash.ensureSodium()
-    var out = [UInt8](repeating: 0, count: count)
-    out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
-    return out
-}
-
-/// A random session number (libsodium `randombytes_random`).
-func randomSession() -> UInt32 {
-    ReconcileHash.ensureSodium()
-    return randombytes_random()
 }

@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// A run of IBLT cells, struct-of-arrays. One table is the whole run; an estimator is
 /// `strata` tables of `cellsPerStratum` cells back to back (stratum 0 first).
 struct Cells: Sendable, Equatable {

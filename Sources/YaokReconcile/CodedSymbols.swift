@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// Rateless coded symbols (reconciliation version 2, Docs/protocol.md "Version 2: coded
 /// symbols"), after Yang, Gilad and Alizadeh's rateless IBLT (SIGCOMM 2024): an endless
 /// sequence of IBLT cells over a set, where an ID goes into cell 0 and then into later cells

@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// What the peer holds after an exchange, for the router's "offer this?" question.
 ///
 /// Built from the set this side reconciled and the difference found. The peer holds every

@@ -88,3 +88,17 @@ public enum ReconcileHash {
         return out
     }
 }
+
+/// Random bytes from libsodium (`randombytes_buf`).
+func randomBytes(_ count: Int) -> [UInt8] {
+    ReconcileHash.ensureSodium()
+    var out = [UInt8](repeating: 0, count: count)
+    out.withUnsafeMutableBytes { randombytes_buf($0.baseAddress!, count) }
+    return out
+}
+
+/// A random session number (libsodium `randombytes_random`).
+func randomSession() -> UInt32 {
+    ReconcileHash.ensureSodium()
+    return randombytes_random()
+}

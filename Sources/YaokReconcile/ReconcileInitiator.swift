@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// What a side does after a message.
 public enum ReconcileStep: Sendable, Equatable {
     /// Send these messages to the peer, in order, then wait for its answer.

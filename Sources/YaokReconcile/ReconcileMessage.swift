@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// The constants of the reconciliation protocol (Docs/protocol.md, `reconcile (0x0A)`).
 public enum ReconcileLimits {
     /// Version 1: a strata estimator, then one IBLT sized from it.

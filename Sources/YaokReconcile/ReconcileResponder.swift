@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// The side that answers an exchange. Value type; one per session. Feed it the session's
 /// `reconcile` messages and act on the returned step.
 ///

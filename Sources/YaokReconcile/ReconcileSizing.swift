@@ -1,4 +1,5 @@
 import YaokCrypto
+
 /// The sizes an exchange uses: the initiator's estimator shape and the responder's rule for
 /// sizing a table from the estimated difference. The defaults are protocol version 1's.
 public struct ReconcileSizing: Sendable, Equatable {

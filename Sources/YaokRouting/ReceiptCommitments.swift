@@ -18,6 +18,7 @@ final class ReceiptCommitments: Sendable {
     /// About 64 bytes an entry: 1 MB at most.
     static let defaultCapacity = 16_384
 
+    /// `value`: the commitment's 16 bytes, held in two words as a bundle ID is.
     private struct Commitment { var value: BundleID; var expiresMs: Int64 }
     private struct Table {
         var byMessage: [BundleID: Commitment] = [:]
@@ -31,8 +32,8 @@ final class ReceiptCommitments: Sendable {
 
     /// Remembers a stored message's commitment, under its bundle ID.
     func record(_ message: Envelope) {
-        guard message.kind == .message, let id = Self.key(message.bundleID),
-              let value = Self.key(message.receiptCommitment) else { return }
+        guard message.kind == .message, let id = BundleID(message.bundleID),
+              let value = BundleID(message.receiptCommitment) else { return }
         let entry = Commitment(value: value, expiresMs: message.expiresMs)
         table.withLock { t in
             if t.byMessage.updateValue(entry, forKey: id) != nil { return }
@@ -51,20 +52,9 @@ final class ReceiptCommitments: Sendable {
     /// ``YaokWire/Envelope/provesDelivery(of:)``, without the message itself).
     func proves(_ receipt: Envelope) -> Bool {
         guard receipt.kind == .deliveryReceipt, let message = receipt.acknowledgedBundleID,
-              let key = Self.key(message), let entry = table.withLock({ $0.byMessage[key] }) else { return false }
+              let key = BundleID(message), let entry = table.withLock({ $0.byMessage[key] }) else { return false }
         return receipt.revealsDeliveryProof(committedTo: entry.value.bytes, messageExpiresMs: entry.expiresMs)
     }
 
     var count: Int { table.withLock { $0.byMessage.count } }
-
-    /// 16 bytes as a key. Not `BundleID.init(_:)`: a generic initialiser in another module
-    /// runs unspecialised, a byte at a time through the collection protocols (about 28,000
-    /// instructions a call under callgrind, three calls a message).
-    static func key<Bytes: ContiguousBytes & Collection>(_ bytes: Bytes) -> BundleID? {
-        guard bytes.count == BundleID.length else { return nil }
-        return bytes.withUnsafeBytes { raw in
-            BundleID(hi: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
-                        lo: UInt64(bigEndian: raw.loadUnaligned(fromByteOffset: 8, as: UInt64.self)))
-        }
-    }
 }

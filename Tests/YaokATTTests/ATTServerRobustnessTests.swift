@@ -1,25 +1,14 @@
 import Foundation
 import XCTest
 @testable import YaokATT
-
-/// Deterministic generator so a failure reproduces.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-}
+import YaokTesting
 
 final class ATTServerRobustnessTests: XCTestCase {
     /// Random PDUs (mostly well-formed opcodes with random parameters) never crash the engine;
     /// every request gets exactly its response or an Error Response naming it; nothing sent
     /// back is longer than the ATT_MTU; commands and confirmations get nothing.
     func testRandomPDUsKeepTheProtocolInvariants() throws {
-        var random = SplitMix64(state: 0x5EED)
+        var random = SplitMix64(seed: 0x5EED)
         let requests: [UInt8] = [0x02, 0x04, 0x06, 0x08, 0x0A, 0x0C, 0x0E, 0x10, 0x12, 0x16, 0x18, 0x20]
         let silent: [UInt8] = [0x52, 0xD2, 0x1E, 0x1B, 0x13, 0x7F]
         for mtu: UInt16 in [23, 48, 185, 512] {
@@ -56,7 +45,7 @@ final class ATTServerRobustnessTests: XCTestCase {
     }
 
     func testRandomTableFilesNeverCrashTheLoader() {
-        var random = SplitMix64(state: 0xF11E)
+        var random = SplitMix64(seed: 0xF11E)
         let pieces = ["{", "}", "[", "]", ",", ":", "\"attributes\"", "\"handle\"", "\"type\"", "\"value\"",
                       "\"permissions\"", "\"read\"", "true", "false", "1", "65536", "-1", "\"2800\"", "\"zz\"",
                       "\"00\"", "null", "1e3", "\"maxLength\""]

@@ -36,17 +36,6 @@ final class ReceiptCommitmentsTests: XCTestCase {
         XCTAssertEqual(table.count, 1, "only messages are recorded")
     }
 
-    /// The key packing reads the bytes as BundleID does, from an array or a slice.
-    func testKeysPackBytesAsReconcileIDs() {
-        for _ in 0..<100 {
-            let bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }
-            XCTAssertEqual(ReceiptCommitments.key(bytes), BundleID(bytes))
-            XCTAssertEqual(ReceiptCommitments.key(([9] + bytes)[1...]), BundleID(bytes))
-        }
-        XCTAssertNil(ReceiptCommitments.key([UInt8](repeating: 1, count: 15)))
-        XCTAssertNil(ReceiptCommitments.key([UInt8](repeating: 1, count: 17)))
-    }
-
     func testTheOldestEntryMakesRoom() throws {
         let table = ReceiptCommitments(capacity: 3)
         let messages = try (0..<5).map { _ in try message() }

@@ -1,6 +1,7 @@
 import XCTest
 @testable import YaokReconcile
 import YaokCrypto
+import YaokTesting
 
 /// Version 2 (coded symbols): exact results at every size, what a tampering peer gets, and the
 /// rules each side holds the other to.
@@ -22,7 +23,7 @@ final class CodedExchangeTests: XCTestCase {
     }
 
     func testEverySizeOfDifferenceDecodesExactly() {
-        var rng = SeededGenerator(seed: 21)
+        var rng = SplitMix64(seed: 21)
         for (shared, d) in [(0, 0), (50, 0), (50, 1), (1000, 7), (5000, 60), (20_000, 600), (0, 300)] {
             let common = randomIDs(shared, &rng)
             let onlyA = randomIDs(d / 2 + d % 2, &rng), onlyB = randomIDs(d / 2, &rng)
@@ -38,7 +39,7 @@ final class CodedExchangeTests: XCTestCase {
     /// The case: 100,000 IDs each, 1 % different. Bytes are a protocol property, not a
     /// speed: the bound is the 200 KB, and version 2 needs no estimate to meet it.
     func testHundredThousandOnePercentStaysUnder200KB() {
-        var rng = SeededGenerator(seed: 22)
+        var rng = SplitMix64(seed: 22)
         let common = randomIDs(99_000, &rng), onlyA = randomIDs(1000, &rng), onlyB = randomIDs(1000, &rng)
         let (x, initiator) = coded(common + onlyA, common + onlyB)
         assertExact(x, onlyA: onlyA, onlyB: onlyB)
@@ -49,7 +50,7 @@ final class CodedExchangeTests: XCTestCase {
     }
 
     func testTamperedCellsNeverYieldAWrongDifference() {
-        var rng = SeededGenerator(seed: 23)
+        var rng = SplitMix64(seed: 23)
         let common = randomIDs(3000, &rng), onlyA = randomIDs(40, &rng), onlyB = randomIDs(40, &rng)
         for flip in [13, 100, 2000, 3000] {
             let (x, _) = coded(common + onlyA, common + onlyB) { messages in
@@ -71,7 +72,7 @@ final class CodedExchangeTests: XCTestCase {
     }
 
     func testResponderHoldsRequestsToTheRules() {
-        var rng = SeededGenerator(seed: 24)
+        var rng = SplitMix64(seed: 24)
         let ids = randomIDs(500, &rng)
         let salt = [UInt8](repeating: 3, count: 16)
         var r = CodedResponder(ids: ids)
@@ -119,7 +120,7 @@ final class CodedExchangeTests: XCTestCase {
     /// An older hub (version 1 only) answers a version 2 `start` with `abort(unsupported
     /// version, [1])`; the initiator falls back and the router starts version 1 (ReconcileTests).
     func testAnOlderHubsAbortEndsTheExchange() {
-        var rng = SeededGenerator(seed: 25)
+        var rng = SplitMix64(seed: 25)
         var initiator = CodedInitiator(ids: randomIDs(10, &rng), session: 0x0403_0201)
         XCTAssertEqual(Array(initiator.firstMessage.encoded.prefix(6)), [2, 1, 1, 2, 3, 4])
         let fromOld: [UInt8] = [1, 5, 1, 2, 3, 4, 1, 1, 1]

@@ -91,4 +91,19 @@ final class CryptoTests: XCTestCase {
         let empty = try SealedBox.seal(plaintext: [], additionalData: [][...], recipientKXKey: recipient.publicKey, ephemeral: eph, nonce: nonce)
         XCTAssertEqual(try SealedBox.open(ciphertext: empty[...], additionalData: [][...], ephemeralPublicKey: eph.publicKey, nonce: nonce, recipient: recipient), [])
     }
+
+    /// A bundle ID reads its 16 bytes the same from an array or a slice, gives them back, and
+    /// orders as the bytes do; any other length is no ID.
+    func testBundleIDPacksItsBytesFromAnArrayOrASlice() {
+        for _ in 0..<100 {
+            let bytes = (0..<16).map { _ in UInt8.random(in: 0...255) }, other = (0..<16).map { _ in UInt8.random(in: 0...255) }
+            let id = BundleID(bytes)
+            XCTAssertEqual(BundleID(([9] + bytes)[1...]), id)
+            XCTAssertEqual(id?.bytes, bytes)
+            XCTAssertEqual(id! < BundleID(other)!, bytes.lexicographicallyPrecedes(other))
+        }
+        XCTAssertNil(BundleID([UInt8](repeating: 1, count: 15)))
+        XCTAssertNil(BundleID([UInt8](repeating: 1, count: 17)))
+        XCTAssertNil(BundleID([UInt8](repeating: 1, count: 17)[1...].dropFirst()))
+    }
 }

@@ -18,7 +18,6 @@ public final class EmulatedRNode {
     /// The most TX power the emulated chip gives (an SX1276 board: 17 dBm).
     public var maxTxPowerDBm: UInt8 = 17
     public private(set) var radioOn = false
-    public private(set) var framesIgnored = 0
     private var decoder = KISSDecoder()
     private var frequency: UInt32 = 0, bandwidth: UInt32 = 0, txPower: UInt8?, spreadingFactor: UInt8 = 0, codingRate: UInt8 = 5
 
@@ -38,7 +37,7 @@ public final class EmulatedRNode {
         var reply: [UInt8] = [], transmit: [[UInt8]] = []
         for f in decoder.feed(bytes) {
             let p = f.payload
-            guard fault != .silent, let command = RNodeCommand(rawValue: f.command), !p.isEmpty else { framesIgnored += 1; continue }
+            guard fault != .silent, let command = RNodeCommand(rawValue: f.command), !p.isEmpty else { continue }
             func echo(_ payload: [UInt8]) { reply += KISS.frame(command: f.command, payload: payload) }
             switch command {
             case .detect where p == [0x73]: echo([0x46])
@@ -67,7 +66,7 @@ public final class EmulatedRNode {
             case .leave: radioOn = false
             case .data where radioOn: transmit.append(p)
             case .data: reply += KISS.frame(command: RNodeCommand.error.rawValue, payload: [0x02])
-            default: framesIgnored += 1
+            default: break
             }
         }
         return (reply, transmit)

@@ -1,4 +1,5 @@
 import YaokLoRaPlugin
+import YaokTesting
 
 /// A shared LoRa channel for tests: which radios hear which, how long each frame is on the
 /// air (the LoRa formula), frames that overlap at a receiver destroy each other, a radio that
@@ -76,34 +77,22 @@ public struct SimulatedAir: Sendable {
         let done = inFlight.filter { $0.end <= now }.sorted { $0.end < $1.end }
         inFlight.removeAll { $0.end <= now }
         finished += done
+        let onAir = finished + inFlight
         for t in done {
             for r in (inRange[t.sender] ?? []) where r != t.sender {
                 // Half duplex: a radio sending hears nothing; a frame on the same channel that
                 // reaches this receiver at the same time destroys both there.
-                let hearsOther = (finished + inFlight).contains { o in
+                let hearsOther = onAir.contains { o in
                     o != t && o.start < t.end && t.start < o.end
                         && (o.sender == r || (o.channel == t.channel && (inRange[o.sender]?.contains(r) ?? false)))
                 }
                 if hearsOther { collisions += 1; continue }
-                if loss > 0 && Double(random.next() >> 11) / Double(1 << 53) < loss { lost += 1; continue }
+                if loss > 0 && Double.random(in: 0..<1, using: &random) < loss { lost += 1; continue }
                 out.append(Reception(receiver: r, bytes: t.bytes, channel: t.channel, at: t.end, rssiDBm: -100, snrDB: 5))
             }
         }
         // Frames that ended more than the longest frame ago can no longer overlap anything new.
         finished.removeAll { $0.end < now - 30 }
         return out
-    }
-}
-
-/// A small seeded generator (SplitMix64), so a loss pattern can be replayed.
-struct SplitMix64: Sendable {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

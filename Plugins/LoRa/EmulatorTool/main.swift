@@ -97,11 +97,7 @@ func write(_ bytes: [UInt8], to fd: Int32) {
     }
 }
 
-func now() -> Double {
-    var ts = timespec()
-    clock_gettime(CLOCK_MONOTONIC, &ts)
-    return Double(ts.tv_sec) + Double(ts.tv_nsec) / 1e9
-}
+func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 var ports: [Port?] = (0..<count).map { openPort($0) }
 var air = SimulatedAir(inRange: inRange, loss: loss, seed: seed)
