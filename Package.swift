@@ -38,6 +38,7 @@ let package = Package(
         .library(name: "yaok-plugin-mesh", type: .dynamic, targets: ["YaokMeshPluginEntry"]),
         .library(name: "yaok-plugin-relay", type: .dynamic, targets: ["YaokRelayPluginEntry"]),
         .library(name: "yaok-plugin-wifidirect", type: .dynamic, targets: ["YaokWiFiDirectPluginEntry"]),
+        .library(name: "yaok-plugin-lora", type: .dynamic, targets: ["YaokLoRaPluginEntry"]),
         // For plugin authors' tests: the plugin test host, bounded waits, loopback helpers
         // (Docs/plugin-guide.md, "Testing it").
         .library(name: "YaokTesting", targets: ["YaokTesting"]),
@@ -192,9 +193,8 @@ let package = Package(
             .product(name: "YaokPluginKit", package: "PluginAPI"),
         ], path: "Plugins/Relay/Sources", linkerSettings: pluginLinkerSettings),
 
-        // In progress (Plugins/LoRa/README.md): the RNode protocol and airtime, not yet a plugin.
         .target(name: "YaokLoRaPlugin", dependencies: [
-            .product(name: "YaokPluginKit", package: "PluginAPI"),
+            .product(name: "YaokPluginKit", package: "PluginAPI"), .product(name: "CSodium", package: "PluginAPI"),
         ], path: "Plugins/LoRa/Sources", linkerSettings: pluginLinkerSettings),
         // Emulated RNodes on pseudo-terminals over a simulated channel, for tests (Plugins/LoRa/README.md).
         .target(name: "YaokRNodeEmulator", dependencies: ["YaokLoRaPlugin", "YaokTesting"], path: "Plugins/LoRa/Emulator"),
@@ -211,6 +211,8 @@ let package = Package(
                 path: "Plugins/UDP/Entry", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokMeshPluginEntry", dependencies: ["YaokMeshPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/Mesh/Entry", linkerSettings: pluginLinkerSettings),
+        .target(name: "YaokLoRaPluginEntry", dependencies: ["YaokLoRaPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
+                path: "Plugins/LoRa/Entry", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokRelayPluginEntry", dependencies: ["YaokRelayPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],
                 path: "Plugins/Relay/Entry", linkerSettings: pluginLinkerSettings),
         .target(name: "YaokWiFiDirectPluginEntry", dependencies: ["YaokWiFiDirectPlugin", .product(name: "YaokPluginKit", package: "PluginAPI")],

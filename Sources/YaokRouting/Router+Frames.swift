@@ -56,7 +56,7 @@ extension Router {
         case .routing(.registrationAnswer): handleRegistrationAnswer(record.value, from: link)
         case .link(.ping): send(TLVRecord(.pong, value: record.value), on: link)
         case .link(.pong), .link(.linkClose), .routing(.hubCertificate), .routing(.clock), .routing(.relay): break
-        case .link(.linkIdentity), .link(.linkOutcome), .link(.linkHello), .link(.linkCookie), .link(.linkReply), .link(.sealed),
+        case .link(.linkIdentity), .link(.linkOutcome), .link(.linkFragment), .link(.linkHello), .link(.linkCookie), .link(.linkReply), .link(.sealed),
              .link(.linkVersion), .unknown:
             // Link-session records never reach the host: a transport handing one up is broken.
             counters.unknownFrames += 1

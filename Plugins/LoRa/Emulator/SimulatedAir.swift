@@ -55,11 +55,48 @@ public struct SimulatedAir: Sendable {
     private var inFlight: [Transmission] = []
     private var finished: [Transmission] = []
     private var random: SplitMix64
+    /// Packets handed to each radio, not yet on the air (listen before talk).
+    private var waiting: [Int: [(bytes: [UInt8], channel: Channel)]] = [:]
+    private var nextTry: [Int: Double] = [:]
 
     public init(inRange: [Int: Set<Int>], loss: Double = 0, seed: UInt64 = 1) {
         self.inRange = inRange
         self.loss = loss
         self.random = SplitMix64(seed: seed)
+    }
+
+    /// Whether `radio` is sending, or hears a transmission, at `now`.
+    public func busy(for radio: Int, at now: Double) -> Bool {
+        inFlight.contains { $0.start <= now && now < $0.end && ($0.sender == radio || (inRange[$0.sender]?.contains(radio) ?? false)) }
+    }
+
+    /// A device hands its radio a packet: it goes on the air by ``startWaiting(at:)``, listen
+    /// before talk as the RNode firmware does — after a random pause of up to 50 ms, and while
+    /// the radio hears the channel busy, again after random 10–100 ms backoffs. (Two radios
+    /// that cannot hear each other still collide at a third: the hidden terminal.)
+    public mutating func queue(from sender: Int, bytes: [UInt8], channel: Channel, at now: Double) {
+        if waiting[sender, default: []].isEmpty { nextTry[sender] = now + Double.random(in: 0...0.05, using: &random) }
+        waiting[sender, default: []].append((bytes, channel))
+    }
+
+    /// Packets handed to radios and not yet sent.
+    public var waitingCount: Int { waiting.values.reduce(0) { $0 + $1.count } }
+
+    /// Starts the waiting packets whose radio finds the channel free at `now`; returns them.
+    public mutating func startWaiting(at now: Double) -> [Transmission] {
+        var started: [Transmission] = []
+        for sender in waiting.keys.sorted() {
+            guard let next = waiting[sender]?.first, now >= nextTry[sender] ?? 0 else { continue }
+            if busy(for: sender, at: now) {
+                nextTry[sender] = now + Double.random(in: 0.01...0.1, using: &random)
+                continue
+            }
+            waiting[sender]!.removeFirst()
+            transmit(from: sender, bytes: next.bytes, channel: next.channel, at: now)
+            started.append(inFlight[inFlight.count - 1])
+            nextTry[sender] = now + Double.random(in: 0...0.05, using: &random)
+        }
+        return started
     }
 
     /// A radio starts sending `bytes` at `now`; returns when it ends.

@@ -101,7 +101,6 @@ func now() -> Double { Double(DispatchTime.now().uptimeNanoseconds) / 1e9 }
 
 var ports: [Port?] = (0..<count).map { openPort($0) }
 var air = SimulatedAir(inRange: inRange, loss: loss, seed: seed)
-var busyUntil = [Double](repeating: 0, count: count)
 var sent = 0, heard = 0
 var buffer = [UInt8](repeating: 0, count: 4096)
 var commandLine = ""
@@ -150,11 +149,12 @@ loop: while true {
         if !reply.isEmpty { write(reply, to: p.master) }
         for packet in packets {
             guard let channel = devices[k].channel else { continue }
-            let start = max(t, busyUntil[k])
-            busyUntil[k] = air.transmit(from: k, bytes: packet, channel: channel, at: start)
-            sent += 1
-            print("tx \(k) n=\(packet.count) airtime=\(String(format: "%.3f", busyUntil[k] - start))")
+            air.queue(from: k, bytes: packet, channel: channel, at: t)
         }
+    }
+    for tx in air.startWaiting(at: now()) {
+        sent += 1
+        print("tx \(tx.sender) n=\(tx.bytes.count) airtime=\(String(format: "%.3f", tx.end - tx.start))")
     }
     for r in air.receptions(until: now()) {
         guard let p = ports[r.receiver] else { continue }

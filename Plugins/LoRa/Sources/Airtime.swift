@@ -77,9 +77,10 @@ public struct AirtimeLedger: Sendable {
     /// Seconds of airtime left now: what a frame sent at `now` may take at most.
     public func headroom(now: Double) -> Double { max(0, budget - spent(now: now)) }
 
-    /// Whether a frame of `airtime` seconds may start at `now`.
-    public func allows(_ airtime: Double, at now: Double) -> Bool {
-        airtime <= budget && spent(from: now + airtime - window, to: now) + airtime <= budget + 1e-9
+    /// Whether a frame of `airtime` seconds may start at `now`, leaving `reserve` seconds of
+    /// the budget unspent in every hour it falls in.
+    public func allows(_ airtime: Double, at now: Double, reserve: Double = 0) -> Bool {
+        airtime + reserve <= budget && spent(from: now + airtime - window, to: now) + airtime + reserve <= budget + 1e-9
     }
 
     /// The earliest time from `now` at which a frame of `airtime` seconds may start, to a

@@ -63,6 +63,9 @@ public enum FrameType: UInt8, Sendable, CaseIterable {
     case linkIdentity = 0x15
     /// Secure link: the responder's answer to the identity, its first sealed frame (``LinkOutcome``).
     case linkOutcome = 0x16
+    /// One slice of a frame too long for one datagram of a slow link (LoRa, Docs/protocol.md
+    /// §10.2): `tag ‖ index ‖ count ‖ slice`, inside `sealed`.
+    case linkFragment = 0x17
     /// Secure link, in clear: handshake message 1 (version, ephemeral key, cookie, padding).
     case linkHello = 0x20
     /// Secure link, in clear: a datagram responder's stateless cookie (answers a hello without one).
