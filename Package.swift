@@ -236,7 +236,7 @@ let package = Package(
         .testTarget(name: "YaokStoreTests", dependencies: ["YaokStore", "YaokStoreBenchmark", "YaokTesting"]),
         .testTarget(name: "YaokATTTests", dependencies: ["YaokATT", "YaokTesting"]),
         .testTarget(name: "YaokReconcileTests", dependencies: ["YaokReconcile", "YaokCrypto", "YaokTesting", .product(name: "YaokPluginKit", package: "PluginAPI")]),
-        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting",
+        .testTarget(name: "YaokHubTests", dependencies: ["HubTestSupport", "YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokEndpoint", "YaokWPA", "YaokStore", "YaokReconcile", "YaokProcess", "YaokTesting", "YaokRNodeEmulator",
                                                         .product(name: "Logging", package: "swift-log")]),
         .testTarget(name: "YaokUDPPluginTests", dependencies: ["YaokUDPPlugin", "YaokHubCore", "YaokSupervision", "YaokTesting", "YaokCrypto", "YaokWire"], path: "Plugins/UDP/Tests"),
         .testTarget(name: "YaokMeshPluginTests", dependencies: ["YaokMeshPlugin", "YaokWire", "YaokTesting"], path: "Plugins/Mesh/Tests", exclude: ["netns"]),

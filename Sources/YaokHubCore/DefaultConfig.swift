@@ -172,6 +172,15 @@ transports:
     # The mesh links hubs only (default [hub]).
     peer_roles: [hub]
 
+  # Hub to hub over LoRa through an RNode on USB serial (Plugins/LoRa). Check
+  # the frequency, power and duty cycle your region allows before enabling.
+  lora:
+    enabled: false
+    device: /dev/ttyACM0
+    frequency_hz: 869525000
+    spreading_factor: 9
+    duty_cycle_percent: 10
+
   # The internet relay, when an uplink exists (Plugins/Relay). Needs the
   # relay's address and pinned public key before it can be enabled.
   relay:

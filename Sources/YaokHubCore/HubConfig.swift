@@ -279,10 +279,10 @@ extension HubConfig {
     }
 
     /// The roles a transport kind accepts when `peer_roles` is absent: hubs on the
-    /// hub-to-hub mesh, phones everywhere else. A hub link over UDP (or any other
-    /// phone-facing transport) must be configured with `peer_roles: [endpoint, hub]`.
+    /// hub-to-hub transports (mesh, LoRa), phones everywhere else. A hub link over UDP (or
+    /// any other phone-facing transport) must be configured with `peer_roles: [endpoint, hub]`.
     public static func defaultPeerRoles(kind: String) -> Set<PeerRole> {
-        kind == "mesh" ? [.hub] : [.endpoint]
+        kind == "mesh" || kind == "lora" ? [.hub] : [.endpoint]
     }
 
     static func peerRoles(_ entry: ConfigSection.Entry?, path: String, kind: String) throws -> Set<PeerRole> {

@@ -109,6 +109,8 @@ public final class LoRaLinkEngine {
         var lastHeard: Double
         var lastAuthentic: Double
         var lastHello: Double = -.infinity
+        /// When an initiator not yet up sends its next hello.
+        var nextHello: Double = -.infinity
         var lastPing: Double = -.infinity
         var answered: (ephemeral: [UInt8], reply: [UInt8])?
         var reassembly = Fragments.Reassembly()
@@ -294,7 +296,7 @@ public final class LoRaLinkEngine {
                 }
                 continue
             }
-            if !s.up, s.link.isInitiator, now - s.lastHello >= settings.handshakeRetry {
+            if !s.up, s.link.isInitiator, now >= s.nextHello {
                 s.link = newLink(initiator: true)
                 hello(s, on: s.link, now: now)
             } else if s.up, now - max(s.lastPing, s.lastAuthentic) >= settings.keepalive {
@@ -313,8 +315,12 @@ public final class LoRaLinkEngine {
         SecureLink(identity: identity, role: .hub, isInitiator: initiator, channel: .datagram)
     }
 
+    /// Sends a hello, and sets when the next one goes if this gets no answer: after a random
+    /// one to two retry intervals, so that two hubs that heard the same beacon and cannot
+    /// hear each other (both dialling a third) do not collide there every time.
     private func hello(_ s: Session, on link: SecureLink, now: Double) {
         s.lastHello = now
+        s.nextHello = now + settings.handshakeRetry * Double.random(in: 1...2, using: &random)
         if let hello = try? link.hello() { enqueue(.link, hello, to: s.shortID, priority: .link) }
     }
 
@@ -373,8 +379,9 @@ public final class LoRaLinkEngine {
             counters.slotsRefused += 1
             return
         }
+        // The first hello after a random pause: every hub that heard this beacon heard it at once.
         let s = makeSession(frame.sender, link: newLink(initiator: true), now: now)
-        hello(s, on: s.link, now: now)
+        s.nextHello = now + Double.random(in: 0...settings.handshakeRetry / 2, using: &random)
     }
 
     /// An up link whose neighbour has sent nothing authentic for longer than its keepalive

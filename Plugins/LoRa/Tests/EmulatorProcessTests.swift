@@ -2,6 +2,7 @@ import Foundation
 import Glibc
 import XCTest
 import YaokLoRaPlugin
+import YaokRNodeEmulator
 import YaokTesting
 
 /// yaok-rnode-sim as a hub meets it: a process, pseudo-terminals, bytes on a serial line.
@@ -56,7 +57,7 @@ final class EmulatorProcessTests: XCTestCase {
         sim.standardOutput = output
         try sim.run()
         defer { if sim.isRunning { sim.terminate() }; sim.waitUntilExit() }
-        let lines = Lines(output.fileHandleForReading)
+        let lines = OutputLines(output.fileHandleForReading)
         XCTAssertTrue(lines.wait(for: "ready"), "the emulator never said it was ready")
 
         let settings = RNodeRadioSettings(frequencyHz: 868_500_000, bandwidthHz: 125_000, txPowerDBm: 14, spreadingFactor: 7,
@@ -87,33 +88,5 @@ final class EmulatorProcessTests: XCTestCase {
 
         try input.fileHandleForWriting.write(contentsOf: Data("quit\n".utf8))
         XCTAssertTrue(lines.wait(for: "stats tx=1 rx=1"), "one frame sent, heard once (radio 2 is out of range of 0)")
-    }
-}
-
-/// The lines a process prints, read as they come.
-final class Lines: @unchecked Sendable {
-    private let lock = NSCondition()
-    private var text = ""
-
-    init(_ handle: FileHandle) {
-        handle.readabilityHandler = { [weak self] h in
-            let data = h.availableData
-            guard let self, !data.isEmpty else { h.readabilityHandler = nil; return }
-            self.lock.lock()
-            self.text += String(decoding: data, as: UTF8.self)
-            self.lock.broadcast()
-            self.lock.unlock()
-        }
-    }
-
-    /// Whether a line starting with `prefix` was printed within `timeout` seconds.
-    func wait(for prefix: String, timeout: Double = 10) -> Bool {
-        let deadline = Date().addingTimeInterval(timeout)
-        lock.lock()
-        defer { lock.unlock() }
-        while !text.split(separator: "\n").contains(where: { $0.hasPrefix(prefix) }) {
-            guard lock.wait(until: deadline) else { return false }
-        }
-        return true
     }
 }

@@ -11,44 +11,6 @@ final class RNodeDeviceTests: XCTestCase {
     static let settings = RNodeRadioSettings(frequencyHz: 868_500_000, bandwidthHz: 125_000, txPowerDBm: 14, spreadingFactor: 7,
                                              codingRate: 5, longTermAirtimeLimit: 100)
 
-    /// yaok-rnode-sim with its devices in a directory of their own.
-    final class Simulator {
-        let dir: String
-        let process = Process()
-        let input = Pipe()
-        let output = Pipe()
-        let lines: Lines
-
-        init(_ arguments: [String]) throws {
-            dir = NSTemporaryDirectory() + "rnode-device-\(getpid())-\(UUID().uuidString.prefix(8))"
-            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-            process.executableURL = URL(fileURLWithPath: BuildProducts.directory(containing: "yaok-rnode-sim") + "/yaok-rnode-sim")
-            process.arguments = ["--dir", dir] + arguments
-            process.standardInput = input
-            process.standardOutput = output
-            lines = Lines(output.fileHandleForReading)
-            try process.run()
-            guard lines.wait(for: "ready") else { throw NSError(domain: "yaok-rnode-sim", code: 1) }
-        }
-
-        func path(_ k: Int) -> String { dir + "/rnode\(k)" }
-
-        func command(_ line: String) throws { try input.fileHandleForWriting.write(contentsOf: Data((line + "\n").utf8)) }
-
-        private var finished = false
-
-        /// Ends the emulator (once) and waits for it; its last line is then in `lines`.
-        func finish() {
-            guard !finished else { return }
-            finished = true
-            try? command("quit")
-            _ = lines.wait(for: "stats", timeout: 5)
-            if process.isRunning { process.terminate() }
-            process.waitUntilExit()
-            try? FileManager.default.removeItem(atPath: dir)
-        }
-    }
-
     /// One device's events, in order, waited for with a deadline.
     final class Recorder: @unchecked Sendable {
         private let condition = NSCondition()
@@ -98,7 +60,7 @@ final class RNodeDeviceTests: XCTestCase {
     }
 
     func testBringsUpAGoodDeviceAndCarriesAPacketToAnotherInRange() throws {
-        let sim = try Simulator(["--devices", "2"])
+        let sim = try RNodeSimulator(["--devices", "2"])
         defer { sim.finish() }
         let ra = Recorder(), rb = Recorder()
         let a = device(sim.path(0), ra), b = device(sim.path(1), rb)
@@ -138,7 +100,7 @@ final class RNodeDeviceTests: XCTestCase {
         m.start()
         XCTAssertEqual(rm.waitUnavailable(), "\(missing) does not exist")
 
-        let sim = try Simulator(["--devices", "3", "--silent", "0", "--firmware", "1=1.40"])
+        let sim = try RNodeSimulator(["--devices", "3", "--silent", "0", "--firmware", "1=1.40"])
         defer { sim.finish() }
         var louder = Self.settings
         louder.txPowerDBm = 20
@@ -164,7 +126,7 @@ final class RNodeDeviceTests: XCTestCase {
     }
 
     func testComesBackAfterAnUnplugAndShrugsOffGarbage() throws {
-        let sim = try Simulator(["--devices", "2"])
+        let sim = try RNodeSimulator(["--devices", "2"])
         defer { sim.finish() }
         let ra = Recorder(), rb = Recorder()
         let a = device(sim.path(0), ra), b = device(sim.path(1), rb)
@@ -210,7 +172,7 @@ final class RNodeDeviceTests: XCTestCase {
     }
 
     func testStopIsPromptTurnsTheRadioOffAndEndsTheEvents() throws {
-        let sim = try Simulator(["--devices", "4", "--silent", "2"])
+        let sim = try RNodeSimulator(["--devices", "4", "--silent", "2"])
         defer { sim.finish() }
         let ra = Recorder(), rb = Recorder(), rc = Recorder(), rd = Recorder(), rm = Recorder()
         let a = device(sim.path(0), ra), b = device(sim.path(1), rb), d = device(sim.path(3), rd)
