@@ -268,7 +268,7 @@ if Context.environment["YAOK_PORTABLE_TESTS"] == "1" {
                               "YaokHubTests", "YaokUDPPluginTests", "YaokMeshPluginTests", "YaokLoRaPluginTests",
                               "YaokUDPPluginEntry"]  // UDPPluginTests load the built .so through the C ABI
     // The emulator's process test needs yaok-rnode-sim, which the portable build does not make.
-    for target in package.targets where target.name == "YaokLoRaPluginTests" { target.exclude = ["EmulatorProcessTests.swift", "RNodeDeviceTests.swift"] }
+    for target in package.targets where target.name == "YaokLoRaPluginTests" { target.exclude = ["EmulatorProcessTests.swift", "RNodeDeviceTests.swift", "LoRaPluginTests.swift"] }
     for target in package.targets where target.name == "YaokHubTests" {
         target.sources = hubUnitTests
         target.dependencies = ["YaokHubCore", "YaokRouting", "YaokSupervision", "YaokWire", "YaokCrypto", "YaokStore", "YaokReconcile", "YaokTesting",

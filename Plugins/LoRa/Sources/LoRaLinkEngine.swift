@@ -375,7 +375,9 @@ public final class LoRaLinkEngine {
             redialIfSilent(s, now: now)
             return
         }
-        guard sessions.count < settings.maxNeighbours, sessions.values.filter({ !$0.up }).count < Self.maxHalfOpen else {
+        // Half-open slots are counted by direction: beacons with made-up keys (keys are free)
+        // can keep our own dials busy, never the slots neighbours dial us in.
+        guard sessions.count < settings.maxNeighbours, sessions.values.filter({ !$0.up && $0.link.isInitiator }).count < Self.maxHalfOpen else {
             counters.slotsRefused += 1
             return
         }
@@ -437,7 +439,8 @@ public final class LoRaLinkEngine {
                 enqueue(.link, a.reply, to: id, priority: .link)
                 return
             }
-            guard existing != nil || (sessions.count < settings.maxNeighbours && sessions.values.filter({ !$0.up }).count < Self.maxHalfOpen) else {
+            guard existing != nil || (sessions.count < settings.maxNeighbours
+                                      && sessions.values.filter({ !$0.up && !$0.link.isInitiator }).count < Self.maxHalfOpen) else {
                 counters.slotsRefused += 1
                 return
             }

@@ -31,16 +31,19 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
                                                "max_neighbours", "peers", "queue_limit_bytes"])
         devicePath = try config.requiredString("device")
         let frequency = try config.int("frequency_hz", default: 869_525_000, range: 137_000_000...1_020_000_000)
-        let bandwidth = try config.choice("bandwidth_hz", ["7800", "10400", "15600", "20800", "31250", "41700", "62500", "125000", "250000", "500000"],
-                                          default: "125000")
+        let bandwidth = try config.int("bandwidth_hz", default: 125_000)
+        let bandwidths = [7_800, 10_400, 15_600, 20_800, 31_250, 41_700, 62_500, 125_000, 250_000, 500_000]
+        guard bandwidths.contains(bandwidth) else {
+            throw config.error("bandwidth_hz", "\(bandwidth) is not a LoRa bandwidth; one of \(bandwidths.map(String.init).joined(separator: ", "))")
+        }
         let sf = try config.int("spreading_factor", default: 9, range: 7...12)
         let cr = try config.int("coding_rate", default: 5, range: 5...8)
         let power = try config.int("tx_power_dbm", default: 14, range: 0...22)
         let duty = try config.double("duty_cycle_percent", default: 1, range: 0.01...100)
         let dwell = try config.int("dwell_limit_ms", default: 0, range: 0...10_000)
-        radio = RNodeRadioSettings(frequencyHz: UInt32(frequency), bandwidthHz: UInt32(bandwidth)!, txPowerDBm: UInt8(power),
+        radio = RNodeRadioSettings(frequencyHz: UInt32(frequency), bandwidthHz: UInt32(bandwidth), txPowerDBm: UInt8(power),
                                    spreadingFactor: UInt8(sf), codingRate: UInt8(cr), longTermAirtimeLimit: UInt16(min(10_000, duty * 100)))
-        var settings = LoRaLinkSettings(modulation: LoRaModulation(spreadingFactor: sf, bandwidthHz: Int(bandwidth)!, codingRate: cr),
+        var settings = LoRaLinkSettings(modulation: LoRaModulation(spreadingFactor: sf, bandwidthHz: bandwidth, codingRate: cr),
                                         dutyCycle: duty / 100)
         settings.beaconInterval = Double(try config.int("beacon_interval_s", default: 600, range: 1...86_400))
         settings.keepalive = Double(try config.int("keepalive_s", default: 300, range: 1...86_400))
@@ -56,7 +59,7 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
         settings.peers = peers
         if let dwellLimit = settings.dwellLimit, settings.airtime(AirFrame.maxLength) > dwellLimit {
             throw config.error("dwell_limit_ms", String(format: "SF%d/%d kHz frames of %d bytes take %.0f ms on the air, over the %d ms dwell limit",
-                                                        sf, Int(bandwidth)! / 1000, AirFrame.maxLength, settings.airtime(AirFrame.maxLength) * 1000, dwell))
+                                                        sf, bandwidth / 1000, AirFrame.maxLength, settings.airtime(AirFrame.maxLength) * 1000, dwell))
         }
         let clock = context.clock
         engine = LoRaLinkEngine(identity: context.identity, settings: settings, cookieClock: { Int64(clock.monotonicNanoseconds() / 1_000_000) })
