@@ -100,9 +100,14 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
         }
     }
 
-    /// The engine's clock: timers and the next frame for the air.
+    /// The engine's clock: timers and the next frame for the air; the gauges every 5 s.
     private func run() {
+        var lastGauges = -Double.infinity
         while true {
+            if now() - lastGauges >= 5 {
+                lastGauges = now()
+                publishGauges()
+            }
             let (effects, wait): ([LoRaLinkEngine.Effect], Double) = lock.withLock {
                 guard running else { return ([], -1) }
                 let t = now()
@@ -114,6 +119,22 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
             apply(effects)
             usleep(UInt32(wait * 1_000_000))
         }
+    }
+
+    /// `yaok_transport_lora_*{transport="NAME"}` on the hub's metrics page (Plugins/LoRa/README.md).
+    private func publishGauges() {
+        let t = now()
+        let (used, headroom, frames, bytes, neighbours, weakest) = lock.withLock {
+            (engine.airtimeUsed(now: t), engine.headroom(now: t), engine.queuedFrames, engine.queuedByteCount,
+             engine.neighbours, engine.neighbours.compactMap(\.rssiDBm).min())
+        }
+        let m = context.metrics
+        m.gauge("lora_airtime_last_hour_seconds", used)
+        m.gauge("lora_duty_cycle_headroom_seconds", headroom)
+        m.gauge("lora_queue_frames", Double(frames))
+        m.gauge("lora_queue_bytes", Double(bytes))
+        m.gauge("lora_neighbours", Double(neighbours.count))
+        if let weakest { m.gauge("lora_weakest_neighbour_rssi_dbm", Double(weakest)) }
     }
 
     private func deviceEvent(_ event: RNodeDevice.Event) {
