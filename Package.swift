@@ -165,6 +165,7 @@ let package = Package(
         // Swift 5 mode: it line-buffers C's `stdout` (setvbuf) so figures appear as they are
         // measured, and Swift 6 refuses to name that C global.
         .executableTarget(name: "yaok-bench", dependencies: ["YaokEndpoint", "YaokWire", "YaokCrypto", "YaokStore", "YaokStoreBenchmark", "YaokReconcile",
+                                                     "YaokLoRaPlugin", "YaokRNodeEmulator",
                                                      .product(name: "YaokPluginKit", package: "PluginAPI")],
                           swiftSettings: [.swiftLanguageMode(.v5)]),
         .executableTarget(name: "yaok", dependencies: [

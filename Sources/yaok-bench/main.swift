@@ -8,9 +8,11 @@ import YaokReconcile
 import YaokPluginKit
 
 // yaok-bench: prints the message path's figures. Speed is measured here, never asserted
-// in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--kill-every SECONDS [--kills N]] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile
+// in tests. Usage: yaok-bench [--path-only] [--messages N] [--rate MSG_PER_S] [--kill-every SECONDS [--kills N]] [--hub-binary PATH] [--plugin-dir DIR] | --reconcile | --lora
 // yaok-bench --reconcile [--trials N] [--shape N:FRACTION] [--sizing STRATA,CELLS,FACTOR,EXACT_FACTOR,EXTRA]:
 // set reconciliation figures only (ReconcileBench.swift).
+// yaok-bench --lora [--hours H] [--step S]: what a message costs on a LoRa hop, in simulated
+// time (LoRaBench.swift): H simulated hours per run after link up (2), finest step S s (0.01).
 
 // yaok-bench --store-lifecycle N [--per-commit K]: the hub store's share of one message (see
 // BundleStoreBenchmark.hubLifecycle), for callgrind: valgrind --tool=callgrind
@@ -48,6 +50,17 @@ if CommandLine.arguments.contains("--reconcile") {
         versions = [n]
     }
     runReconcileBench(trials: Int(argument("--trials") ?? "") ?? 10, shapes: shapes, sizing: sizing, versions: versions)
+    exit(0)
+}
+
+if CommandLine.arguments.contains("--lora") {
+    setvbuf(stdout, nil, _IOLBF, 0)
+    let hours = argument("--hours").flatMap(Double.init) ?? 2
+    let step = argument("--step").flatMap(Double.init) ?? 0.01
+    guard hours > 0, step > 0, step <= 0.1 else {
+        FileHandle.standardError.write(Data("--hours wants a positive number, --step one in (0, 0.1]\n".utf8)); exit(2)
+    }
+    try runLoRaBench(hours: hours, step: step)
     exit(0)
 }
 
