@@ -87,13 +87,15 @@ func closePort(_ p: Port, _ k: Int) {
     unlink("\(dir)/rnode\(k)")
 }
 
-/// Writes to a device's line; a host that does not read for 100 ms loses the rest, as it
-/// would with a real device's USB buffer.
+/// Writes to a device's line what the line takes now; a host that does not read (gone, or
+/// stuck) loses the rest, as with a real device's full USB buffer. Never waits: one device's
+/// host must not stall the air for the others.
 func write(_ bytes: [UInt8], to fd: Int32) {
-    var offset = 0, waits = 0
+    var offset = 0
     while offset < bytes.count {
         let n = bytes[offset...].withUnsafeBytes { Glibc.write(fd, $0.baseAddress, $0.count) }
-        if n > 0 { offset += n } else if errno == EAGAIN && waits < 100 { waits += 1; usleep(1000) } else { return }
+        guard n > 0 else { return }
+        offset += n
     }
 }
 

@@ -14,6 +14,7 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
     private let engine: LoRaLinkEngine
     private var device: RNodeDevice?
     private var worker: JoinableThread?
+    private var gauges: JoinableThread?
     private var running = false
     private var state: TransportState = .stopped
     private var reason = "not started"
@@ -68,27 +69,30 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
     public func start() throws {
         let device = RNodeDevice(path: devicePath, settings: radio, events: { [weak self] in self?.deviceEvent($0) })
         let worker = JoinableThread(name: "yaok-lora") { [weak self] in self?.run() }
+        let gauges = JoinableThread(name: "yaok-lora-gauges") { [weak self] in self?.publishGaugesUntilStopped() }
         lock.withLock {
             self.device = device
             self.worker = worker
+            self.gauges = gauges
             running = true
             state = .starting
             reason = "opening \(devicePath)"
         }
         device.start()
         worker.start()
+        gauges.start()
         context.events.statusChanged()
     }
 
     public func stop() {
-        let (stoppedDevice, stoppedWorker, effects): (RNodeDevice?, JoinableThread?, [LoRaLinkEngine.Effect]) = lock.withLock {
-            guard running else { return (nil, nil, []) }
+        let (stoppedDevice, threads, effects): (RNodeDevice?, [JoinableThread], [LoRaLinkEngine.Effect]) = lock.withLock {
+            guard running else { return (nil, [], []) }
             running = false
             state = .stopped
             reason = "stopped"
-            return (device, worker, engine.forgetAll(reason: "transport stopped"))
+            return (device, [worker, gauges].compactMap { $0 }, engine.forgetAll(reason: "transport stopped"))
         }
-        _ = stoppedWorker?.join(timeout: 1)
+        for thread in threads { _ = thread.join(timeout: 0.5) }
         stoppedDevice?.stop()
         apply(effects)
     }
@@ -100,14 +104,9 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
         }
     }
 
-    /// The engine's clock: timers and the next frame for the air; the gauges every 5 s.
+    /// The engine's clock: timers and the next frame for the air.
     private func run() {
-        var lastGauges = -Double.infinity
         while true {
-            if now() - lastGauges >= 5 {
-                lastGauges = now()
-                publishGauges()
-            }
             let (effects, wait): ([LoRaLinkEngine.Effect], Double) = lock.withLock {
                 guard running else { return ([], -1) }
                 let t = now()
@@ -118,6 +117,15 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
             if wait < 0 { return }
             apply(effects)
             usleep(UInt32(wait * 1_000_000))
+        }
+    }
+
+    /// The gauges every 5 s, on a thread of their own: a host call that waits (the hub busy
+    /// reading its other plugins) must never hold up the radio's clock.
+    private func publishGaugesUntilStopped() {
+        while lock.withLock({ running }) {
+            publishGauges()
+            for _ in 0..<50 where lock.withLock({ running }) { usleep(100_000) }
         }
     }
 
