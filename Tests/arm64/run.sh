@@ -66,7 +66,7 @@ if [ "$what" = units ] || [ "$what" = all ]; then
   # Debian 13's (SQLCipher 4), whose files SQLCipher 3 cannot read (Docs/operations.md,
   # "Upgrade"). ARM64_SKIP_TESTS (an extended regex on Module.Class/test) replaces the list;
   # '^$' runs everything.
-  skip_re=${ARM64_SKIP_TESTS:-'/testHundredThousand|/testPeerHoldings$|/testEveryBitFlipIsDetected$|/testTheRemainingLifeIsAlwaysPositiveAndAtMostTheMaximum$|/testTooDifferentAborts$|/testEverySizeOfDifferenceDecodesExactly$|/testFuzz$|/testTablePartsAssembleOnlyForTheSessionAndRefuseDuplicates$|/testLacksPartsAcrossFourThousand$|/testTruncatedAtEveryLength$|/testUnpersistedDeliveriesAreBoundedAndOverflowIsWritten$|SQLCipherCLIInteropTests/testSQLCipherCLIReadsTheFileWithTheRawKey$'}
+  skip_re=${ARM64_SKIP_TESTS:-'/testHundredThousand|/testPeerHoldings$|/testEveryBitFlipIsDetected$|/testTheRemainingLifeIsAlwaysPositiveAndAtMostTheMaximum$|/testTooDifferentAborts$|/testEverySizeOfDifferenceDecodesExactly$|/testFuzz$|/testTablePartsAssembleOnlyForTheSessionAndRefuseDuplicates$|/testLacksPartsAcrossFourThousand$|/testTruncatedAtEveryLength$|/testUnpersistedDeliveriesAreBoundedAndOverflowIsWritten$|/testTheDutyCycleHoldsOverEveryHourUnderABacklog$|/testAStrangersHelloFloodGetsAtMostATenthOfTheBudget$|SQLCipherCLIInteropTests/testSQLCipherCLIReadsTheFileWithTheRawKey$'}
   all_tests=$(timeout 120 "$bundle" --list-tests 2>/dev/null | grep -E '^[A-Za-z_0-9]+\.[A-Za-z_0-9]+/test' || true)
   [ -n "$all_tests" ] || { echo "FAIL: $bundle --list-tests listed nothing"; exit 1; }
   selected=$(echo "$all_tests" | grep -vE "$skip_re" || true)
