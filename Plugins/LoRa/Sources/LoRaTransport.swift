@@ -132,10 +132,10 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
     /// `yaok_transport_lora_*{transport="NAME"}` on the hub's metrics page (Plugins/LoRa/README.md).
     private func publishGauges() {
         let t = now()
-        let (used, headroom, frames, bytes, neighbours, weakest) = lock.withLock {
-            (engine.airtimeUsed(now: t), engine.headroom(now: t), engine.queuedFrames, engine.queuedByteCount,
-             engine.neighbours, engine.neighbours.compactMap(\.rssiDBm).min())
+        let (used, headroom, frames, bytes, neighbours) = lock.withLock {
+            (engine.airtimeUsed(now: t), engine.headroom(now: t), engine.queuedFrames, engine.queuedByteCount, engine.neighbours)
         }
+        let weakest = neighbours.compactMap(\.rssiDBm).min()
         let m = context.metrics
         m.gauge("lora_airtime_last_hour_seconds", used)
         m.gauge("lora_duty_cycle_headroom_seconds", headroom)
@@ -205,6 +205,7 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
         let t = now()
         return lock.withLock {
             let c = engine.counters
+            let neighbours = engine.neighbours
             let d = device?.counters
             var details: [String: String] = [
                 "device": devicePath,
@@ -223,7 +224,7 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
                 "budget_refused": String(c.budgetRefused),
                 "fragments_dropped": String(c.fragmentsDropped),
                 "line_noise": String(d?.lineNoise ?? 0),
-                "neighbours": engine.neighbours.map { n in
+                "neighbours": neighbours.map { n in
                     "\(n.shortID) rssi=\(n.rssiDBm.map(String.init) ?? "?") snr=\(n.snrDB.map { String(format: "%.1f", $0) } ?? "?")\(n.linked ? " linked" : "")"
                 }.joined(separator: "; "),
             ]
@@ -231,7 +232,7 @@ public final class LoRaTransport: Transport, @unchecked Sendable {
                 details["channel_load_percent"] = String(format: "%.1f", s.channelLoadShort * 100)
                 details["noise_floor_dbm"] = String(s.noiseFloorDBm)
             }
-            return TransportStatus(state: state, reason: reason, links: engine.linkCount, peers: engine.neighbours.count,
+            return TransportStatus(state: state, reason: reason, links: engine.linkCount, peers: neighbours.count,
                                    framesIn: c.framesIn, framesOut: c.framesOut, bytesIn: c.bytesIn, bytesOut: c.bytesOut,
                                    lastError: state == .unavailable ? reason : nil, details: details)
         }
